@@ -1,0 +1,77 @@
+"""The one narrow attention interface between the model (gemma4/) and the kernels.
+
+A backend is built from a `selector.selection.GroupSelection` (backend name, FA version,
+kernel block size, quant-query flag, descale handling) and runs paged attention for the
+layers of that KV-cache group. The model never sees which kernel runs.
+
+Cache layout (all backends): per layer, `k_cache` and `v_cache` of shape
+[num_blocks, kv_block_size, num_kv_heads, head_size] (FlashAttention's paged NHD layout),
+dtype = the model dtype, or torch.float8_e4m3fn / float8_e5m2 for an FP8 cache.
+Block tables index kv blocks; a backend whose kernel block is smaller than the kv block
+views each kv block as kv_block_size // kernel_block_size kernel blocks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from selector.selection import GroupSelection
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-batch, shared by every layer of a group (built once per forward step)."""
+
+    cu_seqlens_q: torch.Tensor  # [B+1] int32: query tokens of sequence i are q[cu[i]:cu[i+1]]
+    seqused_k: torch.Tensor  # [B] int32: tokens in the cache for sequence i, new ones included
+    block_table: torch.Tensor  # [B, max_blocks] int32, in kv blocks of this group
+    max_seqlen_q: int
+    max_seqlen_k: int
+    # Bidirectional multimodal spans (Gemma-4 vision mode): [B, S, 2] int32 of absolute
+    # [start, end) token positions, padded with -1; None = purely causal.
+    mm_prefix: torch.Tensor | None = None
+    # Query positions: token j of sequence i sits at seqused_k[i] - q_len_i + j (bottom-right
+    # aligned, as in FlashAttention varlen). Draft (MTP) steps pass `q_positions` explicitly
+    # ([total_q] int64) because all draft queries share the last target position.
+    q_positions: torch.Tensor | None = None
+
+
+@dataclass
+class LayerParams:
+    """Per-layer attention constants."""
+
+    softmax_scale: float
+    window_left: int = -1  # FlashAttention (window_left, 0); -1 = full attention
+    sinks: torch.Tensor | None = None  # [num_q_heads] fp32 learnable sink logits
+    # FP8 cache descales (dequant = stored * scale), fp32 scalars or [B, num_kv_heads]
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+    q_scale: torch.Tensor | None = None  # quant-query path: q_fp8 = q / q_scale
+
+
+class BackendUnavailableError(RuntimeError):
+    """The selected backend's kernel package is not installed: never fall back silently."""
+
+
+class AttentionBackend(ABC):
+    name: str = "?"
+
+    def __init__(self, group: GroupSelection):
+        self.group = group
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,  # [total_q, num_q_heads, head_size], model dtype
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        layer: LayerParams,
+    ) -> torch.Tensor:  # [total_q, num_q_heads, head_size], model dtype
+        ...
+
+    def supports_cuda_graphs(self) -> bool:
+        return False

@@ -1,0 +1,66 @@
+"""Helpers shared by the backend adapters: kernel-block views and FP8 descale plumbing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backends.base import LayerParams
+from kernels.cache_ops import quantize_query
+from kernels.reference import is_fp8
+
+
+def kernel_block_view(k_cache, v_cache, block_table, kernel_block_size: int):
+    """View each kv block as kv_block_size // kernel_block_size kernel blocks.
+
+    Kv block b becomes kernel blocks b*r .. b*r + r-1 (contiguous in memory, so a pure view),
+    and each block-table entry expands to those r entries in order.
+    """
+    nb, bs, hkv, d = k_cache.shape
+    if kernel_block_size in (0, bs):
+        return k_cache, v_cache, block_table
+    if bs % kernel_block_size:
+        raise ValueError(f"kv block size {bs} is not a multiple of kernel block size {kernel_block_size}")
+    r = bs // kernel_block_size
+    kc = k_cache.view(nb * r, kernel_block_size, hkv, d)
+    vc = v_cache.view(nb * r, kernel_block_size, hkv, v_cache.shape[3])
+    sub = torch.arange(r, device=block_table.device, dtype=block_table.dtype)
+    bt = (block_table[:, :, None] * r + sub).flatten(1)
+    bt = torch.where(block_table.repeat_interleave(r, 1) < 0, torch.full_like(bt, -1), bt)
+    return kc, vc, bt.contiguous()
+
+
+@dataclass
+class QuantInputs:
+    q: torch.Tensor  # model dtype, or fp8 on the quant-query path
+    q_descale: torch.Tensor | None
+    k_descale: torch.Tensor | None
+    v_descale: torch.Tensor | None
+
+
+def unit_scale(device) -> torch.Tensor:
+    return torch.ones((), dtype=torch.float32, device=device)
+
+
+def quant_inputs(descale_mode: str, q, k_cache, layer: LayerParams) -> QuantInputs:
+    """Apply the group's descale mode: q_k_v quantizes q with layer.q_scale; fp8 caches get k/v descales."""
+    if not is_fp8(k_cache.dtype):
+        return QuantInputs(q, None, None, None)
+    dev = q.device
+    ks = layer.k_scale if layer.k_scale is not None else unit_scale(dev)
+    vs = layer.v_scale if layer.v_scale is not None else unit_scale(dev)
+    if descale_mode == "q_k_v":
+        qs = layer.q_scale if layer.q_scale is not None else unit_scale(dev)
+        return QuantInputs(quantize_query(q, qs, k_cache.dtype), qs, ks, vs)
+    return QuantInputs(q, None, ks, vs)
+
+
+def expand_descale(d: torch.Tensor | None, batch: int, hkv: int) -> torch.Tensor | None:
+    """Scalar or [B, Hkv] -> contiguous fp32 [B, Hkv] (what FA3/FA4 and our Triton kernel take)."""
+    if d is None:
+        return None
+    d = d.to(torch.float32)
+    if d.numel() == 1:
+        return d.reshape(1, 1).expand(batch, hkv).contiguous()
+    return d.reshape(batch, hkv).contiguous()

@@ -1,0 +1,1 @@
+"""Attention kernels: the PyTorch reference, our Triton paged kernel, FlashAttention wrappers."""

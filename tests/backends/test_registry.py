@@ -1,0 +1,114 @@
+"""make_backend mapping, clear errors for missing kernels, and the reference backend adapter."""
+
+import sys
+
+import pytest
+import torch
+
+from backends import AttentionMetadata, BackendUnavailableError, LayerParams, make_backend
+from backends.reference import TorchReferenceBackend
+from kernels.cache_ops import quantize_query
+from kernels.cases import make_case
+from kernels.tolerances import rel_err
+from selector.selection import GroupSelection
+
+
+def group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,
+          descale="none", quant_query=False):
+    return GroupSelection(kind="full_attention", layers=(0,), head_size=head, num_kv_heads=2, sliding_window=None,
+                          backend=backend, flash_attn_version=version, kernel_block_size=kernel_block,
+                          kv_block_size=kv_block, kv_cache_dtype=kv, quant_query=quant_query, descale=descale,
+                          kv_scales="none" if kv in ("float32", "bfloat16") else "calibrated", mm_prefix=False)
+
+
+def meta_of(case):
+    return AttentionMetadata(case.cu_seqlens_q, case.seqused_k, case.block_table, case.max_seqlen_q,
+                             case.max_seqlen_k, mm_prefix=case.mm_prefix, q_positions=case.q_positions)
+
+
+def hide_modules(monkeypatch, *prefixes):
+    """Make `import <prefix>...` fail as if the package were not installed (None in sys.modules)."""
+    for name in list(sys.modules):
+        if name.split(".")[0] in prefixes:
+            monkeypatch.delitem(sys.modules, name)
+    for p in prefixes:
+        monkeypatch.setitem(sys.modules, p, None)
+
+
+def test_reference_backend_is_made():
+    assert isinstance(make_backend(group()), TorchReferenceBackend)
+    assert make_backend(group()).name == "TORCH_REFERENCE"
+
+
+@pytest.mark.parametrize("name", ["FLASHINFER", "FLEX_ATTENTION", "TURBOQUANT"])
+def test_unimplemented_backends_raise(name):
+    with pytest.raises(BackendUnavailableError, match=name):
+        make_backend(group(name))
+
+
+def test_unknown_names_and_versions_raise():
+    with pytest.raises(BackendUnavailableError, match="FLASH_ATTN v2"):
+        make_backend(group("FLASH_ATTN", 2))
+    with pytest.raises(BackendUnavailableError, match="unknown attention backend 'NOPE'"):
+        make_backend(group("NOPE"))
+
+
+def test_fa3_missing_names_package(monkeypatch):
+    hide_modules(monkeypatch, "vllm", "flash_attn_interface")
+    with pytest.raises(BackendUnavailableError) as e:
+        make_backend(group("FLASH_ATTN", 3, head=256, kv="bfloat16"))
+    msg = str(e.value)
+    assert "FLASH_ATTN v3" in msg and "vllm.vllm_flash_attn" in msg and "vllm" in msg.split(": ", 1)[1]
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("head,kv,module", [(256, "bfloat16", "flash_attn.cute"), (512, "bfloat16", "vllm.vllm_flash_attn"),
+                                            (256, "fp8_e4m3", "vllm.vllm_flash_attn")])
+def test_fa4_missing_names_the_right_build(monkeypatch, head, kv, module):
+    hide_modules(monkeypatch, "vllm", "flash_attn")
+    with pytest.raises(BackendUnavailableError) as e:
+        make_backend(group("FLASH_ATTN", 4, head=head, kv=kv))
+    assert "FLASH_ATTN v4" in str(e.value) and module in str(e.value)
+
+
+def test_triton_missing(monkeypatch):
+    hide_modules(monkeypatch, "triton")
+    monkeypatch.delitem(sys.modules, "kernels.triton_paged", raising=False)
+    with pytest.raises(BackendUnavailableError, match="TRITON_ATTN needs the triton package"):
+        make_backend(group("TRITON_ATTN"))
+
+
+@pytest.mark.parametrize("kv_block,kernel_block", [(64, 16), (128, 32), (32, 32)])
+def test_kernel_block_reindexing(kv_block, kernel_block):
+    case = make_case([3, 1, 5], [70, 33, 5], block_size=kv_block, window_left=20, sinks=True)
+    be = make_backend(group(kernel_block=kernel_block, kv_block=kv_block))
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case),
+                     LayerParams(case.softmax_scale, window_left=20, sinks=case.sinks))
+    assert rel_err(out, case.reference()) < 1e-6
+
+
+def test_kernel_block_view_indices():
+    from backends.common import kernel_block_view
+    kc = torch.arange(3 * 4).float().view(3, 4, 1, 1)
+    kv, vv, bt = kernel_block_view(kc, kc, torch.tensor([[2, 0], [1, -1]], dtype=torch.int32), 2)
+    assert bt.tolist() == [[4, 5, 0, 1], [2, 3, -1, -1]]
+    assert kv[4].flatten().tolist() == [8.0, 9.0] and kv.data_ptr() == kc.data_ptr()
+
+
+@pytest.mark.parametrize("mode", ["q_k_v", "k_v", "kv_dequant"])
+@pytest.mark.parametrize("per_head", [False, True])
+def test_reference_backend_fp8_descale_modes(mode, per_head):
+    case = make_case([4, 1], [20, 9], dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn,
+                     descale="seq_head" if per_head else "layer")
+    qs = torch.tensor(0.02)
+    layer = LayerParams(case.softmax_scale, k_scale=case.k_descale, v_scale=case.v_descale, q_scale=qs)
+    be = make_backend(group(kv="fp8_e4m3", descale=mode, quant_query=mode == "q_k_v"))
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
+    assert out.dtype == torch.bfloat16
+    if mode == "q_k_v":
+        q8 = quantize_query(case.q, qs)
+        ref = case.reference(q=q8, q_descale=qs)
+        assert rel_err(out, ref) < 1e-2
+        assert rel_err(out, case.reference()) < 6e-2  # quantizing q costs accuracy, not correctness
+    else:
+        assert rel_err(out, case.reference()) < 1e-2

@@ -1,0 +1,243 @@
+"""Checkpoints: Hugging Face folders (config.json + safetensors shards), seeded random weights, tokenizers.
+
+Only safetensors are read (never pickle). Tensor names are HF's: `model.` (Gemma4ForCausalLM) or
+`model.language_model.` (Gemma4ForConditionalGeneration) prefixes are stripped; vision/audio
+towers are skipped; `lm_head.weight` is tied to the embedding. Every missing, unexpected or
+wrong-shape tensor and every unreadable file raises `CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from gemma4.config import Gemma4Args
+from gemma4.model import Gemma4
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+BUNDLED_TOKENIZER = ASSETS / "tokenizer.json"
+
+# Prefixes HF writes, longest first; and multimodal parts a text decoder does not use.
+_PREFIXES = ("model.language_model.", "language_model.model.", "model.", "")
+_SKIP_PREFIXES = ("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.",
+                  "vision_tower.", "audio_tower.", "multi_modal_projector.")
+_SHARED_KV_PARTS = ("k_proj", "v_proj", "k_norm", "v_norm")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded as the model it claims to be."""
+
+
+# ---------------------------------------------------------------------------- random weights
+
+
+def init_weights(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -> Gemma4:
+    """Deterministic weights from `seed` (independent of device and module order).
+
+    Linear/expert weights ~ N(0, fan_in^-1), embeddings ~ N(0, embed_std^2); RMSNorm weights, router
+    scales and per-layer scalars ~ 1 + N(0, 0.1^2), so a `(1 + w)` norm or a dropped scalar shows.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    state = model.state_dict()
+    with torch.no_grad():
+        for name in sorted(state):
+            t = state[name]
+            leaf = name.rsplit(".", 1)[-1]
+            if "norm" in name or leaf in ("layer_scalar", "scale", "per_expert_scale"):
+                v = 1.0 + 0.1 * torch.randn(t.shape, generator=gen)
+            elif "embed_tokens" in name:
+                v = embed_std * torch.randn(t.shape, generator=gen)
+            else:
+                fan_in = t.shape[-1]
+                v = torch.randn(t.shape, generator=gen) / math.sqrt(fan_in)
+            t.copy_(v.to(t.dtype))
+    return model
+
+
+def build_random(args: Gemma4Args, seed: int = 0, device="cpu", dtype: torch.dtype | None = None,
+                 embed_std: float = 0.1) -> Gemma4:
+    model = init_weights(Gemma4(args), seed, embed_std)
+    return model.to(device=device, dtype=dtype or args.torch_dtype).eval()
+
+
+# ---------------------------------------------------------------------------- HF folders
+
+
+def hf_config_json(args: Gemma4Args) -> dict:
+    d = args.to_hf_config_dict()
+    d.update(model_type="gemma4_text", architectures=["Gemma4ForCausalLM"], dtype=args.dtype)
+    return d
+
+
+def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path | None = None,
+                    shard_bytes: int | None = None) -> Path:
+    """Write an HF-style folder: config.json + model.safetensors (or shards with an index)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(hf_config_json(model.args), indent=2))
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if not shard_bytes:
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        shards: list[dict] = [{}]
+        size = 0
+        for k in sorted(tensors):
+            n = tensors[k].numel() * tensors[k].element_size()
+            if shards[-1] and size + n > shard_bytes:
+                shards.append({})
+                size = 0
+            shards[-1][k] = tensors[k]
+            size += n
+        weight_map = {}
+        for i, sh in enumerate(shards):
+            fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            save_file(sh, str(folder / fn), metadata={"format": "pt"})
+            weight_map |= {k: fn for k in sh}
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    if tokenizer is not None:
+        (folder / "tokenizer.json").write_text(Path(tokenizer).read_text())
+    return folder
+
+
+def read_config(folder: str | Path) -> Gemma4Args:
+    folder = Path(folder)
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        raise CheckpointError(f"{folder}: no config.json (expected a Hugging Face checkpoint folder)")
+    try:
+        d = json.loads(cfg.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cfg}: not valid JSON ({e})") from e
+    try:
+        return Gemma4Args.from_hf_config(d)
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{cfg}: not a usable Gemma-4 text config: {type(e).__name__}: {e}") from e
+
+
+def _shard_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            wm = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"{index}: corrupted index ({type(e).__name__}: {e})") from e
+        files = [folder / f for f in sorted(set(wm.values()))]
+        for f in files:
+            if not f.is_file():
+                raise CheckpointError(f"{index} lists shard {f.name}, which is missing")
+        return files
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt"))
+        extra = f" (found {pickles}: pickle checkpoints are not loaded, convert them to safetensors)" if pickles else ""
+        raise CheckpointError(f"{folder}: no .safetensors files{extra}")
+    return files
+
+
+def _canonical(name: str) -> str | None:
+    """HF tensor name -> our state-dict name; None for tensors a text decoder ignores."""
+    if name.startswith(_SKIP_PREFIXES):
+        return None
+    if name == "lm_head.weight":
+        return name
+    for p in _PREFIXES:
+        if p and name.startswith(p):
+            return name[len(p):]
+    return name
+
+
+def read_tensors(folder: str | Path) -> dict[str, tuple[str, torch.Tensor]]:
+    """{our name: (checkpoint name, tensor)} from every shard. Raises CheckpointError on bad files."""
+    from safetensors import SafetensorError, safe_open
+
+    folder = Path(folder)
+    out: dict[str, tuple[str, torch.Tensor]] = {}
+    for f in _shard_files(folder):
+        try:
+            handle = safe_open(str(f), framework="pt", device="cpu")
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"{f}: corrupted or unreadable safetensors file ({e})") from e
+        with handle:
+            for key in handle.keys():
+                ours = _canonical(key)
+                if ours is None:
+                    continue
+                try:
+                    t = handle.get_tensor(key)
+                except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+                    raise CheckpointError(f"{f}: tensor {key!r} is corrupted or unreadable ({e})") from e
+                if ours in out:
+                    raise CheckpointError(f"{f}: tensor {key!r} appears twice (also as {out[ours][0]!r})")
+                out[ours] = (key, t)
+    return out
+
+
+def load_state(model: Gemma4, tensors: dict[str, tuple[str, torch.Tensor]], where: str = "checkpoint") -> None:
+    """Copy checkpoint tensors into `model` with strict name and shape checks."""
+    args = model.args
+    expected = model.state_dict()
+    shared = {f"layers.{i}.self_attn.{p}" for i in range(args.num_hidden_layers) if args.is_kv_shared(i)
+              for p in _SHARED_KV_PARTS}
+    unexpected = []
+    for ours, (orig, t) in tensors.items():
+        if ours == "lm_head.weight":  # tied to the embedding
+            want = tuple(expected["embed_tokens.weight"].shape)
+            if tuple(t.shape) != want:
+                raise CheckpointError(f"{where}: tensor {orig!r} has shape {tuple(t.shape)}, expected {want}")
+            continue
+        if ours not in expected:
+            if ours.rsplit(".", 1)[0] in shared:  # KV-shared layers have no k/v weights (HF ignores them)
+                continue
+            unexpected.append(orig)
+            continue
+        want = tuple(expected[ours].shape)
+        if tuple(t.shape) != want:
+            raise CheckpointError(
+                f"{where}: tensor {orig!r} has shape {tuple(t.shape)}, the model expects {want}")
+    if unexpected:
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise CheckpointError(f"{where}: unexpected tensor {unexpected[0]!r}{more}: not part of this Gemma-4 config")
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 1} more: {missing[1:4]})" if len(missing) > 1 else ""
+        raise CheckpointError(f"{where}: missing tensor 'model.{missing[0]}'{more}")
+    with torch.no_grad():
+        for k, dst in expected.items():
+            src = tensors[k][1]
+            if not (src.is_floating_point() or src.dtype == dst.dtype):
+                raise CheckpointError(f"{where}: tensor {tensors[k][0]!r} has dtype {src.dtype}, expected floating point")
+            dst.copy_(src.to(dst.dtype))
+
+
+def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None = None) -> Gemma4:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    args = read_config(folder)
+    if dtype is not None:
+        args.dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+    model = Gemma4(args)
+    load_state(model, read_tensors(folder), where=str(folder))
+    return model.to(device=device, dtype=args.torch_dtype).eval()
+
+
+# ---------------------------------------------------------------------------- tokenizers
+
+
+def load_tokenizer(folder: str | Path | None = None):
+    """The checkpoint folder's tokenizer.json, else the bundled byte-level tokenizer."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json" if folder is not None else BUNDLED_TOKENIZER
+    if folder is not None and not path.is_file():
+        raise CheckpointError(f"{folder}: no tokenizer.json")
+    if not path.is_file():
+        from gemma4.tokenizer import build_tokenizer
+
+        return build_tokenizer()
+    return Tokenizer.from_file(str(path))

@@ -1,0 +1,304 @@
+"""Model arguments for the Gemma-4 text decoder.
+
+`Gemma4Args` mirrors the preset files in `conf/model/*.yaml` (field names follow Hugging Face's
+`Gemma4TextConfig`). It also reads a Hugging Face `config.json` and builds an HF config for tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[str(name).removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"unsupported model dtype {name!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def derive_layer_types(num_layers: int, full_every: int | None) -> list[str]:
+    """Layer i is full when (i+1) % full_every == 0; the last layer is always full."""
+    if not full_every or full_every <= 0:
+        types = [SLIDING] * num_layers
+    else:
+        types = [FULL if (i + 1) % full_every == 0 else SLIDING for i in range(num_layers)]
+    if types:
+        types[-1] = FULL
+    return types
+
+
+@dataclass
+class Gemma4Args:
+    vocab_size: int = 512
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    num_global_key_value_heads: int | None = None
+    head_dim: int = 64
+    global_head_dim: int = 128
+    sliding_window: int = 16
+    layer_types: list[str] = field(default_factory=list)
+    final_logit_softcapping: float | None = 30.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 1024
+    rope_theta_sliding: float = 10_000.0
+    rope_theta_full: float = 1_000_000.0
+    partial_rotary_factor_full: float = 0.25
+    hidden_size_per_layer_input: int = 0
+    vocab_size_per_layer_input: int = 0
+    num_kv_shared_layers: int = 0
+    use_double_wide_mlp: bool = False
+    attention_k_eq_v: bool = False
+    enable_moe_block: bool = False
+    num_experts: int | None = None
+    top_k_experts: int | None = None
+    moe_intermediate_size: int | None = None
+    dtype: str = "float32"
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    bos_token_id: int = 2
+    name: str = "gemma4"
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            self.layer_types = derive_layer_types(self.num_hidden_layers, 6)
+        self.layer_types = list(self.layer_types)
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
+            )
+        bad = sorted(set(self.layer_types) - {SLIDING, FULL})
+        if bad:
+            raise ValueError(f"unknown layer types {bad}; expected {SLIDING!r} or {FULL!r}")
+        self.layer_types[-1] = FULL  # as HF: the last layer is always full attention
+        if self.enable_moe_block and not (self.num_experts and self.top_k_experts and self.moe_intermediate_size):
+            raise ValueError("enable_moe_block needs num_experts, top_k_experts and moe_intermediate_size")
+        for i in range(self.num_hidden_layers):
+            if self.num_attention_heads % self.num_kv_heads(i) != 0:
+                raise ValueError(
+                    f"layer {i}: num_attention_heads={self.num_attention_heads} is not a multiple of "
+                    f"its {self.num_kv_heads(i)} kv heads"
+                )
+        # validate the sharing pattern early (raises on a producer-less type)
+        self.kv_sharing_modes()
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_model_config(cls, d: dict[str, Any]) -> "Gemma4Args":
+        """From a preset dict (conf/model/*.yaml, or the lead's `ModelConfig.model_dump()`)."""
+        d = dict(d)
+        arch = d.get("architecture", "gemma4")
+        if arch not in (None, "gemma4"):
+            raise ValueError(f"model architecture {arch!r} is not gemma4")
+        layer_types = d.get("layer_types")
+        if not layer_types:
+            layer_types = derive_layer_types(d["num_hidden_layers"], d.get("full_attention_every") or 6)
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known and k != "layer_types" and v is not None}
+        kw["layer_types"] = list(layer_types)
+        for k in ("hidden_size_per_layer_input", "vocab_size_per_layer_input", "num_kv_shared_layers"):
+            kw[k] = int(kw.get(k) or 0)
+        return cls(**kw)
+
+    @classmethod
+    def from_hf_config(cls, d: dict[str, Any]) -> "Gemma4Args":
+        """From a Hugging Face config.json dict (gemma4_text, or gemma4 with a text_config)."""
+        if "text_config" in d and d.get("model_type") != "gemma4_text":
+            dtype = d.get("dtype") or d.get("torch_dtype")
+            d = dict(d["text_config"])
+            d.setdefault("dtype", dtype)
+        mt = d.get("model_type", "gemma4_text")
+        if mt not in ("gemma4_text", "gemma4"):
+            raise ValueError(f"config.json model_type {mt!r} is not a Gemma-4 text model")
+        n = d["num_hidden_layers"]
+        layer_types = d.get("layer_types") or derive_layer_types(n, 6)
+        rope = d.get("rope_parameters") or {}
+        rs, rf = rope.get(SLIDING, {}) or {}, rope.get(FULL, {}) or {}
+        for rp, kind in ((rs, "default"), (rf, "proportional")):
+            if rp and rp.get("rope_type", kind) != kind:
+                raise ValueError(f"unsupported rope_type {rp.get('rope_type')!r} (expected {kind!r})")
+            if rp and rp.get("factor", 1.0) != 1.0:
+                raise ValueError("RoPE scaling factor != 1 is not supported")
+        global_head_dim = d.get("global_head_dim", 512)
+        num_global_kv = d.get("num_global_key_value_heads")
+        plc = d.get("per_layer_config") or {}
+        for idx, over in plc.items():
+            if layer_types[int(idx)] == FULL:
+                global_head_dim = over.get("head_dim", global_head_dim)
+                if "num_key_value_heads" in over:
+                    num_global_kv = over["num_key_value_heads"]
+                break
+        if d.get("use_bidirectional_attention"):
+            raise ValueError("use_bidirectional_attention is not supported by this text decoder")
+        if d.get("attention_bias"):
+            raise ValueError("attention_bias=True is not supported (Gemma-4 has no attention biases)")
+        act = d.get("hidden_activation", "gelu_pytorch_tanh")
+        if act != "gelu_pytorch_tanh":
+            raise ValueError(f"unsupported hidden_activation {act!r}")
+        eos = d.get("eos_token_id", 1)
+        if isinstance(eos, list):
+            eos = eos[0]
+        dtype = str(d.get("dtype") or d.get("torch_dtype") or "bfloat16").removeprefix("torch.")
+        return cls(
+            vocab_size=d["vocab_size"],
+            hidden_size=d["hidden_size"],
+            intermediate_size=d["intermediate_size"],
+            num_hidden_layers=n,
+            num_attention_heads=d["num_attention_heads"],
+            num_key_value_heads=d["num_key_value_heads"],
+            num_global_key_value_heads=num_global_kv,
+            head_dim=d.get("head_dim", 256),
+            global_head_dim=global_head_dim,
+            sliding_window=d.get("sliding_window", 512),
+            layer_types=list(layer_types),
+            final_logit_softcapping=d.get("final_logit_softcapping"),
+            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            max_position_embeddings=d.get("max_position_embeddings", 131072),
+            rope_theta_sliding=rs.get("rope_theta", 10_000.0),
+            rope_theta_full=rf.get("rope_theta", 1_000_000.0),
+            partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
+            hidden_size_per_layer_input=d.get("hidden_size_per_layer_input", 256) or 0,
+            vocab_size_per_layer_input=d.get("vocab_size_per_layer_input", 262144) or 0,
+            num_kv_shared_layers=d.get("num_kv_shared_layers", 0) or 0,
+            use_double_wide_mlp=bool(d.get("use_double_wide_mlp", False)),
+            attention_k_eq_v=bool(d.get("attention_k_eq_v", False)),
+            enable_moe_block=bool(d.get("enable_moe_block", False)),
+            num_experts=d.get("num_experts"),
+            top_k_experts=d.get("top_k_experts"),
+            moe_intermediate_size=d.get("moe_intermediate_size"),
+            dtype=dtype if dtype in _DTYPES else "bfloat16",
+            pad_token_id=d.get("pad_token_id", 0) if d.get("pad_token_id") is not None else 0,
+            eos_token_id=eos if eos is not None else 1,
+            bos_token_id=d.get("bos_token_id", 2) if d.get("bos_token_id") is not None else 2,
+            name=d.get("_name_or_path") or "gemma4",
+        )
+
+    def to_hf_config_dict(self) -> dict[str, Any]:
+        """Kwargs for `transformers.Gemma4TextConfig` (and our config.json)."""
+        d: dict[str, Any] = dict(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            global_head_dim=self.global_head_dim,
+            layer_types=list(self.layer_types),
+            sliding_window=self.sliding_window,
+            final_logit_softcapping=self.final_logit_softcapping,
+            rms_norm_eps=self.rms_norm_eps,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_parameters={
+                SLIDING: {"rope_type": "default", "rope_theta": self.rope_theta_sliding},
+                FULL: {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": self.partial_rotary_factor_full,
+                    "rope_theta": self.rope_theta_full,
+                },
+            },
+            hidden_size_per_layer_input=self.hidden_size_per_layer_input,
+            vocab_size_per_layer_input=self.vocab_size_per_layer_input,
+            num_kv_shared_layers=self.num_kv_shared_layers,
+            use_double_wide_mlp=self.use_double_wide_mlp,
+            attention_k_eq_v=self.attention_k_eq_v,
+            enable_moe_block=self.enable_moe_block,
+            num_experts=self.num_experts,
+            top_k_experts=self.top_k_experts,
+            moe_intermediate_size=self.moe_intermediate_size,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+            bos_token_id=self.bos_token_id,
+            tie_word_embeddings=True,
+            hidden_activation="gelu_pytorch_tanh",
+        )
+        if self.num_global_key_value_heads is not None:
+            d["num_global_key_value_heads"] = self.num_global_key_value_heads
+        return d
+
+    def to_hf_text_config(self):
+        from transformers import Gemma4TextConfig
+
+        return Gemma4TextConfig(**self.to_hf_config_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # ---------------------------------------------------------------- derived shapes
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.hidden_size)
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.layer_types[layer] == SLIDING
+
+    def layer_head_dim(self, layer: int) -> int:
+        return self.head_dim if self.is_sliding(layer) else self.global_head_dim
+
+    def num_kv_heads(self, layer: int) -> int:
+        # as HF: the global kv-head override only applies with attention_k_eq_v
+        if not self.is_sliding(layer) and self.attention_k_eq_v and self.num_global_key_value_heads:
+            return self.num_global_key_value_heads
+        return self.num_key_value_heads
+
+    def k_eq_v(self, layer: int) -> bool:
+        return self.attention_k_eq_v and not self.is_sliding(layer)
+
+    @property
+    def first_kv_shared_layer(self) -> int:
+        return self.num_hidden_layers - self.num_kv_shared_layers
+
+    def kv_sharing_modes(self) -> list[str | None]:
+        """Per layer: None, 'store' (the last non-shared layer of its type) or 'reuse'."""
+        n, first = self.num_hidden_layers, self.first_kv_shared_layer
+        modes: list[str | None] = [None if i < first else "reuse" for i in range(n)]
+        for t in set(self.layer_types):
+            producers = [i for i in range(first) if self.layer_types[i] == t]
+            if not producers:
+                raise ValueError(
+                    f"no non-shared {t} layer produces the KV that the shared {t} layers reuse "
+                    f"(num_kv_shared_layers={self.num_kv_shared_layers})"
+                )
+            modes[producers[-1]] = "store"
+        return modes
+
+    def kv_source(self, layer: int) -> int:
+        """The layer whose KV cache `layer` attends over (itself unless KV-shared)."""
+        if layer < self.first_kv_shared_layer:
+            return layer
+        t = self.layer_types[layer]
+        return max(i for i in range(self.first_kv_shared_layer) if self.layer_types[i] == t)
+
+    def is_kv_shared(self, layer: int) -> bool:
+        return layer >= self.first_kv_shared_layer
+
+    def mlp_intermediate(self, layer: int) -> int:
+        wide = self.use_double_wide_mlp and self.is_kv_shared(layer)
+        return self.intermediate_size * (2 if wide else 1)
+
+    def layers_of(self, kind: str) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == kind]

@@ -1,0 +1,70 @@
+"""Compose the Hydra config once and validate it: the entry point for every consumer.
+
+    cfg = compose(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"])
+    sel = resolve(cfg)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import ValidationError
+
+from .errors import ConfigError, KSelectError, format_validation_error
+from .resolve import resolve
+from .schema import KSelectConfig
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+__all__ = ["CONF_DIR", "compose", "compose_raw", "validate", "resolve", "select"]
+
+
+def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> dict:
+    """Hydra compose -> a plain dict (interpolations resolved). Raises ConfigError."""
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = _one_paragraph(e)
+        missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
+        if missing and (Path(conf_dir) / missing[1]).is_dir():
+            opts = sorted(p.stem for p in (Path(conf_dir) / missing[1]).glob("*.yaml"))
+            msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
+        bad = [o for o in overrides if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or list(overrides)
+        raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("<root>", data, "a mapping")
+    return data
+
+
+def validate(data: dict) -> KSelectConfig:
+    """Validate a composed dict; `platform.name: auto` is detected here."""
+    if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
+        from .detect import detect_platform  # noqa: PLC0415 - torch only for auto
+
+        data = {**data, "platform": detect_platform()}
+    try:
+        return KSelectConfig.model_validate(data)
+    except ValidationError as e:
+        raise KSelectError(format_validation_error(e)) from None
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
+    return validate(compose_raw(overrides, conf_dir))
+
+
+def select(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR):
+    return resolve(compose(overrides, conf_dir))
+
+
+def _one_paragraph(e: Exception) -> str:
+    text = str(e).split("Config search path")[0]
+    msg = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return msg or e.__class__.__name__

@@ -1,0 +1,44 @@
+"""Errors a user can act on: each names the config key, the bad value and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KSelectError(Exception):
+    """Base: the CLI prints the message (one paragraph) and exits with status 2."""
+
+
+class ConfigError(KSelectError):
+    def __init__(self, key: str, value: Any, allowed: Any, what: str = "value"):
+        self.key, self.value, self.allowed = key, value, allowed
+        allowed_s = ", ".join(map(str, allowed)) if isinstance(allowed, (list, tuple)) else str(allowed)
+        super().__init__(f"invalid config: {key}: bad {what} {value!r}; allowed: {allowed_s}")
+
+
+class SelectionError(KSelectError):
+    """No valid backend, an invalid pin, or block sizes that cannot be unified."""
+
+    def __init__(self, message: str, rejected: dict[str, list[str]] | None = None):
+        self.rejected = rejected or {}
+        lines = [message]
+        for name, reasons in self.rejected.items():
+            lines.append(f"  {name}: {'; '.join(reasons)}")
+        super().__init__("\n".join(lines))
+
+
+def format_validation_error(err: Any, root: str = "") -> str:
+    """A pydantic ValidationError as 'key: got X; <what is allowed>' lines."""
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in e["loc"] if p not in ("rule", "tombstone"))
+        loc = ".".join(x for x in (root, loc) if x)
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = e.get("input")
+        got_s = "" if e["type"] == "missing" or isinstance(got, dict) or "got " in msg else f" (got {got!r})"
+        # our own validators already name the full key
+        named = not loc or msg.startswith(loc.split(".")[0] + ".")
+        lines.append(f"{msg}{got_s}" if named else f"{loc}: {msg}{got_s}")
+    return "invalid config: " + "; ".join(lines)

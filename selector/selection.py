@@ -1,0 +1,69 @@
+"""The selector's output: one `GroupSelection` per KV-cache layer group.
+
+Plain pydantic data, so `backends/` and `gemma4/` consume it without knowing the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+GroupKind = Literal["sliding_window", "full_attention"]
+# How FP8 descales reach the kernel:
+#   none        no quantized KV
+#   q_k_v       q is quantized to FP8 too (quant-query), q/k/v descales passed (FA3, Triton)
+#   k_v         K/V descales only, q stays in the model dtype (the reference, Triton)
+#   kv_dequant  K/V dequantized inside the kernel, q unquantized (vLLM FA4 fork on SM90)
+Descale = Literal["none", "q_k_v", "k_v", "kv_dequant"]
+Verification = Literal["verified", "refuted", "unverified", "not_applicable"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClaimCheck(Frozen):
+    """One capability claim a selected kernel path relies on, and what hardware said."""
+
+    claim: str  # e.g. "FLASH_ATTN/v4/fp8_kv/d256/window"
+    status: Verification
+    detail: str = ""
+
+
+class GroupSelection(Frozen):
+    kind: GroupKind
+    draft: bool = False  # an MTP drafter group (Q-only layers reading the target cache)
+    layers: tuple[int, ...]
+    reads_from: tuple[int, ...] = ()  # target layers whose cache the draft/shared layers read
+    head_size: int
+    num_kv_heads: int
+    sliding_window: int | None
+    backend: str
+    flash_attn_version: int | None
+    kernel_block_size: int
+    kv_block_size: int
+    kv_cache_dtype: str  # resolved: bfloat16 / float16 / float32 / fp8_e4m3 / fp8_e5m2
+    quant_query: bool
+    descale: Descale
+    kv_scales: Literal["none", "unit", "calibrated", "copied_from_target"]
+    mm_prefix: bool
+    rejected: dict[str, tuple[str, ...]] = {}
+    trace: tuple[str, ...] = ()  # rule ids that fired, in order
+    reasons: tuple[str, ...] = ()  # human text: why this backend/version/block
+    warnings: tuple[str, ...] = ()
+    claims: tuple[ClaimCheck, ...] = ()
+
+
+class Selection(Frozen):
+    environment: dict  # a short summary of what was resolved (platform, model, kv, spec, pins, overlays)
+    block_size: int  # the cache manager block size (vLLM cache_config.block_size)
+    groups: tuple[GroupSelection, ...]
+    warnings: tuple[str, ...] = ()
+    trace: tuple[str, ...] = ()  # model-level rule ids (forcing, preferred block, spec)
+
+    def group(self, kind: GroupKind, draft: bool = False) -> GroupSelection:
+        for g in self.groups:
+            if g.kind == kind and g.draft == draft:
+                return g
+        raise KeyError(f"no {'draft ' if draft else ''}{kind} group in this selection")

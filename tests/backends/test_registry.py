@@ -5,25 +5,17 @@ import sys
 import pytest
 import torch
 
-from backends import AttentionMetadata, BackendUnavailableError, LayerParams, make_backend
+from backends import BackendUnavailableError, LayerParams, make_backend
 from backends.reference import TorchReferenceBackend
 from kernels.cache_ops import quantize_query
 from kernels.cases import make_case
 from kernels.tolerances import rel_err
-from selector.selection import GroupSelection
+from backends.fixtures import make_group, meta_of
 
 
 def group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,
           descale="none", quant_query=False):
-    return GroupSelection(kind="full_attention", layers=(0,), head_size=head, num_kv_heads=2, sliding_window=None,
-                          backend=backend, flash_attn_version=version, kernel_block_size=kernel_block,
-                          kv_block_size=kv_block, kv_cache_dtype=kv, quant_query=quant_query, descale=descale,
-                          kv_scales="none" if kv in ("float32", "bfloat16") else "calibrated", mm_prefix=False)
-
-
-def meta_of(case):
-    return AttentionMetadata(case.cu_seqlens_q, case.seqused_k, case.block_table, case.max_seqlen_q,
-                             case.max_seqlen_k, mm_prefix=case.mm_prefix, q_positions=case.q_positions)
+    return make_group(backend, version, head, kv, kernel_block, kv_block, descale)
 
 
 def hide_modules(monkeypatch, *prefixes):
@@ -73,7 +65,10 @@ def test_fa4_missing_names_the_right_build(monkeypatch, head, kv, module):
 
 def test_triton_missing(monkeypatch):
     hide_modules(monkeypatch, "triton")
+    import kernels
+
     monkeypatch.delitem(sys.modules, "kernels.triton_paged", raising=False)
+    monkeypatch.delattr(kernels, "triton_paged", raising=False)
     with pytest.raises(BackendUnavailableError, match="TRITON_ATTN needs the triton package"):
         make_backend(group("TRITON_ATTN"))
 

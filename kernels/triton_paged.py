@@ -1,0 +1,281 @@
+"""Triton paged attention: varlen prefill / chunked prefill / decode, with split-KV decode.
+
+One program = one kv head x (BLOCK_Q query tokens of one sequence) x one KV split. All G = Hq/Hkv
+query heads of the kv head are packed as rows (row r = token r // G_PAD, head r % G_PAD), so each
+K/V tile is read once for the whole GQA group. K/V are gathered through the block table per key
+row (any page size, any order). FP8 K/V are widened to the dot dtype (exact for e4m3/e5m2 in
+bf16/fp16); the k descale folds into the softmax scale and the v descale into the output, so the
+inner loop never multiplies by a scale. FP8 q (quant-query) is widened the same way.
+
+Split-KV (flash-decoding): for short query tiles the visible KV range [lo, hi) of each program is
+cut into `num_splits` BLOCK_N-aligned chunks; each writes (m, l, acc) partials and a second kernel
+merges them (the sink logit joins there). Prefill uses one split and writes the output directly.
+
+Runs under TRITON_INTERPRET=1 on CPU tensors (FP8 included) for CI; there bf16 dots run in fp32
+because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.reference import is_fp8
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attn_fwd(
+    q_ptr, k_ptr, v_ptr, out_ptr, bt_ptr, cu_q_ptr, seqused_ptr, qpos_ptr, mm_ptr, sink_ptr,
+    qd_ptr, kd_ptr, vd_ptr, ws_acc_ptr, ws_ml_ptr,
+    sm_scale_log2, window_left,
+    stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+    stride_ot, stride_oh, stride_bt, num_q_tiles, num_splits, hq,
+    G: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    D: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
+    HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+):
+    M: tl.constexpr = BLOCK_Q * G_PAD
+    pid = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq = pid // num_q_tiles
+    qtile = pid % num_q_tiles
+    q_start = tl.load(cu_q_ptr + seq).to(tl.int64)
+    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+    kv_len = tl.load(seqused_ptr + seq)
+    if qtile * BLOCK_Q >= q_len:
+        return
+
+    rows = tl.arange(0, M)
+    tok = qtile * BLOCK_Q + rows // G_PAD
+    g = rows % G_PAD
+    row_ok = (tok < q_len) & (g < G)
+    head = kvh * G + g
+    d = tl.arange(0, D_PAD)
+    d_ok = d < D
+    if HAS_QPOS:
+        qp = tl.load(qpos_ptr + q_start + tok, mask=row_ok, other=0).to(tl.int32)
+    else:
+        qp = kv_len - q_len + tok
+
+    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+    scale = sm_scale_log2
+    if HAS_QD:
+        scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
+    if HAS_KD:
+        scale *= tl.load(kd_ptr + seq * (hq // G) + kvh)
+
+    # Visible key range of this tile: [lo, hi).
+    qp_max = tl.max(tl.where(row_ok, qp, -1), 0)
+    qp_min = tl.min(tl.where(row_ok, qp, 2147483647), 0)
+    hi = kv_len
+    if CAUSAL and NUM_SPANS == 0:
+        hi = tl.minimum(hi, qp_max + 1)
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(lo, qp_min - window_left)
+        hi = tl.minimum(hi, qp_max + window_left + 1)
+    # Tiles start on BLOCK_N multiples (a window's lo is arbitrary); masks use the exact lo.
+    begin = (lo // BLOCK_N) * BLOCK_N
+    if SPLIT:
+        per = tl.cdiv(tl.cdiv(tl.maximum(hi - begin, 0), BLOCK_N), num_splits) * BLOCK_N
+        begin = begin + split * per
+        hi = tl.minimum(hi, begin + per)
+
+    m_i = tl.full([M], float("-inf"), tl.float32)
+    l_i = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, D_PAD], tl.float32)
+    for start in range(begin, hi, BLOCK_N):
+        kp = start + tl.arange(0, BLOCK_N)
+        k_ok = (kp < hi) & (kp >= lo)
+        blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+        off = kp % PAGE
+        k = tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
+                    mask=k_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * scale
+        ok = row_ok[:, None] & k_ok[None, :]
+        if HAS_WINDOW:
+            diff = qp[:, None] - kp[None, :]
+            ok = ok & (diff <= window_left) & (-diff <= window_left)
+        if CAUSAL:
+            order = kp[None, :] <= qp[:, None]
+            for si in tl.static_range(NUM_SPANS):
+                st = tl.load(mm_ptr + (seq * NUM_SPANS + si) * 2)
+                en = tl.load(mm_ptr + (seq * NUM_SPANS + si) * 2 + 1)
+                in_q = (qp >= st) & (qp < en)
+                in_k = (kp >= st) & (kp < en)
+                order = order | (in_q[:, None] & in_k[None, :])
+            ok = ok & order
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
+                    mask=k_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v)
+        m_i = m_new
+
+    if HAS_VD:
+        acc = acc * tl.load(vd_ptr + seq * (hq // G) + kvh)
+    if SPLIT:
+        # partials: acc [total_q, splits, Hq, D], (m, l) [total_q, splits, Hq, 2], m in log2 units
+        base = ((q_start + tok) * num_splits + split) * hq + head  # int64 via q_start
+        tl.store(ws_acc_ptr + base[:, None] * D + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(ws_ml_ptr + base * 2, m_i, mask=row_ok)
+        tl.store(ws_ml_ptr + base * 2 + 1, l_i, mask=row_ok)
+    else:
+        if HAS_SINK:
+            sk = tl.load(sink_ptr + head, mask=row_ok, other=0.0) * 1.4426950408889634
+            m_new = tl.maximum(m_i, sk)
+            corr = tl.exp2(m_i - m_new)
+            l_i = l_i * corr + tl.exp2(sk - m_new)
+            acc = acc * corr[:, None]
+        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(out_ptr + (q_start + tok)[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _merge_splits(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, num_splits, hq, stride_ot, stride_oh,
+                  S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.arange(0, S_PAD)
+    s_ok = s < num_splits
+    d = tl.arange(0, D_PAD)
+    base = (t.to(tl.int64) * num_splits + s) * hq + h
+    m = tl.load(ws_ml_ptr + base * 2, mask=s_ok, other=float("-inf"))
+    l_ = tl.load(ws_ml_ptr + base * 2 + 1, mask=s_ok, other=0.0)
+    m_all = tl.max(m, 0)
+    if HAS_SINK:
+        sk = tl.load(sink_ptr + h) * 1.4426950408889634
+        m_all = tl.maximum(m_all, sk)
+    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
+    w = tl.exp2(m - m_safe)
+    denom = tl.sum(l_ * w, 0)
+    if HAS_SINK:
+        denom += tl.exp2(sk - m_safe)
+    acc = tl.load(ws_acc_ptr + base[:, None] * D + d[None, :], mask=s_ok[:, None] & (d < D)[None, :], other=0.0)
+    o = tl.sum(acc * w[:, None], 0) / tl.where(denom == 0.0, 1.0, denom)
+    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, o.to(out_ptr.dtype.element_ty), mask=d < D)
+
+
+_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _num_sms(device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool):
+    """(BLOCK_Q, BLOCK_N, num_warps, num_stages). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum)."""
+    if interpret:
+        return max(1, 16 // g_pad), 16, 4, 1
+    if decode:
+        block_q = max(1, 16 // g_pad, min(_pow2(max_q), 64 // g_pad))
+        block_n = {512: 32, 256: 64}.get(d_pad, 128)
+        return block_q, block_n, 4 if d_pad <= 256 else 8, 3 if d_pad <= 256 else 2
+    rows = 64 if d_pad <= 256 else 32
+    block_q = max(1, rows // g_pad)
+    block_n = 64 if d_pad <= 256 else 32
+    return block_q, block_n, 4 if d_pad <= 128 else 8, 2
+
+
+def _descale_arg(x, b, hkv, device):
+    if x is None:
+        return None
+    x = x.to(device=device, dtype=torch.float32)
+    if x.numel() == 1:
+        return x.reshape(1, 1).expand(b, hkv).contiguous()
+    return x.reshape(b, hkv).contiguous()
+
+
+def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale, *,
+                           max_seqlen_q=None, max_seqlen_k=None, causal=True, window_left=-1, mm_prefix=None,
+                           sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
+                           out_dtype=None, num_splits=None, config=None):
+    """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync."""
+    total_q, hq, d = q.shape
+    nb, page, hkv, dk = k_cache.shape
+    assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
+    assert hq % hkv == 0
+    assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    b = seqused_k.numel()
+    dev = q.device
+    if out_dtype is None:
+        out_dtype = torch.bfloat16 if is_fp8(q.dtype) else q.dtype
+    max_q = int(max_seqlen_q) if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    max_k = int(max_seqlen_k) if max_seqlen_k is not None else int(seqused_k.max())
+    g = hq // hkv
+    g_pad, d_pad = _pow2(g), _pow2(d)
+    interpret = dev.type != "cuda"
+    # fp8 q (quant-query) is widened exactly to the 16-bit output dtype; otherwise dots run in q's dtype
+    dot_dtype = q.dtype
+    if is_fp8(q.dtype):
+        dot_dtype = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.float32
+    if interpret and dot_dtype == torch.bfloat16:
+        # the CPU interpreter (triton 3.9) multiplies bf16 dot operands as raw uint16 bit patterns
+        dot_dtype = torch.float32
+    decode = max_q <= 16
+    block_q, block_n, warps, stages = config or pick_config(d_pad, g_pad, max_q, decode, interpret)
+    n_qt = triton.cdiv(max_q, block_q)
+    span = max_k if window_left < 0 else min(max_k, window_left + max_q)
+    if num_splits is None:
+        num_splits = 1
+        if decode:
+            want = triton.cdiv(2 * _num_sms(dev), b * hkv * n_qt)
+            num_splits = max(1, min(want, triton.cdiv(span, 4 * block_n), 64))
+    out = torch.empty(total_q, hq, d, dtype=out_dtype, device=dev)
+    split = num_splits > 1
+    ws_acc = ws_ml = out
+    if split:
+        ws_acc = torch.empty(total_q, num_splits, hq, d, dtype=torch.float32, device=dev)
+        ws_ml = torch.empty(total_q, num_splits, hq, 2, dtype=torch.float32, device=dev)
+    i32 = lambda t: t.to(device=dev, dtype=torch.int32).contiguous()  # noqa: E731
+    cu, su, bt = i32(cu_seqlens_q), i32(seqused_k), i32(block_table)
+    spans = 0 if mm_prefix is None else mm_prefix.shape[1]
+    mm = i32(mm_prefix) if spans else cu
+    qpos = q_positions.to(device=dev, dtype=torch.int64).contiguous() if q_positions is not None else cu
+    snk = sinks.to(device=dev, dtype=torch.float32).contiguous() if sinks is not None else cu
+    qd, kd, vd = (_descale_arg(x, b, hkv, dev) for x in (q_descale, k_descale, v_descale))
+    grid = (b * n_qt, hkv, num_splits)
+    _attn_fwd[grid](
+        q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
+        qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
+        softmax_scale * LOG2E, window_left,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), bt.stride(0),
+        n_qt, num_splits, hq,
+        G=g, G_PAD=g_pad, BLOCK_Q=block_q, BLOCK_N=block_n, D=d, D_PAD=d_pad, PAGE=page, CAUSAL=causal,
+        HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
+        HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
+        SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32,
+        num_warps=warps, num_stages=stages,
+    )
+    if split:
+        _merge_splits[(total_q, hq)](
+            ws_acc, ws_ml, out, snk, num_splits, hq, out.stride(0), out.stride(1),
+            S_PAD=_pow2(num_splits), D=d, D_PAD=d_pad, HAS_SINK=sinks is not None, num_warps=4)
+    return out
+

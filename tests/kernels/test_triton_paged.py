@@ -1,0 +1,111 @@
+"""Our Triton paged kernel against the reference. On CPU it runs in the Triton interpreter
+(TRITON_INTERPRET=1, set by conftest.py before the kernel module is imported): tiny shapes only."""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from kernels import triton_paged  # noqa: E402
+from kernels.cache_ops import quantize_query  # noqa: E402
+from kernels.cases import make_case  # noqa: E402
+from kernels.tolerances import rel_err  # noqa: E402
+from test_reference import MASKS, MODES, spans_for  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+if DEV == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no GPU and TRITON_INTERPRET was not set before triton was imported", allow_module_level=True)
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def run(case, q=None, q_descale=None, out_dtype=None, **kw):
+    q = case.q if q is None else q
+    return triton_paged.paged_attention_triton(
+        q, case.k_cache, case.v_cache, case.cu_seqlens_q, case.seqused_k, case.block_table, case.softmax_scale,
+        window_left=case.window_left, mm_prefix=case.mm_prefix, sinks=case.sinks, q_descale=q_descale,
+        k_descale=case.k_descale, v_descale=case.v_descale, q_positions=case.q_positions,
+        out_dtype=out_dtype or case.q.dtype, **kw)
+
+
+def build(mode, mask, **kw):
+    q_lens, kv_lens = MODES[mode]
+    opts = dict(d=32, device=DEV, **MASKS[mask])
+    if opts.pop("mm_spans", False):
+        opts["mm_spans"] = spans_for(q_lens, kv_lens)
+    opts.update(kw)
+    return make_case(q_lens, kv_lens, **opts)
+
+
+def check(case, tol=1e-5, **kw):
+    out = run(case, **kw)
+    assert out.dtype == case.q.dtype and torch.isfinite(out).all()
+    err = rel_err(out, case.reference())
+    assert err <= tol, err
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_masks_and_modes(mode, mask):
+    check(build(mode, mask, seed=7))
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8])
+@pytest.mark.parametrize("mask", ["causal", "window", "all"])
+def test_split_kv_decode(splits, mask):
+    # 8 splits of a 9-token sequence leaves empty splits: they must merge as nothing
+    check(build("decode", mask, seed=splits), num_splits=splits)
+
+
+def test_split_kv_short_queries():
+    check(build("mixed", "all", seed=3), num_splits=3)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3)])
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_dtypes_and_pages(dtype, tol, block_size):
+    check(build("mixed", "all", dtype=dtype, block_size=block_size, hq=6, hkv=2), tol)
+
+
+@pytest.mark.parametrize("cache_dtype", [E4, E5])
+@pytest.mark.parametrize("descale", ["layer", "seq_head"])
+def test_fp8_kv(cache_dtype, descale):
+    check(build("chunked", "window", dtype=torch.bfloat16, cache_dtype=cache_dtype, descale=descale), 1e-2)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_fp8_quant_query(splits):
+    case = build("decode", "sinks", dtype=torch.bfloat16, cache_dtype=E4, descale="seq_head")
+    qs = torch.tensor(0.05, device=DEV)
+    q8 = quantize_query(case.q, qs)
+    out = run(case, q=q8, q_descale=qs, out_dtype=torch.bfloat16, num_splits=splits)
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, case.reference(q=q8, q_descale=qs)) < 1e-2
+
+
+@pytest.mark.parametrize("hq,hkv,d", [(2, 2, 32), (6, 2, 48), (8, 1, 16), (3, 1, 192)])
+def test_gqa_groups_and_head_dims(hq, hkv, d):
+    check(make_case([4, 1], [11, 20], hq=hq, hkv=hkv, d=d, window_left=8, sinks=True, device=DEV))
+
+
+def test_q_positions_and_fully_masked_rows():
+    case = make_case([3, 1], [12, 6], window_left=2, device=DEV)
+    case.q_positions = torch.tensor([11, 50, 60, 5], device=DEV)  # rows 2-3 see nothing
+    out = run(case)
+    assert torch.isfinite(out).all() and out[1:3].abs().max() == 0
+    assert rel_err(out, case.reference()) < 1e-5
+
+
+def test_backend_adapter_with_kernel_blocks_and_quant_query():
+    from backends import LayerParams, make_backend
+    from backends.fixtures import make_group, meta_of
+
+    case = make_case([3, 1], [40, 70], block_size=64, dtype=torch.bfloat16, cache_dtype=E4, descale="seq_head",
+                     window_left=30, sinks=True, device=DEV)
+    qs = torch.tensor(0.05, device=DEV)
+    layer = LayerParams(case.softmax_scale, window_left=30, sinks=case.sinks, k_scale=case.k_descale,
+                        v_scale=case.v_descale, q_scale=qs)
+    be = make_backend(make_group("TRITON_ATTN", kv="fp8_e4m3", kernel_block=16, kv_block=64, descale="q_k_v"))
+    assert be.name == "TRITON_ATTN" and be.supports_cuda_graphs()
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
+    assert rel_err(out, case.reference(q=quantize_query(case.q, qs), q_descale=qs)) < 1e-2

@@ -31,7 +31,7 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    except (HydraException, OmegaConfBaseException) as e:
+    except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError, AssertionError) as e:
         msg = _one_paragraph(e)
         missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
         if missing and (Path(conf_dir) / missing[1]).is_dir():

@@ -61,6 +61,9 @@ class FlashAttn4Backend(_FlashAttnBase):
         super().__init__(group)
         # Upstream FA4 on SM90 has no FP8 and no head dim 512: those go to vLLM's fork.
         self.fork = group.head_size > 256 or _fp8_group(group)
+        if group.descale == "q_k_v":
+            raise ValueError("FLASH_ATTN v4 on SM90 has no quant-query path: vLLM's FA4 fork dequantizes FP8 K/V "
+                             "in the kernel and keeps q in bf16 (descale 'kv_dequant')")
         try:
             loader.load_fa4_fork() if self.fork else loader.load_fa4_upstream()
         except ImportError as e:

@@ -1,0 +1,184 @@
+"""Capability conformance: run a claimed kernel capability on a small realistic paged case and
+compare it with the fp32 reference.
+
+Claim id: `<backend>[_v<fa version>]:<bf16|fp16|fp32|fp8|fp8_e5m2>:d<head>:<feature>`, feature in
+causal, window, mm_prefix, sinks, quant_query, page<N>; e.g. `FLASH_ATTN_v4:fp8:d256:window`.
+`fp8` = bf16 model with an fp8_e4m3 cache (fp8_e5m2 likewise). Each claim runs two batches
+(chunked prefill with unequal lengths, and decode), GQA, through the real backend adapter.
+
+status: verified (rel_err within kernels/tolerances.py), refuted (over it, or NaN),
+unsupported (the backend or kernel raised; detail = the first line of the error, prefixed
+"unavailable:" when the package is missing).
+
+CLI: python -m kernels.conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml
+(FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
+run in the Triton interpreter (keep heads small there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+_ID = re.compile(r"^(?P<backend>[A-Z_]+?)(?:_v(?P<ver>\d+))?:(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"
+                 r"(?P<feature>causal|window|mm_prefix|sinks|quant_query|page\d+)$")
+_MODEL = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp8": torch.bfloat16, "fp8_e5m2": torch.bfloat16}
+_CACHE = {"fp8": ("fp8_e4m3", torch.float8_e4m3fn), "fp8_e5m2": ("fp8_e5m2", torch.float8_e5m2)}
+
+
+@dataclass(frozen=True)
+class Claim:
+    backend: str
+    version: int | None
+    dtype: str
+    head: int
+    feature: str
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype.startswith("fp8") or self.feature == "quant_query"
+
+
+def parse_claim(claim_id: str) -> Claim:
+    m = _ID.match(claim_id.strip())
+    if not m:
+        raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>]:<dtype>:d<head>:<feature>")
+    ver = int(m["ver"]) if m["ver"] else None
+    return Claim(m["backend"], ver, m["dtype"], int(m["head"]), m["feature"])
+
+
+def _cache(c: Claim):
+    """(kv_cache_dtype name, torch dtype or None for a model-dtype cache)."""
+    if not c.fp8:
+        return str(_MODEL[c.dtype]).removeprefix("torch."), None
+    return _CACHE["fp8_e5m2" if c.dtype == "fp8_e5m2" else "fp8"]
+
+
+def _descale_mode(c: Claim) -> str:
+    if not c.fp8:
+        return "none"
+    if c.feature == "quant_query":
+        return "q_k_v"
+    if c.backend == "FLASH_ATTN":
+        return "q_k_v" if c.version == 3 else "kv_dequant"  # FA3 needs fp8 q; the FA4 fork keeps bf16 q
+    return "k_v"
+
+
+def _cases(c: Claim, device: str, page: int):
+    from kernels.cases import make_case
+
+    small = device == "cpu"
+    hkv = 1 if c.head >= 512 else 2
+    hq = 4 * hkv
+    window = {True: 15, False: 255}[small] if c.feature == "window" else -1
+    if small:
+        batches = [([5, 9, 3], [21, 40, 9]), ([1, 1, 1], [33, 70, 5])]
+    else:
+        batches = [([256, 64, 300], [900, 64, 1300]), ([1, 1, 1, 1], [700, 1500, 90, 4100])]
+    cache_dtype = _cache(c)[1]
+    out = []
+    for i, (ql, kl) in enumerate(batches):
+        spans = None
+        if c.feature == "mm_prefix":
+            spans = [[(max(0, k - q - 4), max(0, k - q - 4) + min(12, k))] for q, k in zip(ql, kl)]
+        out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=page, dtype=_MODEL[c.dtype],
+                             cache_dtype=cache_dtype, descale="seq_head", window_left=window, mm_spans=spans,
+                             sinks=c.feature == "sinks", device=device, seed=11 + i))
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def check_claim(claim_id: str, device: str = "cuda") -> dict:
+    from backends import BackendUnavailableError, make_backend
+    from backends.fixtures import layer_of, make_group, meta_of
+    from kernels.cache_ops import quantize_query
+    from kernels.tolerances import rel_err, tolerance
+
+    c = parse_claim(claim_id)
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    page = int(c.feature[4:]) if c.feature.startswith("page") else (64 if c.backend == "FLASH_ATTN" and c.version == 4
+                                                                     else 16)
+    kv = _cache(c)[0]
+    descale = _descale_mode(c)
+    try:
+        be = make_backend(make_group(c.backend, c.version, c.head, kv, page, page, descale, 1 if c.head >= 512 else 2))
+    except BackendUnavailableError as e:
+        return dict(status="unsupported", rel_err=None, detail="unavailable: " + _first_line(e))
+    except Exception as e:  # noqa: BLE001 - an adapter refusing the combination is a finding
+        return dict(status="unsupported", rel_err=None, detail=_first_line(e))
+    tol = tolerance(_MODEL[c.dtype], c.fp8)
+    worst = 0.0
+    for case in _cases(c, device, page):
+        qs = torch.tensor(0.05, device=device) if descale == "q_k_v" else None
+        try:
+            out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer_of(case, qs))
+            if device != "cpu":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            return dict(status="unsupported", rel_err=None, detail=_first_line(e))
+        q_in = quantize_query(case.q, qs, case.k_cache.dtype) if qs is not None else None
+        ref = case.reference(q=q_in, q_descale=qs, out_dtype=torch.float32)
+        err = rel_err(out, ref)
+        if math.isnan(err):
+            return dict(status="refuted", rel_err=None, detail="non-finite output")
+        worst = max(worst, err)
+    ok = worst <= tol
+    return dict(status="verified" if ok else "refuted", rel_err=float(f"{worst:.3e}"),
+                detail=f"max rel_err {worst:.2e} {'<=' if ok else '>'} tol {tol:g} over chunked prefill + decode, "
+                       f"page {page}, descale {descale}")
+
+
+def read_claims(arg: str) -> list[str]:
+    if os.path.exists(arg):
+        import yaml
+
+        with open(arg) as f:
+            data = yaml.safe_load(f)
+        if isinstance(data, dict):
+            data = data.get("claims", data)
+        items = list(data) if isinstance(data, (list, dict)) else str(data).split()
+        return [str(x).strip() for x in items if str(x).strip() and not str(x).startswith("#")]
+    return [x.strip() for x in arg.split(",") if x.strip()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--claims", required=True, help="YAML/text file of claim ids, or a comma-separated list")
+    ap.add_argument("--gpu-name", default=None)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import yaml
+
+    gpu = args.gpu_name or (torch.cuda.get_device_name() if args.device != "cpu" else "cpu")
+    results = {}
+    for cid in read_claims(args.claims):
+        try:
+            results[cid] = check_claim(cid, args.device)
+        except ValueError as e:  # a malformed id
+            results[cid] = dict(status="unsupported", rel_err=None, detail=_first_line(e))
+        r = results[cid]
+        print(f"{cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
+    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(), claims=results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""kernels.conformance on CPU: claim parsing, verdicts, and the CLI on a few reference/Triton claims."""
+
+import pytest
+import torch
+import yaml
+
+from kernels import conformance
+from kernels.conformance import check_claim, parse_claim
+
+
+def test_parse():
+    c = parse_claim("FLASH_ATTN_v4:fp8:d256:window")
+    assert (c.backend, c.version, c.dtype, c.head, c.feature) == ("FLASH_ATTN", 4, "fp8", 256, "window")
+    c = parse_claim("TRITON_ATTN:fp8_e5m2:d512:page64")
+    assert (c.backend, c.version, c.dtype, c.head, c.feature) == ("TRITON_ATTN", None, "fp8_e5m2", 512, "page64")
+    assert parse_claim("TORCH_REFERENCE:bf16:d64:quant_query").fp8
+    for bad in ["FLASH_ATTN_v4:int8:d256:window", "TRITON_ATTN:bf16:256:window", "TRITON_ATTN:bf16:d64:softcap"]:
+        with pytest.raises(ValueError, match="bad claim id"):
+            parse_claim(bad)
+
+
+@pytest.mark.parametrize("claim", ["TRITON_ATTN:bf16:d64:window", "TRITON_ATTN:fp8:d64:quant_query",
+                                   "TORCH_REFERENCE:fp8_e5m2:d64:mm_prefix"])
+def test_verified_claims(claim):
+    r = check_claim(claim, "cpu")
+    assert r["status"] == "verified", r
+    assert 0 <= r["rel_err"] < 6e-2
+
+
+def test_refuted_and_unsupported(monkeypatch):
+    from backends.reference import TorchReferenceBackend
+
+    real = TorchReferenceBackend.forward
+    monkeypatch.setattr(TorchReferenceBackend, "forward", lambda self, q, *a: real(self, q, *a) * 1.1)
+    r = check_claim("TORCH_REFERENCE:fp32:d64:sinks", "cpu")
+    assert r["status"] == "refuted" and r["rel_err"] > 1e-4
+    monkeypatch.setattr(TorchReferenceBackend, "forward", lambda self, q, *a: torch.full_like(q, float("nan")))
+    assert check_claim("TORCH_REFERENCE:fp32:d64:causal", "cpu")["status"] == "refuted"
+
+    def boom(self, *a):
+        raise RuntimeError("mha_fwd: head dim unsupported\nsecond line")
+    monkeypatch.setattr(TorchReferenceBackend, "forward", boom)
+    r = check_claim("TORCH_REFERENCE:bf16:d64:causal", "cpu")
+    assert r == dict(status="unsupported", rel_err=None, detail="RuntimeError: mha_fwd: head dim unsupported")
+    r = check_claim("FLASHINFER:bf16:d64:causal", "cpu")
+    assert r["status"] == "unsupported" and r["detail"].startswith("unavailable:")
+
+
+def test_cli_writes_yaml(tmp_path):
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("- TORCH_REFERENCE:bf16:d64:window\n- TRITON_ATTN:fp32:d64:page32\n")
+    out = tmp_path / "res" / "conf.yaml"
+    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu-ci", "--device", "cpu",
+                             "--out", str(out)]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "claims"}
+    assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]

@@ -1,0 +1,97 @@
+"""Every SM90 kernel path, through its backend adapter, against the fp32 reference (run on the H200).
+
+Skips without CUDA, on a non-SM90 GPU (FlashAttention paths), or when a path's package is missing
+(the reason names the package). Tolerances: kernels/tolerances.py.
+"""
+
+import pytest
+import torch
+
+from backends import BackendUnavailableError, make_backend
+from backends.fixtures import layer_of, make_group, meta_of
+from kernels.cache_ops import quantize_query
+from kernels.cases import make_case
+from kernels.tolerances import rel_err, tolerance
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs CUDA", allow_module_level=True)
+SM90 = torch.cuda.get_device_capability()[0] == 9
+E4 = torch.float8_e4m3fn
+
+# (q_lens, kv_lens), unequal lengths; decode lengths cross several pages and the 512-token window
+MODES = {
+    "prefill": ([300, 77, 1024], [300, 77, 1024]),
+    "chunked": ([128, 64, 200], [1500, 700, 2600]),
+    "decode": ([1, 1, 1, 1], [3000, 1200, 64, 4100]),
+}
+# name: (backend, fa_version, head, kv dtype, descale, page, window_left, hq, hkv, needs_sm90)
+PATHS = {
+    "fa3_bf16_d256_window": ("FLASH_ATTN", 3, 256, "bfloat16", "none", 16, 511, 8, 4, True),
+    "fa3_fp8_qkv_d256_window": ("FLASH_ATTN", 3, 256, "fp8_e4m3", "q_k_v", 16, 511, 8, 4, True),
+    "fa4_bf16_d256_window": ("FLASH_ATTN", 4, 256, "bfloat16", "none", 64, 511, 8, 4, True),
+    "fa4fork_bf16_d512": ("FLASH_ATTN", 4, 512, "bfloat16", "none", 64, -1, 8, 1, True),
+    "fa4fork_fp8kv_d512_page64": ("FLASH_ATTN", 4, 512, "fp8_e4m3", "kv_dequant", 64, -1, 8, 1, True),
+    "triton_bf16_d256_window": ("TRITON_ATTN", None, 256, "bfloat16", "none", 16, 511, 8, 4, False),
+    "triton_bf16_d512": ("TRITON_ATTN", None, 512, "bfloat16", "none", 64, -1, 8, 1, False),
+    "triton_fp8_d256_window": ("TRITON_ATTN", None, 256, "fp8_e4m3", "k_v", 16, 511, 8, 4, False),
+    "triton_fp8_d512": ("TRITON_ATTN", None, 512, "fp8_e4m3", "k_v", 64, -1, 8, 1, False),
+    "triton_fp8_qkv_d256": ("TRITON_ATTN", None, 256, "fp8_e4m3", "q_k_v", 16, -1, 8, 4, False),
+}
+Q_SCALE = 0.05
+
+
+def setup(path, mode, seed=0):
+    backend, ver, head, kv, descale, page, window, hq, hkv, needs_sm90 = PATHS[path]
+    if needs_sm90 and not SM90:
+        pytest.skip(f"{path} is an SM90 path; this GPU is {torch.cuda.get_device_name()}")
+    try:
+        be = make_backend(make_group(backend, ver, head, kv, page, page, descale, hkv))
+    except BackendUnavailableError as e:
+        pytest.skip(str(e))
+    q_lens, kv_lens = MODES[mode]
+    fp8 = kv.startswith("fp8")
+    case = make_case(q_lens, kv_lens, hq=hq, hkv=hkv, d=head, block_size=page, dtype=torch.bfloat16,
+                     cache_dtype=E4 if fp8 else None, descale="seq_head", window_left=window, device="cuda",
+                     seed=seed)
+    qs = torch.tensor(Q_SCALE, device="cuda") if descale == "q_k_v" else None
+    if qs is not None:  # quant-query: compare with the reference on the same quantized q
+        ref = case.reference(q=quantize_query(case.q, qs), q_descale=qs, out_dtype=torch.float32)
+    else:
+        ref = case.reference(out_dtype=torch.float32)
+    return be, case, layer_of(case, qs), ref, tolerance(torch.bfloat16, fp8)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("path", list(PATHS))
+def test_path_against_reference(path, mode):
+    be, case, layer, ref, tol = setup(path, mode)
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
+    assert out.shape == case.q.shape and out.dtype == torch.bfloat16
+    err = rel_err(out, ref)
+    assert err == err and err <= tol, f"{path} {mode}: rel_err {err:.3e} > {tol}"
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_decode_under_cuda_graph(path):
+    be, case, layer, ref, tol = setup(path, "decode", seed=1)
+    if not be.supports_cuda_graphs():
+        pytest.skip(f"{be.name} does not claim CUDA-graph support")
+    meta = meta_of(case)
+    fwd = lambda: be.forward(case.q, case.k_cache, case.v_cache, meta, layer)  # noqa: E731
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up compiles/JITs outside the capture
+        fwd()
+        fwd()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fwd()
+    case.q.copy_(torch.randn_like(case.q))  # replay must read the new inputs
+    ref = case.reference(q=quantize_query(case.q, layer.q_scale) if layer.q_scale is not None else None,
+                         q_descale=layer.q_scale, out_dtype=torch.float32)
+    graph.replay()
+    torch.cuda.synchronize()
+    err = rel_err(out, ref)
+    assert err == err and err <= tol, f"{path} graph decode: rel_err {err:.3e} > {tol}"

@@ -1,0 +1,325 @@
+"""Attention kernel benchmark on the H200: prefill TFLOP/s and decode GB/s (KV bytes read) for
+Gemma-4 shapes, every available path, plus measured copy-bandwidth and bf16-GEMM ceilings.
+
+Method: CUDA events around back-to-back calls that cycle through R rotated input sets (R chosen
+so the rotated working set exceeds 2x L2, so nothing is served from L2); warm-up first; the
+median of --reps measurements. Decode is also timed as a CUDA-graph replay (launch overhead
+removed), which is what a serving engine runs. Inputs are random normal, never zeros. Sliding
+layers allocate only the pages inside the window (pages outside it map to one shared page that
+is never read), so long contexts fit. A path that raises is recorded with its first error line.
+
+  python bench/kernels/bench_attention.py --out $OUT/bench [--budget-s 540] [--paths triton_fp8,...]
+
+Writes bench.json and bench.md into --out and prints one line per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+from kernels.cache_ops import quantize  # noqa: E402
+
+E4 = torch.float8_e4m3fn
+BF = torch.bfloat16
+L2_BYTES = 50 * 2**20
+# name: (Hq, Hkv, D, window tokens or None)
+SHAPES = {
+    "31b_sliding": (32, 16, 256, 1024),
+    "31b_full": (32, 4, 512, None),
+    "e4b_sliding": (8, 2, 256, 512),
+    "e4b_full": (8, 2, 512, None),
+}
+DECODE = [(1, 131072), (16, 32768), (64, 8192), (128, 4096), (256, 2048), (256, 8192)]
+PREFILL = [(1, 8192), (8, 2048)]
+MAX_SET_BYTES = 24 * 2**30  # skip shapes whose bf16 K+V set is larger (SDPA adds a contiguous copy)
+
+
+def first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:200]
+
+
+# ---------------------------------------------------------------- inputs
+def make_inputs(hq, hkv, d, window, b, kv_len, q_len, page, fp8, dev="cuda"):
+    """One paged input set. Sliding: only pages touching [kv_len - window - q_len, kv_len) are real."""
+    npages = -(-kv_len // page)
+    first_real = 0 if window is None else max(0, (kv_len - window - q_len) // page)
+    real = npages - first_real
+    total = b * real + 1  # page 0 = shared filler
+    table = torch.zeros(b, npages, dtype=torch.int32, device=dev)
+    ids = 1 + torch.randperm(b * real, device=dev, dtype=torch.int32).view(b, real)
+    table[:, first_real:] = ids
+    k = torch.randn(total, page, hkv, d, device=dev, dtype=BF)
+    v = torch.randn(total, page, hkv, d, device=dev, dtype=BF)
+    q = torch.randn(b * q_len, hq, d, device=dev, dtype=BF)
+    inp = dict(q=q, k=k, v=v, table=table, cu=torch.arange(0, b + 1, device=dev, dtype=torch.int32) * q_len,
+               seqused=torch.full((b,), kv_len, device=dev, dtype=torch.int32), max_q=q_len, max_k=kv_len,
+               window_left=-1 if window is None else window - 1, scale=d ** -0.5)
+    if fp8:
+        sk, sv, sq = 0.25, 0.25, 0.125
+        inp.update(k=quantize(k, sk, E4), v=quantize(v, sv, E4), q8=quantize(q, sq, E4),
+                   kd=torch.full((b, hkv), sk, device=dev), vd=torch.full((b, hkv), sv, device=dev),
+                   qd=torch.full((b, hkv), sq, device=dev))
+        del k, v
+    return inp
+
+
+def kv_bytes(inp, window):
+    b, L = inp["seqused"].numel(), inp["max_k"]
+    read = min(L, window + inp["max_q"] - 1) if window else L
+    return 2 * b * read * inp["k"].shape[2] * inp["k"].shape[3] * inp["k"].element_size()
+
+
+def attn_flops(b, hq, d, s, window):
+    pairs = sum(min(i + 1, window) for i in range(s)) if window else s * (s + 1) // 2
+    return 4.0 * b * hq * d * pairs
+
+
+# ---------------------------------------------------------------- paths
+def path_fns():
+    from kernels import flash_attn as fa
+
+    def triton(inp, fp8):
+        from kernels.triton_paged import paged_attention_triton as t
+        kw = dict(k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
+        return lambda: t(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"], inp["scale"],
+                         max_seqlen_q=inp["max_q"], max_seqlen_k=inp["max_k"], window_left=inp["window_left"], **kw)
+
+    def fa3(inp, fp8):
+        if inp["q"].shape[-1] > 256:
+            raise NotImplementedError("FA3: head dim > 256")
+        kw = dict(q_descale=inp["qd"], k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
+        q = inp["q8"] if fp8 else inp["q"]
+        return lambda: fa.fa3_forward(q, inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"], inp["max_q"],
+                                      inp["max_k"], inp["scale"], window_left=inp["window_left"], **kw)
+
+    def fa4(inp, fp8):
+        if inp["q"].shape[-1] > 256:
+            raise NotImplementedError("upstream FA4 on SM90: head dim > 256")
+        return lambda: fa.fa4_forward(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"],
+                                      inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"])
+
+    def fork(inp, fp8):
+        if inp["q"].shape[-1] != 512:
+            raise NotImplementedError("FA4 fork benchmarked at d512 only (fp8 d256+window is wrong)")
+        kw = dict(k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
+        return lambda: fa.fa4_fork_forward(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"],
+                                           inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"],
+                                           **kw)
+
+    def sdpa(backend):
+        def make(inp, fp8):
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            be = getattr(SDPBackend, backend)
+            b, qlen, L = inp["seqused"].numel(), inp["max_q"], inp["max_k"]
+            hkv, d = inp["k"].shape[2], inp["k"].shape[3]
+            if inp["window_left"] >= 0 and qlen > 1:
+                raise NotImplementedError("SDPA: no sliding-window prefill without a dense mask")
+            keep = min(L, inp["window_left"] + 1) if inp["window_left"] >= 0 else L
+            # contiguous (non-paged) copies: SDPA has no block table
+            kc = inp["k"][inp["table"].long()].flatten(1, 2)[:, L - keep:L].transpose(1, 2).contiguous()
+            vc = inp["v"][inp["table"].long()].flatten(1, 2)[:, L - keep:L].transpose(1, 2).contiguous()
+            qc = inp["q"].view(b, qlen, -1, d).transpose(1, 2)
+            inp["_sdpa"] = (kc, vc)  # keep alive
+
+            def run():
+                with sdpa_kernel([be]):
+                    return F.scaled_dot_product_attention(qc, kc, vc, is_causal=qlen > 1, enable_gqa=True,
+                                                          scale=inp["scale"])
+            return run
+        return make
+
+    return {
+        "triton_bf16": (triton, False), "triton_fp8": (triton, True),
+        "fa3_bf16": (fa3, False), "fa3_fp8": (fa3, True),
+        "fa4_bf16": (fa4, False), "fa4fork_bf16": (fork, False), "fa4fork_fp8kv": (fork, True),
+        "sdpa_cudnn": (sdpa("CUDNN_ATTENTION"), False), "sdpa_flash": (sdpa("FLASH_ATTENTION"), False),
+    }
+
+
+# ---------------------------------------------------------------- timing
+def time_eager(fns, reps):
+    for f in fns[:3]:
+        f()
+    torch.cuda.synchronize()
+    inner = max(len(fns), 10)
+    out = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for i in range(inner):
+            fns[i % len(fns)]()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) / inner)
+    return statistics.median(out)
+
+
+def time_graph(fns, reps):
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(st)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in fns:
+            f()
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) / len(fns))
+    del g
+    return statistics.median(out)
+
+
+def ceilings(reps):
+    n = 1 << 30  # 1 GiB each way
+    a = torch.randn(n // 2, device="cuda", dtype=BF)
+    b = torch.empty_like(a)
+    ms = time_eager([lambda: b.copy_(a)], reps)
+    copy = 2 * n / ms / 1e6  # read + write
+    del a, b
+    m = torch.randn(8192, 8192, device="cuda", dtype=BF)
+    ms = time_eager([lambda: m @ m], reps)
+    return dict(copy_gbs=copy, bf16_gemm_tflops=2 * 8192 ** 3 / ms / 1e9)
+
+
+def check(fn_out, inp, fp8, quant_q):
+    """Rel err of the first two sequences against the fp32 reference on the same inputs."""
+    from kernels.reference import paged_attention
+    from kernels.tolerances import rel_err
+    out = fn_out[0] if isinstance(fn_out, (tuple, list)) else fn_out
+    if out.dim() == 4:  # SDPA [B, H, q, D]
+        out = out.transpose(1, 2).flatten(0, 1)
+    n = 2 * inp["max_q"]
+    cut = (lambda key: inp[key][:2]) if fp8 else (lambda key: None)  # noqa: E731
+    ref = paged_attention(inp["q8"][:n] if quant_q else inp["q"][:n], inp["k"], inp["v"], inp["cu"][:3],
+                          inp["seqused"][:2], inp["table"][:2], inp["scale"], window_left=inp["window_left"],
+                          q_descale=cut("qd") if quant_q else None, k_descale=cut("kd"), v_descale=cut("vd"),
+                          out_dtype=torch.float32)
+    return rel_err(out[:n], ref)
+
+
+# ---------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--paths", default="all")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--page", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--no-prefill", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    rows = []
+    meta = dict(gpu=torch.cuda.get_device_name(), torch=str(torch.__version__), page=args.page)
+    meta.update(ceilings(args.reps))
+    print(f"[{time.time() - t0:5.0f}s] ceilings: copy {meta['copy_gbs']:.0f} GB/s (read+write), "
+          f"bf16 GEMM {meta['bf16_gemm_tflops']:.0f} TFLOP/s", flush=True)
+    fns = path_fns()
+    names = list(fns) if args.paths == "all" else args.paths.split(",")
+
+    def record(row):
+        rows.append(row)
+        perf = (f"{row['tflops']:.0f} TFLOP/s" if row.get("tflops") else
+                f"{row.get('gbs', 0) or 0:.0f} GB/s graph {row.get('gbs_graph') or 0:.0f}")
+        print(f"[{time.time() - t0:5.0f}s] {row['kind']:7s} {row['shape']:12s} B{row['b']:<4d} L{row['L']:<6d} "
+              f"{row['path']:14s} {row['status']:4s} {row.get('ms') or 0:.4f} ms {perf} "
+              f"rel={row.get('rel_err')} {row.get('note', '')}", flush=True)
+
+    jobs = []
+    for shape in args.shapes.split(","):
+        for b, L in DECODE:
+            jobs.append(("decode", shape, b, L, 1))
+        if not args.no_prefill:
+            for b, s in PREFILL:
+                jobs.append(("prefill", shape, b, s, s))
+    for kind, shape, b, L, qlen in jobs:
+        hq, hkv, d, window = SHAPES[shape]
+        alloc_tokens = b * (min(L, window + qlen) if window else L)
+        if alloc_tokens * 2 * hkv * d * 2 > MAX_SET_BYTES:
+            continue
+        sets = {}
+        for name in names:
+            base = dict(kind=kind, shape=shape, b=b, L=L, path=name)
+            if time.time() - t0 > args.budget_s:
+                record(dict(base, status="skip", note="time budget"))
+                continue
+            make, fp8 = fns[name]
+            try:
+                if fp8 not in sets:
+                    one = make_inputs(hq, hkv, d, window, b, L, qlen, args.page, fp8)
+                    nbytes = kv_bytes(one, window)
+                    r = 1 if kind == "prefill" else max(1, min(8, math.ceil(2 * L2_BYTES / max(nbytes, 1))))
+                    sets[fp8] = [one] + [make_inputs(hq, hkv, d, window, b, L, qlen, args.page, fp8)
+                                         for _ in range(r - 1)]
+                inps = sets[fp8]
+                calls = [make(i, fp8) for i in inps]
+                t1 = time.time()
+                first = calls[0]()
+                torch.cuda.synchronize()
+                row = dict(base, status="ok", first_call_s=round(time.time() - t1, 2), rotated=len(calls))
+                if kind == "decode" and b <= 64 and L <= 32768:
+                    row["rel_err"] = float(f"{check(first, inps[0], fp8, name == 'fa3_fp8'):.2e}")
+                del first
+                row["ms"] = time_eager(calls, args.reps)
+                if kind == "decode":
+                    row["gbs"] = kv_bytes(inps[0], window) / row["ms"] / 1e6
+                    try:
+                        row["ms_graph"] = time_graph(calls, args.reps)
+                        row["gbs_graph"] = kv_bytes(inps[0], window) / row["ms_graph"] / 1e6
+                        row["pct_copy"] = round(100 * row["gbs_graph"] / meta["copy_gbs"], 1)
+                    except Exception as e:  # noqa: BLE001
+                        row["note"] = "graph: " + first_line(e)
+                else:
+                    row["tflops"] = attn_flops(b, hq, d, qlen, window) / row["ms"] / 1e9
+                record(row)
+            except Exception as e:  # noqa: BLE001 - record and go on
+                record(dict(base, status="FAIL", note=first_line(e)))
+            torch.cuda.synchronize()
+        del sets
+        torch.cuda.empty_cache()
+        with open(os.path.join(args.out, "bench.json"), "w") as f:  # partial results survive a timeout
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_md(args.out, meta, rows)
+    print(f"done in {time.time() - t0:.0f}s -> {args.out}")
+
+
+def write_md(out, meta, rows):
+    lines = [f"# Attention kernels on {meta['gpu']} (torch {meta['torch']}, page {meta['page']})", "",
+             f"Ceilings: copy {meta['copy_gbs']:.0f} GB/s (read+write), bf16 GEMM {meta['bf16_gemm_tflops']:.0f} "
+             "TFLOP/s. Decode GB/s = K+V bytes read / time (graph = CUDA-graph replay).", "",
+             "| kind | shape | B | L | path | status | ms | TFLOP/s | GB/s | GB/s graph | % copy | rel_err | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x, p: "" if x is None else f"{x:.{p}f}"  # noqa: E731
+    for r in rows:
+        lines.append(f"| {r['kind']} | {r['shape']} | {r['b']} | {r['L']} | {r['path']} | {r['status']} | "
+                     f"{f(r.get('ms'), 4)} | {f(r.get('tflops'), 0)} | {f(r.get('gbs'), 0)} | "
+                     f"{f(r.get('gbs_graph'), 0)} | {r.get('pct_copy', '')} | {r.get('rel_err', '')} | "
+                     f"{r.get('note', '')} |")
+    with open(os.path.join(out, "bench.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

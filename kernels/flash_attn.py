@@ -50,15 +50,20 @@ def fa3_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_s
 
 
 def fa4_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-                softmax_scale, *, window_left=-1, sinks=None, out_dtype=torch.bfloat16):
-    """Upstream FA4 (flash-attn-4 b36) on SM90: bf16/fp16, head dim <= 256, any page size."""
+                softmax_scale, *, window_left=-1, sinks=None, out_dtype=torch.bfloat16, num_splits=1):
+    """Upstream FA4 (flash-attn-4 b36) on SM90: bf16/fp16, head dim <= 256, any page size.
+
+    num_splits=0 picks split-KV by FA4's heuristic (measured for batched decode on the H200);
+    1 (default) is the configuration checked for varlen + page_table correctness.
+    """
     mod = load_fa4_upstream()
     kw = dict(window_size=(window_left, 0)) if window_left >= 0 else {}
     if sinks is not None:
         kw["learnable_sink"] = sinks.float()
     r = mod.flash_attn_varlen_func(
         q, k_cache, v_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=block_table,
-        max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale, causal=True, **kw)
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=True,
+        num_splits=num_splits, **kw)
     return _first(r).to(out_dtype)
 
 

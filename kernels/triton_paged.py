@@ -195,7 +195,7 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
     if decode:
         block_q = max(1, 16 // g_pad, min(_pow2(max_q), 64 // g_pad))
         block_n = {512: 32, 256: 64}.get(d_pad, 128)
-        return block_q, block_n, 4 if d_pad <= 256 else 8, 3 if d_pad <= 256 else 2
+        return block_q, block_n, 4 if d_pad <= 256 else 8, 2  # 3 stages of 64x256 K+V tiles overflow smem
     rows = 64 if d_pad <= 256 else 32
     block_q = max(1, rows // g_pad)
     block_n = 64 if d_pad <= 256 else 32

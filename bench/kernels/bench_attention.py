@@ -104,8 +104,10 @@ def path_fns():
     def fa4(inp, fp8):
         if inp["q"].shape[-1] > 256:
             raise NotImplementedError("upstream FA4 on SM90: head dim > 256")
+        splits = 0 if inp["max_q"] == 1 else 1  # decode: FA4's own split-KV heuristic
         return lambda: fa.fa4_forward(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"],
-                                      inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"])
+                                      inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"],
+                                      num_splits=splits)
 
     def fork(inp, fp8):
         if inp["q"].shape[-1] != 512:

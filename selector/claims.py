@@ -1,0 +1,69 @@
+"""List the capability claims to verify on a platform: every claim a selection of a
+Gemma-4 preset relies on (under each overlay), plus what the capability declarations
+claim at Gemma-4's head sizes, for the backends kselect implements.
+
+    python -m selector.claims platform=sm90 > claims.txt
+    python -m kernels.conformance --claims claims.txt --gpu-name nvidia_h200 --out conf/conformance/nvidia_h200.yaml
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from . import blocks as blk
+from .api import compose
+from .cli import run_cli
+from .conformance import claims_for, path_id
+from .errors import SelectionError
+from .resolve import resolve
+
+IMPLEMENTED = ("FLASH_ATTN", "TRITON_ATTN", "TORCH_REFERENCE")
+MODELS = ("gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
+OVERLAYS = ("[]", "[pr48666]", "[pr53175]")
+
+
+def selection_claims(platform_overrides: list[str]) -> set[str]:
+    out: set[str] = set()
+    axes = itertools.product(MODELS, ("auto", "fp8"), ("false", "true"), OVERLAYS)
+    for model, kv, mm, ov in axes:
+        try:
+            sel = resolve(compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}", f"overlay={ov}"]))
+        except SelectionError:
+            continue
+        out |= {c.claim for g in sel.groups for c in g.claims}
+    return out
+
+
+def declared_claims(platform_overrides: list[str], heads=(256, 512)) -> set[str]:
+    cfg = compose(platform_overrides)
+    p = cfg.platform
+    out: set[str] = set()
+    for name in IMPLEMENTED:
+        cap = cfg.capabilities.get(name)
+        if cap is None or p.device not in cap.devices or (cap.package and not getattr(p.packages, cap.package)):
+            continue
+        versions = [v for v in (3, 4) if cap.flash_attn and getattr(p.packages, f"fa{v}")] if cap.flash_attn else [None]
+        pages = sorted({16, 64, blk.smallest(cap.kernel_block_sizes)})
+        for v, h in itertools.product(versions, heads):
+            if not cap.head_sizes.allows(h) or (v is not None and v < 4 and h > 256):
+                continue  # FA2/FA3 stop at 256 (the fa_version rules upgrade larger heads to FA4)
+            dts = ["bf16"] + (["fp8"] if "fp8" in cap.kv_cache_dtypes else [])
+            feats = ["causal"] + [f"page{n}" for n in pages if blk.supports(cap.kernel_block_sizes, n)]
+            feats += [f for f, on in (("window", cap.sliding_window), ("mm_prefix", cap.mm_prefix), ("sinks", cap.sinks)) if on]
+            for dt in dts:
+                out |= {f"{path_id(name, v)}:{dt}:d{h}:{f}" for f in feats}
+                if dt == "fp8" and cap.quant_query:
+                    out.add(f"{path_id(name, v)}:fp8:d{h}:quant_query")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    claims = selection_claims(argv) | declared_claims(argv)
+    print("\n".join(sorted(claims)))
+    return 0
+
+
+__all__ = ["claims_for", "declared_claims", "selection_claims"]
+
+if __name__ == "__main__":
+    run_cli(main)

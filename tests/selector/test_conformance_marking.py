@@ -1,0 +1,53 @@
+"""The selector marks each claim a selection relies on from measured conformance data."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector import conformance
+from selector.claims import declared_claims
+
+
+@pytest.fixture
+def h200_data(tmp_path, monkeypatch):
+    (tmp_path / "nvidia_h200.yaml").write_text(
+        "gpu: NVIDIA H200\nclaims:\n"
+        "  'FLASH_ATTN_v4:fp8:d256:window': {status: refuted, rel_err: 1.2, detail: wrong output}\n"
+        "  'FLASH_ATTN_v4:fp8:d512:causal': {status: verified, rel_err: 0.0017}\n"
+    )
+    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
+    conformance.load.cache_clear()
+    yield
+    conformance.load.cache_clear()
+
+
+def test_pr48666_sliding_claim_refuted(h200_data, sel):
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]")
+    sw, full = s.group("sliding_window"), s.group("full_attention")
+    status = {c.claim: c.status for c in sw.claims}
+    assert status["FLASH_ATTN_v4:fp8:d256:window"] == "refuted"
+    assert status["FLASH_ATTN_v4:fp8:d256:page64"] == "unverified"
+    assert any(w.startswith("REFUTED on nvidia_h200: FLASH_ATTN_v4:fp8:d256:window") for w in sw.warnings)
+    assert {c.claim: c.status for c in full.claims}["FLASH_ATTN_v4:fp8:d512:causal"] == "verified"
+    assert not any("REFUTED" in w for w in full.warnings)
+
+
+def test_no_data_means_unverified(sel):
+    s = sel("platform=sm100", "model=gemma4_31b")
+    assert all(c.status == "unverified" for g in s.groups for c in g.claims)
+    assert all(any("unverified on sm100" in w for w in g.warnings) for g in s.groups)
+
+
+def test_claim_ids_follow_the_selection(sel):
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "attention.flash_attn_version=3")
+    claims = {c.claim for c in s.group("sliding_window").claims}
+    assert claims == {f"FLASH_ATTN_v3:fp8:d256:{f}" for f in ("causal", "page16", "window", "quant_query")}
+
+
+def test_declared_claims_cover_the_declarations():
+    claims = declared_claims(["platform=sm90"])
+    assert "FLASH_ATTN_v4:fp8:d512:page64" in claims
+    assert "FLASH_ATTN_v3:fp8:d256:quant_query" in claims
+    assert "TRITON_ATTN:fp8:d512:mm_prefix" in claims
+    assert not any(c.startswith("FLASH_ATTN_v3") and ":d512:" in c for c in claims)
+    assert not any(c.startswith("FLASHINFER") for c in claims)  # not implemented by kselect

@@ -39,6 +39,9 @@ def init_weights(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -> Gemma4
 
     Linear/expert weights ~ N(0, fan_in^-1), embeddings ~ N(0, embed_std^2); RMSNorm weights, router
     scales and per-layer scalars ~ 1 + N(0, 0.1^2), so a `(1 + w)` norm or a dropped scalar shows.
+    q_norm/k_norm weights are further scaled by head_dim^-1/4: with softmax scale 1.0, unit q/k
+    norms would give attention logits ~ N(0, head_dim), a near-argmax attention that turns tiny
+    (e.g. FP8) perturbations into different outputs; trained Gemma-4 norms are not like that.
     """
     gen = torch.Generator().manual_seed(seed)
     state = model.state_dict()
@@ -48,6 +51,8 @@ def init_weights(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -> Gemma4
             leaf = name.rsplit(".", 1)[-1]
             if "norm" in name or leaf in ("layer_scalar", "scale", "per_expert_scale"):
                 v = 1.0 + 0.1 * torch.randn(t.shape, generator=gen)
+                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                    v = v * t.shape[0] ** -0.25
             elif "embed_tokens" in name:
                 v = embed_std * torch.randn(t.shape, generator=gen)
             else:

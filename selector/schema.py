@@ -184,10 +184,10 @@ class AttentionPins(Strict):
 
 
 class MultipleOf(Strict):
-    multiple_of: int = Field(gt=0)
+    multiple_of: int = Field(gt=0, le=4096)
 
 
-BlockSpec = int | MultipleOf
+BlockSpec = Annotated[int, Field(gt=0, le=4096)] | MultipleOf
 
 
 class HeadSizes(Strict):
@@ -211,7 +211,7 @@ class Capability(Strict):
     dtypes: list[ModelDtype]
     kv_cache_dtypes: list[str]
     head_sizes: HeadSizes = HeadSizes()
-    kernel_block_sizes: list[BlockSpec] = [MultipleOf(multiple_of=1)]
+    kernel_block_sizes: list[BlockSpec] = Field(default=[MultipleOf(multiple_of=1)], min_length=1)
     min_compute_capability: tuple[int, int] | None = None
     max_compute_capability: tuple[int, int] | None = None
     sliding_window: bool = False
@@ -262,7 +262,7 @@ class Rule(Strict):
     set: ModelForcing | None = None
     flash_attn_version: Literal[2, 3, 4] | FromFact | None = None
     priority: list[str] | None = None
-    kernel_block_sizes: list[BlockSpec] | None = None
+    kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
     preferred_block_size_min: int | None = Field(default=None, gt=0)
     quant_query: bool | None = None
     descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
@@ -277,6 +277,10 @@ class Rule(Strict):
             raise ValueError(f"stage '{self.stage}' takes no {extra}; its effect is {wanted or 'the reason alone'}")
         if wanted and wanted not in self.model_fields_set:
             raise ValueError(f"stage '{self.stage}' needs the effect field '{wanted}'")
+        if wanted and wanted != "flash_attn_version" and getattr(self, wanted) is None:
+            raise ValueError(f"stage '{self.stage}': '{wanted}' must not be null")
+        if self.priority is not None and not self.priority:
+            raise ValueError("priority must list at least one backend")
         return self
 
 

@@ -1,0 +1,324 @@
+"""Speculative decoding with the Gemma-4 MTP drafter over the target's paged KV cache.
+
+One round, for every unfinished sequence of a batch (unequal lengths; varlen throughout):
+
+1. propose  k draft tokens with the drafter, all at the constant draft position P (the position of
+            the last token the target produced, not yet in its cache), reading the target's cache
+            through `DraftKVBinding` (same tensors and block tables, the draft group's backend and
+            K/V scales). The drafter writes nothing.
+2. verify   one target forward over the k+1 tokens [last, d1..dk] at positions P..P+k: a
+            prefill-style chunk per sequence over the paged cache; it writes their K/V.
+3. accept   greedy: the longest prefix of drafts equal to the target's argmax, plus the target's
+            token after it. Sampled: standard rejection sampling (accept d_j with probability
+            min(1, p_j(d_j)/q_j(d_j)), else resample from norm(max(p_j - q_j, 0)); a bonus token
+            from p_k when all are accepted), seeded by `seed`.
+4. roll back the rejected positions: the sequence length becomes P + accepted + 1; the slots of
+            the rejected tokens stay allocated and are overwritten by the next verification (no
+            block is freed mid-generation; a finished sequence releases its blocks).
+
+The next round drafts from the target's hidden state at the last accepted position and the
+embedding of the token the target emitted after it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
+
+
+# ---------------------------------------------------------------------------- sampling helpers
+
+
+def probs_of(logits: torch.Tensor, temperature: float, top_k: int = 0) -> torch.Tensor:
+    """[.., V] logits -> fp32 probabilities of softmax(logits / T) restricted to the top-k (0 = all)."""
+    x = logits.float() / temperature
+    if top_k and top_k < x.shape[-1]:
+        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    return torch.softmax(x, dim=-1)
+
+
+def accept_greedy(target_logits: torch.Tensor, drafts: list[int]) -> tuple[list[int], int]:
+    """target_logits [k+1, V] at positions P..P+k. Returns (emitted tokens, accepted drafts)."""
+    t = target_logits.argmax(-1).tolist()
+    n = 0
+    while n < len(drafts) and drafts[n] == t[n]:
+        n += 1
+    return list(drafts[:n]) + [t[n]], n
+
+
+def rejection_sample(p: torch.Tensor, q: torch.Tensor, drafts: list[int],
+                     generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Speculative sampling (Leviathan et al. 2023, Chen et al. 2023): p [k+1, V] target
+    probabilities at positions P..P+k, q [k, V] the draft probabilities the drafts were sampled
+    from. The emitted tokens are distributed exactly as sampling the target token by token."""
+    dev = p.device
+    out: list[int] = []
+    for j, d in enumerate(drafts):
+        u = torch.rand((), generator=generator, device=dev)
+        if float(u) * float(q[j, d]) <= float(p[j, d]):
+            out.append(d)
+            continue
+        resid = (p[j] - q[j]).clamp_min(0)
+        total = resid.sum()
+        resid = resid / total if float(total) > 0 else p[j]
+        out.append(int(torch.multinomial(resid, 1, generator=generator)))
+        return out, j
+    out.append(int(torch.multinomial(p[len(drafts)], 1, generator=generator)))
+    return out, len(drafts)
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass
+class SpecStats:
+    rounds: int = 0  # verification rounds, summed over sequences
+    proposed: int = 0  # draft tokens proposed
+    accepted: int = 0  # draft tokens the target accepted
+    emitted: int = 0  # tokens emitted by verification rounds (accepted drafts + the target's token)
+    proposed_at: list[int] = field(default_factory=list)  # per draft index j
+    accepted_at: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per verification pass and sequence (1 + accepted drafts): the decode speed-up
+        bound with a free drafter."""
+        return self.emitted / self.rounds if self.rounds else float("nan")
+
+    def add(self, proposed: int, accepted: int, emitted: int) -> None:
+        self.rounds += 1
+        self.proposed += proposed
+        self.accepted += accepted
+        self.emitted += emitted
+        while len(self.proposed_at) < proposed:
+            self.proposed_at.append(0)
+            self.accepted_at.append(0)
+        for j in range(proposed):
+            self.proposed_at[j] += 1
+            self.accepted_at[j] += int(j < accepted)
+
+    def to_dict(self) -> dict:
+        return dict(rounds=self.rounds, proposed=self.proposed, accepted=self.accepted, emitted=self.emitted,
+                    acceptance_rate=self.acceptance_rate, mean_accepted_length=self.mean_accepted_length,
+                    acceptance_at=[a / p if p else None for a, p in zip(self.accepted_at, self.proposed_at)])
+
+
+@dataclass
+class SpecResult:
+    tokens: list[list[int]]
+    prompt_tokens: int
+    decode_tokens: int  # tokens emitted after the prefill's first token, all sequences
+    prefill_s: float
+    decode_s: float
+    stats: SpecStats
+    target_passes: int  # batched verification forwards
+    draft_passes: int  # batched drafter forwards
+    proposals: list[list[list[int]]] | None = None  # per sequence, per round: the draft tokens
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------- the decoder
+
+
+class SpeculativeDecoder:
+    """Target `Engine` + `Drafter`. `selection` supplies the draft groups (backend, KV scales);
+    without draft groups they are derived from the target's (`copy_scales` then decides)."""
+
+    def __init__(self, engine, drafter: Drafter, selection=None, *, num_speculative_tokens: int = 4,
+                 copy_scales: bool | None = None, kv_view: str = "committed", draft_backends: dict | None = None):
+        if num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be >= 1")
+        self.engine = engine
+        self.target = engine.model
+        self.drafter = drafter.eval()
+        self.k = int(num_speculative_tokens)
+        self.draft_groups = draft_groups_of(selection, engine.groups, copy_scales=copy_scales)
+        self.binding = DraftKVBinding(engine.args, drafter.args, engine.cache, self.draft_groups, engine.groups,
+                                      backends=draft_backends, copy_scales=copy_scales, kv_view=kv_view)
+        self.written: dict[int, int] = {}  # per sequence: positions its last target pass wrote
+        self.target_passes = 0
+        self.draft_passes = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    @property
+    def scales_mode(self) -> dict[str, str]:
+        return dict(self.binding.scales_mode)
+
+    # -------------------------------------------------------------- target
+    @torch.inference_mode()
+    def target_forward(self, seqs: list[int], tokens: list[list[int]]):
+        """Append tokens[i] to seqs[i] in the target's cache (one varlen forward). Returns per
+        sequence (logits [n_i, V], final-normed hidden [n_i, H])."""
+        eng = self.engine
+        qlens = [len(t) for t in tokens]
+        starts = [eng.seq_lens.get(s, 0) for s in seqs]
+        kvlens = [p + n for p, n in zip(starts, qlens)]
+        for s, n in zip(seqs, kvlens):
+            if n > eng.max_seq_len:
+                raise ValueError(f"sequence {s} would have {n} tokens > max_seq_len={eng.max_seq_len}")
+            eng.cache.ensure(s, n)
+        ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
+        pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
+        metas, slots = eng._metadata(seqs, qlens, kvlens)
+        hidden = eng.model(ids, eng._context(pos, metas, slots))
+        logits = eng.model.compute_logits(hidden)
+        for s, n in zip(seqs, kvlens):
+            eng.seq_lens[s] = n
+            self.written[s] = n
+        self.target_passes += 1
+        return list(logits.split(qlens)), list(hidden.split(qlens))
+
+    def rollback(self, seq: int, length: int) -> None:
+        """Keep the first `length` cached tokens of `seq` (the rest were rejected drafts)."""
+        eng = self.engine
+        if not 0 < length <= eng.seq_lens.get(seq, 0):
+            raise ValueError(f"cannot roll sequence {seq} back to {length} (it has {eng.seq_lens.get(seq, 0)})")
+        eng.seq_lens[seq] = length
+
+    # -------------------------------------------------------------- drafter
+    @torch.inference_mode()
+    def propose(self, seqs: list[int], tokens: list[int], hidden: list[torch.Tensor], counts: list[int], *,
+                temperature: float = 0.0, top_k: int = 0, generator: torch.Generator | None = None,
+                return_logits: bool = False):
+        """Draft counts[i] tokens for each sequence from (its last emitted token, the target's hidden
+        state before it), all at the constant position P = its cached length.
+
+        Returns (drafts per sequence, draft probabilities per sequence [counts_i, V] or None when
+        greedy, draft logits per sequence [counts_i, V] or None)."""
+        eng = self.engine
+        b = len(seqs)
+        drafts: list[list[int]] = [[] for _ in range(b)]
+        qs: list[list[torch.Tensor]] = [[] for _ in range(b)]
+        lg: list[list[torch.Tensor]] = [[] for _ in range(b)]
+        if b == 0 or max(counts, default=0) == 0:
+            return drafts, None if temperature <= 0 else [None] * b, [None] * b if return_logits else None
+        cur = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        h = torch.stack([x.reshape(-1) for x in hidden]).to(self.device)
+        positions = [eng.seq_lens[s] for s in seqs]
+        written = [self.written.get(s, p) for s, p in zip(seqs, positions)]
+        for j in range(max(counts)):
+            act = [i for i in range(b) if counts[i] > j]
+            ctx = self.binding.context([seqs[i] for i in act], [positions[i] for i in act],
+                                       [written[i] for i in act], self.device)
+            idx = torch.tensor(act, dtype=torch.long, device=self.device)
+            logits, h_next = self.drafter(draft_inputs(self.target, cur[idx], h[idx]), ctx)
+            self.draft_passes += 1
+            if temperature <= 0:
+                d = logits.argmax(-1)
+            else:
+                q = probs_of(logits, temperature, top_k)
+                d = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+            cur[idx] = d
+            h[idx] = h_next.to(h.dtype)
+            for r, i in enumerate(act):
+                drafts[i].append(int(d[r]))
+                if temperature > 0:
+                    qs[i].append(q[r])
+                if return_logits:
+                    lg[i].append(logits[r])
+        qprobs = None if temperature <= 0 else [torch.stack(x) if x else None for x in qs]
+        logs = [torch.stack(x) if x else None for x in lg] if return_logits else None
+        return drafts, qprobs, logs
+
+    # -------------------------------------------------------------- generation
+    def _check(self, prompts, max_new_tokens):
+        eng = self.engine
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if len(prompts) > eng.max_seqs:
+            raise ValueError(f"{len(prompts)} prompts > max_seqs={eng.max_seqs}")
+        total = max(len(p) for p in prompts) + max_new_tokens
+        if total > eng.max_seq_len:
+            raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={eng.max_seq_len}")
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int = 16, *, temperature: float = 0.0,
+                 top_k: int = 0, seed: int = 0, eos_token_id: int | None = None, stop_at_eos: bool = True,
+                 record: bool = False, num_speculative_tokens: int | None = None) -> SpecResult:
+        """Speculative generation for a batch. Greedy (temperature 0) emits exactly the target's greedy
+        tokens; sampled decoding emits the target's sampling distribution (seeded)."""
+        from gemma4.engine import sample
+
+        eng = self.engine
+        k = int(num_speculative_tokens or self.k)
+        self._check(prompts, max_new_tokens)
+        eng.reset()
+        self.written.clear()
+        self.target_passes = self.draft_passes = 0
+        eos = eng.args.eos_token_id if eos_token_id is None else eos_token_id
+        gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
+        seqs = list(range(len(prompts)))
+        for s, p in zip(seqs, prompts):  # every position a round may write: < len(p) + max_new_tokens
+            eng.cache.ensure(s, len(p) + max_new_tokens)
+        stats = SpecStats()
+        props: list[list[list[int]]] = [[] for _ in seqs]
+
+        _sync(self.device)
+        t0 = time.perf_counter()
+        logits, hidden = self.target_forward(seqs, prompts)
+        first = sample(torch.stack([lg[-1] for lg in logits]), temperature, top_k, gen).tolist()
+        _sync(self.device)
+        t1 = time.perf_counter()
+        out = [[t] for t in first]
+        last = list(first)
+        h_prev = [hd[-1] for hd in hidden]
+        done = [max_new_tokens <= 1 or (stop_at_eos and t == eos) for t in first]
+        for s in seqs:
+            if done[s]:
+                eng.cache.release(s)
+        while not all(done):
+            act = [s for s in seqs if not done[s]]
+            counts = [max(0, min(k, max_new_tokens - len(out[s]) - 1)) for s in act]
+            drafts, qprobs, _ = self.propose(act, [last[s] for s in act], [h_prev[s] for s in act], counts,
+                                             temperature=temperature, top_k=top_k, generator=gen)
+            starts = [eng.seq_lens[s] for s in act]
+            vlogits, vhidden = self.target_forward(act, [[last[s]] + drafts[i] for i, s in enumerate(act)])
+            for i, s in enumerate(act):
+                if temperature <= 0:
+                    toks, n = accept_greedy(vlogits[i], drafts[i])
+                else:
+                    p = probs_of(vlogits[i], temperature, top_k)
+                    toks, n = rejection_sample(p, qprobs[i], drafts[i], gen) if drafts[i] else (
+                        [int(torch.multinomial(p[0], 1, generator=gen))], 0)
+                toks = toks[: max_new_tokens - len(out[s])]
+                if stop_at_eos and eos in toks:
+                    toks = toks[: toks.index(eos) + 1]
+                stats.add(len(drafts[i]), n, len(toks))
+                if record:
+                    props[s].append(list(drafts[i]))
+                out[s].extend(toks)
+                self.rollback(s, starts[i] + len(toks))  # bonus/last + accepted drafts are now cached
+                last[s] = toks[-1]
+                h_prev[s] = vhidden[i][len(toks) - 1]
+                if len(out[s]) >= max_new_tokens or (stop_at_eos and toks[-1] == eos):
+                    done[s] = True
+                    eng.cache.release(s)
+        _sync(self.device)
+        t2 = time.perf_counter()
+        return SpecResult(
+            tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=sum(len(o) - 1 for o in out),
+            prefill_s=t1 - t0, decode_s=t2 - t1, stats=stats, target_passes=self.target_passes - 1,
+            draft_passes=self.draft_passes, proposals=props if record else None)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+__all__ = ["SpeculativeDecoder", "SpecResult", "SpecStats", "accept_greedy", "rejection_sample", "probs_of"]

@@ -231,6 +231,7 @@ class Gemma4Args:
             bos_token_id=self.bos_token_id,
             tie_word_embeddings=True,
             hidden_activation="gelu_pytorch_tanh",
+            dtype=self.dtype,
         )
         if self.num_global_key_value_heads is not None:
             d["num_global_key_value_heads"] = self.num_global_key_value_heads

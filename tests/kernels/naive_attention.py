@@ -54,3 +54,25 @@ def naive_dense_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_ta
                 den = sum(w) + sum(math.exp(x - m) for x in extra)
                 out[t, h] = sum(wi * vi for wi, vi in zip(w, vals)) / den
     return out
+
+
+# (q_lens, kv_lens): prefill, chunked prefill, decode, mixed; always unequal lengths
+MODES = {
+    "prefill": ([13, 7, 20], [13, 7, 20]),
+    "chunked": ([5, 9, 3], [21, 40, 9]),
+    "decode": ([1, 1, 1, 1], [1, 17, 33, 50]),
+    "mixed": ([1, 6, 12], [30, 6, 25]),
+}
+MASKS = {
+    "causal": {},
+    "window": dict(window_left=7),
+    "mm_prefix": dict(mm_spans=True),
+    "sinks": dict(sinks=True),
+    "all": dict(window_left=9, mm_spans=True, sinks=True),
+}
+
+
+def spans_for(q_lens, kv_lens):
+    # one span straddling the chunk boundary / inside the prompt, one short one; padded with -1
+    return [[(max(0, kl - ql - 2), max(0, kl - ql - 2) + min(6, kl)), (0, 2)] if kl > 3 else [] for ql, kl
+            in zip(q_lens, kv_lens)]

@@ -9,31 +9,9 @@ from kernels.cache_ops import fp8_dtype, quantize_query, write_kv
 from kernels.cases import make_case
 from kernels.reference import paged_attention
 from kernels.tolerances import rel_err
-from naive_attention import naive_dense_attention
+from naive_attention import MASKS, MODES, naive_dense_attention, spans_for
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
-# (q_lens, kv_lens): prefill, chunked prefill, decode, mixed; always unequal lengths
-MODES = {
-    "prefill": ([13, 7, 20], [13, 7, 20]),
-    "chunked": ([5, 9, 3], [21, 40, 9]),
-    "decode": ([1, 1, 1, 1], [1, 17, 33, 50]),
-    "mixed": ([1, 6, 12], [30, 6, 25]),
-}
-MASKS = {
-    "causal": {},
-    "window": dict(window_left=7),
-    "mm_prefix": dict(mm_spans=True),
-    "sinks": dict(sinks=True),
-    "all": dict(window_left=9, mm_spans=True, sinks=True),
-}
-
-
-def spans_for(q_lens, kv_lens):
-    # one span straddling the chunk boundary / inside the prompt, one short one; padded with -1
-    return [[(max(0, kl - ql - 2), max(0, kl - ql - 2) + min(6, kl)), (0, 2)] if kl > 3 else [] for ql, kl
-            in zip(q_lens, kv_lens)]
-
-
 def build(mode, mask, **kw):
     q_lens, kv_lens = MODES[mode]
     opts = dict(MASKS[mask])

@@ -102,6 +102,7 @@ class GenerationResult:
     prefill_s: float
     decode_s: float
     logits: list[torch.Tensor] | None = None  # per step [B, V] (prefill last-token first), if asked
+    steps: list[list[int]] = field(default_factory=list)  # per step, the token picked for every sequence
     cuda_graphs: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -289,12 +290,17 @@ class Engine:
             self.cache.ensure(s, len(p) + max_new_tokens)
         logs: list[torch.Tensor] = []
 
+        picked: list[list[int]] = []
+
         def pick(logits: torch.Tensor, step: int) -> list[int]:
             if return_logits:
                 logs.append(logits.float().cpu())
             if forced is not None:
-                return [f[step] for f in forced]
-            return sample(logits, temperature, top_k, gen).tolist()
+                toks = [f[step] for f in forced]
+            else:
+                toks = sample(logits, temperature, top_k, gen).tolist()
+            picked.append(toks)
+            return toks
 
         _sync(self.device)
         t0 = time.perf_counter()
@@ -317,7 +323,7 @@ class Engine:
         t2 = time.perf_counter()
         return GenerationResult(
             tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
-            prefill_s=t1 - t0, decode_s=t2 - t1, logits=logs if return_logits else None,
+            prefill_s=t1 - t0, decode_s=t2 - t1, logits=logs if return_logits else None, steps=picked,
             cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
 
     # -------------------------------------------------------------- CUDA graphs

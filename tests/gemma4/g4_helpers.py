@@ -11,7 +11,6 @@ import copy
 
 import torch
 
-from gemma4.checkpoint import build_random
 from gemma4.config import FULL as F
 from gemma4.config import SLIDING as S
 from gemma4.config import Gemma4Args

@@ -1,0 +1,210 @@
+"""`python -m gemma4 [hydra overrides] [--options]`: select kernels, then run Gemma-4 on them.
+
+    python -m gemma4                                   # bundled gemma4_tiny, this machine
+    python -m gemma4 kv_cache=fp8 kv_cache.scales=calibrated --max-new-tokens 32
+    python -m gemma4 platform=sm90 model.checkpoint=/ckpt/gemma-4-e2b --prompt "Hello"
+
+1. compose + validate the config (selector.api) and resolve the selection; print its table;
+2. build the model: `model.checkpoint` (an HF folder) or seeded random weights for the preset;
+3. generate for a few prompts, each KV-cache group's attention on the backend selected for it;
+4. print the outputs, prefill/decode tokens/s and the backend per group;
+5. numerics: replay the same tokens on TORCH_REFERENCE (same KV cache layout and dtype) and print
+   the max relative logit error (and, for a quantized cache, the error against an unquantized one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+DEFAULT_PROMPTS = [
+    "The quick brown fox",
+    "Attention lets every token look at",
+    "Once upon a time there was a little robot who wanted to",
+    "1 2 3 4 5",
+]
+# Calibration text for `kv_cache.scales=calibrated` (not the prompts being measured).
+CALIBRATION_TEXT = [
+    "The weather today is sunny with a light breeze from the west, and the temperature is mild.",
+    "Selecting the right attention kernel for each layer group depends on the head size and the window.",
+    "def main(): print('hello, world')  # a tiny program",
+]
+RANDOM_WEIGHTS_MAX_PARAMS = {"cpu": 2e8, "cuda": 4e10}
+
+
+class RunError(Exception):
+    """A user-facing failure of the main job (printed as one paragraph, exit status 2)."""
+
+
+def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
+    ap = argparse.ArgumentParser(prog="python -m gemma4", description=__doc__.split("\n")[0],
+                                 epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
+    ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
+    ap.add_argument("--no-cuda-graphs", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip the TORCH_REFERENCE numerics check")
+    opts, overrides = ap.parse_known_args(argv)
+    bad = [o for o in overrides if o.startswith("-")]
+    if bad:
+        ap.error(f"unknown option(s) {bad}")
+    return overrides, opts
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+def select(overrides: list[str]):
+    from selector.api import compose, resolve  # the lead's validated config and resolver
+
+    cfg = compose(overrides)
+    return cfg, resolve(cfg)
+
+
+def build_model(cfg, seed: int):
+    """(model, tokenizer, source description) for cfg.model on cfg.platform.device."""
+    from gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
+    from gemma4.config import Gemma4Args
+    from gemma4.model import Gemma4
+
+    device = torch.device(cfg.platform.device if cfg.platform.device != "rocm" else "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunError(f"platform {cfg.platform.name} needs CUDA, which this machine does not have (use platform=cpu)")
+    if device.type not in ("cpu", "cuda"):
+        raise RunError(f"device {device.type!r} is not supported by the gemma4 runner")
+    md = cfg.model.model_dump()
+    args = Gemma4Args.from_model_config(md)
+    if cfg.model.checkpoint:
+        model = load_checkpoint(cfg.model.checkpoint, device=device, dtype=args.torch_dtype)
+        _check_matches_preset(model.args, args, cfg.model.name)
+        return model, load_tokenizer(cfg.model.checkpoint), f"checkpoint {cfg.model.checkpoint}"
+    with torch.device("meta"):
+        n = sum(p.numel() for p in Gemma4(args).parameters())
+    if n > RANDOM_WEIGHTS_MAX_PARAMS[device.type]:
+        raise RunError(
+            f"model {cfg.model.name} has {n / 1e9:.1f}B parameters: random weights are only built for small "
+            f"models on {device.type}; set model.checkpoint=<HF folder> or use model=gemma4_tiny")
+    model = build_random(args, seed=seed, device=device)
+    return model, load_tokenizer(), f"seeded random weights (seed {seed}, {n / 1e6:.2f}M parameters)"
+
+
+def _check_matches_preset(ck, preset, name: str) -> None:
+    """The selection was resolved from the preset's shapes: the checkpoint must have the same ones."""
+    keys = ("num_hidden_layers", "layer_types", "head_dim", "global_head_dim", "num_key_value_heads",
+            "num_attention_heads", "sliding_window", "num_kv_shared_layers", "attention_k_eq_v")
+    diff = [f"{k}: preset {getattr(preset, k)!r}, checkpoint {getattr(ck, k)!r}" for k in keys
+            if getattr(ck, k) != getattr(preset, k) and not (k == "layer_types")]
+    if ck.layer_types != preset.layer_types:
+        diff.append("layer_types differ")
+    if ck.num_kv_heads(ck.layer_types.index("full_attention")) != preset.num_kv_heads(
+            preset.layer_types.index("full_attention")):
+        diff.append("global kv heads differ")
+    if diff:
+        raise RunError(f"checkpoint config does not match model={name} (the selection was resolved for the preset): "
+                       + "; ".join(diff))
+
+
+def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
+    return [[bos] + tok.encode(t).ids for t in texts]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gemma4.engine import Engine, max_rel_error, reference_groups
+    from selector.render import table
+
+    overrides, opts = parse(sys.argv[1:] if argv is None else argv)
+    t_start = time.perf_counter()
+    cfg, sel = select(overrides)
+    print(table(sel))
+    print()
+
+    model, tok, source = build_model(cfg, opts.seed)
+    args = model.args
+    if model.device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 5e7:
+        torch.set_num_threads(1)  # tiny matmuls: threads only add OpenMP spin-waits on shared cores
+    texts = opts.prompt or DEFAULT_PROMPTS
+    prompts = encode(tok, texts, args.bos_token_id)
+    max_len = max(map(len, prompts)) + opts.max_new_tokens
+    max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
+    cuda_graphs = False if opts.no_cuda_graphs else None
+    eng = Engine(model, sel, max_seqs=max(len(prompts), len(CALIBRATION_TEXT)), max_seq_len=max_len,
+                 cuda_graphs=cuda_graphs)
+    print(f"model {cfg.model.name} ({args.dtype}) from {source} on {model.device}")
+    print("attention backend per group: " + ", ".join(
+        f"{g} -> {name}" for g, name in eng.backend_names().items()))
+
+    fp8 = eng.cache.fp8
+    if fp8 and cfg.kv_cache.scales == "calibrated":
+        scales = eng.calibrate(encode(tok, CALIBRATION_TEXT, args.bos_token_id))
+        ks = [s[0] for s in scales.values()]
+        print(f"calibrated FP8 KV scales over {len(scales)} layers: k_scale {min(ks):.3g}..{max(ks):.3g}")
+
+    eng.generate(prompts, 2, temperature=opts.temperature, top_k=opts.top_k, seed=opts.seed)  # warm-up
+    res = eng.generate(prompts, opts.max_new_tokens, temperature=opts.temperature, top_k=opts.top_k,
+                       seed=opts.seed, return_logits=not opts.no_check)
+    mode = "greedy" if opts.temperature <= 0 else f"sampled (T={opts.temperature}, top_k={opts.top_k}, seed={opts.seed})"
+    print(f"\ngenerated {mode}, {len(prompts)} prompts, up to {opts.max_new_tokens} new tokens:")
+    for text, toks in zip(texts, res.tokens):
+        print(f"  {text!r} -> {tok.decode(toks)!r}")
+    print(f"\nprefill: {res.prompt_tokens} tokens in {res.prefill_s * 1e3:.1f} ms = {res.prefill_tok_s:,.0f} tokens/s")
+    print(f"decode:  {res.decode_tokens} tokens in {res.decode_s * 1e3:.1f} ms = {res.decode_tok_s:,.0f} tokens/s "
+          f"(batch {len(prompts)}, CUDA graphs {'on' if res.cuda_graphs else 'off'})")
+    for n in res.notes:
+        print(f"note: {n}")
+
+    if not opts.no_check:
+        from kernels.tolerances import tolerance
+
+        forced = [list(col) for col in zip(*res.steps)]
+        same = {k: g for k, g in reference_groups(eng.groups).items()}
+        ref = Engine(model, same, max_seqs=len(prompts), max_seq_len=max_len, kv_scales=eng.cache.scales(),
+                     cuda_graphs=False)
+        r = ref.generate(prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+        got, want = torch.stack(res.logits), torch.stack(r.logits)
+        err = max_rel_error(got, want)
+        tol = tolerance(model.dtype)
+        kv = ", ".join(sorted({g.kv_cache_dtype for g in eng.groups.values()}))
+        verdict = "ok" if err <= tol else f"ABOVE the {tol:g} bar"
+        print(f"\nnumerics: max rel logit error vs TORCH_REFERENCE (same {kv} KV cache, {len(res.steps)} steps): "
+              f"{err:.2e} ({verdict})")
+        if fp8:
+            plain = {k: g.model_copy(update=dict(kv_cache_dtype=args.dtype, descale="none", kv_scales="none"))
+                     for k, g in same.items()}
+            r2 = Engine(model, plain, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False).generate(
+                prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+            err2 = max_rel_error(got, torch.stack(r2.logits))
+            print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
+                  f"(FP8 quantization error of this random model)")
+    print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
+    return 0
+
+
+def cli() -> None:
+    try:
+        code = main()
+    except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
+        from gemma4.checkpoint import CheckpointError
+
+        try:
+            from selector.cli import report_error
+            from selector.errors import KSelectError
+        except ImportError:  # pragma: no cover
+            KSelectError = ()  # noqa: N806
+
+            def report_error(err):
+                print(f"kselect: {err}", file=sys.stderr)
+
+        if not isinstance(e, (RunError, CheckpointError, KSelectError)):
+            raise
+        report_error(e)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,121 @@
+"""Engine: sampling, EOS handling, the main job (`python -m gemma4`)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gemma4.engine import Engine, sample, simple_selection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def eng(model, **kw):
+    return Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64, **kw)
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(models, prompts):
+    model, _ = models["edge"]
+    e = eng(model)
+    greedy = e.generate(prompts, 10).tokens
+    a = e.generate(prompts, 10, temperature=1.0, top_k=50, seed=1).tokens
+    b = e.generate(prompts, 10, temperature=1.0, top_k=50, seed=1).tokens
+    c = e.generate(prompts, 10, temperature=1.0, top_k=50, seed=2).tokens
+    assert a == b and a != c and a != greedy
+    assert e.generate(prompts, 10, temperature=0.7, top_k=1, seed=5).tokens == greedy
+
+
+def test_sample_respects_top_k_and_temperature():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0]]).repeat(4000, 1)
+    picks = sample(logits, temperature=1.0, top_k=2, generator=g)
+    assert set(picks.tolist()) == {3, 4}
+    frac4 = (picks == 4).float().mean().item()
+    assert abs(frac4 - torch.sigmoid(torch.tensor(1.0)).item()) < 0.03  # softmax over {3, 4}
+    cold = sample(logits, temperature=0.05, generator=g)
+    assert (cold == 4).all()
+    assert sample(logits[:2]).tolist() == [4, 4]
+
+
+def test_generation_stops_at_eos(models, prompts):
+    model, _ = models["edge"]
+    e = eng(model)
+    free = e.generate(prompts, 8, stop_at_eos=False)
+    eos = free.tokens[1][2]  # pretend the third token of sequence 1 is EOS
+    res = e.generate(prompts, 8, eos_token_id=eos)
+    assert res.tokens[1] == free.tokens[1][:3]
+    for i in (0, 2):
+        t = free.tokens[i]
+        assert res.tokens[i] == (t[: t.index(eos) + 1] if eos in t else t)
+
+
+def test_batched_equals_one_at_a_time(models, prompts):
+    """A batch of unequal lengths generates exactly what each prompt generates alone."""
+    model, _ = models["large"]
+    e = eng(model)
+    batch = e.generate(prompts, 8).tokens
+    alone = [e.generate([p], 8).tokens[0] for p in prompts]
+    assert batch == alone
+
+
+# ------------------------------------------------------------------------------ the main job
+
+
+def run_main(capsys, *argv):
+    from gemma4.__main__ import main
+
+    n = torch.get_num_threads()
+    try:
+        assert main(list(argv)) == 0
+    finally:
+        torch.set_num_threads(n)
+    return capsys.readouterr().out
+
+
+def test_main_job_default(capsys):
+    out = run_main(capsys, "platform=cpu", "--max-new-tokens", "6")
+    assert "sliding_window" in out and "full_attention" in out and "TORCH_REFERENCE" in out  # the table
+    assert "attention backend per group: sliding_window -> TorchReferenceBackend, " \
+           "full_attention -> TorchReferenceBackend" in out
+    assert "seeded random weights" in out
+    assert "'The quick brown fox' -> '" in out
+    assert "tokens/s" in out and "prefill:" in out and "decode:" in out
+    assert "max rel logit error vs TORCH_REFERENCE (same float32 KV cache, 6 steps): 0.00e+00 (ok)" in out
+
+
+def test_main_job_fp8_calibrated(capsys):
+    out = run_main(capsys, "platform=cpu", "kv_cache=fp8", "kv_cache.scales=calibrated", "--max-new-tokens", "4",
+                   "--temperature", "0.9", "--top-k", "20", "--prompt", "Hello there", "--prompt", "A")
+    assert "calibrated FP8 KV scales over 4 layers" in out
+    assert "fp8_e4m3" in out and "sampled (T=0.9, top_k=20, seed=0)" in out
+    assert "(same fp8_e4m3 KV cache, 4 steps): 0.00e+00 (ok)" in out
+    assert "with a float32 KV cache" in out
+
+
+def test_main_job_reports_errors_in_one_line():
+    r = subprocess.run([sys.executable, "-m", "gemma4", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "gemma4_31b has 30.7B parameters" in r.stderr and "Traceback" not in r.stderr
+    from gemma4.__main__ import main
+    from gemma4.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x does not exist"):
+        main(["platform=cpu", "model.checkpoint=/nonexistent/x"])
+
+
+@pytest.mark.parametrize("kind", ["cpu"])
+def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
+    """model.checkpoint=<folder> (our writer, HF layout) with its own tokenizer.json."""
+    import yaml
+
+    from gemma4.checkpoint import BUNDLED_TOKENIZER, build_random, save_checkpoint
+    from gemma4.config import Gemma4Args
+
+    d = yaml.safe_load((ROOT / "conf" / "model" / "gemma4_tiny.yaml").read_text())
+    m = build_random(Gemma4Args.from_model_config(d), seed=42)
+    save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
+    out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
+    assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out

@@ -1,0 +1,153 @@
+"""`python -m selector.diff`: the review diff of two overlay sets / two revisions of conf/."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from selector.api import CONF_DIR
+from selector.diff import collapse, diff_results, render, render_rect
+from selector.matrix import load_matrix, resolve_named
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "selector.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _diff(a, b, matrix="default"):
+    spec = load_matrix(matrix)
+    return diff_results(spec, list(resolve_named(matrix, a)), list(resolve_named(matrix, b)), f"{list(a)}", f"{list(b)}")
+
+
+def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
+    d = _diff((), ("pr48666",))
+    block = next(b for b in d.blocks if b.title == "all groups: TRITON_ATTN -> FLASH_ATTN v4")
+    assert block.kind == "selection"
+    assert block.patterns == ["sm90 × kv=fp8|fp8_e4m3 × multimodal=true × pin=auto"]
+    details = dict(block.details)
+    assert "all groups: quant_query true -> false, descale q_k_v -> kv_dequant" in details
+    assert details["cache block 16 -> 64"] == ""
+    assert details["draft:sliding_window, draft:full_attention: kv scales unit -> copied_from_target"] == "spec=mtp"
+    assert "+pr48666.sm90_fa4_fp8_kernel_block_64" in block.rules
+    assert "FLASH_ATTN no longer rejected by fa.fp8_kv_combination" in block.rules
+    assert "FLASHINFER no longer rejected by cap.FLASHINFER.mm_prefix" in block.rules
+    text = render(d, "table")
+    assert "TRITON_ATTN -> FLASH_ATTN v4" in text and "where: sm90 × kv=fp8|fp8_e4m3 × multimodal=true × pin=auto" in text
+
+
+def test_invalid_and_warnings_come_first():
+    d = _diff((), ("pr48666",))
+    kinds = [b.kind for b in d.blocks]
+    assert kinds[0] == "became invalid"
+    assert kinds.index("new warning") < kinds.index("selection")
+    assert kinds == sorted(kinds, key=["became invalid", "invalid (error changed)", "new warning", "became valid",
+                                       "selection", "warning gone"].index)  # fmt: skip
+
+
+def test_revert_is_the_exact_inverse_cell_by_cell():
+    fwd = _diff((), ("pr48666",))
+    back = _diff(("pr48666",), ("pr48666", "pr52987"))
+    assert fwd.summary()["changed"] == back.summary()["changed"] > 0
+    for f, r in zip(fwd.cells, back.cells):
+        assert f.cell == r.cell
+        assert f.changed == r.changed
+        assert (f.warnings_added, f.warnings_removed) == (r.warnings_removed, r.warnings_added), f.cell.id
+        if f.outcome == "became invalid":
+            assert r.outcome == "became valid"
+        inverse = _invert(f.backend + f.lines)
+        assert sorted(inverse) == sorted(r.backend + r.lines), f.cell.id
+
+
+def _invert(lines):
+    out = []
+    for line in lines:
+        who, _, changes = line.rpartition(": ") if ": " in line else ("", "", line)
+        inv = []
+        for ch in changes.split(", "):
+            head, _, tail = ch.rpartition(" -> ")
+            name, _, old = head.rpartition(" ")
+            inv.append(f"{name + ' ' if name else ''}{tail} -> {old}")
+        out.append(f"{who}: {', '.join(inv)}" if who else ", ".join(inv))
+    return out
+
+
+def test_no_change_is_empty_and_check_passes():
+    d = _diff(("pr48666", "pr52987"), (), "smoke")
+    assert d.changed == [] and d.blocks == []
+    assert "no cell changed" in render(d, "table")
+
+
+def test_collapse_uses_skipped_cells_as_dont_cares():
+    values = [["a", "b"], ["auto", "fp8"], ["unit", "calibrated"]]
+    universe = {(p, k, s) for p in "ab" for k in ("auto", "fp8") for s in ("unit", "calibrated")} - {("a", "auto", "calibrated"), ("b", "auto", "calibrated")}
+    keys = {k for k in universe if k[0] == "a"}
+    rects = collapse(keys, universe, values)
+    assert [render_rect(r, ["platform", "kv_cache", "scales"], values) for r in rects] == ["a"]
+    keys = {("a", "fp8", "unit"), ("b", "fp8", "unit"), ("a", "fp8", "calibrated")}
+    rects = collapse(keys, universe, values)
+    out = [render_rect(r, ["platform", "kv_cache", "scales"], values) for r in rects]
+    assert sorted(out) == ["a × kv=fp8", "kv=fp8 × scales=unit"]  # products may overlap
+    covered = {c for r in rects for c in itertools.product(*r)} & universe
+    assert covered == keys
+
+
+def test_cli_markdown_json_and_check():
+    p = run("a=[]", "b=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.startswith("**kselect diff a=[] b=[pr48666] over matrix smoke")
+    assert "**all groups: TRITON_ATTN -> FLASH_ATTN v4**" in p.stdout
+    assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=true`" in p.stdout
+    j = run("a=[pr48666]", "b=[pr48666,pr52987]", "matrix=smoke", "format=json")
+    assert j.returncode == 0, j.stderr
+    d = json.loads(j.stdout)
+    assert d["summary"]["changed"] > 0 and d["blocks"][0]["cells"]
+    same = run("a=[]", "b=[pr48666,pr52987]", "matrix=smoke", "check=true")
+    assert same.returncode == 0 and "no cell changed" in same.stdout
+    bad = run("a=[]", "frob=1")
+    assert bad.returncode == 2 and "frob" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.fixture
+def conf_repo(tmp_path):
+    """A git repository holding a copy of conf/, one commit."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CONF_DIR, repo / "conf", ignore=shutil.ignore_patterns("__pycache__"))
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("add", "conf")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "conf")
+    return repo
+
+
+def test_git_revision_against_worktree(conf_repo):
+    """Editing conf/ in the worktree: the diff against git:HEAD shows exactly its effect."""
+    rules = conf_repo / "conf" / "rules" / "base.yaml"
+    rules.write_text("# a comment changes nothing\n" + rules.read_text())
+    p = run("a=git:HEAD", "b=worktree", "matrix=smoke", f"repo={conf_repo}", "check=true")
+    assert p.returncode == 0 and "no cell changed" in p.stdout, p.stdout + p.stderr
+    caps = conf_repo / "conf" / "capabilities" / "default.yaml"
+    text = caps.read_text()
+    assert "  quant_query: true\nTRITON_ATTN:" in text  # FLASHINFER's, the entry before TRITON_ATTN
+    caps.write_text(text.replace("  quant_query: true\nTRITON_ATTN:", "  quant_query: false\nTRITON_ATTN:", 1))
+    p = run("a=git:HEAD", "b=worktree", "matrix=smoke", f"repo={conf_repo}", "format=json", "check=true")
+    assert p.returncode == 1, p.stderr
+    d = json.loads(p.stdout)
+    [block] = [b for b in d["blocks"] if b["kind"] == "selection"]
+    assert block["patterns"] == ["sm90 × gemma4_31b × kv=fp8 × multimodal=false"]
+    assert block["details"][0] == {"change": "all groups: quant_query true -> false, descale q_k_v -> k_v", "where": None}
+    # git:<rev>:[overlays] and worktree:[overlays]
+    # (under pr48666 those cells run FA4, so FLASHINFER's quant_query no longer matters)
+    p = run("a=git:HEAD:[pr48666]", "b=worktree:[pr48666]", f"repo={conf_repo}", "matrix=smoke", "check=true")
+    assert p.returncode == 0 and "no cell changed" in p.stdout, p.stdout + p.stderr
+    p = run("a=git:HEAD", "b=worktree:[pr48666]", f"repo={conf_repo}", "matrix=smoke")
+    assert p.returncode == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in p.stdout
+    bad = run("a=git:nope", "b=worktree", f"repo={conf_repo}")
+    assert bad.returncode == 2 and "git archive nope" in bad.stderr

@@ -1,0 +1,103 @@
+"""python -m selector.gather <multirun dir> [format=table|markdown|json]: one table of a sweep.
+
+Reads every `selection.json` that `python -m selector.sweep -m ...` wrote under the directory
+(any launcher: basic, joblib, submitit, ray), in job order, and prints one row per job: the
+job's overrides, the outcome, the cache block size, the backend (FlashAttention version) and
+kv block per layer group, quant-query, and the warnings (every warning in full under the table).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .cli import run_cli
+from .errors import KSelectError
+from .matrix import cli_args
+
+
+def load_jobs(root: Path) -> list[dict]:
+    jobs = []
+    for p in root.rglob("selection.json"):
+        rec = json.loads(p.read_text())
+        rec["_dir"] = str(p.parent.relative_to(root)) or "."
+        jobs.append(rec)
+    return sorted(jobs, key=lambda r: (r.get("job", {}).get("num") if r.get("job", {}).get("num") is not None else 1 << 30, r["_dir"]))
+
+
+def _group_cell(g: dict) -> str:
+    v = f" v{g['flash_attn_version']}" if g.get("flash_attn_version") else ""
+    return f"{g['backend']}{v} kv{g['kv_block_size']}"
+
+
+def rows(jobs: list[dict]) -> tuple[list[str], list[list[str]], list[tuple[str, str]]]:
+    kinds: list[str] = []
+    for j in jobs:
+        for g in j.get("selection", {}).get("groups", []):
+            name = f"draft:{g['kind']}" if g["draft"] else g["kind"]
+            if name not in kinds:
+                kinds.append(name)
+    header = ["job", "overrides", "outcome", "block"] + kinds + ["quant_q", "warnings"]
+    out, notes = [], []
+    for j in jobs:
+        sel = j.get("selection") or {}
+        groups = {(f"draft:{g['kind']}" if g["draft"] else g["kind"]): g for g in sel.get("groups", [])}
+        warns = [(n, w) for n, g in groups.items() for w in g["warnings"]] + [("model", w) for w in sel.get("warnings", [])]
+        num = str(j.get("job", {}).get("num", j["_dir"]))
+        notes += [(num, f"{n}: {w}") for n, w in warns]
+        if j["outcome"] != "ok":
+            notes.append((num, f"{j['outcome']}: {j.get('error', '').splitlines()[0] if j.get('error') else ''}"))
+        out.append(
+            [num, " ".join(j.get("overrides", [])), j["outcome"], str(sel.get("block_size", "-"))]
+            + [_group_cell(groups[k]) if k in groups else "-" for k in kinds]
+            + ["/".join("yes" if g["quant_query"] else "no" for g in groups.values() if not g["draft"]) or "-", str(len(warns))]
+        )
+    return header, out, notes
+
+
+def table(root: Path, jobs: list[dict]) -> str:
+    header, body, notes = rows(jobs)
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    out = [f"{root}: {len(jobs)} jobs", "", fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body]
+    if notes:
+        out += ["", "warnings and errors:"] + [f"  [{n}] {w}" for n, w in notes]
+    return "\n".join(out)
+
+
+def markdown(root: Path, jobs: list[dict]) -> str:
+    header, body, notes = rows(jobs)
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    out = [f"**{root}**: {len(jobs)} jobs", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in body]
+    if notes:
+        out += [""] + [f"- :warning: job {n}: {esc(w)}" for n, w in notes]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    root = Path(argv[0])
+    args = cli_args(argv[1:], {"format": "table"}, "kselect gather")
+    if not root.is_dir():
+        raise KSelectError(f"gather: {root} is not a directory")
+    jobs = load_jobs(root)
+    if not jobs:
+        raise KSelectError(f"gather: no selection.json under {root} (run python -m selector.sweep -m ... first)")
+    for j in jobs:
+        j.pop("_dir", None) if args["format"] == "json" else None
+    if args["format"] == "json":
+        print(json.dumps(jobs, indent=2))
+    elif args["format"] == "markdown":
+        print(markdown(root, jobs))
+    elif args["format"] == "table":
+        print(table(root, jobs))
+    else:
+        raise KSelectError(f"gather: format={args['format']!r}; allowed: table, markdown, json")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,112 @@
+"""Sweeps on Hydra's own engine: a multirun over the matrix axes, one selection per job.
+
+    python -m selector.sweep -m platform=sm80,sm90 kv_cache=auto,fp8                       # basic launcher
+    python -m selector.sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib  # local processes
+    python -m selector.sweep -m matrix=smoke overlay=[pr48666]     # the axes of conf/matrix/smoke.yaml
+    python -m selector.gather multirun/<date>/<time>                # one table of every job
+
+Every job composes the normal kselect config (conf/config.yaml plus its overrides), resolves
+it and writes `selection.json` into its Hydra output directory (`<sweep dir>/<job number>/`):
+the overrides, the outcome (`ok`, `invalid` for a SelectionError, `config error` for a
+config that does not validate) and the selection as `python -m selector output=json` prints it.
+A failing cell never stops the sweep. Set the directory with `hydra.sweep.dir=...`.
+
+`matrix=<name>` (handled before Hydra sees the command line) becomes one sweep override per
+declared axis of conf/matrix/<name>.yaml (`platform=cpu,sm90 model=... kv_cache=...
+kv_cache.scales=... spec_decode=... model.multimodal=...`). Hydra's basic sweeper takes the
+full product, so the matrix's `skip:` entries and `pins:` do not apply: skipped combinations
+run and report `config error`. Use `python -m selector.diff` / `selector.matrix` for the fast
+in-process matrix; use this module when each cell is a real job (e.g. a kernel benchmark per
+cell launched on a cluster).
+
+On a cluster: the launcher is one override away, nothing here changes.
+
+- Slurm via submitit: `pip install hydra-submitit-launcher`, then
+  `python -m selector.sweep -m ... hydra/launcher=submitit_slurm hydra.launcher.partition=<p>
+  hydra.launcher.timeout_min=10 hydra.launcher.gpus_per_node=1` (or `submitit_local` to try it
+  on one machine). Jobs write selection.json on the shared filesystem; gather as usual.
+- Ray: `pip install hydra-ray-launcher`, then `hydra/launcher=ray` for a local/attached Ray
+  cluster (`hydra.launcher.ray.init.address=auto`), or `hydra/launcher=ray_aws` with its
+  cluster config. selection.json is written where the job runs; `ray_aws` syncs the sweep dir
+  back (`hydra.launcher.sync_down`).
+Defaults for a site can live in a Hydra config (`conf/hydra/launcher/<site>.yaml`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from .api import CONF_DIR, validate
+from .errors import KSelectError, SelectionError
+from .matrix import load_matrix
+from .render import as_dict
+from .resolve import resolve
+
+# matrix axis -> the Hydra key it sweeps
+HYDRA_KEYS = {
+    "platform": "platform",
+    "model": "model",
+    "dtype": "model.dtype",
+    "kv_cache": "kv_cache",
+    "scales": "kv_cache.scales",
+    "spec_decode": "spec_decode",
+    "multimodal": "model.multimodal",
+}
+
+
+def matrix_overrides(name: str) -> list[str]:
+    """The sweep overrides (comma lists) of a matrix's declared axes."""
+    spec = load_matrix(name)
+    out = []
+    for axis, key in HYDRA_KEYS.items():
+        if axis in spec.axes:
+            vals = ["true" if v is True else "false" if v is False else str(v) for v in spec.axes[axis]]
+            out.append(f"{key}={','.join(vals)}")
+    return out
+
+
+def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
+    """Resolve one composed config; never raises for a bad cell."""
+    record: dict = {"overrides": list(overrides)}
+    try:
+        kcfg = validate(OmegaConf.to_container(cfg, resolve=True))
+        sel = resolve(kcfg)
+        record.update(outcome="ok", selection=as_dict(sel))
+    except SelectionError as e:
+        record.update(outcome="invalid", error=str(e))
+    except KSelectError as e:
+        record.update(outcome="config error", error=str(e))
+    return record
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def _job(cfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    record = run_job(cfg, list(hc.overrides.task))
+    record["job"] = {"num": hc.job.num, "launcher": hc.runtime.choices.get("hydra/launcher")}
+    out = Path(hc.runtime.output_dir)
+    (out / "selection.json").write_text(json.dumps(record, indent=2) + "\n")
+    groups = record.get("selection", {}).get("groups", [])
+    summary = ", ".join(f"{g['kind']}={g['backend']}" for g in groups if not g["draft"]) or record.get("error", "").split("\n")[0]
+    print(f"[kselect job {hc.job.num}] {' '.join(record['overrides'])}: {record['outcome']}: {summary}")
+
+
+def main() -> None:
+    argv = []
+    for a in sys.argv[1:]:
+        if a.startswith("matrix="):
+            argv += matrix_overrides(a.split("=", 1)[1])
+        else:
+            argv.append(a)
+    sys.argv[1:] = argv
+    _job()
+
+
+if __name__ == "__main__":
+    main()

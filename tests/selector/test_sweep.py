@@ -1,0 +1,68 @@
+"""Hydra multirun sweeps (basic and joblib launchers) writing selection.json per job, and
+`python -m selector.gather` reading them back into one table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from selector.sweep import matrix_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HYDRA_FULL_ERROR": "1"}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _jobs(d: Path) -> list[dict]:
+    return [json.loads((d / str(i) / "selection.json").read_text()) for i in range(len(list(d.glob("*/selection.json"))))]
+
+
+def test_basic_launcher_every_outcome_and_gather(tmp_path):
+    out = tmp_path / "basic"
+    p = run("selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=auto,fp8",
+            "kv_cache.scales=calibrated", "attention.backend=TRITON_ATTN", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    jobs = _jobs(out)
+    assert [j["outcome"] for j in jobs] == ["config error", "invalid", "config error", "ok"]
+    assert jobs[0]["overrides"][:2] == ["platform=cpu", "model=gemma4_31b"] and "kv_cache.scales" in jobs[0]["error"]
+    assert "TRITON_ATTN" in jobs[1]["error"] and jobs[3]["job"] == {"num": 3, "launcher": "basic"}
+    assert {g["backend"] for g in jobs[3]["selection"]["groups"]} == {"TRITON_ATTN"}
+    g = run("selector.gather", str(out), cwd=tmp_path)
+    assert g.returncode == 0, g.stderr
+    lines = g.stdout.splitlines()
+    assert lines[0] == f"{out}: 4 jobs"
+    row = next(x for x in lines if x.startswith("3 "))
+    assert "platform=sm90" in row and "ok" in row and "TRITON_ATTN kv16" in row
+    assert "[1] invalid: Selected backend TRITON_ATTN" in g.stdout
+    md = run("selector.gather", str(out), "format=markdown", cwd=tmp_path)
+    assert "| job | overrides | outcome |" in md.stdout
+
+
+def test_joblib_launcher(tmp_path):
+    out = tmp_path / "joblib"
+    p = run("selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    jobs = _jobs(out)
+    assert [j["outcome"] for j in jobs] == ["ok", "ok"]
+    assert {j["job"]["launcher"] for j in jobs} == {"joblib"}
+    assert {g["backend"] for g in jobs[1]["selection"]["groups"]} == {"FLASHINFER"}
+    g = run("selector.gather", str(out), "format=json", cwd=tmp_path)
+    assert [j["overrides"][0] for j in json.loads(g.stdout)] == ["platform=cpu", "platform=sm90"]
+
+
+def test_matrix_axes_become_sweep_overrides():
+    assert matrix_overrides("smoke") == [
+        "platform=cpu,sm90", "model=gemma4_tiny,gemma4_31b", "kv_cache=auto,fp8", "kv_cache.scales=unit,calibrated",
+        "spec_decode=none,mtp", "model.multimodal=false,true",
+    ]  # fmt: skip
+
+
+def test_gather_errors(tmp_path):
+    p = run("selector.gather", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 2 and "no selection.json" in p.stderr

@@ -166,6 +166,7 @@ class Engine:
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
         self._graphs: dict[int, _DecodeGraph] = {}
         self.notes: list[str] = []
+        self.static_paths = False  # tests: run the CUDA-graph-safe code paths eagerly (e.g. on CPU)
 
     # -------------------------------------------------------------- bookkeeping
     def reset(self) -> None:
@@ -174,7 +175,12 @@ class Engine:
         self._graphs.clear()  # block tables change: graphs hold static buffers only, but keep it simple
 
     def backend_names(self) -> dict[str, str]:
-        return {LAYER_TYPE_TO_GROUP[k]: type(b).__name__ for k, b in self.backends.items()}
+        out = {}
+        for k, b in self.backends.items():
+            g = self.groups[k]
+            fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
+            out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__})"
+        return out
 
     def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):
         dev = self.device
@@ -193,7 +199,10 @@ class Engine:
 
     def _context(self, positions, metas, slots, kv_amax=None) -> StepContext:
         groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
-        return StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
+        ctx = StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
+        if self.static_paths:
+            ctx.extra["static"] = True
+        return ctx
 
     # -------------------------------------------------------------- the forward path
     @torch.inference_mode()

@@ -282,15 +282,21 @@ class Gemma4(nn.Module):
     def device(self) -> torch.device:
         return self.embed_tokens.weight.device
 
+    @staticmethod
+    def _scale_in(dtype: torch.dtype, scale: float) -> float:
+        """The scale rounded to the weight dtype, as HF applies it (sqrt(5376) = 73.3 is 73.5 in bf16).
+        A Python float so the multiply needs no host-to-device copy (CUDA-graph safe)."""
+        return float(torch.tensor(scale, dtype=torch.float32).to(dtype))
+
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         w = self.embed_tokens.weight
-        return F.embedding(ids, w) * torch.tensor(self.args.embed_scale, dtype=w.dtype, device=w.device)
+        return F.embedding(ids, w) * self._scale_in(w.dtype, self.args.embed_scale)
 
     def _per_layer_inputs(self, ids: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         """PLE_i = (token part + context part) * 2^-0.5, as [T, L, P]."""
         t, L, p = ids.shape[0], self.args.num_hidden_layers, self.ple_dim
         w = self.embed_tokens_per_layer.weight
-        tok = F.embedding(ids, w) * torch.tensor(p**0.5, dtype=w.dtype, device=w.device)
+        tok = F.embedding(ids, w) * self._scale_in(w.dtype, p**0.5)
         ctx = self.per_layer_model_projection(emb) * self.args.hidden_size**-0.5
         ctx = self.per_layer_projection_norm(ctx.view(t, L, p))
         return (ctx + tok.view(t, L, p)) * 2.0**-0.5

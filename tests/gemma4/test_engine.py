@@ -77,8 +77,8 @@ def run_main(capsys, *argv):
 def test_main_job_default(capsys):
     out = run_main(capsys, "platform=cpu", "--max-new-tokens", "6")
     assert "sliding_window" in out and "full_attention" in out and "TORCH_REFERENCE" in out  # the table
-    assert "attention backend per group: sliding_window -> TorchReferenceBackend, " \
-           "full_attention -> TorchReferenceBackend" in out
+    assert "attention backend per group: sliding_window -> TORCH_REFERENCE (TorchReferenceBackend), " \
+           "full_attention -> TORCH_REFERENCE (TorchReferenceBackend)" in out
     assert "seeded random weights" in out
     assert "'The quick brown fox' -> '" in out
     assert "tokens/s" in out and "prefill:" in out and "decode:" in out
@@ -119,3 +119,54 @@ def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
     save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
     out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
     assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+def test_graph_safe_paths_match_eager(models, prompts, kv):
+    """The code a CUDA graph captures (gathered MoE experts, index_copy cache writes without host
+    syncs) gives the same tokens and logits as the eager paths, here run on CPU."""
+    model, _ = models["all"]
+    sel = simple_selection(model.args, kv_block_size=32, kv_cache_dtype=kv)
+    ref = Engine(model, sel, max_seqs=4, max_seq_len=64).generate(prompts, 6, return_logits=True)
+    e = Engine(model, sel, max_seqs=4, max_seq_len=64)
+    e.static_paths = True
+    got = e.generate(prompts, 6, return_logits=True)
+    assert got.tokens == ref.tokens
+    from gemma4.engine import max_rel_error
+
+    # fp32: rounding-level; FP8: a 1e-7 difference in the MoE sum can flip one FP8 rounding
+    assert max_rel_error(torch.stack(got.logits), torch.stack(ref.logits)) < (1e-5 if kv == "auto" else 1e-2)
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3", "fp8_e5m2"])
+def test_static_cache_write_is_bitwise_write_kv(models, kv):
+    model, _ = models["all"]
+    sel = simple_selection(model.args, kv_block_size=16, kv_cache_dtype=kv)
+    caches = [Engine(model, sel, max_seqs=2, max_seq_len=64).cache.groups["full_attention"] for _ in range(2)]
+    g = torch.Generator().manual_seed(0)
+    k, v = (torch.randn(7, 1, 128, generator=g) * 3 for _ in range(2))
+    slots = torch.tensor([0, 1, 2, 17, 18, 40, 63])
+    for c, static in zip(caches, (False, True)):
+        c.set_scales({2: (0.02, 0.03)})
+        c.write(2, k, v, slots, static=static)
+    for a, b in ((caches[0].k[2], caches[1].k[2]), (caches[0].v[2], caches[1].v[2])):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)) and a.float().abs().sum() > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_decode_matches_eager():
+    from selector.api import compose, resolve
+    from gemma4.__main__ import build_model
+
+    cfg = compose([])
+    sel = resolve(cfg)
+    model, _, _ = build_model(cfg, seed=0)
+    prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30)]
+    eager = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=False).generate(prompts, 12, return_logits=True)
+    g = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=True)
+    if not g.use_graphs:
+        pytest.skip("the selected backends do not support CUDA graphs")
+    res = g.generate(prompts, 12, return_logits=True)
+    assert res.cuda_graphs and not res.notes
+    assert res.tokens == eager.tokens

@@ -118,3 +118,23 @@ def test_every_layer_attends_through_its_group_backend(models, prompts):
     assert args.kv_source(4) == 3 and args.kv_source(5) == 2
     assert sorted(eng.cache.groups["sliding_attention"].k) == [0, 1, 3]
     assert sorted(eng.cache.groups["full_attention"].k) == [2]
+
+
+def test_bf16_embedding_scales_round_like_hf(models):
+    """sqrt(hidden) and sqrt(ple_dim) are cast to the weight dtype before scaling (bf16: sqrt(32) =
+    5.657 -> 5.65625), exactly as HF; the embeddings and PLE inputs match HF's bit for bit in bf16."""
+    from gemma4.checkpoint import build_random
+    from g4_helpers import EMBED_STD, hf_twin, make_args
+
+    m = build_random(make_args("edge", dtype="bfloat16"), seed=4, embed_std=EMBED_STD)
+    hf = hf_twin(build_random(make_args("edge"), seed=4, embed_std=EMBED_STD)).to(torch.bfloat16)
+    ids = torch.arange(3, 200)
+    with torch.no_grad():
+        emb = m._embed(ids)
+        assert torch.equal(emb, hf.model.embed_tokens(ids[None])[0])
+        # sqrt(256) = 16 is exact; sqrt(32) is not: the rounded scale is what HF uses
+        assert m._scale_in(torch.bfloat16, 32**0.5) == 5.65625 != 32**0.5
+        w = m.embed_tokens_per_layer.weight[ids]
+        assert not torch.equal(w * 5.65625, (w.float() * 32**0.5).to(torch.bfloat16))
+        ref = hf.model.project_per_layer_inputs(emb[None], hf.model.get_per_layer_inputs(ids[None]))[0]
+        assert torch.equal(m._per_layer_inputs(ids, emb), ref)

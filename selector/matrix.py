@@ -503,3 +503,74 @@ def cli_args(argv: Sequence[str], defaults: dict[str, Any], prog: str) -> dict[s
         else:
             out[key] = value
     return out
+
+
+# ---------------------------------------------------------------- the resolved matrix as text (golden files, CLI)
+
+
+def _group_line(g, claims: bool) -> str:
+    name = f"draft:{g.kind}" if g.draft else g.kind
+    backend = g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+    line = (
+        f"  {name:<22}{backend:<17}kernel {g.kernel_block_size:<4} kv {g.kv_block_size:<4} {g.kv_cache_dtype:<9} "
+        f"qq={'yes' if g.quant_query else 'no ':<4}{g.descale:<11}scales={g.kv_scales}"
+    )
+    if claims:
+        counts: dict[str, int] = {}
+        for c in g.claims:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        line = f"{line:<120}claims: " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "-")
+    return line.rstrip()
+
+
+def cell_text(r: CellResult, claims: bool = True) -> str:
+    """One block per cell: a header line, one line per layer group, then the warnings. With
+    claims=False (the golden files) hardware-claim status is left out: it changes when GPUs
+    are measured, not when rules change."""
+    if r.selection is None:
+        return f"{r.cell.id}: INVALID {r.error}"
+    lines = [f"{r.cell.id}: cache block {r.selection.block_size}"]
+    lines += [_group_line(g, claims) for g in r.selection.groups]
+    lines += [f"  ! {g}: {w}" for g, w in r.warnings if claims or not w.endswith("[conformance]")]
+    return "\n".join(lines)
+
+
+def matrix_text(results: Sequence[CellResult], title: str = "", claims: bool = True) -> str:
+    head = [f"# {title}"] if title else []
+    n_inv = sum(r.outcome == "invalid" for r in results)
+    cols = "group, backend, kernel block, kv block, kv dtype, quant-query, descale, kv scales" + (", claim status" if claims else "")
+    head.append(f"# {len(results)} cells, {n_inv} invalid; columns: {cols}; '!' lines are warnings")
+    return "\n".join(head + [cell_text(r, claims) for r in results]) + "\n"
+
+
+def _main(argv: list[str]) -> int:
+    """python -m selector.matrix [matrix=smoke] [overlays=[pr48666]] [format=text|ids|json]: the resolved matrix."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(_main.__doc__)
+        return 0
+    args = cli_args(argv, {"matrix": "smoke", "overlays": "[]", "format": "text"}, "kselect matrix")
+    spec = load_matrix(args["matrix"])
+    ov = parse_overlays(args["overlays"])
+    if args["format"] == "ids":
+        print("\n".join(c.id for c in expand(spec, ov)))
+        return 0
+    res = resolve_matrix(spec, ov)
+    if args["format"] == "json":
+        import json  # noqa: PLC0415
+
+        from .render import as_dict  # noqa: PLC0415
+
+        rows = [{"id": r.cell.id, "command": r.cell.command(), "outcome": r.outcome, "error": r.error,
+                 "selection": as_dict(r.selection) if r.selection else None} for r in res]  # fmt: skip
+        print(json.dumps(rows, indent=2))
+    elif args["format"] == "text":
+        print(matrix_text(res, f"matrix {spec.name}, overlays {list(ov)}"), end="")
+    else:
+        raise KSelectError(f"matrix: format={args['format']!r}; allowed: text, ids, json")
+    return 0
+
+
+if __name__ == "__main__":
+    from .cli import run_cli
+
+    run_cli(_main)

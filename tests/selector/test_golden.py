@@ -1,0 +1,59 @@
+"""Golden matrix: conf/matrix/golden.yaml resolved for the base rules, #48666 and #53175,
+committed as readable text (one block per cell, matrix order) under
+tests/selector/__snapshots__/test_golden/. Changing a rule, a capability or an overlay without
+updating the files fails here with a line diff. After reviewing the change
+(`python -m selector.diff ...`), update them with
+
+    pytest tests/selector/test_golden.py --snapshot-update
+
+Hardware-claim status is not part of the files (it changes when GPUs are measured, not when
+rules change); non-claim warnings are (`!` lines)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+from selector.api import CONF_DIR
+from selector.matrix import expand, load_matrix, matrix_text, resolve_cells, resolve_named
+
+SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_golden"
+
+
+class TextSnapshot(SingleFileSnapshotExtension):
+    _write_mode = WriteMode.TEXT
+    file_extension = "txt"
+
+
+@pytest.fixture
+def snapshot_txt(snapshot):
+    return snapshot.use_extension(TextSnapshot)
+
+
+@pytest.mark.parametrize("overlays", [(), ("pr48666",), ("pr53175",)], ids=["base", "pr48666", "pr53175"])
+def test_golden_matrix(overlays, snapshot_txt):
+    text = matrix_text(resolve_named("golden", overlays), f"matrix golden, overlays {list(overlays)}", claims=False)
+    assert text == snapshot_txt
+
+
+def test_golden_matrix_declares_every_overlay_it_snapshots():
+    assert load_matrix("golden").overlays == [[], ["pr48666"], ["pr53175"]]
+
+
+def test_a_rule_change_shows_in_the_golden_text(tmp_path):
+    """Disabling one rule of #53175 changes the committed text (so the snapshot test fails)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    ov = conf / "overlay" / "pr53175.yaml"
+    key = "  pr53175.sm90_fp8_mm_prefix_requires_triton:\n"
+    assert key in ov.read_text()
+    ov.write_text(ov.read_text().replace(key, key + "    enabled: false\n"))
+    spec = load_matrix("golden")
+    changed = matrix_text(resolve_cells(expand(spec, ("pr53175",)), conf), "matrix golden, overlays ['pr53175']", claims=False)
+    committed = (SNAPSHOTS / "test_golden_matrix[pr53175].txt").read_text()
+    assert changed != committed
+    diff = [a for a, b in zip(changed.splitlines(), committed.splitlines()) if a != b]
+    assert diff and all("FLASH_ATTN v4" in line for line in diff)

@@ -56,6 +56,6 @@ def test_a_rule_change_shows_in_the_golden_text(tmp_path):
     changed = matrix_text(resolve_cells(expand(spec, ("pr53175",)), conf), "matrix golden, overlays ['pr53175']", claims=False)
     committed = (SNAPSHOTS / "test_golden_matrix[pr53175].txt").read_text()
     assert changed != committed
-    added = [x[1:] for x in difflib.ndiff(committed.splitlines(), changed.splitlines()) if x.startswith("+ ")]
+    added = [x[2:] for x in difflib.ndiff(committed.splitlines(), changed.splitlines()) if x.startswith("+ ")]
     # the multimodal SM90 FP8 full-attention groups go back to FA4 (head 512)
     assert added and any(line.startswith("  full_attention        FLASH_ATTN v4") for line in added)

@@ -97,16 +97,14 @@ def _check_matches_preset(ck, preset, name: str) -> None:
     """The selection was resolved from the preset's shapes: the checkpoint must have the same ones."""
     keys = ("num_hidden_layers", "layer_types", "head_dim", "global_head_dim", "num_key_value_heads",
             "num_attention_heads", "sliding_window", "num_kv_shared_layers", "attention_k_eq_v")
-    diff = [f"{k}: preset {getattr(preset, k)!r}, checkpoint {getattr(ck, k)!r}" for k in keys
-            if getattr(ck, k) != getattr(preset, k) and not (k == "layer_types")]
-    if ck.layer_types != preset.layer_types:
-        diff.append("layer_types differ")
-    if ck.num_kv_heads(ck.layer_types.index("full_attention")) != preset.num_kv_heads(
-            preset.layer_types.index("full_attention")):
-        diff.append("global kv heads differ")
+    diff = [k for k in keys if getattr(ck, k) != getattr(preset, k)]
+    if [ck.num_kv_heads(i) for i in range(ck.num_hidden_layers)] != [
+            preset.num_kv_heads(i) for i in range(preset.num_hidden_layers)]:
+        diff.append("num_global_key_value_heads")
     if diff:
-        raise RunError(f"checkpoint config does not match model={name} (the selection was resolved for the preset): "
-                       + "; ".join(diff))
+        raise RunError(
+            f"checkpoint config does not match model={name}, whose shapes the selection was resolved for: "
+            + "; ".join(f"{k}: preset {getattr(preset, k, '?')!r}, checkpoint {getattr(ck, k, '?')!r}" for k in diff))
 
 
 def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
@@ -123,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(sel))
     print()
 
+    if cfg.model.multimodal:
+        raise RunError("model.multimodal=true (vision mode, bidirectional mm-prefix spans) is not supported by "
+                       "the gemma4 text runner; the selection above is still valid")
     model, tok, source = build_model(cfg, opts.seed)
     args = model.args
     if model.device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 5e7:

@@ -119,6 +119,10 @@ def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
     save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
     out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
     assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out
+    from gemma4.__main__ import RunError, main
+
+    with pytest.raises(RunError, match="sliding_window: preset 8, checkpoint 16"):
+        main([f"platform={kind}", f"model.checkpoint={tmp_path}", "model.sliding_window=8"])
 
 
 @pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])

@@ -20,8 +20,7 @@ import torch
 from backends.base import AttentionBackend, AttentionMetadata
 from backends.registry import make_backend
 from gemma4.config import FULL, SLIDING, Gemma4Args
-from gemma4.kv_cache import (GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, kv_torch_dtype,
-                             scales_from_amax)
+from gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from gemma4.model import Gemma4, GroupStep, StepContext
 from selector.selection import GroupSelection, Selection
 
@@ -172,7 +171,7 @@ class Engine:
     def reset(self) -> None:
         self.cache.release_all()
         self.seq_lens.clear()
-        self._graphs.clear()  # block tables change: graphs hold static buffers only, but keep it simple
+        self._graphs.clear()  # a new batch captures its own decode graph
 
     def backend_names(self) -> dict[str, str]:
         out = {}
@@ -419,9 +418,5 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def kv_cache_bytes(engine: Engine) -> int:
-    return engine.cache.bytes()
-
-
 __all__ = ["Engine", "GenerationResult", "simple_selection", "reference_groups", "model_groups", "sample",
-           "max_rel_error", "kv_torch_dtype"]
+           "max_rel_error"]

@@ -114,7 +114,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(str(e)) from None
     overlays = [tuple(o) for o in args["overlays"]]
     cells = [c.with_overlays(ov) for c in expand(spec) if _matches(c, args["where"]) for ov in overlays]
-    params = [pytest.param((spec.name, c, args["invalid"]), id=c.id) for c in cells]
+    params = [pytest.param((str(args["name"]), c, args["invalid"]), id=c.id) for c in cells]
     if not params:
         params = [pytest.param(None, id="no-cells", marks=pytest.mark.skip(reason=f"no cell of {spec.name} matches {args['where']}"))]
     metafunc.parametrize("kselect_cell", params, indirect=True)

@@ -22,6 +22,8 @@ import datetime
 import math
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -166,6 +168,10 @@ def main(argv=None) -> int:
 
     gpu = args.gpu_name or (torch.cuda.get_device_name() if args.device != "cpu" else "cpu")
     results = {}
+    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
+               commit=_git_commit(), command="python -m kernels.conformance " + " ".join(argv or sys.argv[1:]),
+               claims=results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     for cid in read_claims(args.claims):
         try:
             results[cid] = check_claim(cid, args.device)
@@ -173,11 +179,16 @@ def main(argv=None) -> int:
             results[cid] = dict(status="unsupported", rel_err=None, detail=_first_line(e))
         r = results[cid]
         print(f"{cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
-    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(), claims=results)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        yaml.safe_dump(doc, f, sort_keys=False)
+        with open(args.out, "w") as f:  # after every claim: a timeout still leaves what was measured
+            yaml.safe_dump(doc, f, sort_keys=False)
     return 0
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from .errors import SelectionError
 from .resolve import resolve
 
 IMPLEMENTED = ("FLASH_ATTN", "TRITON_ATTN", "TORCH_REFERENCE")
-MODELS = ("gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
+MODELS = ("gemma4_tiny", "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
 OVERLAYS = ("[]", "[pr48666]", "[pr53175]")
 
 

@@ -53,5 +53,5 @@ def test_cli_writes_yaml(tmp_path):
     assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu-ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "claims"}
+    assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]

@@ -1,0 +1,114 @@
+"""Warnings a reviewer must see, in every output format and in diffs:
+MTP drafts keeping unit scales on a calibrated FP8 target (`mtp.unit_scales_on_calibrated_fp8`),
+a user block size that excluded a higher-priority backend, and unverified / refuted hardware
+claims (`[conformance]`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+
+import selector.conformance as conformance
+from selector.api import CONF_DIR, compose
+from selector.diff import diff_results, render as render_diff
+from selector.gather import markdown as gather_markdown
+from selector.gather import table as gather_table
+from selector.matrix import MatrixSpec, expand, resolve_cells
+from selector.render import render
+from selector.resolve import resolve
+from selector.sweep import run_job
+
+SM90 = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
+MTP_UNIT = "mtp.unit_scales_on_calibrated_fp8"
+BLOCK = "kv_cache.block_size=16 precluded higher-priority backend(s) ['FLASH_ATTN']"
+CASES = {
+    "mtp": (SM90 + ["kv_cache.scales=calibrated", "spec_decode=mtp"], MTP_UNIT),
+    "block": (SM90 + ["kv_cache.block_size=16", "overlay=[pr48666]"], BLOCK),
+    "unverified": (SM90, "unverified on nvidia_h200: FLASHINFER:fp8:d512:causal"),
+}
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown", "vllm"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_selection_formats_show_the_warning(case, fmt):
+    overrides, needle = CASES[case]
+    text = render(resolve(compose(overrides)), fmt)
+    if fmt == "json":
+        text = json.dumps([w for g in json.loads(text)["groups"] for w in g["warnings"]])
+    assert needle in text
+
+
+@pytest.fixture
+def refuted_gpu(tmp_path, monkeypatch):
+    """A measured GPU on which FA4 FP8 at head 512 failed."""
+    (tmp_path / "fake_h200.yaml").write_text(
+        "gpu: fake_h200\nclaims:\n"
+        "  FLASH_ATTN_v4:fp8:d512:causal: {status: refuted, rel_err: 0.31, detail: garbage tokens}\n"
+        "  FLASH_ATTN_v4:fp8:d256:causal: {status: verified, rel_err: 0.002}\n"
+    )
+    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
+    conformance.load.cache_clear()
+    yield "fake_h200"
+    conformance.load.cache_clear()
+
+
+def test_refuted_claims_in_every_format(refuted_gpu):
+    sel = resolve(compose(SM90 + ["overlay=[pr48666]", f"platform.gpu_model={refuted_gpu}"]))
+    full = sel.group("full_attention")
+    assert {c.claim: c.status for c in full.claims}["FLASH_ATTN_v4:fp8:d512:causal"] == "refuted"
+    for fmt in ("table", "json", "markdown", "vllm"):
+        assert "REFUTED on fake_h200: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31, garbage tokens)" in render(sel, fmt)
+
+
+def _matrix(pins=None) -> MatrixSpec:
+    return MatrixSpec(
+        name="w",
+        axes={"platform": ["sm90"], "model": ["gemma4_31b"], "kv_cache": ["fp8"], "scales": ["unit", "calibrated"],
+              "spec_decode": ["none", "mtp"]},  # fmt: skip
+        pins=pins or {"auto": {}, "bs16": {"kv_cache.block_size": 16}},
+    )
+
+
+def _diff(spec, a, b):
+    return diff_results(spec, resolve_cells(expand(spec, a)), resolve_cells(expand(spec, b)), str(list(a)), str(list(b)))
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_diffs_show_new_warnings_first(fmt):
+    spec = _matrix()
+    # #48666: the user block size now excludes FA (kernel block [64]); the revert brings back the MTP bug
+    fwd = render_diff(_diff(spec, (), ("pr48666",)), fmt)
+    back = render_diff(_diff(spec, ("pr48666",), ("pr48666", "pr52987")), fmt)
+    assert BLOCK in fwd and "unverified on nvidia_h200" in fwd
+    assert MTP_UNIT in back
+    if fmt == "json":
+        blocks = json.loads(back)["blocks"]
+        mtp = next(b for b in blocks if MTP_UNIT in b["title"])
+        assert mtp["kind"] == "new warning" and mtp["cells"] == ["sm90-gemma4_31b-fp8-calib-mtp", "sm90-gemma4_31b-fp8-calib-mtp-bs16"]
+        kinds = [b["kind"] for b in blocks]
+        assert kinds.index("new warning") < kinds.index("selection")
+    else:
+        assert fwd.index(BLOCK) < fwd.index("FLASHINFER -> FLASH_ATTN v4")
+
+
+def test_refuted_claims_lead_the_warnings_of_a_diff(refuted_gpu):
+    spec = _matrix({"auto": {"platform.gpu_model": refuted_gpu}})
+    d = _diff(spec, (), ("pr48666",))
+    warn = [b for b in d.blocks if b.kind == "new warning"]
+    assert warn[0].title == f"REFUTED on {refuted_gpu}: hardware claims of the selected kernels [conformance]"
+    assert warn[0].details[0][0].startswith("full_attention: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31")
+    assert "REFUTED on fake_h200" in render_diff(d, "markdown")
+
+
+def test_sweep_jobs_and_gather_show_warnings(tmp_path):
+    overrides = CASES["mtp"][0]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=overrides)
+    rec = run_job(cfg, overrides)
+    rec["job"] = {"num": 0}
+    rec["_dir"] = "0"
+    assert any(MTP_UNIT in w for g in rec["selection"]["groups"] for w in g["warnings"])
+    assert MTP_UNIT in gather_table(tmp_path, [rec]) and MTP_UNIT in gather_markdown(tmp_path, [rec])

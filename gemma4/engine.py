@@ -5,7 +5,10 @@ for prefill, one token for decode, several for chunked prefill), writes their K/
 caches and returns logits. `generate` does greedy or seeded temperature/top-k sampling over a
 batch and reports prefill and decode tokens/s. On CUDA, decode runs as a CUDA graph when every
 group's backend `supports_cuda_graphs()` (checked against an eager step at capture time; any
-mismatch or capture error falls back to eager with a warning).
+mismatch or capture error falls back to eager with a warning). With graphs, `generate` keeps the
+tokens on the device (the graph computes cache slots from its positions and block tables), so the
+decode loop has no per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps); its times are
+CUDA events. A captured graph is kept across `reset()` (static inputs are reloaded before use).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gemma4.model import Gemma4, GroupStep, StepContext
 from selector.selection import GroupSelection, Selection
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
 
 
 # ---------------------------------------------------------------------------- selections
@@ -164,6 +168,7 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
         self._graphs: dict[int, _DecodeGraph] = {}
+        self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
         self.notes: list[str] = []
         self.static_paths = False  # tests: run the CUDA-graph-safe code paths eagerly (e.g. on CPU)
 
@@ -171,7 +176,7 @@ class Engine:
     def reset(self) -> None:
         self.cache.release_all()
         self.seq_lens.clear()
-        self._graphs.clear()  # a new batch captures its own decode graph
+        self._epoch += 1  # captured graphs stay; their static inputs are reloaded before the next replay
 
     def backend_names(self) -> dict[str, str]:
         out = {}
@@ -226,6 +231,7 @@ class Engine:
         pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
         metas, slots = self._metadata(seqs, qlens, kvlens)
         hidden = self.model(ids, self._context(pos, metas, slots, kv_amax))
+        self._epoch += 1
         for s, n in zip(seqs, kvlens):
             self.seq_lens[s] = n
         if all_logits:
@@ -235,16 +241,24 @@ class Engine:
 
     def decode(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
         """One decode step: tokens[i] appended to seqs[i]. Returns [B, V] logits."""
-        if self.use_graphs:
-            try:
-                return self._decode_graph(seqs, tokens)
-            except Exception as e:  # capture problems must never change results: fall back
-                self.use_graphs = False
-                self._graphs.clear()
-                msg = f"CUDA graph decode disabled ({type(e).__name__}: {e}); running eager"
-                warnings.warn(msg)
-                self.notes.append(msg)
+        out = self._try_graph(seqs, tokens)
+        if out is not None:
+            return out.clone()
         return self.extend(seqs, [[t] for t in tokens])
+
+    def _try_graph(self, seqs: list[int], tokens) -> torch.Tensor | None:
+        """The graph's logits (valid until its next replay), or None when graphs are off or fail."""
+        if not self.use_graphs:
+            return None
+        try:
+            return self._decode_graph(seqs, tokens)
+        except Exception as e:  # capture problems must never change results: fall back
+            self.use_graphs = False
+            self._graphs.clear()
+            msg = f"CUDA graph decode disabled ({type(e).__name__}: {e}); running eager"
+            warnings.warn(msg)
+            self.notes.append(msg)
+            return None
 
     # -------------------------------------------------------------- calibration
     @torch.inference_mode()
@@ -296,6 +310,9 @@ class Engine:
             raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={self.max_seq_len}")
         for s, p in zip(seqs, prompts):  # reserve blocks up front: static block tables for graphs
             self.cache.ensure(s, len(p) + max_new_tokens)
+        if self.use_graphs:
+            return self._generate_on_device(seqs, prompts, max_new_tokens, temperature, top_k, gen, eos,
+                                            stop_at_eos, return_logits, forced)
         logs: list[torch.Tensor] = []
 
         picked: list[list[int]] = []
@@ -334,8 +351,60 @@ class Engine:
             prefill_s=t1 - t0, decode_s=t2 - t1, logits=logs if return_logits else None, steps=picked,
             cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
 
+    def _generate_on_device(self, seqs, prompts, max_new_tokens, temperature, top_k, gen, eos, stop_at_eos,
+                            return_logits, forced) -> GenerationResult:
+        """`generate` with graph decode: tokens (and logits) stay on the device until the end, so the
+        loop never waits for the GPU except for an EOS check every EOS_CHECK_EVERY steps. Same tokens,
+        EOS handling and `steps` as the host loop; decode_tokens counts the steps actually run."""
+        dev = self.device
+        forced_t = (torch.tensor(forced, dtype=torch.long).T.contiguous().to(dev)
+                    if forced is not None else None)  # [steps, B]
+        logs: list[torch.Tensor] = []
+        toks: list[torch.Tensor] = []
+
+        def pick(logits: torch.Tensor, step: int) -> torch.Tensor:
+            if return_logits:
+                logs.append(logits.to(torch.float32, copy=True))
+            nxt = forced_t[step] if forced_t is not None else sample(logits, temperature, top_k, gen)
+            toks.append(nxt)
+            return nxt
+
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        ev[0].record()
+        nxt = pick(self.extend(seqs, prompts), 0)
+        ev[1].record()
+        steps = 0
+        for step in range(1, max_new_tokens):
+            if stop_at_eos and step % EOS_CHECK_EVERY == 0 and bool((torch.stack(toks) == eos).any(0).all()):
+                break
+            logits = self._try_graph(seqs, nxt)
+            if logits is None:  # graphs failed: eager (host tokens)
+                logits = self.extend(seqs, [[t] for t in nxt.tolist()])
+            nxt = pick(logits, step)
+            steps += 1
+        ev[2].record()
+        torch.cuda.synchronize(dev)
+        rows = torch.stack(toks).tolist()  # [1 + steps, B]
+        out = [[t] for t in rows[0]]
+        done = [stop_at_eos and t == eos for t in rows[0]]
+        used = 1
+        for row in rows[1:]:
+            if all(done):
+                break
+            used += 1
+            for i, t in enumerate(row):
+                if not done[i]:
+                    out[i].append(t)
+                    done[i] = stop_at_eos and t == eos
+        return GenerationResult(
+            tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
+            prefill_s=ev[0].elapsed_time(ev[1]) / 1e3, decode_s=ev[1].elapsed_time(ev[2]) / 1e3,
+            logits=[x.cpu() for x in logs[:used]] if return_logits else None, steps=rows[:used],
+            cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
+
     # -------------------------------------------------------------- CUDA graphs
-    def _decode_graph(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
+    def _decode_graph(self, seqs: list[int], tokens) -> torch.Tensor:
+        """tokens: host list or device tensor [B]. Returns the graph's output buffer (not a copy)."""
         b = len(seqs)
         g = self._graphs.get(b)
         starts = [self.seq_lens[s] for s in seqs]
@@ -347,11 +416,18 @@ class Engine:
             g = _DecodeGraph(self, seqs)
             logits = g.capture(tokens, starts)
             self._graphs[b] = g
+        elif g.state == (self._epoch, starts) and not self._tables_changed(g):
+            logits = g.advance(tokens)  # device-side +1 on positions/lengths: no host copies
         else:
             logits = g.replay(tokens, starts)
         for s, p in zip(seqs, starts):
             self.seq_lens[s] = p + 1
+        g.state = (self._epoch, [p + 1 for p in starts])
         return logits
+
+    def _tables_changed(self, g: "_DecodeGraph") -> bool:
+        return any(len(gc.tables.get(s, ())) != g.table_lens[k][r]
+                   for k, gc in self.cache.groups.items() for r, s in enumerate(g.seqs))
 
 
 class _DecodeGraph:
@@ -373,21 +449,35 @@ class _DecodeGraph:
             self.slots[k] = torch.zeros(b, dtype=torch.long, device=dev)
         self.graph = None
         self.out = None
+        self.state = None  # (engine epoch, positions the device buffers hold for the next step)
+        self.table_lens: dict[str, list[int]] = {}
+
+    def _set_ids(self, tokens):
+        if isinstance(tokens, torch.Tensor):
+            self.ids.copy_(tokens)
+        else:
+            self.ids.copy_(torch.tensor(tokens, dtype=torch.long), non_blocking=True)
 
     def _fill(self, tokens, starts):
         eng = self.eng
-        self.ids.copy_(torch.tensor(tokens, dtype=torch.long), non_blocking=True)
+        self._set_ids(tokens)
         self.pos.copy_(torch.tensor(starts, dtype=torch.long), non_blocking=True)
         used = torch.tensor([p + 1 for p in starts], dtype=torch.int32)
         for k, gc in eng.cache.groups.items():
             self.metas[k].seqused_k.copy_(used)
             self.metas[k].block_table.copy_(gc.block_table(self.seqs, self.width[k]))
             self.slots[k].copy_(gc.slot_mapping(self.seqs, starts, [1] * len(starts)))
+            self.table_lens[k] = [len(gc.tables.get(s, ())) for s in self.seqs]
 
     def _run(self):
-        ctx = self.eng._context(self.pos, self.metas, self.slots)
+        eng = self.eng
+        for k, gc in eng.cache.groups.items():  # slots from positions + block tables, on the device
+            bs = gc.block_size
+            blk = self.metas[k].block_table.gather(1, torch.div(self.pos, bs, rounding_mode="floor")[:, None])
+            self.slots[k].copy_(blk.squeeze(1).long() * bs + self.pos % bs)
+        ctx = eng._context(self.pos, self.metas, self.slots)
         ctx.extra["static"] = True
-        return self.eng.model.compute_logits(self.eng.model(self.ids, ctx))
+        return eng.model.compute_logits(eng.model(self.ids, ctx))
 
     def capture(self, tokens, starts) -> torch.Tensor:
         self._fill(tokens, starts)
@@ -410,7 +500,16 @@ class _DecodeGraph:
     def replay(self, tokens, starts) -> torch.Tensor:
         self._fill(tokens, starts)
         self.graph.replay()
-        return self.out.clone()
+        return self.out
+
+    def advance(self, tokens) -> torch.Tensor:
+        """The next step of the same sequences: positions and lengths +1 on the device."""
+        self._set_ids(tokens)
+        self.pos.add_(1)
+        for m in self.metas.values():
+            m.seqused_k.add_(1)
+        self.graph.replay()
+        return self.out
 
 
 def _sync(device: torch.device) -> None:

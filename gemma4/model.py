@@ -274,6 +274,15 @@ class Gemma4(nn.Module):
             persistent=False,
         )
 
+    def keep_rope_fp32(self) -> "Gemma4":
+        """Recompute the RoPE inverse frequencies in fp32 on the model's device (`.to(bfloat16)` rounds
+        them, which shifts angles by ~1 rad at position 500; HF keeps them in fp32). Returns self."""
+        a = self.args
+        dev = self.embed_tokens.weight.device
+        self.sliding_inv_freq = rope_inv_freq(a.head_dim, a.rope_theta_sliding).to(dev)
+        self.full_inv_freq = rope_inv_freq(a.global_head_dim, a.rope_theta_full, a.partial_rotary_factor_full).to(dev)
+        return self
+
     @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype

@@ -1,0 +1,575 @@
+"""Gemma-4 end to end: our engine on the selected kernels vs Hugging Face transformers, same weights.
+
+    python bench/gemma4/e2e.py --out $OUT/e2e --budget-s 540 [--presets gemma4_e4b gemma4_31b]
+    python bench/gemma4/e2e.py --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
+
+Per preset (seeded random weights in the model dtype, built on the device; freed between presets):
+  * every selection (base, overlay=[pr48666], overlay=[pr53175]) x KV dtype (auto = model dtype, fp8):
+    the backend per group, the KV-cache capacity in a fixed budget (--capacity-gib; non-shared layers
+    x 2 x kv_heads x head_size x bytes, whole kv blocks), and the numerics check: max rel logit error
+    of the selected kernels vs TORCH_REFERENCE on the same cache layout/dtype (prefill past the
+    sliding window, then a few teacher-forced decode steps). A WRONG verdict is reported, not hidden.
+    Selections that resolve to the same groups are measured once (`same_as`). A backend kselect does
+    not implement (FLASHINFER) is substituted by TRITON_ATTN with the same blocks/descales, and marked.
+  * prefill tokens/s (--prompt-len, random tokens) and decode tokens/s (--new tokens, greedy, CUDA
+    graphs) at each batch size, after a warm-up: CUDA events, median of --reps runs;
+  * the same weights in HF transformers (attn_implementation="sdpa"), built on the meta device and
+    loaded with `assign=True` (tensors shared with our model, not copied); last-token logits are
+    checked against our model before timing; prefill = model(ids, logits_to_keep=1), decode =
+    (generate(--hf-new tokens) - prefill) / (hf_new - 1) steps.
+Results go to --out/e2e.json and e2e.md after every measurement (a timeout still leaves them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import platform as _platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from gemma4.__main__ import build_model, select  # noqa: E402
+from gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
+from gemma4.kv_cache import kv_torch_dtype  # noqa: E402
+
+SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"]}
+KV_DTYPES = ["auto", "fp8"]
+SUBSTITUTE = {"FLASHINFER": "TRITON_ATTN"}  # selected but not implemented in kselect
+WRONG = "WRONG"
+
+
+def first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
+
+
+# ---------------------------------------------------------------------------- environment
+def environment(argv: list[str]) -> dict:
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return ""
+
+    env = dict(command=" ".join([sys.executable.rsplit("/", 1)[-1], "bench/gemma4/e2e.py", *argv]),
+               git_commit=git("rev-parse", "HEAD"), git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
+               torch=str(torch.__version__), python=_platform.python_version(), host=_platform.node(),
+               date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    for mod in ("transformers", "triton"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            env[mod] = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=torch.cuda.get_device_name(0), gpu_mem_gib=round(p.total_memory / 2**30, 1),
+                   cuda=torch.version.cuda, capability=f"{p.major}.{p.minor}")
+    else:
+        env.update(gpu=None, cpu_threads=torch.get_num_threads())
+    return env
+
+
+def ceilings(device: torch.device) -> dict:
+    """Measured copy bandwidth (read+write) and bf16 GEMM throughput: the roofs for plots."""
+    if device.type != "cuda":
+        return {}
+    n = 1 << 30
+    a = torch.randn(n // 2, device=device, dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    m = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    out = {}
+    for key, fn, work in (("copy_gbs", lambda: b.copy_(a), 2 * n / 1e9), ("bf16_gemm_tflops", lambda: m @ m, 2 * 8192**3 / 1e12)):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(10):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        out[key] = round(work / statistics.median(ts), 1)
+    del a, b, m
+    torch.cuda.empty_cache()
+    return out
+
+
+# ---------------------------------------------------------------------------- selections
+def groups_of(sel):
+    """Target groups, with backends kselect does not implement substituted (and a note per group)."""
+    groups, subst = {}, {}
+    for kind, g in model_groups(sel).items():
+        if g.backend in SUBSTITUTE:
+            new = SUBSTITUTE[g.backend]
+            subst[g.kind] = f"{g.backend} (selected, not implemented in kselect) -> {new}"
+            g = g.model_copy(update=dict(backend=new, flash_attn_version=None))
+        groups[kind] = g
+    return groups, subst
+
+
+def describe(groups) -> dict:
+    out = {}
+    for g in groups.values():
+        fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
+        out[g.kind] = dict(backend=f"{g.backend}{fa}", kernel_block=g.kernel_block_size, kv_block=g.kv_block_size,
+                           kv_dtype=g.kv_cache_dtype, quant_query=g.quant_query, descale=g.descale,
+                           head_size=g.head_size, kv_heads=g.num_kv_heads, layers=len(g.layers))
+    return out
+
+
+def signature(groups) -> tuple:
+    return tuple(sorted((k, g.backend, g.flash_attn_version, g.kernel_block_size, g.kv_block_size, g.kv_cache_dtype,
+                         g.quant_query, g.descale, g.kv_scales) for k, g in groups.items()))
+
+
+def capacity(args, groups, model_dtype, budget_gib: float) -> dict:
+    """Tokens per sequence-independent pool that fit in budget_gib: every group holds every token
+    (full-length paged cache, as PagedKVCache allocates), rounded down to whole kv blocks."""
+    per, blocks = {}, []
+    for g in groups.values():
+        producers = [i for i in g.layers if not args.is_kv_shared(i)]
+        elem = torch.empty((), dtype=kv_torch_dtype(g.kv_cache_dtype, model_dtype)).element_size()
+        per[g.kind] = dict(producer_layers=len(producers),
+                           bytes_per_token=len(producers) * 2 * g.num_kv_heads * g.head_size * elem,
+                           kv_block=g.kv_block_size)
+        blocks.append(g.kv_block_size)
+    total = sum(p["bytes_per_token"] for p in per.values())
+    step = math.lcm(*blocks)
+    budget = budget_gib * 2**30
+    tokens = int(budget // total) // step * step
+    while tokens and sum(math.ceil(tokens / p["kv_block"]) * p["kv_block"] * p["bytes_per_token"]
+                         for p in per.values()) > budget:
+        tokens -= step
+    return dict(budget_gib=budget_gib, bytes_per_token=total, tokens=tokens, groups=per)
+
+
+# ---------------------------------------------------------------------------- measurements
+def free():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
+    """Selected kernels vs TORCH_REFERENCE on the same cache layout and dtype (teacher-forced)."""
+    from kernels.tolerances import tolerance
+
+    max_len = max(map(len, prompts)) + steps + 1
+    eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=graphs)
+    res = eng.generate(prompts, steps + 1, return_logits=True, stop_at_eos=False)
+    forced = [list(col) for col in zip(*res.steps)]
+    ref = Engine(model, reference_groups(eng.groups), max_seqs=len(prompts), max_seq_len=max_len,
+                 kv_scales=eng.cache.scales(), cuda_graphs=False)
+    r = ref.generate(prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+    got, want = torch.stack(res.logits), torch.stack(r.logits)  # [steps, B, V]
+    fp8 = eng.cache.fp8
+    tol = tolerance(model.dtype, fp8=fp8)
+    err = max_rel_error(got, want)
+    out = dict(max_rel_err=err, prefill_rel_err=max_rel_error(got[:1], want[:1]),
+               decode_rel_err=max_rel_error(got[1:], want[1:]) if len(got) > 1 else None,
+               tolerance=tol, verdict="ok" if err <= tol else WRONG, steps=len(res.steps),
+               prompt_lens=[len(p) for p in prompts], cuda_graphs=res.cuda_graphs,
+               argmax_agree=float((got.argmax(-1) == want.argmax(-1)).float().mean()), notes=res.notes)
+    if not math.isfinite(err):
+        out["verdict"] = WRONG
+    if fp8:  # how far the FP8 cache itself is from a model-dtype cache (the quantization error)
+        mdt = str(model.dtype).removeprefix("torch.")
+        plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
+                 for k, g in reference_groups(eng.groups).items()}
+        r2 = Engine(model, plain, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False).generate(
+            prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+        out["fp8_quant_rel_err"] = max_rel_error(want, torch.stack(r2.logits))
+    del eng, ref
+    free()
+    return out
+
+
+def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
+    b = len(prompts)
+    eng = Engine(model, groups, max_seqs=b, max_seq_len=len(prompts[0]) + new, cuda_graphs=graphs)
+    t = time.perf_counter()
+    eng.generate(prompts, 3, stop_at_eos=False)  # warm-up: kernel compiles, graph capture
+    warm_s = time.perf_counter() - t
+    pre, dec, steps = [], [], None
+    for _ in range(reps):
+        r = eng.generate(prompts, new, stop_at_eos=False)
+        pre.append(r.prefill_s)
+        dec.append(r.decode_s)
+        steps = r.decode_tokens // b
+    p, d = statistics.median(pre), statistics.median(dec)
+    out = dict(prefill_tok_s=r.prompt_tokens / p, decode_tok_s=b * steps / d, prefill_ms=p * 1e3,
+               decode_ms_per_step=d / steps * 1e3, decode_steps=steps, reps=reps, warmup_s=round(warm_s, 2),
+               cuda_graphs=r.cuda_graphs, notes=r.notes, kv_cache_gib=round(eng.cache.bytes() / 2**30, 3))
+    del eng
+    free()
+    return out
+
+
+@contextlib.contextmanager
+def params_on_meta():
+    """Build a module with its parameters on the meta device (buffers stay real: RoPE tables etc.)."""
+    orig = torch.nn.Module.register_parameter
+
+    def reg(self, name, param):
+        orig(self, name, param)
+        p = self._parameters.get(name)
+        if p is not None and p.device.type != "meta":
+            self._parameters[name] = torch.nn.Parameter(p.to("meta"), requires_grad=p.requires_grad)
+
+    torch.nn.Module.register_parameter = reg
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = orig
+
+
+def hf_model(model):
+    """HF Gemma4ForCausalLM (sdpa) sharing `model`'s tensors (meta build + load_state_dict(assign=True))."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    cfg = copy.deepcopy(model.args.to_hf_text_config())
+    with params_on_meta():
+        hf = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=model.dtype)
+    sd = {f"model.{k}": v for k, v in model.state_dict().items()}
+    res = hf.load_state_dict(sd, strict=False, assign=True)
+    if res.unexpected_keys or res.missing_keys != ["lm_head.weight"]:
+        raise RuntimeError(f"HF state dict mismatch: missing {res.missing_keys[:5]}, unexpected {res.unexpected_keys[:5]}")
+    hf.lm_head.weight = hf.model.embed_tokens.weight  # tied
+    hf = hf.to(model.device).eval()  # moves the (real) buffers; assigned parameters are already there
+    meta = [n for n, t in list(hf.named_parameters()) + list(hf.named_buffers()) if t.device.type == "meta"]
+    if meta:
+        raise RuntimeError(f"HF model still has meta tensors: {meta[:5]}")
+    ours = {t.data_ptr() for t in model.state_dict().values()}
+    shared = sum(p.data_ptr() in ours for p in hf.parameters())
+    if shared != len(list(hf.parameters())):
+        raise RuntimeError(f"only {shared} of {len(list(hf.parameters()))} HF parameters share our tensors")
+    return hf
+
+
+@torch.inference_mode()
+def hf_logits_check(model, hf, ref_groups, prompts) -> dict:
+    from kernels.tolerances import tolerance
+
+    eng = Engine(model, ref_groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]), cuda_graphs=False)
+    ours = eng.extend(list(range(len(prompts))), prompts).float()
+    ids = torch.tensor(prompts, device=model.device)
+    theirs = hf(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[:, -1].float()
+    err = max_rel_error(ours, theirs)
+    tol = 5 * tolerance(model.dtype)  # two independent implementations, each within the dtype's bar
+    del eng
+    free()
+    return dict(max_rel_err=err, tolerance=tol, verdict="ok" if err <= tol else WRONG,
+                argmax_agree=float((ours.argmax(-1) == theirs.argmax(-1)).float().mean()),
+                what="last-token logits, our model on TORCH_REFERENCE vs HF sdpa, same weights")
+
+
+@torch.inference_mode()
+def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
+    ids = torch.tensor(prompts, device=device)
+    am = torch.ones_like(ids)
+    b, n = ids.shape
+    gen_kw = dict(attention_mask=am, do_sample=False, pad_token_id=0, eos_token_id=None)
+
+    def timed(fn):
+        if device.type == "cuda":
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            return s.elapsed_time(e) / 1e3
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    prefill = lambda: hf(input_ids=ids, attention_mask=am, logits_to_keep=1)  # noqa: E731
+    prefill()
+    hf.generate(ids, max_new_tokens=3, min_new_tokens=3, **gen_kw)  # warm-up
+    pre = statistics.median(timed(prefill) for _ in range(reps))
+    gen = statistics.median(timed(lambda: hf.generate(ids, max_new_tokens=new, min_new_tokens=new, **gen_kw))
+                            for _ in range(max(1, reps - 1)))
+    dec = max(gen - pre, 1e-9)
+    out = dict(prefill_tok_s=b * n / pre, decode_tok_s=b * (new - 1) / dec, prefill_ms=pre * 1e3,
+               decode_ms_per_step=dec / (new - 1) * 1e3, generate_s=gen, new_tokens=new)
+    free()
+    return out
+
+
+# ---------------------------------------------------------------------------- report
+class Report:
+    def __init__(self, out: Path, env: dict, opts: dict):
+        self.out = out
+        self.data = dict(environment=env, options=opts, ceilings={}, presets={}, selections=[], runs=[], hf=[],
+                         skipped=[], errors=[])
+        out.mkdir(parents=True, exist_ok=True)
+
+    def save(self):
+        (self.out / "e2e.json").write_text(json.dumps(self.data, indent=1, default=str))
+        (self.out / "e2e.md").write_text(render_md(self.data))
+
+
+def _f(x, fmt=",.0f"):
+    return "" if x is None else (f"{x:{fmt}}" if isinstance(x, (int, float)) and math.isfinite(x) else str(x))
+
+
+def render_md(d: dict) -> str:
+    env, o = d["environment"], d["options"]
+    L = [f"# Gemma-4 end to end: kselect engine vs HF transformers ({env.get('gpu') or 'CPU'})", "",
+         f"`{env['command']}` at commit `{env['git_commit'][:12]}`{' (dirty)' if env.get('git_dirty') else ''}, "
+         f"torch {env['torch']}, transformers {env.get('transformers')}, triton {env.get('triton')}, {env['date']}.",
+         f"Prompt {o['prompt_len']} random tokens, {o['new']} new tokens greedy (HF: {o['hf_new']}), median of "
+         f"{o['reps']} after a warm-up; decode tok/s = batch x decode steps / decode time (prefill excluded).", ""]
+    if d.get("ceilings"):
+        c = d["ceilings"]
+        L += [f"Ceilings: copy {_f(c.get('copy_gbs'))} GB/s (read+write), bf16 GEMM {_f(c.get('bf16_gemm_tflops'))} "
+              "TFLOP/s.", ""]
+    for name, p in d["presets"].items():
+        L.append(f"- **{name}**: {p.get('params_b', 0):.2f} B parameters, {p.get('weight_gb', 0):.1f} GB weights "
+                 f"({p.get('decode_read_gb', 0):.1f} GB read per decode step), built in {p.get('build_s', 0):.1f} s"
+                 + (f"; B1 decode roofline {p['roofline_b1_tok_s']:,.0f} tok/s" if p.get("roofline_b1_tok_s") else ""))
+    L += ["", "## Selections: backends, numerics, KV capacity", "",
+          "| preset | selection | kv | sliding | full | numerics max rel err (prefill / decode) | verdict | "
+          f"FP8 quant err | tokens in {o['capacity_gib']:g} GiB | bytes/token | note |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in d["selections"]:
+        g = s.get("groups", {})
+        be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}" if k in g else "")  # noqa: E731
+        n = s.get("numerics") or {}
+        num = (f"{_f(n.get('max_rel_err'), '.2e')} ({_f(n.get('prefill_rel_err'), '.1e')} / "
+               f"{_f(n.get('decode_rel_err'), '.1e')})" if n else "")
+        verdict = n.get("verdict", "")
+        verdict = f"**{verdict}**" if verdict == WRONG else verdict
+        note = "; ".join(filter(None, [f"same as {s['same_as']}" if s.get("same_as") else "",
+                                       *s.get("substituted", {}).values(), s.get("error", "")]))
+        cap = s.get("capacity") or {}
+        L.append(f"| {s['preset']} | {s['selection']} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
+                 f"{num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
+                 f"{_f(cap.get('bytes_per_token'))} | {note} |")
+    L += ["", "## Throughput (tokens/s)", "",
+          "| preset | selection | kv | batch | prefill tok/s | decode tok/s | ms/step | decode vs HF | graphs | note |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    hf = {(h["preset"], h["batch"]): h for h in d["hf"]}
+    for r in d["runs"]:
+        h = hf.get((r["preset"], r["batch"]), {})
+        ratio = (f"{r['decode_tok_s'] / h['decode_tok_s']:.1f}x" if r.get("decode_tok_s") and h.get("decode_tok_s")
+                 else "")
+        L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r['batch']} | {_f(r.get('prefill_tok_s'))} | "
+                 f"{_f(r.get('decode_tok_s'), ',.1f')} | {_f(r.get('decode_ms_per_step'), '.2f')} | {ratio} | "
+                 f"{'on' if r.get('cuda_graphs') else 'off' if 'cuda_graphs' in r else ''} | "
+                 f"{r.get('error') or '; '.join(r.get('notes') or [])} |")
+    for h in d["hf"]:
+        L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {_f(h.get('prefill_tok_s'))} | "
+                 f"{_f(h.get('decode_tok_s'), ',.1f')} | {_f(h.get('decode_ms_per_step'), '.2f')} | 1.0x |  | "
+                 f"{h.get('error', '')} |")
+    checks = [(n, p["hf_check"]) for n, p in d["presets"].items() if p.get("hf_check")]
+    if checks:
+        L += ["", "HF logits check (before timing): " + "; ".join(
+            f"{n}: max rel err {_f(c.get('max_rel_err'), '.2e')} (bar {_f(c.get('tolerance'), 'g')}, {c.get('verdict')}, "
+            f"argmax agree {_f(c.get('argmax_agree'), '.2f')})" if "max_rel_err" in c else f"{n}: {c.get('error')}"
+            for n, c in checks)]
+    if d["skipped"]:
+        L += ["", "Skipped (time budget): " + ", ".join(d["skipped"])]
+    if d["errors"]:
+        L += ["", "Errors: " + "; ".join(d["errors"])]
+    return "\n".join(L) + "\n"
+
+
+# ---------------------------------------------------------------------------- main
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--presets", nargs="+", default=["gemma4_e4b", "gemma4_31b"])
+    ap.add_argument("--selections", nargs="+", default=list(SELECTIONS), choices=list(SELECTIONS))
+    ap.add_argument("--kv", nargs="+", default=KV_DTYPES)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--e4b-batch-64", action=argparse.BooleanOptionalAction, default=True,
+                    help="also batch 64 for gemma4_e4b, last, if time permits")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--hf-new", type=int, default=32, help="HF decode tokens (HF decode is slow; per-step time is flat)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--check-batch", type=int, default=2)
+    ap.add_argument("--check-steps", type=int, default=4)
+    ap.add_argument("--capacity-gib", type=float, default=40.0)
+    ap.add_argument("--platform", default="auto")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--no-cuda-graphs", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
+    opts = ap.parse_args(argv)
+    if opts.smoke:
+        opts.presets, opts.batches, opts.e4b_batch_64 = ["gemma4_tiny"], [1, 2], False
+        opts.prompt_len, opts.new, opts.hf_new, opts.reps, opts.check_steps = 24, 6, 4, 1, 3
+        if opts.platform == "auto":
+            opts.platform = "cpu"
+    t0 = time.perf_counter()
+    left = lambda: opts.budget_s - (time.perf_counter() - t0)  # noqa: E731
+    graphs = False if opts.no_cuda_graphs else None
+    rep = Report(opts.out, environment(argv), {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()})
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
+
+    torch.manual_seed(opts.seed)
+    for preset in opts.presets:
+        if left() < 30:
+            rep.data["skipped"].append(f"{preset} (all)")
+            rep.save()
+            continue
+        base = [f"platform={opts.platform}", f"model={preset}"]
+        t = time.perf_counter()
+        try:
+            cfg0, _ = select(base)
+            model, _, source = build_model(cfg0, opts.seed)
+        except Exception as e:  # noqa: BLE001
+            rep.data["errors"].append(f"{preset}: build failed: {first_line(e)}")
+            log(f"{preset}: build failed: {first_line(e)}")
+            rep.save()
+            continue
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
+            if not rep.data["ceilings"]:
+                rep.data["ceilings"] = ceilings(model.device)
+        elif sum(p.numel() for p in model.parameters()) < 5e7:
+            torch.set_num_threads(1)
+        args, dev = model.args, model.device
+        n = sum(p.numel() for p in model.parameters())
+        wbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        ple = model.embed_tokens_per_layer.weight if args.hidden_size_per_layer_input else None
+        read = wbytes - (ple.numel() * ple.element_size() if ple is not None else 0)  # PLE table: a lookup
+        info = dict(source=source, params_b=n / 1e9, weight_gb=wbytes / 1e9, decode_read_gb=read / 1e9,
+                    build_s=round(time.perf_counter() - t, 2), device=str(dev), dtype=args.dtype,
+                    sliding_window=args.sliding_window)
+        if rep.data["ceilings"].get("copy_gbs"):
+            info["roofline_b1_tok_s"] = rep.data["ceilings"]["copy_gbs"] * 1e9 / read
+        if dev.type == "cuda":
+            info["gpu_mem_after_build_gib"] = round(torch.cuda.memory_allocated() / 2**30, 1)
+        rep.data["presets"][preset] = info
+        log(f"{preset}: {n / 1e9:.2f}B params ({wbytes / 1e9:.1f} GB) built in {info['build_s']} s on {dev}")
+        rep.save()
+
+        g = torch.Generator().manual_seed(opts.seed + 1)
+        batches = list(opts.batches) + ([64] if opts.e4b_batch_64 and preset == "gemma4_e4b" and 64 not in opts.batches else [])
+        prompts = torch.randint(3, args.vocab_size, (max(batches), opts.prompt_len), generator=g).tolist()
+        check_len = min(args.sliding_window + 64, args.max_position_embeddings - opts.check_steps - 2)
+        check_prompts = torch.randint(3, args.vocab_size, (opts.check_batch, check_len), generator=g).tolist()
+
+        # 1. selections: groups, capacity, numerics (each distinct selection once)
+        distinct: dict[tuple, dict] = {}
+        todo = []
+        ref_groups = None
+        for sname in opts.selections:
+            for kv in opts.kv:
+                row = dict(preset=preset, selection=sname, kv=kv)
+                rep.data["selections"].append(row)
+                try:
+                    _, sel = select(base + [f"kv_cache={kv}", *SELECTIONS[sname]])
+                    groups, subst = groups_of(sel)
+                except Exception as e:  # noqa: BLE001
+                    row["error"] = first_line(e)
+                    log(f"{preset} {sname} kv={kv}: selection failed: {row['error']}")
+                    rep.save()
+                    continue
+                row.update(groups=describe(groups), substituted=subst,
+                           capacity=capacity(args, groups, model.dtype, opts.capacity_gib))
+                if ref_groups is None and kv == "auto":
+                    ref_groups = reference_groups(groups)
+                sig = signature(groups)
+                if sig in distinct:
+                    row["same_as"] = f"{distinct[sig]['selection']} kv={distinct[sig]['kv']}"
+                    row["numerics"] = distinct[sig].get("numerics")
+                    rep.save()
+                    continue
+                distinct[sig] = row
+                todo.append((row, groups))
+                if left() < 20:
+                    rep.data["skipped"].append(f"{preset} {sname} kv={kv} numerics")
+                    rep.save()
+                    continue
+                try:
+                    row["numerics"] = numerics_check(model, groups, check_prompts, opts.check_steps, graphs)
+                    nm = row["numerics"]
+                    log(f"{preset} {sname} kv={kv}: {describe(groups)['sliding_window']['backend']} / "
+                        f"{describe(groups)['full_attention']['backend']}: numerics max rel err "
+                        f"{nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
+                except Exception as e:  # noqa: BLE001
+                    row["numerics"] = dict(error=first_line(e))
+                    row["error"] = f"numerics: {first_line(e)}"
+                    log(f"{preset} {sname} kv={kv}: numerics failed: {first_line(e)}")
+                    free()
+                rep.save()
+
+        # 2. HF: share weights, check logits
+        hf = None
+        if not opts.no_hf and ref_groups is not None and left() > 20:
+            try:
+                hf = hf_model(model)
+                info["hf_check"] = hf_logits_check(model, hf, ref_groups, prompts[:2])
+                log(f"{preset}: HF logits check {info['hf_check']['max_rel_err']:.2e} ({info['hf_check']['verdict']})")
+            except Exception as e:  # noqa: BLE001
+                info["hf_check"] = dict(error=first_line(e))
+                log(f"{preset}: HF build/check failed: {first_line(e)}")
+                hf = None
+            rep.save()
+
+        # 3. throughput, by batch (so every selection gets the small batches before any big one)
+        for b in batches:
+            for row, groups in todo:
+                run = dict(preset=preset, selection=row["selection"], kv=row["kv"], batch=b,
+                           prompt_len=opts.prompt_len, new_tokens=opts.new,
+                           backends={k: v["backend"] for k, v in row["groups"].items()})
+                if left() < 15:
+                    rep.data["skipped"].append(f"{preset} {row['selection']} kv={row['kv']} B{b}")
+                    continue
+                try:
+                    run.update(time_engine(model, groups, prompts[:b], opts.new, opts.reps, graphs))
+                    log(f"{preset} {row['selection']} kv={row['kv']} B{b}: prefill {run['prefill_tok_s']:,.0f} tok/s, "
+                        f"decode {run['decode_tok_s']:,.1f} tok/s ({run['decode_ms_per_step']:.2f} ms/step, "
+                        f"graphs {'on' if run['cuda_graphs'] else 'off'})")
+                except Exception as e:  # noqa: BLE001
+                    run["error"] = first_line(e)
+                    log(f"{preset} {row['selection']} kv={row['kv']} B{b}: FAILED {run['error']}")
+                    free()
+                rep.data["runs"].append(run)
+                rep.save()
+            if hf is not None:
+                h = dict(preset=preset, batch=b, prompt_len=opts.prompt_len)
+                if left() < 15:
+                    rep.data["skipped"].append(f"{preset} HF B{b}")
+                else:
+                    try:
+                        h.update(time_hf(hf, prompts[:b], opts.hf_new, opts.reps, dev))
+                        log(f"{preset} HF sdpa B{b}: prefill {h['prefill_tok_s']:,.0f} tok/s, decode "
+                            f"{h['decode_tok_s']:,.1f} tok/s")
+                    except Exception as e:  # noqa: BLE001
+                        h["error"] = first_line(e)
+                        log(f"{preset} HF B{b}: FAILED {h['error']}")
+                        free()
+                    rep.data["hf"].append(h)
+                rep.save()
+        del hf, model
+        free()
+        log(f"{preset}: done, model freed")
+    rep.data["total_s"] = round(time.perf_counter() - t0, 1)
+    rep.save()
+    log(f"done -> {opts.out}/e2e.json, e2e.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

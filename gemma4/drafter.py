@@ -364,6 +364,13 @@ class Drafter(nn.Module):
         self.register_buffer("full_inv_freq", rope_inv_freq(args.global_head_dim, args.rope_theta_full,
                                                             args.partial_rotary_factor_full), persistent=False)
 
+    def keep_rope_fp32(self) -> "Drafter":
+        """Recompute the RoPE inverse frequencies in fp32 after a cast (bf16 rounds them, as in the target)."""
+        a, dev = self.args, self.lm_head.weight.device
+        self.sliding_inv_freq = rope_inv_freq(a.head_dim, a.rope_theta_sliding).to(dev)
+        self.full_inv_freq = rope_inv_freq(a.global_head_dim, a.rope_theta_full, a.partial_rotary_factor_full).to(dev)
+        return self
+
     @property
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
@@ -451,7 +458,7 @@ def build_random_drafter(args: DrafterArgs, seed: int = 0, device="cpu", dtype: 
     d = init_drafter_weights(Drafter(args), seed)
     if copy_from is not None:
         copy_init(d, copy_from)
-    return d.to(device=device, dtype=dtype or args.torch_dtype).eval()
+    return d.to(device=device, dtype=dtype or args.torch_dtype).eval().keep_rope_fp32()
 
 
 _IGNORED = ("model.embed_tokens.weight",)  # the draft-width embedding: unused (tied to lm_head)
@@ -505,7 +512,7 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
         raise DrafterError(str(e)) from e
     tensors = _read(files)
     load_drafter_state(drafter, tensors, where=str(folder))
-    return drafter.to(device=device, dtype=args.torch_dtype).eval()
+    return drafter.to(device=device, dtype=args.torch_dtype).eval().keep_rope_fp32()
 
 
 def _read(files: list[Path]) -> dict[str, tuple[str, torch.Tensor]]:

@@ -49,6 +49,8 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--no-check", action="store_true", help="skip the TORCH_REFERENCE numerics check")
+    ap.add_argument("--drafter", help="spec_decode=mtp: an HF Gemma4AssistantForCausalLM folder (default: seeded "
+                    "tiny drafters with the preset's drafter: shapes)")
     opts, overrides = ap.parse_known_args(argv)
     bad = [o for o in overrides if o.startswith("-")]
     if bad:
@@ -181,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             err2 = max_rel_error(got, torch.stack(r2.logits))
             print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
                   f"(FP8 quantization error of this random model)")
+    if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (gemma4/speculative.py)
+        from gemma4.speculative import report_mtp
+
+        report_mtp(cfg, sel, eng, prompts, res, max_new_tokens=opts.max_new_tokens, temperature=opts.temperature,
+                   top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     return 0
 

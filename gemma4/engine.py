@@ -239,6 +239,7 @@ class Engine:
         last = torch.tensor(qlens).cumsum(0) - 1
         return self.model.compute_logits(hidden[last.to(self.device)])
 
+    @torch.inference_mode()  # graphs captured by generate() hold inference tensors
     def decode(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
         """One decode step: tokens[i] appended to seqs[i]. Returns [B, V] logits."""
         out = self._try_graph(seqs, tokens)

@@ -1,0 +1,237 @@
+"""bench/gemma4/e2e.py (CPU smoke mode), bench/plot_results.py (synthetic results), and the engine's
+graph-decode bookkeeping (device-resident tokens, in-graph slots, graph reuse) emulated on CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gemma4.engine import Engine, max_rel_error, simple_selection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(rel: str):
+    path = ROOT / rel
+    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------------------- e2e smoke
+def test_e2e_smoke_writes_results(tmp_path):
+    e2e = _load("bench/gemma4/e2e.py")
+    out = tmp_path / "e2e"
+    assert e2e.main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
+    d = json.loads((out / "e2e.json").read_text())
+    md = (out / "e2e.md").read_text()
+    env = d["environment"]
+    assert "--smoke" in env["command"] and env["torch"] and "git_commit" in env
+    p = d["presets"]["gemma4_tiny"]
+    assert p["params_b"] > 0 and p["build_s"] >= 0 and p["hf_check"]["verdict"] == "ok"
+    sels = d["selections"]
+    assert {(s["selection"], s["kv"]) for s in sels} == {(a, b) for a in ("base", "pr48666", "pr53175")
+                                                         for b in ("auto", "fp8")}
+    for s in sels:
+        assert s["groups"]["sliding_window"]["backend"] and s["groups"]["full_attention"]["backend"]
+        n = s["numerics"]
+        assert n["verdict"] == "ok" and n["max_rel_err"] <= n["tolerance"] and n["steps"] == 4
+        assert s["capacity"]["tokens"] > 0
+    cap = {s["kv"]: s["capacity"] for s in sels if s["selection"] == "base"}
+    assert cap["fp8"]["bytes_per_token"] * 4 == cap["auto"]["bytes_per_token"]  # fp32 tiny model vs fp8
+    assert any("fp8_quant_rel_err" in s["numerics"] for s in sels if s["kv"] == "fp8")
+    runs = d["runs"]
+    assert {r["batch"] for r in runs} == {1, 2}
+    for r in runs:
+        assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["decode_steps"] == 5, r
+    assert {h["batch"] for h in d["hf"]} == {1, 2} and all(h["decode_tok_s"] > 0 for h in d["hf"])
+    assert "| gemma4_tiny | base | auto | 1 |" in md and "HF transformers sdpa" in md
+
+
+def test_e2e_capacity_counts_only_kv_producing_layers():
+    e2e = _load("bench/gemma4/e2e.py")
+    from gemma4.config import Gemma4Args
+    from gemma4.engine import model_groups
+    from selector.api import compose
+
+    cfg = compose(["platform=cpu", "model=gemma4_e4b"])
+    args = Gemma4Args.from_model_config(cfg.model.model_dump())
+    sel = simple_selection(args, kv_block_size=16)
+    cap = e2e.capacity(args, model_groups(sel), torch.bfloat16, 40.0)
+    # E4B: 24 non-shared layers (20 sliding, 4 full), 2 kv heads, head 256 / 512, bf16
+    assert cap["groups"]["sliding_window"]["producer_layers"] == 20
+    assert cap["groups"]["full_attention"]["producer_layers"] == 4
+    assert cap["bytes_per_token"] == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2
+    assert cap["tokens"] % 16 == 0 and cap["tokens"] * cap["bytes_per_token"] <= 40 * 2**30
+
+
+# ---------------------------------------------------------------------------- plots
+def _synthetic(results: Path) -> None:
+    (results / "h200" / "kern").mkdir(parents=True)
+    rows = [
+        dict(kind="decode", shape="31b_sliding", b=16, L=32768, path="fa3_bf16", status="ok", ms=0.2, gbs=2500.0,
+             ms_graph=0.15, gbs_graph=3000.0, pct_copy=71.0, rel_err=1e-3),
+        dict(kind="decode", shape="31b_sliding", b=16, L=32768, path="triton_fp8", status="ok", ms=0.3, gbs=900.0,
+             rel_err=2e-2),
+        dict(kind="decode", shape="31b_sliding", b=16, L=32768, path="fa4_bf16", status="FAIL", note="boom"),
+        dict(kind="prefill", shape="31b_full", b=1, L=8192, path="fa4fork_bf16", status="ok", ms=5.0, tflops=350.0),
+        dict(kind="decode", shape="e4b_full", b=1, L=131072, path="fa4fork_fp8kv", status="ok", ms=0.1,
+             gbs=1800.0, ms_graph=0.09, gbs_graph=2000.0),
+    ]
+    meta = dict(gpu="NVIDIA H200", torch="2.11", page=64, copy_gbs=4230.0, bf16_gemm_tflops=750.0)
+    (results / "h200" / "kern" / "bench.json").write_text(json.dumps(dict(meta=meta, rows=rows)))
+    (results / "h200" / "e2e").mkdir()
+    e2e = dict(environment=dict(gpu="NVIDIA H200", git_commit="abc123"), ceilings=dict(copy_gbs=4230.0),
+               presets={"gemma4_31b": dict(decode_read_gb=61.4)},
+               selections=[dict(preset="gemma4_31b", selection="pr48666", kv="fp8", numerics=dict(verdict="WRONG"))],
+               runs=[dict(preset="gemma4_31b", selection="pr48666", kv="fp8", batch=1, prompt_len=512,
+                          prefill_tok_s=9000.0, decode_tok_s=50.0)],
+               hf=[dict(preset="gemma4_31b", batch=1, prompt_len=512, prefill_tok_s=4500.0, decode_tok_s=7.6)])
+    (results / "h200" / "e2e" / "e2e.json").write_text(json.dumps(e2e))
+    (results / "broken").mkdir()
+    (results / "broken" / "bench.json").write_text("{not json")
+
+
+def test_plot_results_on_synthetic_files(tmp_path):
+    plot = _load("bench/plot_results.py")
+    results = tmp_path / "results"
+    _synthetic(results)
+    out = tmp_path / "plots"
+    assert plot.main(["--results", str(results), "--out", str(out)]) == 0
+    md = (out / "performance.md").read_text()
+    assert "| decode | 31b_sliding | 16 | 32768 | fa3_bf16 |" in md  # fastest ok path wins
+    assert "fa4_bf16" in md  # listed as failed
+    assert "| prefill | 31b_full | 1 | 8192 | fa4fork_bf16 |" in md
+    assert "| gemma4_31b | pr48666 | fp8 | 1 |" in md and "**WRONG**" in md and "6.6x" in md
+    assert "broken" in md and "skipped" in md
+    pytest.importorskip("matplotlib")
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert any(n.startswith("roofline_31b_sliding") for n in pngs)
+    assert any(n.startswith("roofline_e2e") for n in pngs)
+    assert all((out / n).stat().st_size > 1000 for n in pngs)
+
+
+def test_plot_results_without_results(tmp_path):
+    plot = _load("bench/plot_results.py")
+    assert plot.main(["--results", str(tmp_path / "missing"), "--out", str(tmp_path / "p")]) == 0
+    assert "No results found" in (tmp_path / "p" / "performance.md").read_text()
+
+
+def test_decode_intensity_is_gqa_ratio():
+    plot = _load("bench/plot_results.py")
+    row = dict(kind="decode", shape="31b_sliding", b=4, L=4096, path="fa3_bf16")
+    assert plot.intensity(row) == pytest.approx(2.0)  # 2 * (32/16) / 2 bytes
+    assert plot.intensity(dict(row, path="triton_fp8")) == pytest.approx(4.0)
+
+
+# ---------------------------------------------------------------------------- graph decode, emulated
+class _FakeGraph:
+    """Stands in for torch.cuda.CUDAGraph on CPU: replay re-runs the captured step's `_run` into its
+    static output, so any stale device-side state (ids, positions, lengths, slots) shows."""
+
+    def __init__(self):
+        self.dg = None
+
+    def replay(self):
+        self.dg.out.copy_(self.dg._run())
+
+
+class _FakeCapture:
+    def __init__(self, g):
+        self.g = g
+
+    def __enter__(self):
+        self.g.dg = sys._getframe(1).f_locals["self"]  # the _DecodeGraph being captured
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = 0.0
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+@pytest.fixture
+def fake_cuda_graphs(monkeypatch):
+    stream = SimpleNamespace(wait_stream=lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _FakeCapture)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: stream)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8"])
+def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs, kv):
+    model, _ = models["edge"]
+    sel = simple_selection(model.args, kv_block_size={"sliding_attention": 8, "full_attention": 16}, kv_cache_dtype=kv)
+    eager = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g.use_graphs = True  # the fake graph path on CPU
+    want = eager.generate(prompts, 20, return_logits=True, stop_at_eos=False)
+    for _ in range(2):  # the second run reuses the captured graph after reset()
+        got = g.generate(prompts, 20, return_logits=True, stop_at_eos=False)
+        assert got.cuda_graphs and not got.notes and len(g._graphs) == 1
+        assert got.tokens == want.tokens and got.steps == want.steps
+        assert got.decode_tokens == want.decode_tokens
+        assert max_rel_error(torch.stack(got.logits), torch.stack(want.logits)) < 1e-5
+    # EOS: stop early as the host loop does (checked every EOS_CHECK_EVERY steps, same tokens)
+    eos = want.tokens[1][3]
+    a = eager.generate(prompts, 20, eos_token_id=eos)
+    b = g.generate(prompts, 20, eos_token_id=eos)
+    assert a.tokens == b.tokens and a.steps == b.steps
+    # teacher forcing (the numerics replay) and the host-list decode() API on the same graph
+    forced = [list(c) for c in zip(*want.steps)]
+    f = g.generate(prompts, len(want.steps), forced=forced, return_logits=True, stop_at_eos=False)
+    assert f.steps == want.steps
+    g.reset()
+    e2 = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    seqs = [0, 1, 2]
+    l1, l2 = g.extend(seqs, prompts), e2.extend(seqs, prompts)
+    for step in range(5):
+        toks = l2.argmax(-1).tolist()
+        l1, l2 = g.decode(seqs, toks), e2.decode(seqs, toks)
+        assert max_rel_error(l1, l2) < 1e-5
+    assert g.use_graphs and not g.notes
+
+
+def test_init_weights_inplace_is_seeded_in_the_model_dtype():
+    from gemma4.checkpoint import init_weights_inplace
+    from gemma4.config import Gemma4Args
+    from gemma4.model import Gemma4
+
+    from g4_helpers import make_args
+
+    args: Gemma4Args = make_args("all")
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        a, b = Gemma4(args), Gemma4(args)
+    finally:
+        torch.set_default_dtype(prev)
+    init_weights_inplace(a, seed=3).keep_rope_fp32()
+    init_weights_inplace(b, seed=3)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert a.embed_tokens.weight.dtype == torch.bfloat16 and a.full_inv_freq.dtype == torch.float32
+    w = a.layers[0].self_attn.q_proj.weight.float()
+    assert abs(w.std().item() * args.hidden_size**0.5 - 1) < 0.05
+    assert abs(a.layers[0].input_layernorm.weight.float().mean().item() - 1) < 0.05

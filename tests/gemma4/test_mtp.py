@@ -29,7 +29,7 @@ from selector.api import compose, resolve
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = yaml.safe_load((ROOT / "conf/model/gemma4_tiny.yaml").read_text())
 TARGET_SEED, TARGET_EMBED_STD = 0, 0.07  # greedy output with variety and ~1/3 copy-drafter acceptance
-N_NEW, K = 14, 4
+N_NEW, K = 12, 4
 CELL = ["platform=cpu", "model=gemma4_tiny", "spec_decode=mtp"]
 # Draft logits over an FP8 (e4m3, 3 mantissa bits) copy of an fp32 cache vs over the fp32 cache,
 # after 4 draft layers: the FP8 rounding of K and V alone (kernels/tolerances.py allows 6e-2 on one
@@ -228,7 +228,7 @@ def test_eos_and_budget_truncation(target, copy_drafter, mtp_prompts):
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     got = sd.generate(mtp_prompts, max_new_tokens=N_NEW, eos_token_id=eos)
     assert got.tokens == want.tokens and got.tokens[1][-1] == eos and len(got.tokens[1]) <= 7
-    for n in (1, 2, 5):
+    for n in (1, 3):
         assert sd.generate(mtp_prompts, max_new_tokens=n, stop_at_eos=False).tokens == \
             [t[:n] for t in plain.tokens]
 
@@ -294,7 +294,7 @@ def test_mismatched_draft_backend_is_refused(target, copy_drafter):
 def test_rejection_sampling_preserves_the_target_distribution():
     """Statistical: the first emitted token ~ p0, and (first = d1, second) ~ p0(d1) p1."""
     g = torch.Generator().manual_seed(0)
-    v, trials = 5, 6000
+    v, trials = 5, 3000
     p = torch.softmax(torch.randn(3, v, generator=g) * 1.5, -1)
     q = torch.softmax(torch.randn(2, v, generator=g) * 1.5, -1)
     first = torch.zeros(v)
@@ -309,20 +309,20 @@ def test_rejection_sampling_preserves_the_target_distribution():
         if n >= 1 and len(toks) >= 2:
             n_d1 += 1
             second[toks[1]] += 1
-    assert torch.allclose(first / trials, p[0], atol=0.025)
-    assert torch.allclose(second / second.sum(), p[1], atol=0.035)
-    assert abs(n_d1 / trials - float((torch.minimum(p[0], q[0])).sum())) < 0.025  # P(accept d1)
+    assert torch.allclose(first / trials, p[0], atol=0.035)  # ~4 standard errors
+    assert torch.allclose(second / second.sum(), p[1], atol=0.05)
+    assert abs(n_d1 / trials - float((torch.minimum(p[0], q[0])).sum())) < 0.035  # P(accept d1)
 
 
 def test_sampled_speculative_decoding_is_seeded(target, copy_drafter, mtp_prompts):
     sel = simple_selection(target.args)
     eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
-    a = sd.generate(mtp_prompts, max_new_tokens=10, temperature=0.8, top_k=20, seed=11)
-    b = sd.generate(mtp_prompts, max_new_tokens=10, temperature=0.8, top_k=20, seed=11)
-    c = sd.generate(mtp_prompts, max_new_tokens=10, temperature=0.8, top_k=20, seed=12)
+    a = sd.generate(mtp_prompts, max_new_tokens=6, temperature=0.8, top_k=20, seed=11)
+    b = sd.generate(mtp_prompts, max_new_tokens=6, temperature=0.8, top_k=20, seed=11)
+    c = sd.generate(mtp_prompts, max_new_tokens=6, temperature=0.8, top_k=20, seed=12)
     assert a.tokens == b.tokens and a.tokens != c.tokens
-    assert all(len(t) == 10 for t in a.tokens) and 0 < a.stats.proposed
+    assert all(len(t) == 6 for t in a.tokens) and 0 < a.stats.proposed
 
 
 def test_accept_greedy():

@@ -3,8 +3,8 @@
 One program = one kv head x (BLOCK_Q query tokens of one sequence) x one KV split. All G = Hq/Hkv
 query heads of the kv head are packed as rows (row r = token r // G_PAD, head r % G_PAD), so each
 K/V tile is read once for the whole GQA group. K/V are gathered through the block table per key
-row (any page size, any order). FP8 K/V are widened to the dot dtype (exact for e4m3/e5m2 in
-bf16/fp16); the k descale folds into the softmax scale and the v descale into the output, so the
+row (any page size, any order). FP8 K/V are widened exactly to fp16 and both dots run in fp16
+(q, p cast; fp32 accumulate); e4m3 on the GPU through inline-asm cvt.rn.f16x2.e4m3x2 (see _widen); the k descale folds into the softmax scale and the v descale into the output, so the
 inner loop never multiplies by a scale. FP8 q (quant-query) is widened the same way.
 
 Split-KV (flash-decoding): for short query tiles the visible KV range [lo, hi) of each program is
@@ -27,6 +27,20 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _widen(x, DOT_DTYPE: tl.constexpr, KV_ASM: tl.constexpr):
+    """K/V tile -> dot dtype. KV_ASM (e4m3 -> fp16, GPU only): the packed cvt.rn.f16x2.e4m3x2 as inline asm,
+    4 keys' bytes per 32-bit register. Being opaque to Triton's layout passes, the conversion stays at the
+    global load (vectorized), and the fp16 tile reaches the mma through shared memory with ldmatrix(.trans),
+    instead of an fp8 tile read back from shared memory byte by byte (V is transposed for the PV dot)."""
+    if KV_ASM:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+            "=r,=r,r", [x.to(tl.uint8, bitcast=True)], dtype=tl.float16, is_pure=False, pack=4)
+    else:
+        return x.to(DOT_DTYPE)
+
+
+@triton.jit
 def _attn_fwd(
     q_ptr, k_ptr, v_ptr, out_ptr, bt_ptr, cu_q_ptr, seqused_ptr, qpos_ptr, mm_ptr, sink_ptr,
     qd_ptr, kd_ptr, vd_ptr, ws_acc_ptr, ws_ml_ptr,
@@ -37,7 +51,7 @@ def _attn_fwd(
     D: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False,
 ):
     M: tl.constexpr = BLOCK_Q * G_PAD
     pid = tl.program_id(0)
@@ -96,8 +110,8 @@ def _attn_fwd(
         k_ok = (kp < hi) & (kp >= lo)
         blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
         off = kp % PAGE
-        k = tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                    mask=k_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+        k = _widen(tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
+                           mask=k_ok[:, None] & d_ok[None, :], other=0.0), DOT_DTYPE, KV_ASM)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -122,8 +136,8 @@ def _attn_fwd(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                    mask=k_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+        v = _widen(tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
+                           mask=k_ok[:, None] & d_ok[None, :], other=0.0), DOT_DTYPE, KV_ASM)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision="ieee")
         else:
@@ -188,18 +202,23 @@ def _num_sms(device) -> int:
     return 4
 
 
-def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool):
-    """(BLOCK_Q, BLOCK_N, num_warps, num_stages). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum)."""
+def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
+    """(BLOCK_Q, BLOCK_N, num_warps, num_stages, KV_ASM). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum).
+
+    Decode values are the best of bench/kernels/tune_triton_decode.py on the H200 (bf16: 31B d512 B64 L8192
+    at 32/4/4 reads 98% of copy). FP8 (KV_ASM) is tuned separately: --dtypes fp8."""
     if interpret:
-        return max(1, 16 // g_pad), 16, 4, 1
+        return max(1, 16 // g_pad), 16, 4, 1, False
     if decode:
         block_q = max(1, 16 // g_pad, min(_pow2(max_q), 64 // g_pad))
         block_n = {512: 32, 256: 64}.get(d_pad, 128)
-        return block_q, block_n, 4 if d_pad <= 256 else 8, 2  # 3 stages of 64x256 K+V tiles overflow smem
+        if kv_fp8:  # until the fp8 sweep is measured: bf16's tile, 3 stages (the fp16 copy adds smem)
+            return block_q, block_n, 4, 3, True
+        return block_q, block_n, 4, 4 if d_pad >= 512 else 2, False  # 3 stages of 64x256 K+V tiles overflow smem
     rows = 64 if d_pad <= 256 else 32
     block_q = max(1, rows // g_pad)
     block_n = 64 if d_pad <= 256 else 32
-    return block_q, block_n, 4 if d_pad <= 128 else 8, 2
+    return block_q, block_n, 4 if d_pad <= 128 else 8, 2, False
 
 
 def _descale_arg(x, b, hkv, device):
@@ -234,11 +253,19 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     dot_dtype = q.dtype
     if is_fp8(q.dtype):
         dot_dtype = out_dtype if out_dtype in (torch.bfloat16, torch.float16) else torch.float32
+    kv_fp8 = is_fp8(k_cache.dtype)
+    if kv_fp8 and dot_dtype != torch.float32:
+        # fp8 K/V widen to fp16 with one packed cvt.rn.f16x2.e4m3x2 per pair (to bf16 costs another cvt per
+        # element); q and p run in fp16 (q is RMS-normed, p in [0, 1]), accumulation stays fp32
+        dot_dtype = torch.float16
     if interpret and dot_dtype == torch.bfloat16:
         # the CPU interpreter (triton 3.9) multiplies bf16 dot operands as raw uint16 bit patterns
         dot_dtype = torch.float32
     decode = max_q <= 16
-    block_q, block_n, warps, stages = config or pick_config(d_pad, g_pad, max_q, decode, interpret)
+    cfg = tuple(config or pick_config(d_pad, g_pad, max_q, decode, interpret, kv_fp8))
+    block_q, block_n, warps, stages = cfg[:4]
+    kv_asm = bool(cfg[4]) if len(cfg) > 4 else kv_fp8 and not interpret
+    kv_asm = kv_asm and k_cache.dtype == torch.float8_e4m3fn and dot_dtype == torch.float16
     n_qt = triton.cdiv(max_q, block_q)
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
     if num_splits is None:
@@ -270,7 +297,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         G=g, G_PAD=g_pad, BLOCK_Q=block_q, BLOCK_N=block_n, D=d, D_PAD=d_pad, PAGE=page, CAUSAL=causal,
         HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
-        SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32,
+        SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages,
     )
     if split:

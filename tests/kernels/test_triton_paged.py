@@ -110,3 +110,21 @@ def test_backend_adapter_with_kernel_blocks_and_quant_query():
     assert be.name == "TRITON_ATTN" and be.supports_cuda_graphs()
     out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
     assert rel_err(out, case.reference(q=quantize_query(case.q, qs), q_descale=qs)) < 1e-2
+
+
+def test_pick_config_per_dtype():
+    bf = triton_paged.pick_config(512, 8, 1, True, False)
+    f8 = triton_paged.pick_config(512, 8, 1, True, False, kv_fp8=True)
+    assert len(bf) == len(f8) == 5 and not bf[4] and f8[4]  # fp8 widens with the inline-asm packed cvt
+    assert triton_paged.pick_config(256, 2, 1, True, True, kv_fp8=True)[4] is False  # interpreter: no asm
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="the inline-asm e4m3 widening runs on the GPU only")
+@pytest.mark.parametrize("asm", [False, True])
+@pytest.mark.parametrize("d,window", [(256, 40), (512, -1)])
+def test_fp8_kv_decode_widen_paths(asm, d, window):
+    case = make_case([1, 1, 1], [300, 77, 129], hq=8, hkv=2, d=d, window_left=window, dtype=torch.bfloat16,
+                     cache_dtype=E4, descale="seq_head", device=DEV)
+    cfg = triton_paged.pick_config(d, 4, 1, True, False, kv_fp8=True)[:4] + (asm,)
+    for splits in (1, 3):
+        assert rel_err(run(case, config=cfg, num_splits=splits), case.reference()) < 1e-2

@@ -140,3 +140,20 @@ def test_draft_tokens_match_hf_assisted_generation(hf_sharing_fix, prompts3, mon
         prompts3, max_new_tokens=N_NEW, record=True)
     assert com.tokens == hf_toks
     assert [seq[0] for seq in com.proposals] == [c[0] for c in hf_cands]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_loads_an_hf_save_pretrained_assistant(hf_sharing_fix, tmp_path, ordered):
+    """A folder written by HF's `Gemma4AssistantForCausalLM.save_pretrained` (its config.json and
+    safetensors names) loads into our drafter with identical weights and config."""
+    from gemma4.drafter import load_drafter
+
+    target = build_random(make_args("all"), seed=12, embed_std=EMBED_STD)
+    dargs = DrafterArgs.from_preset(target.args, {**DRAFTER, "use_ordered_embeddings": ordered})
+    drafter = build_random_drafter(dargs, seed=4)
+    asst = hf_assistant(drafter)
+    asst.save_pretrained(tmp_path / "asst")
+    loaded = load_drafter(tmp_path / "asst", target.args)
+    assert loaded.args.to_dict() == {**dargs.to_dict(), "dtype": loaded.args.dtype}
+    for k, v in drafter.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k]), k

@@ -13,6 +13,8 @@ import pytest
 
 from selector.api import CONF_DIR
 from selector.diff import collapse, diff_results, render, render_rect
+from selector.diff import main as diff_main
+from selector.errors import KSelectError
 from selector.matrix import load_matrix, resolve_named
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,19 +101,24 @@ def test_collapse_uses_skipped_cells_as_dont_cares():
     assert covered == keys
 
 
-def test_cli_markdown_json_and_check():
-    p = run("a=[]", "b=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
-    assert p.returncode == 1, p.stderr
-    assert p.stdout.startswith("**kselect diff a=[] b=[pr48666] over matrix smoke")
-    assert "**all groups: TRITON_ATTN -> FLASH_ATTN v4**" in p.stdout
-    assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=true`" in p.stdout
-    j = run("a=[pr48666]", "b=[pr48666,pr52987]", "matrix=smoke", "format=json")
-    assert j.returncode == 0, j.stderr
-    d = json.loads(j.stdout)
-    assert d["summary"]["changed"] > 0 and d["blocks"][0]["cells"]
-    same = run("a=[]", "b=[pr48666,pr52987]", "matrix=smoke", "check=true")
-    assert same.returncode == 0 and "no cell changed" in same.stdout
-    bad = run("a=[]", "frob=1")
+def cli(capsys, *args: str) -> tuple[int, str]:
+    """selector.diff's main in-process (the exit-code plumbing is checked once by subprocess)."""
+    code = diff_main(list(args))
+    return code, capsys.readouterr().out
+
+
+def test_cli_markdown_json_and_check(capsys):
+    code, out = cli(capsys, "a=[]", "b=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
+    assert code == 1
+    assert out.startswith("**kselect diff a=[] b=[pr48666] over matrix smoke")
+    assert "**all groups: TRITON_ATTN -> FLASH_ATTN v4**" in out
+    assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=true`" in out
+    code, out = cli(capsys, "a=[pr48666]", "b=[pr48666,pr52987]", "matrix=smoke", "format=json")
+    d = json.loads(out)
+    assert code == 0 and d["summary"]["changed"] > 0 and d["blocks"][0]["cells"]
+    code, out = cli(capsys, "a=[]", "b=[pr48666,pr52987]", "matrix=smoke", "check=true")
+    assert code == 0 and "no cell changed" in out
+    bad = run("a=[]", "frob=1")  # the CLI's exit status for a bad argument
     assert bad.returncode == 2 and "frob" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -127,27 +134,28 @@ def conf_repo(tmp_path):
     return repo
 
 
-def test_git_revision_against_worktree(conf_repo):
+def test_git_revision_against_worktree(conf_repo, capsys):
     """Editing conf/ in the worktree: the diff against git:HEAD shows exactly its effect."""
+    repo = f"repo={conf_repo}"
     rules = conf_repo / "conf" / "rules" / "base.yaml"
     rules.write_text("# a comment changes nothing\n" + rules.read_text())
-    p = run("a=git:HEAD", "b=worktree", "matrix=smoke", f"repo={conf_repo}", "check=true")
-    assert p.returncode == 0 and "no cell changed" in p.stdout, p.stdout + p.stderr
+    code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "check=true")
+    assert code == 0 and "no cell changed" in out, out
     caps = conf_repo / "conf" / "capabilities" / "default.yaml"
     text = caps.read_text()
     assert "  quant_query: true\nTRITON_ATTN:" in text  # FLASHINFER's, the entry before TRITON_ATTN
     caps.write_text(text.replace("  quant_query: true\nTRITON_ATTN:", "  quant_query: false\nTRITON_ATTN:", 1))
-    p = run("a=git:HEAD", "b=worktree", "matrix=smoke", f"repo={conf_repo}", "format=json", "check=true")
-    assert p.returncode == 1, p.stderr
-    d = json.loads(p.stdout)
+    code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "format=json", "check=true")
+    assert code == 1
+    d = json.loads(out)
     [block] = [b for b in d["blocks"] if b["kind"] == "selection"]
     assert block["patterns"] == ["sm90 × gemma4_31b × kv=fp8 × multimodal=false"]
     assert block["details"][0] == {"change": "all groups: quant_query true -> false, descale q_k_v -> k_v", "where": None}
     # git:<rev>:[overlays] and worktree:[overlays]
     # (under pr48666 those cells run FA4, so FLASHINFER's quant_query no longer matters)
-    p = run("a=git:HEAD:[pr48666]", "b=worktree:[pr48666]", f"repo={conf_repo}", "matrix=smoke", "check=true")
-    assert p.returncode == 0 and "no cell changed" in p.stdout, p.stdout + p.stderr
-    p = run("a=git:HEAD", "b=worktree:[pr48666]", f"repo={conf_repo}", "matrix=smoke")
-    assert p.returncode == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in p.stdout
-    bad = run("a=git:nope", "b=worktree", f"repo={conf_repo}")
-    assert bad.returncode == 2 and "git archive nope" in bad.stderr
+    code, out = cli(capsys, "a=git:HEAD:[pr48666]", "b=worktree:[pr48666]", repo, "matrix=smoke", "check=true")
+    assert code == 0 and "no cell changed" in out, out
+    code, out = cli(capsys, "a=git:HEAD", "b=worktree:[pr48666]", repo, "matrix=smoke")
+    assert code == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in out
+    with pytest.raises(KSelectError, match="git archive nope"):
+        diff_main(["a=git:nope", "b=worktree", repo])

@@ -27,6 +27,10 @@ def test_selection_invariants(kselect_cell):
 
 # ---------------------------------------------------------------- pytester
 
+# the plugin under test; the inner sessions skip plugins they do not need (hypothesis's
+# terminal summary alone costs seconds the first time)
+PLUGIN = ("-p", "selector.pytest_plugin", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-p", "no:benchmark")
+
 TEST_FILE = """
 import pytest
 
@@ -48,26 +52,21 @@ def _ids(result) -> list[str]:
     return [line.strip() for line in result.outlines if "::" in line]
 
 
-def test_ids_and_k_selection(pytester):
+def test_ids_k_selection_and_option(pytester):
     pytester.makepyfile(test_m=TEST_FILE)
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "--collect-only", "-q")
+    r = pytester.runpytest(*PLUGIN, "--collect-only", "-q")
     ids = _ids(r)
     assert len([i for i in ids if "::test_cell[" in i]) == 96  # 48 cells x 2 overlay sets
     assert "test_m.py::test_cell[sm90-gemma4_31b-fp8-mtp-pr48666]" in ids
     assert "test_m.py::test_cell[cpu-gemma4_tiny-auto]" in ids
     assert len([i for i in ids if "::test_where[" in i]) == 2 * 2 * 2  # models x scales x spec_decode
     assert len([i for i in ids if "::test_no_marker[" in i]) == 48
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "-k", "test_cell and sm90-gemma4_31b-fp8-mtp-pr48666")
-    r.assert_outcomes(passed=1)
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "-k", "test_where")
-    r.assert_outcomes(passed=8)
-
-
-def test_option_names_the_matrix(pytester):
-    pytester.makepyfile(test_m=TEST_FILE)
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "--kselect-matrix=golden", "--collect-only", "-q", "-k", "test_cell")
-    assert len(_ids(r)) == 2 * 176
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "--kselect-matrix=nope", "--collect-only", "-q")
+    r = pytester.runpytest(*PLUGIN, "-k", "sm90-gemma4_31b-fp8-mtp-pr48666 or test_where")
+    r.assert_outcomes(passed=1 + 8)
+    # --kselect-matrix names another matrix for every marked test (golden: x2 for the bs16 pin)
+    r = pytester.runpytest(*PLUGIN, "--kselect-matrix=golden", "--collect-only", "-q", "-k", "test_where")
+    assert len(_ids(r)) == 2 * 8
+    r = pytester.runpytest(*PLUGIN, "--kselect-matrix=nope", "--collect-only", "-q")
     assert r.ret != 0 and "no matrix 'nope'" in "\n".join(r.outlines + r.errlines)
 
 
@@ -91,7 +90,7 @@ def test_include(kselect_cell):
         assert sel.groups[0].backend == "TRITON_ATTN"
 """
     )
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "-rs")
+    r = pytester.runpytest(*PLUGIN, "-rs")
     r.assert_outcomes(passed=3, skipped=1)
     assert any("invalid cell cpu-gemma4_31b-triton" in line for line in r.outlines)
 
@@ -106,5 +105,5 @@ def test_x(kselect_cell):
     pass
 """
     )
-    r = pytester.runpytest("-p", "selector.pytest_plugin", "--collect-only")
+    r = pytester.runpytest(*PLUGIN, "--collect-only")
     assert r.ret != 0 and "unknown axes ['gpu']" in "\n".join(r.outlines + r.errlines)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from selector.gather import main as gather_main
 from selector.sweep import matrix_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ def _jobs(d: Path) -> list[dict]:
     return [json.loads((d / str(i) / "selection.json").read_text()) for i in range(len(list(d.glob("*/selection.json"))))]
 
 
-def test_basic_launcher_every_outcome_and_gather(tmp_path):
+def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
     out = tmp_path / "basic"
     p = run("selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=auto,fp8",
             "kv_cache.scales=calibrated", "attention.backend=TRITON_ATTN", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
@@ -32,18 +33,18 @@ def test_basic_launcher_every_outcome_and_gather(tmp_path):
     assert jobs[0]["overrides"][:2] == ["platform=cpu", "model=gemma4_31b"] and "kv_cache.scales" in jobs[0]["error"]
     assert "TRITON_ATTN" in jobs[1]["error"] and jobs[3]["job"] == {"num": 3, "launcher": "basic"}
     assert {g["backend"] for g in jobs[3]["selection"]["groups"]} == {"TRITON_ATTN"}
-    g = run("selector.gather", str(out), cwd=tmp_path)
-    assert g.returncode == 0, g.stderr
-    lines = g.stdout.splitlines()
+    assert gather_main([str(out)]) == 0
+    stdout = capsys.readouterr().out
+    lines = stdout.splitlines()
     assert lines[0] == f"{out}: 4 jobs"
     row = next(x for x in lines if x.startswith("3 "))
     assert "platform=sm90" in row and "ok" in row and "TRITON_ATTN kv16" in row
-    assert "[1] invalid: Selected backend TRITON_ATTN" in g.stdout
-    md = run("selector.gather", str(out), "format=markdown", cwd=tmp_path)
-    assert "| job | overrides | outcome |" in md.stdout
+    assert "[1] invalid: Selected backend TRITON_ATTN" in stdout
+    gather_main([str(out), "format=markdown"])
+    assert "| job | overrides | outcome |" in capsys.readouterr().out
 
 
-def test_joblib_launcher(tmp_path):
+def test_joblib_launcher(tmp_path, capsys):
     out = tmp_path / "joblib"
     p = run("selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
@@ -52,8 +53,8 @@ def test_joblib_launcher(tmp_path):
     assert [j["outcome"] for j in jobs] == ["ok", "ok"]
     assert {j["job"]["launcher"] for j in jobs} == {"joblib"}
     assert {g["backend"] for g in jobs[1]["selection"]["groups"]} == {"FLASHINFER"}
-    g = run("selector.gather", str(out), "format=json", cwd=tmp_path)
-    assert [j["overrides"][0] for j in json.loads(g.stdout)] == ["platform=cpu", "platform=sm90"]
+    gather_main([str(out), "format=json"])
+    assert [j["overrides"][0] for j in json.loads(capsys.readouterr().out)] == ["platform=cpu", "platform=sm90"]
 
 
 def test_matrix_axes_become_sweep_overrides():
@@ -64,5 +65,5 @@ def test_matrix_axes_become_sweep_overrides():
 
 
 def test_gather_errors(tmp_path):
-    p = run("selector.gather", str(tmp_path), cwd=tmp_path)
+    p = run("selector.gather", str(tmp_path), cwd=tmp_path)  # the exit status of a CLI error
     assert p.returncode == 2 and "no selection.json" in p.stderr

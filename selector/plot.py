@@ -17,7 +17,7 @@ laid out as the key says; each sub-cell's top half is the sliding-window group, 
 the full-attention group, colored by backend, labelled with the FlashAttention version and the
 kv block size. Grey with a cross: invalid (no valid backend / invalid pin). In a diff, changed
 sub-cells get a thick black frame, and marks: B = a block size changed, Q = quant-query
-changed, S = MTP draft kv scales changed, ! = new warnings; unchanged sub-cells are faded. The HTML page holds the PNG (inline),
+changed, S = MTP draft kv scales changed, R = a hardware claim now REFUTED, ! = new warnings; unchanged sub-cells are faded. The HTML page holds the PNG (inline),
 the same grids as tables with a tooltip per sub-cell (backends, blocks, warnings, the command
 that reproduces it) and the list of changed cells.
 """
@@ -128,7 +128,10 @@ def must_see(r: CellResult) -> list[tuple[str, str]]:
 
 def _marks(ch, r: CellResult | None = None) -> str:
     if ch is None:  # not a diff: flag the cells with warnings a reviewer must see
-        return "!" if r is not None and must_see(r) else ""
+        if r is None:
+            return ""
+        seen = must_see(r)
+        return ("R" if any("REFUTED" in w for _, w in seen) else "") + ("!" if any("REFUTED" not in w for _, w in seen) else "")
     if not ch.changed:
         return ""
     text = " ".join(ch.backend + ch.lines)
@@ -139,7 +142,9 @@ def _marks(ch, r: CellResult | None = None) -> str:
         m += "Q"
     if "kv scales" in text:
         m += "S"
-    if ch.warnings_added:
+    if any("REFUTED" in w for w in ch.warnings_added):
+        m += "R"
+    if any("REFUTED" not in w for w in ch.warnings_added):
         m += "!"
     if ch.outcome:
         m += "X" if ch.outcome == "became invalid" else "V"
@@ -213,17 +218,18 @@ def render_png(grid: Grid, title: str) -> bytes:
                     marks = _marks(ch, r) if grid.base is None or (ch is not None and ch.changed) else ""
                     if marks:
                         ax.text(x0 + sw - 0.01, y0 + 0.01, marks, ha="right", va="top", fontsize=6.5, fontweight="bold",
-                                color="black", bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85))  # fmt: skip
+                                color="#c00000" if "R" in marks else "black",
+                                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85))  # fmt: skip
     used = sorted({g.backend for r in grid.results for g in _target_groups(r)})
     handles = [Patch(facecolor=_color(b), label=b) for b in used] + [Patch(facecolor=INVALID_COLOR, hatch="xx", label="invalid")]
     if grid.base is not None:
-        handles.append(Patch(facecolor="white", edgecolor="black", lw=2, label="changed (B block, Q quant-query, S kv scales, ! new warning)"))
+        handles.append(Patch(facecolor="white", edgecolor="black", lw=2, label="changed: B block, Q quant-query,\nS kv scales, R refuted claim, ! warning"))
     else:
-        handles.append(Patch(facecolor="white", edgecolor="none", label="! = a warning to read (HTML lists them)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
+        handles.append(Patch(facecolor="white", edgecolor="none", label="R refuted claim, ! warning\n(the HTML page lists them)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(3, len(handles)), fontsize=8, frameon=False)
     head, _, tail = title.partition(" — ")
     fig.suptitle(head + (f"\n{tail}" if tail else ""), fontsize=11, y=1 - 0.08 / fig_h)
-    legend_rows = math.ceil(len(handles) / 4)
+    legend_rows = math.ceil(len(handles) / 3) + 1
     fig.text(0.5, (0.25 + 0.2 * legend_rows) / fig_h, "top half: sliding_window · bottom half: full_attention · label: FA version, kv block\n"
              + grid.inner_key_text(), ha="center", va="bottom", fontsize=7, wrap=True)  # fmt: skip
     fig.tight_layout(rect=(0, (0.75 + 0.2 * legend_rows) / fig_h, 1, 1 - 0.55 / fig_h))

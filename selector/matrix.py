@@ -211,7 +211,9 @@ class Cell:
             o.append(f"kv_cache.scales={self.scales}")
         if self.spec_decode:
             o.append(f"spec_decode={self.spec_decode}")
-        o += [f"{k}={_hydra_value(v)}" for k, v in self.pin_sets]
+        # a pin below a group key (attention.backend_per_kind.full_attention) may name a key the
+        # group file lacks: Hydra's ++ sets it either way
+        o += [f"{'++' if k.count('.') >= 2 else ''}{k}={_hydra_value(v)}" for k, v in self.pin_sets]
         if self.overlays:
             o.append(f"overlay=[{','.join(self.overlays)}]")
         return o

@@ -158,3 +158,12 @@ def test_parse_overlays():
     assert parse_overlays("[]") == ()
     assert parse_overlays("[pr48666, pr52987]") == ("pr48666", "pr52987")
     assert parse_overlays("pr53175") == ("pr53175",)
+
+
+def test_nested_pin_reproduces_with_hydra():
+    """A pin below a group key the file lacks (backend_per_kind.<kind>) is set with ++."""
+    cell = Cell("sm90", "gemma4_31b", kv_cache="fp8", pin="tri", pin_sets=(("attention.backend_per_kind.full_attention", "TRITON_ATTN"),))
+    assert "++attention.backend_per_kind.full_attention=TRITON_ATTN" in cell.overrides()
+    [r] = resolve_cells([cell])
+    assert r.selection == resolve(compose(cell.overrides()))
+    assert r.selection.group("full_attention").backend == "TRITON_ATTN"

@@ -85,6 +85,21 @@ def compile_when(when: Any, key: str) -> Pred:
     return lambda facts: all(p(facts) for p in preds)
 
 
+def facts_read(when: Any) -> set[str]:
+    """The facts a `when` mapping reads (for memoizing rule evaluation on just those facts)."""
+    out: set[str] = set()
+    if isinstance(when, dict):
+        for name, cond in when.items():
+            if name in ("any", "all"):
+                for c in cond:
+                    out |= facts_read(c)
+            elif name == "not":
+                out |= facts_read(cond)
+            else:
+                out.add(name)
+    return out
+
+
 def _compile_item(name: str, cond: Any, key: str) -> Pred:
     if name in ("any", "all"):
         if not isinstance(cond, list) or not cond:

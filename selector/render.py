@@ -106,7 +106,9 @@ def vllm_args(sel: Selection) -> str:
         args.append(f"--speculative-config '{json.dumps(spec, separators=(',', ':'))}'")
     if not e["multimodal"]:
         args.append("--language-model-only")
-    return "vllm serve <model> " + " \\\n  ".join(args)
+    # warnings as shell comments after the command: still copy-pasteable, never lost
+    notes = [f"# WARNING {group_name(g)}: {w}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w}" for w in sel.warnings]
+    return "vllm serve <model> " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
 
 
 def render(sel: Selection, output: str, verbose: bool = False) -> str:

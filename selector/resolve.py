@@ -198,6 +198,12 @@ def group_facts(facts: dict, g: Group) -> dict:
 
 def fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | None, list[str]]:
     """Apply the `fa_version` rules in order; each matching rule overrides the last."""
+    key = ("fa_version", head, tuple(map(facts.get, book.reads("fa_version"))))  # fa.* facts: reset below
+    version, trace = book.memo(key, lambda: _fa_version(book, facts, head))
+    return version, list(trace)
+
+
+def _fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | None, tuple[str, ...]]:
     f = dict(facts)
     f["fa.head_size"] = head
     f["fa.version"] = None
@@ -207,7 +213,7 @@ def fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | Non
             v = c.rule.flash_attn_version
             f["fa.version"] = f.get(v.from_) if hasattr(v, "from_") else v
             trace.append(c.id)
-    return f["fa.version"], trace
+    return f["fa.version"], tuple(trace)
 
 
 # ---------------------------------------------------------------- backend choice

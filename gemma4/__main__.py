@@ -196,6 +196,7 @@ def cli() -> None:
     try:
         code = main()
     except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
+        from backends.base import BackendUnavailableError
         from gemma4.checkpoint import CheckpointError
 
         try:
@@ -207,7 +208,7 @@ def cli() -> None:
             def report_error(err):
                 print(f"kselect: {err}", file=sys.stderr)
 
-        if not isinstance(e, (RunError, CheckpointError, KSelectError)):
+        if not isinstance(e, (RunError, CheckpointError, KSelectError, BackendUnavailableError)):
             raise
         report_error(e)
         code = 2

@@ -174,3 +174,11 @@ def test_cuda_graph_decode_matches_eager():
     res = g.generate(prompts, 12, return_logits=True)
     assert res.cuda_graphs and not res.notes
     assert res.tokens == eager.tokens
+
+
+def test_main_job_unimplemented_backend_is_a_clear_error():
+    # FLEX_ATTENTION is a valid selection on CPU, but kselect has no kernel for it: exit 2, no fallback
+    r = subprocess.run([sys.executable, "-m", "gemma4", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert "FLEX_ATTENTION" in r.stderr and "Traceback" not in r.stderr

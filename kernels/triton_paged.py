@@ -205,16 +205,15 @@ def _num_sms(device) -> int:
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
     """(BLOCK_Q, BLOCK_N, num_warps, num_stages, KV_ASM). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum).
 
-    Decode values are the best of bench/kernels/tune_triton_decode.py on the H200 (bf16: 31B d512 B64 L8192
-    at 32/4/4 reads 98% of copy). FP8 (KV_ASM) is tuned separately: --dtypes fp8."""
+    Decode values are the best of bench/kernels/tune_triton_decode.py on the H200 (bench/results/h200/kernels/
+    tune.json, tune_fp8.json): bf16 31B d512 B64 L8192 at 32/4/4 reads 98% of copy; FP8 peaks at the same
+    tiles (d512 32/4/4, d256 64/4/2) but only ~48% of copy: the fp8->fp16 widening, not the bytes, bounds it."""
     if interpret:
         return max(1, 16 // g_pad), 16, 4, 1, False
     if decode:
         block_q = max(1, 16 // g_pad, min(_pow2(max_q), 64 // g_pad))
         block_n = {512: 32, 256: 64}.get(d_pad, 128)
-        if kv_fp8:  # until the fp8 sweep is measured: bf16's tile, 3 stages (the fp16 copy adds smem)
-            return block_q, block_n, 4, 3, True
-        return block_q, block_n, 4, 4 if d_pad >= 512 else 2, False  # 3 stages of 64x256 K+V tiles overflow smem
+        return block_q, block_n, 4, 4 if d_pad >= 512 else 2, kv_fp8  # 3 stages of 64x256 K+V tiles overflow smem
     rows = 64 if d_pad <= 256 else 32
     block_q = max(1, rows // g_pad)
     block_n = 64 if d_pad <= 256 else 32

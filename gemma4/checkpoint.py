@@ -145,15 +145,20 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
     return folder
 
 
-def read_config(folder: str | Path) -> Gemma4Args:
+def read_config_json(folder: str | Path, error: type[Exception], expected: str) -> tuple[Path, dict]:
+    """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong."""
     folder = Path(folder)
     cfg = folder / "config.json"
     if not cfg.is_file():
-        raise CheckpointError(f"{folder}: no config.json (expected a Hugging Face checkpoint folder)")
+        raise error(f"{folder}: no config.json (expected {expected})")
     try:
-        d = json.loads(cfg.read_text())
+        return cfg, json.loads(cfg.read_text())
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg}: not valid JSON ({e})") from e
+        raise error(f"{cfg}: not valid JSON ({e})") from e
+
+
+def read_config(folder: str | Path) -> Gemma4Args:
+    cfg, d = read_config_json(folder, CheckpointError, "a Hugging Face checkpoint folder")
     try:
         return Gemma4Args.from_hf_config(d)
     except (KeyError, ValueError, TypeError) as e:

@@ -489,16 +489,10 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
 
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
-    from gemma4.checkpoint import CheckpointError, _shard_files  # one safetensors discovery for both
+    from gemma4.checkpoint import CheckpointError, _shard_files, read_config_json  # shared with the target
 
     folder = Path(folder)
-    cfg = folder / "config.json"
-    if not cfg.is_file():
-        raise DrafterError(f"{folder}: no config.json (expected a Gemma-4 assistant checkpoint folder)")
-    try:
-        d = json.loads(cfg.read_text())
-    except json.JSONDecodeError as e:
-        raise DrafterError(f"{cfg}: not valid JSON ({e})") from e
+    cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
     try:
         args = DrafterArgs.from_hf_config(d, target)
     except (KeyError, TypeError) as e:

@@ -15,7 +15,7 @@ from . import blocks as blk
 from .conformance import claim_checks
 from .errors import SelectionError
 from .rulebook import RuleBook, rulebook
-from .schema import FP8_KV, BlockSpec, Capability, KSelectConfig
+from .schema import BlockSpec, Capability, KSelectConfig
 from .selection import GroupSelection, Selection
 
 KV_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -480,5 +480,3 @@ def _ranges(xs: list[int]) -> str:
             start = prev = x
     return ",".join(out)
 
-
-__all__ = ["resolve", "FP8_KV"]

@@ -86,18 +86,14 @@ def test_named_platform_never_imports_torch():
     assert p.stdout.strip() == "False", p.stderr
 
 
-def test_platform_auto_detects_cpu_here():
+def test_platform_auto_detects_this_machine():
     p = run("output=json")  # default platform=auto
     assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)
-    expected = "cpu"
-    try:
-        import torch
+    env = json.loads(p.stdout)["environment"]
+    import torch
 
-        if torch.cuda.is_available():
-            expected = None
-    except ImportError:
-        pass
-    if expected:
-        assert d["environment"]["platform"] == "cpu"
-        assert {g["backend"] for g in d["groups"]} == {"TORCH_REFERENCE"}
+    if torch.cuda.is_available():
+        assert env["device"] == "cuda" and env["compute_capability"] == list(torch.cuda.get_device_capability())
+    else:
+        assert env["platform"] == "cpu" and env["device"] == "cpu"
+        assert {g["backend"] for g in json.loads(p.stdout)["groups"]} == {"TORCH_REFERENCE"}

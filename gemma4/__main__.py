@@ -33,6 +33,10 @@ CALIBRATION_TEXT = [
     "def main(): print('hello, world')  # a tiny program",
 ]
 RANDOM_WEIGHTS_MAX_PARAMS = {"cpu": 2e8, "cuda": 4e10}
+# model.multimodal=true: no vision tower here, so every prompt gets this many placeholder "image" tokens
+# (the pad id, which is what HF embeds at image slots before merging vision features) right after BOS,
+# marked as one bidirectional image span.
+IMAGE_TOKENS = 20
 
 
 class RunError(Exception):
@@ -114,7 +118,7 @@ def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gemma4.engine import Engine, max_rel_error, reference_groups
+    from gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, reference_groups
     from selector.render import table
 
     overrides, opts = parse(sys.argv[1:] if argv is None else argv)
@@ -123,15 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     print(table(sel))
     print()
 
-    if cfg.model.multimodal:
-        raise RunError("model.multimodal=true (vision mode, bidirectional mm-prefix spans) is not supported by "
-                       "the gemma4 text runner; the selection above is still valid")
     model, tok, source = build_model(cfg, opts.seed)
     args = model.args
     if model.device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 5e7:
         torch.set_num_threads(1)  # tiny matmuls: threads only add OpenMP spin-waits on shared cores
     texts = opts.prompt or DEFAULT_PROMPTS
     prompts = encode(tok, texts, args.bos_token_id)
+    mm_spans = None
+    if cfg.model.multimodal:  # vision mode: a placeholder image after BOS in every prompt
+        img = (1, 1 + IMAGE_TOKENS)
+        prompts = [p[:1] + [args.pad_token_id] * IMAGE_TOKENS + p[1:] for p in prompts]
+        mm_spans = [[img] for _ in prompts]
+        print(f"multimodal (vision mode): no vision tower, so tokens [{img[0]}, {img[1]}) of every prompt are "
+              f"{IMAGE_TOKENS} placeholder image tokens (pad id {args.pad_token_id}), marked as one bidirectional "
+              f"image span [{img[0]}, {img[1]}) (sliding layers, window {args.sliding_window}; full layers causal)")
     max_len = max(map(len, prompts)) + opts.max_new_tokens
     max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
     cuda_graphs = False if opts.no_cuda_graphs else None
@@ -147,9 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         ks = [s[0] for s in scales.values()]
         print(f"calibrated FP8 KV scales over {len(scales)} layers: k_scale {min(ks):.3g}..{max(ks):.3g}")
 
-    eng.generate(prompts, 2, temperature=opts.temperature, top_k=opts.top_k, seed=opts.seed)  # warm-up
+    try:
+        eng.generate(prompts, 2, temperature=opts.temperature, top_k=opts.top_k, seed=opts.seed,
+                     mm_spans=mm_spans)  # warm-up
+    except MultimodalUnsupportedError as e:  # never a silent causal fallback
+        raise RunError(f"model.multimodal=true: {e}") from None
     res = eng.generate(prompts, opts.max_new_tokens, temperature=opts.temperature, top_k=opts.top_k,
-                       seed=opts.seed, return_logits=not opts.no_check)
+                       seed=opts.seed, return_logits=not opts.no_check, mm_spans=mm_spans)
     mode = "greedy" if opts.temperature <= 0 else f"sampled (T={opts.temperature}, top_k={opts.top_k}, seed={opts.seed})"
     print(f"\ngenerated {mode}, {len(prompts)} prompts, up to {opts.max_new_tokens} new tokens:")
     for text, toks in zip(texts, res.tokens):
@@ -167,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         same = {k: g for k, g in reference_groups(eng.groups).items()}
         ref = Engine(model, same, max_seqs=len(prompts), max_seq_len=max_len, kv_scales=eng.cache.scales(),
                      cuda_graphs=False)
-        r = ref.generate(prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+        r = ref.generate(prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False,
+                         mm_spans=mm_spans)
         got, want = torch.stack(res.logits), torch.stack(r.logits)
         err = max_rel_error(got, want)
         tol = tolerance(model.dtype)
@@ -179,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             plain = {k: g.model_copy(update=dict(kv_cache_dtype=args.dtype, descale="none", kv_scales="none"))
                      for k, g in same.items()}
             r2 = Engine(model, plain, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False).generate(
-                prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
+                prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False, mm_spans=mm_spans)
             err2 = max_rel_error(got, torch.stack(r2.logits))
             print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
                   f"(FP8 quantization error of this random model)")

@@ -9,6 +9,13 @@ mismatch or capture error falls back to eager with a warning). With graphs, `gen
 tokens on the device (the graph computes cache slots from its positions and block tables), so the
 decode loop has no per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps); its times are
 CUDA events. A captured graph is kept across `reset()` (static inputs are reloaded before use).
+
+Vision mode (`mm_spans`, HF `use_bidirectional_attention="vision"`): per sequence, [start, end)
+token ranges of image placeholders, given with the step that prefills them (a span must lie wholly
+inside one step) and kept for the sequence's later steps. As in HF, only sliding-attention layers
+see them (full-attention layers stay causal): a span query sees the span's later tokens too, limited
+on the past side only by the window (key > query - W). They reach the backend as
+`AttentionMetadata.mm_prefix` of the sliding group.
 """
 
 from __future__ import annotations
@@ -164,6 +171,7 @@ class Engine:
         if kv_scales:
             self.cache.set_scales(kv_scales)
         self.seq_lens: dict[int, int] = {}
+        self.mm_spans: dict[int, list[tuple[int, int]]] = {}  # vision mode: image spans per sequence
         on_cuda = self.device.type == "cuda"
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
@@ -176,6 +184,7 @@ class Engine:
     def reset(self) -> None:
         self.cache.release_all()
         self.seq_lens.clear()
+        self.mm_spans.clear()
         self._epoch += 1  # captured graphs stay; their static inputs are reloaded before the next replay
 
     def backend_names(self) -> dict[str, str]:
@@ -188,6 +197,15 @@ class Engine:
 
     def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):
         dev = self.device
+        spans = [self.mm_spans.get(s, []) for s in seqs]
+        n_spans = max(map(len, spans), default=0)
+        mm = None
+        if n_spans:  # [B, S, 2] absolute [start, end), padded with -1
+            mm = torch.full((len(seqs), n_spans, 2), -1, dtype=torch.int32)
+            for i, sp in enumerate(spans):
+                if sp:
+                    mm[i, :len(sp)] = torch.tensor(sp, dtype=torch.int32)
+            mm = mm.to(dev)
         cu = torch.zeros(len(seqs) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(torch.tensor(qlens, dtype=torch.int32), 0)
         used = torch.tensor(kvlens, dtype=torch.int32)
@@ -197,9 +215,35 @@ class Engine:
             bt = gc.block_table(seqs, width)
             metas[kind] = AttentionMetadata(
                 cu_seqlens_q=cu.to(dev), seqused_k=used.to(dev), block_table=bt.to(dev),
-                max_seqlen_q=max(qlens), max_seqlen_k=max(kvlens))
+                max_seqlen_q=max(qlens), max_seqlen_k=max(kvlens),
+                mm_prefix=mm if kind == SLIDING else None)  # HF: full-attention layers stay causal
             slots[kind] = gc.slot_mapping(seqs, starts, qlens).to(dev)
         return metas, slots
+
+    def _far_span_queries(self, seqs, qlens, starts, meta: AttentionMetadata) -> list:
+        """Sliding group: image-span queries q with span end e > q + W (HF lets them see span keys up to
+        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 with
+        window_left = e-1 - (q-W+1): keys [q-W+1, e-1], exactly HF's set. Grouped by e - q (one
+        backend call per group and sliding layer; none unless a span is longer than the window)."""
+        w = self.args.sliding_window
+        groups: dict[int, list[tuple[int, int, int]]] = {}
+        row0 = 0
+        for i, (s, n, p0) in enumerate(zip(seqs, qlens, starts)):
+            for a, e in self.mm_spans.get(s, []):
+                for qp in range(max(a, p0), min(e - w, p0 + n)):
+                    groups.setdefault(e - qp, []).append((row0 + qp - p0, i, e))
+            row0 += n
+        out = []
+        for d, items in sorted(groups.items()):
+            rows = torch.tensor([r for r, _, _ in items], dtype=torch.long, device=self.device)
+            ends = torch.tensor([e for _, _, e in items], dtype=torch.int32)
+            bidx = torch.tensor([i for _, i, _ in items], dtype=torch.long, device=self.device)
+            m = AttentionMetadata(
+                cu_seqlens_q=torch.arange(len(items) + 1, dtype=torch.int32).to(self.device),
+                seqused_k=ends.to(self.device), block_table=meta.block_table[bidx], max_seqlen_q=1,
+                max_seqlen_k=int(ends.max()), q_positions=(ends.long() - 1).to(self.device))
+            out.append((rows, m, d + w - 2))
+        return out
 
     def _context(self, positions, metas, slots, kv_amax=None) -> StepContext:
         groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
@@ -211,9 +255,12 @@ class Engine:
     # -------------------------------------------------------------- the forward path
     @torch.inference_mode()
     def extend(self, seqs: list[int], tokens: list[list[int]], *, all_logits: bool = False,
-               kv_amax: dict | None = None) -> torch.Tensor | list[torch.Tensor]:
+               kv_amax: dict | None = None,
+               mm_spans: list[list[tuple[int, int]]] | None = None) -> torch.Tensor | list[torch.Tensor]:
         """Append tokens[i] to sequence seqs[i] (new sequences start empty); run one forward.
 
+        mm_spans[i]: image spans [start, end) (absolute token positions) of sequence i inside the tokens
+        appended now; they stay attached to the sequence for its later steps.
         Returns the last-token logits [B, V], or with all_logits a list of [len_i, V].
         """
         if len(seqs) != len(tokens) or any(len(t) == 0 for t in tokens):
@@ -227,10 +274,23 @@ class Engine:
             if s not in self.seq_lens and len(self.seq_lens) >= self.max_seqs:
                 raise ValueError(f"more than max_seqs={self.max_seqs} sequences")
             self.cache.ensure(s, n)
+        if mm_spans is not None:
+            self._add_spans(seqs, starts, kvlens, mm_spans)
         ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
         pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
         metas, slots = self._metadata(seqs, qlens, kvlens)
-        hidden = self.model(ids, self._context(pos, metas, slots, kv_amax))
+        ctx = self._context(pos, metas, slots, kv_amax)
+        if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
+            ctx.groups[SLIDING].far = self._far_span_queries(seqs, qlens, starts, metas[SLIDING])
+        try:
+            hidden = self.model(ids, ctx)
+        except NotImplementedError as e:  # e.g. FLASH_ATTN adapters: no mm-prefix spans, never go causal
+            if metas.get(SLIDING) is None or metas[SLIDING].mm_prefix is None:
+                raise
+            g = self.groups[SLIDING]
+            raise MultimodalUnsupportedError(
+                f"image spans need bidirectional mm-prefix attention, which the backend selected for "
+                f"{LAYER_TYPE_TO_GROUP[SLIDING]} ({g.backend}) cannot do: {e}") from e
         self._epoch += 1
         for s, n in zip(seqs, kvlens):
             self.seq_lens[s] = n
@@ -238,6 +298,20 @@ class Engine:
             return list(self.model.compute_logits(hidden).split(qlens))
         last = torch.tensor(qlens).cumsum(0) - 1
         return self.model.compute_logits(hidden[last.to(self.device)])
+
+    def _add_spans(self, seqs, starts, kvlens, mm_spans) -> None:
+        if len(mm_spans) != len(seqs):
+            raise ValueError("mm_spans needs one list of spans per sequence")
+        for s, p0, n, sp in zip(seqs, starts, kvlens, mm_spans):
+            sp = sorted((int(a), int(e)) for a, e in sp)
+            for j, (a, e) in enumerate(sp):
+                if not p0 <= a < e <= n:
+                    raise ValueError(f"sequence {s}: image span [{a}, {e}) must lie inside the tokens of this "
+                                     f"step [{p0}, {n}) (a bidirectional span is prefilled in one step)")
+                if j and a < sp[j - 1][1]:
+                    raise ValueError(f"sequence {s}: image spans {sp[j - 1]} and {(a, e)} overlap")
+            if sp:
+                self.mm_spans[s] = self.mm_spans.get(s, []) + sp
 
     @torch.inference_mode()  # graphs captured by generate() hold inference tensors
     def decode(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
@@ -296,10 +370,12 @@ class Engine:
         stop_at_eos: bool = True,
         return_logits: bool = False,
         forced: list[list[int]] | None = None,
+        mm_spans: list[list[tuple[int, int]]] | None = None,
     ) -> GenerationResult:
         """Generate for a batch. All sequences decode in lock step (finished ones keep a stable batch
         shape; their extra tokens are dropped). `forced`: teacher-force these continuations instead
-        of sampling (the numerics check replays a run on another backend)."""
+        of sampling (the numerics check replays a run on another backend). `mm_spans`: image spans
+        per prompt (see `extend`); decode steps are causal (they lie after every span)."""
         if len(prompts) > self.max_seqs:
             raise ValueError(f"{len(prompts)} prompts > max_seqs={self.max_seqs}")
         self.reset()
@@ -313,7 +389,7 @@ class Engine:
             self.cache.ensure(s, len(p) + max_new_tokens)
         if self.use_graphs:
             return self._generate_on_device(seqs, prompts, max_new_tokens, temperature, top_k, gen, eos,
-                                            stop_at_eos, return_logits, forced)
+                                            stop_at_eos, return_logits, forced, mm_spans)
         logs: list[torch.Tensor] = []
 
         picked: list[list[int]] = []
@@ -330,7 +406,7 @@ class Engine:
 
         _sync(self.device)
         t0 = time.perf_counter()
-        nxt = pick(self.extend(seqs, prompts), 0)
+        nxt = pick(self.extend(seqs, prompts, mm_spans=mm_spans), 0)
         _sync(self.device)
         t1 = time.perf_counter()
         out = [[t] for t in nxt]
@@ -353,7 +429,7 @@ class Engine:
             cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
 
     def _generate_on_device(self, seqs, prompts, max_new_tokens, temperature, top_k, gen, eos, stop_at_eos,
-                            return_logits, forced) -> GenerationResult:
+                            return_logits, forced, mm_spans=None) -> GenerationResult:
         """`generate` with graph decode: tokens (and logits) stay on the device until the end, so the
         loop never waits for the GPU except for an EOS check every EOS_CHECK_EVERY steps. Same tokens,
         EOS handling and `steps` as the host loop; decode_tokens counts the steps actually run."""
@@ -372,7 +448,7 @@ class Engine:
 
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         ev[0].record()
-        nxt = pick(self.extend(seqs, prompts), 0)
+        nxt = pick(self.extend(seqs, prompts, mm_spans=mm_spans), 0)
         ev[1].record()
         steps = 0
         for step in range(1, max_new_tokens):
@@ -513,10 +589,14 @@ class _DecodeGraph:
         return self.out
 
 
+class MultimodalUnsupportedError(RuntimeError):
+    """Image spans were given but a selected backend has no mm-prefix (bidirectional span) support."""
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-__all__ = ["Engine", "GenerationResult", "simple_selection", "reference_groups", "model_groups", "sample",
+__all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "simple_selection", "reference_groups", "model_groups", "sample",
            "max_rel_error"]

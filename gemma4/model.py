@@ -36,6 +36,11 @@ class GroupStep:
     backend: "AttentionBackend"
     meta: "AttentionMetadata"
     slot_mapping: torch.Tensor  # [T] int64 flat cache slots of the new tokens (-1 = padding)
+    # Vision mode, sliding layers: image-span queries whose span reaches more than window_left keys
+    # ahead. HF limits span keys by the window on the past side only, the backends' window is
+    # symmetric: each entry (query rows [n], metadata, window_left) recomputes those rows as one
+    # causal query at the span's last position with a widened window (see Engine._far_span_queries).
+    far: list = field(default_factory=list)
 
 
 @dataclass
@@ -202,6 +207,8 @@ class Attention(nn.Module):
             g.cache.write(self.layer, k, v, g.slot_mapping, static=bool(ctx.extra.get("static")))
         k_cache, v_cache = g.cache.kv(self.kv_source)
         o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(self.kv_source, self.window_left))
+        for rows, meta, window_left in g.far:
+            o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(self.kv_source, window_left))
         return self.o_proj(o.reshape(t, self.n_heads * self.head_dim))
 
 

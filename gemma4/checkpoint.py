@@ -199,26 +199,31 @@ def _canonical(name: str) -> str | None:
 
 def read_tensors(folder: str | Path) -> dict[str, tuple[str, torch.Tensor]]:
     """{our name: (checkpoint name, tensor)} from every shard. Raises CheckpointError on bad files."""
+    return read_safetensors(_shard_files(Path(folder)), _canonical, CheckpointError)
+
+
+def read_safetensors(files, rename, error: type[Exception]) -> dict[str, tuple[str, torch.Tensor]]:
+    """{rename(name): (name, tensor)} over safetensors files (names mapped to None are skipped);
+    a corrupted file or tensor, or a name present twice, raises `error` naming it."""
     from safetensors import SafetensorError, safe_open
 
-    folder = Path(folder)
     out: dict[str, tuple[str, torch.Tensor]] = {}
-    for f in _shard_files(folder):
+    for f in files:
         try:
             handle = safe_open(str(f), framework="pt", device="cpu")
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise CheckpointError(f"{f}: corrupted or unreadable safetensors file ({e})") from e
+            raise error(f"{f}: corrupted or unreadable safetensors file ({e})") from e
         with handle:
             for key in handle.keys():
-                ours = _canonical(key)
+                ours = rename(key)
                 if ours is None:
                     continue
                 try:
                     t = handle.get_tensor(key)
                 except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-                    raise CheckpointError(f"{f}: tensor {key!r} is corrupted or unreadable ({e})") from e
+                    raise error(f"{f}: tensor {key!r} is corrupted or unreadable ({e})") from e
                 if ours in out:
-                    raise CheckpointError(f"{f}: tensor {key!r} appears twice (also as {out[ours][0]!r})")
+                    raise error(f"{f}: tensor {key!r} appears twice (also as {out[ours][0]!r})")
                 out[ours] = (key, t)
     return out
 

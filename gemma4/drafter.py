@@ -489,7 +489,8 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
 
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
-    from gemma4.checkpoint import CheckpointError, _shard_files, read_config_json  # shared with the target
+    from gemma4.checkpoint import (  # one reader for target and drafter checkpoints
+        CheckpointError, _shard_files, read_config_json, read_safetensors)
 
     folder = Path(folder)
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
@@ -504,30 +505,9 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
         files = _shard_files(folder)
     except CheckpointError as e:
         raise DrafterError(str(e)) from e
-    tensors = _read(files)
+    tensors = read_safetensors(files, lambda name: name, DrafterError)
     load_drafter_state(drafter, tensors, where=str(folder))
     return drafter.to(device=device, dtype=args.torch_dtype).eval().keep_rope_fp32()
-
-
-def _read(files: list[Path]) -> dict[str, tuple[str, torch.Tensor]]:
-    from safetensors import SafetensorError, safe_open
-
-    out: dict[str, tuple[str, torch.Tensor]] = {}
-    for f in files:
-        try:
-            handle = safe_open(str(f), framework="pt", device="cpu")
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise DrafterError(f"{f}: corrupted or unreadable safetensors file ({e})") from e
-        with handle:
-            for key in handle.keys():
-                try:
-                    t = handle.get_tensor(key)
-                except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-                    raise DrafterError(f"{f}: tensor {key!r} is corrupted or unreadable ({e})") from e
-                if key in out:
-                    raise DrafterError(f"{f}: tensor {key!r} appears twice")
-                out[key] = (key, t)
-    return out
 
 
 def load_drafter_state(drafter: Drafter, tensors: dict[str, tuple[str, torch.Tensor]] | dict[str, torch.Tensor],

@@ -34,6 +34,15 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------------------- random weights
 
 
+def _init_kind(name: str) -> str:
+    """How a parameter is initialised: qk_norm, scale (norms, scalars), embedding or linear."""
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        return "qk_norm"
+    if "norm" in name or name.rsplit(".", 1)[-1] in ("layer_scalar", "scale", "per_expert_scale"):
+        return "scale"
+    return "embedding" if "embed_tokens" in name else "linear"
+
+
 def init_weights(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -> Gemma4:
     """Deterministic weights from `seed` (independent of device and module order).
 
@@ -48,12 +57,12 @@ def init_weights(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -> Gemma4
     with torch.no_grad():
         for name in sorted(state):
             t = state[name]
-            leaf = name.rsplit(".", 1)[-1]
-            if "norm" in name or leaf in ("layer_scalar", "scale", "per_expert_scale"):
+            kind = _init_kind(name)
+            if kind in ("scale", "qk_norm"):
                 v = 1.0 + 0.1 * torch.randn(t.shape, generator=gen)
-                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                if kind == "qk_norm":
                     v = v * t.shape[0] ** -0.25
-            elif "embed_tokens" in name:
+            elif kind == "embedding":
                 v = embed_std * torch.randn(t.shape, generator=gen)
             else:
                 fan_in = t.shape[-1]
@@ -72,12 +81,12 @@ def init_weights_inplace(model: Gemma4, seed: int = 0, embed_std: float = 0.1) -
     with torch.no_grad():
         for name in sorted(state):
             t = state[name]
-            leaf = name.rsplit(".", 1)[-1]
-            if "norm" in name or leaf in ("layer_scalar", "scale", "per_expert_scale"):
+            kind = _init_kind(name)
+            if kind in ("scale", "qk_norm"):
                 t.normal_(1.0, 0.1, generator=gen)
-                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                if kind == "qk_norm":
                     t.mul_(t.shape[0] ** -0.25)
-            elif "embed_tokens" in name:
+            elif kind == "embedding":
                 t.normal_(0.0, embed_std, generator=gen)
             else:
                 t.normal_(0.0, t.shape[-1] ** -0.5, generator=gen)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from selector import conformance
+
 from selector.api import compose
 from selector.resolve import resolve
 
@@ -15,3 +17,17 @@ def select(*overrides: str):
 @pytest.fixture
 def sel():
     return select
+
+
+@pytest.fixture
+def fake_conformance(tmp_path, monkeypatch):
+    """Write `<gpu_model>.yaml` with the given claim lines and point the selector at it."""
+    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
+
+    def write(gpu_model: str, claims: str) -> str:
+        (tmp_path / f"{gpu_model}.yaml").write_text(f"gpu: {gpu_model}\nclaims:\n{claims}")
+        conformance.load.cache_clear()
+        return gpu_model
+
+    yield write
+    conformance.load.cache_clear()

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from selector import conformance
 from selector.claims import declared_claims
 
 
 @pytest.fixture
-def h200_data(tmp_path, monkeypatch):
-    (tmp_path / "nvidia_h200.yaml").write_text(
-        "gpu: NVIDIA H200\nclaims:\n"
+def h200_data(fake_conformance):
+    fake_conformance(
+        "nvidia_h200",
         "  'FLASH_ATTN_v4:fp8:d256:window': {status: refuted, rel_err: 1.2, detail: wrong output}\n"
-        "  'FLASH_ATTN_v4:fp8:d512:causal': {status: verified, rel_err: 0.0017}\n"
+        "  'FLASH_ATTN_v4:fp8:d512:causal': {status: verified, rel_err: 0.0017}\n",
     )
-    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
-    conformance.load.cache_clear()
-    yield
-    conformance.load.cache_clear()
 
 
 def test_pr48666_sliding_claim_refuted(h200_data, sel):

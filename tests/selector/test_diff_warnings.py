@@ -12,7 +12,6 @@ import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-import selector.conformance as conformance
 from selector.api import CONF_DIR, compose
 from selector.diff import diff_results, render as render_diff
 from selector.gather import markdown as gather_markdown
@@ -49,17 +48,13 @@ def test_selection_formats_show_the_warning(case, fmt):
 
 
 @pytest.fixture
-def refuted_gpu(tmp_path, monkeypatch):
+def refuted_gpu(fake_conformance):
     """A measured GPU on which FA4 FP8 at head 512 failed."""
-    (tmp_path / "fake_h200.yaml").write_text(
-        "gpu: fake_h200\nclaims:\n"
+    return fake_conformance(
+        "fake_h200",
         "  FLASH_ATTN_v4:fp8:d512:causal: {status: refuted, rel_err: 0.31, detail: garbage tokens}\n"
-        "  FLASH_ATTN_v4:fp8:d256:causal: {status: verified, rel_err: 0.002}\n"
+        "  FLASH_ATTN_v4:fp8:d256:causal: {status: verified, rel_err: 0.002}\n",
     )
-    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
-    conformance.load.cache_clear()
-    yield "fake_h200"
-    conformance.load.cache_clear()
 
 
 def test_refuted_claims_in_every_format(refuted_gpu):

@@ -1,14 +1,17 @@
-"""FLASH_ATTN adapters: v3 (vLLM's FA3 build, or the upstream FA3 wheel) and v4 (flash-attn-4, or
-vLLM's FA4 fork for head dim 512 and FP8 KV). The build is resolved and imported when the backend
-is made, so a missing package fails at startup, not at the first forward."""
+"""FLASH_ATTN adapters: v3 (vLLM's FA3 build) and v4 (flash-attn-4, or vLLM's FA4 fork for head dim
+512 and FP8 KV). The build is resolved and imported when the backend is made, so a missing package
+fails at startup, not at the first forward. Bidirectional mm-prefix spans run as a second,
+non-causal pass over the span rows (backends/span_split.py)."""
 
 from __future__ import annotations
 
+import torch
+
 from backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
 from backends.common import expand_descale, kernel_block_view, quant_inputs
+from backends.span_split import select_descale, span_pass
 from kernels import flash_attn as fa
 from kernels import flash_attn_loader as loader
-from kernels.reference import is_fp8
 
 
 def _fp8_group(group) -> bool:
@@ -17,18 +20,28 @@ def _fp8_group(group) -> bool:
 
 class _FlashAttnBase(AttentionBackend):
     name = "FLASH_ATTN"
+    label = "FLASH_ATTN"
 
-    def _prepare(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
-        if meta.mm_prefix is not None:
-            raise NotImplementedError(f"{self.label}: mm_prefix spans are not wired to FlashAttention here; "
-                                      "select TRITON_ATTN or TORCH_REFERENCE for bidirectional vision spans")
+    def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         if meta.q_positions is not None:
             raise NotImplementedError(f"{self.label}: explicit q_positions (MTP drafts) are not supported")
         kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
-        return kc, vc, bt, quant_inputs(self.group.descale, q, k_cache, layer)
+        qi = quant_inputs(self.group.descale, q, k_cache, layer)
+        b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
+        ds = [expand_descale(d, b, hkv) for d in (qi.q_descale, qi.k_descale, qi.v_descale)]
+        out = self._call(qi.q, kc, vc, meta, bt, layer, ds, causal=True, out_dtype=q.dtype)
+        sp = span_pass(meta)
+        if sp is not None:
+            sub_ds = [select_descale(d, sp.batch_index) for d in ds]
+            out[sp.rows] = self._call(qi.q[sp.rows], kc, vc, sp.meta, bt[sp.batch_index], layer, sub_ds,
+                                      causal=False, out_dtype=q.dtype)
+        return out
+
+    def _call(self, q, kc, vc, meta, bt, layer, descales, *, causal: bool, out_dtype) -> torch.Tensor:
+        raise NotImplementedError
 
     def supports_cuda_graphs(self) -> bool:
-        return True  # no host syncs in the call; FA3/FA4/fork capture was measured on the H200
+        return True  # no host syncs in a causal call; FA3/FA4/fork capture was measured on the H200
 
 
 class FlashAttn3Backend(_FlashAttnBase):
@@ -37,21 +50,19 @@ class FlashAttn3Backend(_FlashAttnBase):
     def __init__(self, group):
         super().__init__(group)
         try:
-            self.kind, _ = loader.load_fa3()
+            loader.load_fa3()
         except ImportError as e:
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
-
-    def forward(self, q, k_cache, v_cache, meta, layer):
-        kc, vc, bt, qi = self._prepare(q, k_cache, v_cache, meta, layer)
-        if is_fp8(k_cache.dtype) and qi.q_descale is None:
+        if _fp8_group(group) and group.descale != "q_k_v":
             raise ValueError("FLASH_ATTN v3 with an FP8 KV cache needs quant-query (descale 'q_k_v'): "
                              "the FA3 build requires q, k and v in the same dtype")
-        b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
+
+    def _call(self, q, kc, vc, meta, bt, layer, descales, *, causal, out_dtype):
+        qd, kd, vd = descales
         return fa.fa3_forward(
-            qi.q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,
-            layer.softmax_scale, window_left=layer.window_left, sinks=layer.sinks,
-            q_descale=expand_descale(qi.q_descale, b, hkv), k_descale=expand_descale(qi.k_descale, b, hkv),
-            v_descale=expand_descale(qi.v_descale, b, hkv), out_dtype=q.dtype)
+            q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,
+            layer.softmax_scale, causal=causal, window_left=layer.window_left, sinks=layer.sinks,
+            q_descale=qd, k_descale=kd, v_descale=vd, out_dtype=out_dtype)
 
 
 class FlashAttn4Backend(_FlashAttnBase):
@@ -69,16 +80,12 @@ class FlashAttn4Backend(_FlashAttnBase):
         except ImportError as e:
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
 
-    def forward(self, q, k_cache, v_cache, meta, layer):
-        kc, vc, bt, qi = self._prepare(q, k_cache, v_cache, meta, layer)
-        args = (kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,
+    def _call(self, q, kc, vc, meta, bt, layer, descales, *, causal, out_dtype):
+        args = (q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,
                 layer.softmax_scale)
         if not self.fork:
-            return fa.fa4_forward(q, *args, window_left=layer.window_left, sinks=layer.sinks, out_dtype=q.dtype)
-        b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
-        # the fork dequantizes K/V in the kernel: q stays in the model dtype (never quant-query)
-        return fa.fa4_fork_forward(
-            q, *args, window_left=layer.window_left, sinks=layer.sinks,
-            k_descale=expand_descale(qi.k_descale, b, hkv), v_descale=expand_descale(qi.v_descale, b, hkv),
-            out_dtype=q.dtype)
-
+            return fa.fa4_forward(*args, causal=causal, window_left=layer.window_left, sinks=layer.sinks,
+                                  out_dtype=out_dtype)
+        _, kd, vd = descales  # the fork dequantizes K/V in the kernel: q stays in the model dtype
+        return fa.fa4_fork_forward(*args, causal=causal, window_left=layer.window_left, sinks=layer.sinks,
+                                   k_descale=kd, v_descale=vd, out_dtype=out_dtype)

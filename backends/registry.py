@@ -9,7 +9,6 @@ from selector.selection import GroupSelection
 
 # Backends the selector may pick that kselect does not implement.
 NOT_IMPLEMENTED = {
-    "FLASHINFER": "flashinfer-python",
     "FLEX_ATTENTION": "torch FlexAttention",
     "TURBOQUANT": "TurboQuant",
 }
@@ -19,6 +18,7 @@ _IMPLS = {
     ("TRITON_ATTN", None): "backends.triton:TritonAttnBackend",
     ("FLASH_ATTN", 3): "backends.flash_attn:FlashAttn3Backend",
     ("FLASH_ATTN", 4): "backends.flash_attn:FlashAttn4Backend",
+    ("FLASHINFER", None): "backends.flashinfer:FlashInferBackend",
 }
 
 
@@ -32,7 +32,7 @@ def make_backend(group: GroupSelection) -> AttentionBackend:
     if name in NOT_IMPLEMENTED:
         raise BackendUnavailableError(
             f"{name} is not implemented in kselect (would need {NOT_IMPLEMENTED[name]}); "
-            "select TRITON_ATTN, FLASH_ATTN or TORCH_REFERENCE")
+            "select TRITON_ATTN, FLASH_ATTN, FLASHINFER or TORCH_REFERENCE")
     key = (name, group.flash_attn_version if name == "FLASH_ATTN" else None)
     if key not in _IMPLS:
         if name == "FLASH_ATTN":

@@ -197,7 +197,8 @@ class Engine:
 
     def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):
         dev = self.device
-        spans = [self.mm_spans.get(s, []) for s in seqs]
+        # only spans holding a query of this step change anything (decode steps lie after every span)
+        spans = [[(a, e) for a, e in self.mm_spans.get(s, []) if e > k - q] for s, q, k in zip(seqs, qlens, kvlens)]
         n_spans = max(map(len, spans), default=0)
         mm = None
         if n_spans:  # [B, S, 2] absolute [start, end), padded with -1
@@ -222,9 +223,10 @@ class Engine:
 
     def _far_span_queries(self, seqs, qlens, starts, meta: AttentionMetadata) -> list:
         """Sliding group: image-span queries q with span end e > q + W (HF lets them see span keys up to
-        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 with
-        window_left = e-1 - (q-W+1): keys [q-W+1, e-1], exactly HF's set. Grouped by e - q (one
-        backend call per group and sliding layer; none unless a span is longer than the window)."""
+        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 (the
+        bottom-right position of a 1-token query over e keys) with window_left = e-1 - (q-W+1): keys
+        [q-W+1, e-1], exactly HF's set. Grouped by e - q (one backend call per group and sliding
+        layer; none unless a span is longer than the window)."""
         w = self.args.sliding_window
         groups: dict[int, list[tuple[int, int, int]]] = {}
         row0 = 0
@@ -241,7 +243,7 @@ class Engine:
             m = AttentionMetadata(
                 cu_seqlens_q=torch.arange(len(items) + 1, dtype=torch.int32).to(self.device),
                 seqused_k=ends.to(self.device), block_table=meta.block_table[bidx], max_seqlen_q=1,
-                max_seqlen_k=int(ends.max()), q_positions=(ends.long() - 1).to(self.device))
+                max_seqlen_k=int(ends.max()))
             out.append((rows, m, d + w - 2))
         return out
 

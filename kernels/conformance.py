@@ -10,9 +10,11 @@ status: verified (rel_err within kernels/tolerances.py), refuted (over it, or Na
 unsupported (the backend or kernel raised; detail = the first line of the error, prefixed
 "unavailable:" when the package is missing).
 
-CLI: python -m kernels.conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml
+CLI: python -m kernels.conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
-run in the Triton interpreter (keep heads small there).
+run in the Triton interpreter (keep heads small there). --jobs N runs kernel families (claims
+sharing backend, version, dtype and head size, hence one JIT-compiled kernel) in N processes:
+FlashInfer's and FA4's first-call compiles then overlap.
 """
 
 from __future__ import annotations
@@ -85,13 +87,15 @@ def _cases(c: Claim, device: str, page: int):
     else:
         batches = [([256, 64, 300], [900, 64, 1300]), ([1, 1, 1, 1], [700, 1500, 90, 4100])]
     cache_dtype = _cache(c)[1]
+    # FP8 descales per (sequence, kv head), except FlashInfer: one K and one V scale per layer (as in vLLM)
+    descale = "layer" if c.backend == "FLASHINFER" else "seq_head"
     out = []
     for i, (ql, kl) in enumerate(batches):
         spans = None
         if c.feature == "mm_prefix":
             spans = [[(max(0, k - q - 4), max(0, k - q - 4) + min(12, k))] for q, k in zip(ql, kl)]
         out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=page, dtype=_MODEL[c.dtype],
-                             cache_dtype=cache_dtype, descale="seq_head", window_left=window, mm_spans=spans,
+                             cache_dtype=cache_dtype, descale=descale, window_left=window, mm_spans=spans,
                              sinks=c.feature == "sinks", device=device, seed=11 + i))
     return out
 
@@ -161,6 +165,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-name", default=None)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time")
     args = ap.parse_args(argv)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -172,16 +177,54 @@ def main(argv=None) -> int:
                commit=_git_commit(), command="python -m kernels.conformance " + " ".join(argv or sys.argv[1:]),
                claims=results)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    for cid in read_claims(args.claims):
-        try:
-            results[cid] = check_claim(cid, args.device)
-        except ValueError as e:  # a malformed id
-            results[cid] = dict(status="unsupported", rel_err=None, detail=_first_line(e))
-        r = results[cid]
+    ids = read_claims(args.claims)
+
+    def record(cid, r):
+        results[cid] = r
         print(f"{cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
         with open(args.out, "w") as f:  # after every claim: a timeout still leaves what was measured
             yaml.safe_dump(doc, f, sort_keys=False)
+
+    if args.jobs <= 1:
+        for cid in ids:
+            record(cid, _check_one(cid, args.device))
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_check_family, fam, args.device) for fam in families(ids)]
+            for fut in cf.as_completed(futures):
+                for cid, r in fut.result():
+                    record(cid, r)
+        doc["claims"] = {cid: results[cid] for cid in ids}  # input order, whatever finished first
+        with open(args.out, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
     return 0
+
+
+def _check_one(cid: str, device: str) -> dict:
+    try:
+        return check_claim(cid, device)
+    except ValueError as e:  # a malformed id
+        return dict(status="unsupported", rel_err=None, detail=_first_line(e))
+
+
+def _check_family(ids: list[str], device: str) -> list[tuple[str, dict]]:
+    return [(cid, _check_one(cid, device)) for cid in ids]
+
+
+def families(ids: list[str]) -> list[list[str]]:
+    """Claims grouped by (backend, version, dtype, head): one kernel variant family each, in input order."""
+    groups: dict[tuple, list[str]] = {}
+    for cid in ids:
+        try:
+            c = parse_claim(cid)
+            key = (c.backend, c.version, c.dtype, c.head)
+        except ValueError:
+            key = ("?", cid)
+        groups.setdefault(key, []).append(cid)
+    return list(groups.values())
 
 
 def _git_commit() -> str:

@@ -2,7 +2,9 @@
 
 All take our layout (q [total_q, Hq, D], caches [blocks, page, Hkv, D], int32 block table,
 cu_seqlens_q, seqused_k) and return [total_q, Hq, D] in `out_dtype`. window_left is already in
-FlashAttention's convention (w - 1 for a w-token sliding window).
+FlashAttention's convention (w - 1 for a w-token sliding window). causal=False (the mm-prefix span
+pass, backends/span_split.py) makes the window symmetric, (window_left, window_left), as in
+kernels/reference.py; queries are bottom-right aligned to seqused_k either way.
 
 FA4 (flash-attn-4, CuTe DSL) first-call cost on the H200: `import flash_attn.cute` ~14 s per
 process (MLIR load); each new kernel variant (head dim, page size, window on/off, sinks, dtype)
@@ -19,8 +21,10 @@ import torch
 from kernels.flash_attn_loader import load_fa3, load_fa4_fork, load_fa4_upstream
 
 
-def _window(window_left: int):
-    return [window_left, 0] if window_left >= 0 else [-1, -1]
+def _window(window_left: int, causal: bool = True):
+    if window_left < 0:
+        return [-1, -1]
+    return [window_left, 0 if causal else window_left]
 
 
 def _first(r):
@@ -28,54 +32,46 @@ def _first(r):
 
 
 def fa3_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-                softmax_scale, *, window_left=-1, sinks=None, q_descale=None, k_descale=None, v_descale=None,
-                out_dtype=torch.bfloat16):
-    """FA3. FP8 needs q, k and v all FP8 with [B, Hkv] descales; sinks go in as bf16 (the build's rule)."""
-    kind, mod = load_fa3()
-    if kind == "vllm":
-        out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=out_dtype, device=q.device)
-        mod.flash_attn_varlen_func(
-            q, k_cache, v_cache, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
-            block_table=block_table, softmax_scale=softmax_scale, causal=True, window_size=_window(window_left),
-            softcap=0.0, out=out, fa_version=3, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            s_aux=None if sinks is None else sinks.to(torch.bfloat16))
-        return out
-    if sinks is not None:
-        raise NotImplementedError("upstream FA3 (flash_attn_interface) has no attention sinks; use vLLM's FA3 build")
-    r = mod.flash_attn_with_kvcache(
-        q, k_cache, v_cache, cache_seqlens=seqused_k, page_table=block_table, cu_seqlens_q=cu_seqlens_q,
-        max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale, causal=True, window_size=tuple(_window(window_left)),
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
-    return _first(r).to(out_dtype)
+                softmax_scale, *, causal=True, window_left=-1, sinks=None, q_descale=None, k_descale=None,
+                v_descale=None, out_dtype=torch.bfloat16):
+    """vLLM's FA3 build. FP8 needs q, k and v all FP8 with [B, Hkv] descales; sinks go in as bf16 (the build's rule)."""
+    mod = load_fa3()
+    out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=out_dtype, device=q.device)
+    mod.flash_attn_varlen_func(
+        q, k_cache, v_cache, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
+        block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+        window_size=_window(window_left, causal), softcap=0.0, out=out, fa_version=3, q_descale=q_descale,
+        k_descale=k_descale, v_descale=v_descale, s_aux=None if sinks is None else sinks.to(torch.bfloat16))
+    return out
 
 
 def fa4_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-                softmax_scale, *, window_left=-1, sinks=None, out_dtype=torch.bfloat16, num_splits=1):
+                softmax_scale, *, causal=True, window_left=-1, sinks=None, out_dtype=torch.bfloat16, num_splits=1):
     """Upstream FA4 (flash-attn-4 b36) on SM90: bf16/fp16, head dim <= 256, any page size.
 
     num_splits=0 picks split-KV by FA4's heuristic (measured for batched decode on the H200);
     1 (default) is the configuration checked for varlen + page_table correctness.
     """
     mod = load_fa4_upstream()
-    kw = dict(window_size=(window_left, 0)) if window_left >= 0 else {}
+    kw = dict(window_size=tuple(_window(window_left, causal))) if window_left >= 0 else {}
     if sinks is not None:
         kw["learnable_sink"] = sinks.float()
     r = mod.flash_attn_varlen_func(
         q, k_cache, v_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=block_table,
-        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=True,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
         num_splits=num_splits, **kw)
     return _first(r).to(out_dtype)
 
 
 def fa4_fork_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-                     softmax_scale, *, window_left=-1, sinks=None, k_descale=None, v_descale=None,
+                     softmax_scale, *, causal=True, window_left=-1, sinks=None, k_descale=None, v_descale=None,
                      out_dtype=torch.bfloat16):
     """vLLM's FA4 fork: head dim 512, and FP8 K/V dequantized in the kernel (q in bf16, page == tile_n, 64)."""
     mod = load_fa4_fork()
     out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=out_dtype, device=q.device)
     mod.flash_attn_varlen_func(
         q, k_cache, v_cache, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
-        block_table=block_table, softmax_scale=softmax_scale, causal=True, window_size=_window(window_left),
-        out=out, fa_version=4, num_splits=1, k_descale=k_descale, v_descale=v_descale,
+        block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+        window_size=_window(window_left, causal), out=out, fa_version=4, num_splits=1, k_descale=k_descale, v_descale=v_descale,
         s_aux=None if sinks is None else sinks.float())
     return out

@@ -9,7 +9,6 @@ import importlib
 import os
 
 VLLM_FA = "vllm.vllm_flash_attn.flash_attn_interface"
-UPSTREAM_FA3 = "flash_attn_interface"
 UPSTREAM_FA4 = "flash_attn.cute"
 
 
@@ -18,16 +17,14 @@ def _import(module: str):
 
 
 def load_fa3():
-    """FA3: vLLM's build (fa_version=3) first, else the upstream hopper wheel. Returns (kind, module)."""
+    """FA3 = vLLM's build (fa_version=3): paged KV, window, FP8 with descales. The upstream hopper
+    build (`flash_attn_interface`) is not accepted: no installable wheel of it has paged KV for this
+    torch/CUDA (fa3-fwd 0.0.3 refuses paged KV and windows), so that path could not be verified."""
     try:
-        return "vllm", _import(VLLM_FA)
-    except ImportError as e_vllm:
-        try:
-            return "upstream", _import(UPSTREAM_FA3)
-        except ImportError:
-            raise ImportError(
-                f"FLASH_ATTN v3 needs vLLM's FA3 build (module vllm.vllm_flash_attn, see README 'GPU kernels') "
-                f"or the upstream FA3 wheel (module flash_attn_interface): {e_vllm}") from e_vllm
+        return _import(VLLM_FA)
+    except ImportError as e:
+        raise ImportError(
+            f"FLASH_ATTN v3 needs vLLM's FA3 build (module vllm.vllm_flash_attn, see README 'GPU kernels'): {e}") from e
 
 
 def load_fa4_upstream():

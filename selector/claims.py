@@ -17,7 +17,7 @@ from .conformance import claims_for, path_id
 from .errors import SelectionError
 from .resolve import resolve
 
-IMPLEMENTED = ("FLASH_ATTN", "TRITON_ATTN", "TORCH_REFERENCE")
+IMPLEMENTED = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "TORCH_REFERENCE")
 MODELS = ("gemma4_tiny", "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
 OVERLAYS = ("[]", "[pr48666]", "[pr53175]")
 

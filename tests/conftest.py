@@ -3,6 +3,7 @@ fixture, `--kselect-matrix`; see selector/pytest_plugin.py) and pytester for its
 
 import os
 
+import pytest
 import torch
 
 # Without a GPU our Triton kernels run in Triton's CPU interpreter. Triton reads TRITON_INTERPRET
@@ -11,3 +12,28 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 pytest_plugins = ["selector.pytest_plugin", "pytester"]
+
+
+@pytest.fixture
+def fake_flash_attn(monkeypatch):
+    """FA3/FA4/fork kernel calls emulated on the fp32 reference with FlashAttention's own semantics
+    (bottom-right aligned queries, causal flag, (left, right) window; no mm-prefix argument), so the
+    FLASH_ATTN adapters run on CPU. Tests the adapters, not the kernels (those run on the H200:
+    tests/kernels/test_gpu_paths.py). Returns the list of `causal` flags of every kernel call."""
+    from kernels import flash_attn as fa
+    from kernels import flash_attn_loader as loader
+    from kernels.reference import paged_attention
+
+    calls = []
+
+    def emulate(q, kc, vc, cu, used, bt, max_q, max_k, scale, *, causal=True, window_left=-1, sinks=None,
+                q_descale=None, k_descale=None, v_descale=None, out_dtype=None, num_splits=1):
+        calls.append(causal)
+        return paged_attention(q, kc, vc, cu, used, bt, scale, causal=causal, window_left=window_left, sinks=sinks,
+                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
+
+    for name in ("fa3_forward", "fa4_forward", "fa4_fork_forward"):
+        monkeypatch.setattr(fa, name, emulate)
+    for name in ("load_fa3", "load_fa4_upstream", "load_fa4_fork"):
+        monkeypatch.setattr(loader, name, lambda: None)
+    return calls

@@ -9,8 +9,8 @@ Per preset (seeded random weights in the model dtype, built on the device; freed
     x 2 x kv_heads x head_size x bytes, whole kv blocks), and the numerics check: max rel logit error
     of the selected kernels vs TORCH_REFERENCE on the same cache layout/dtype (prefill past the
     sliding window, then a few teacher-forced decode steps). A WRONG verdict is reported, not hidden.
-    Selections that resolve to the same groups are measured once (`same_as`). A backend kselect does
-    not implement (FLASHINFER) is substituted by TRITON_ATTN with the same blocks/descales, and marked.
+    Selections that resolve to the same groups are measured once (`same_as`). A selected backend whose
+    kernel is not installed is reported as that selection's error, never substituted.
   * prefill tokens/s (--prompt-len, random tokens) and decode tokens/s (--new tokens, greedy, CUDA
     graphs) at each batch size, after a warm-up: CUDA events, median of --reps runs;
   * the same weights in HF transformers (attn_implementation="sdpa"), built on the meta device and
@@ -46,7 +46,6 @@ from gemma4.kv_cache import kv_torch_dtype  # noqa: E402
 
 SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"]}
 KV_DTYPES = ["auto", "fp8"]
-SUBSTITUTE = {"FLASHINFER": "TRITON_ATTN"}  # selected but not implemented in kselect
 WRONG = "WRONG"
 
 
@@ -107,18 +106,6 @@ def ceilings(device: torch.device) -> dict:
 
 
 # ---------------------------------------------------------------------------- selections
-def groups_of(sel):
-    """Target groups, with backends kselect does not implement substituted (and a note per group)."""
-    groups, subst = {}, {}
-    for kind, g in model_groups(sel).items():
-        if g.backend in SUBSTITUTE:
-            new = SUBSTITUTE[g.backend]
-            subst[g.kind] = f"{g.backend} (selected, not implemented in kselect) -> {new}"
-            g = g.model_copy(update=dict(backend=new, flash_attn_version=None))
-        groups[kind] = g
-    return groups, subst
-
-
 def describe(groups) -> dict:
     out = {}
     for g in groups.values():
@@ -354,7 +341,7 @@ def render_md(d: dict) -> str:
         verdict = n.get("verdict", "")
         verdict = f"**{verdict}**" if verdict == WRONG else verdict
         note = "; ".join(filter(None, [f"same as {s['same_as']}" if s.get("same_as") else "",
-                                       *s.get("substituted", {}).values(), s.get("error", "")]))
+                                       s.get("error", "")]))
         cap = s.get("capacity") or {}
         L.append(f"| {s['preset']} | {s['selection']} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
                  f"{num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
@@ -479,13 +466,13 @@ def main(argv: list[str]) -> int:
                 rep.data["selections"].append(row)
                 try:
                     _, sel = select(base + [f"kv_cache={kv}", *SELECTIONS[sname]])
-                    groups, subst = groups_of(sel)
+                    groups = model_groups(sel)
                 except Exception as e:  # noqa: BLE001
                     row["error"] = first_line(e)
                     log(f"{preset} {sname} kv={kv}: selection failed: {row['error']}")
                     rep.save()
                     continue
-                row.update(groups=describe(groups), substituted=subst,
+                row.update(groups=describe(groups),
                            capacity=capacity(args, groups, model.dtype, opts.capacity_gib))
                 if ref_groups is None and kv == "auto":
                     ref_groups = reference_groups(groups)

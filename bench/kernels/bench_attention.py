@@ -117,6 +117,17 @@ def path_fns():
                                            inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"],
                                            **kw)
 
+    def flashinfer(inp, fp8):
+        from kernels.flashinfer import PagedAttention  # planned once per input set, like a serving step
+        q, k = inp["q"], inp["k"]
+        call = PagedAttention(q.device)
+        call.plan(inp["cu"], inp["seqused"], inp["table"], num_q_heads=q.shape[1], num_kv_heads=k.shape[2],
+                  head_dim=q.shape[2], page_size=k.shape[1], softmax_scale=inp["scale"],
+                  window_left=inp["window_left"], q_dtype=q.dtype, kv_dtype=k.dtype, out_dtype=q.dtype)
+        scales = dict(k_scale=float(inp["kd"][0, 0]), v_scale=float(inp["vd"][0, 0])) if fp8 else {}
+        inp["_fi"] = call  # keep alive
+        return lambda: call.run(q, k, inp["v"], **scales)
+
     def sdpa(backend):
         def make(inp, fp8):
             import torch.nn.functional as F
@@ -144,6 +155,7 @@ def path_fns():
         "triton_bf16": (triton, False), "triton_fp8": (triton, True),
         "fa3_bf16": (fa3, False), "fa3_fp8": (fa3, True),
         "fa4_bf16": (fa4, False), "fa4fork_bf16": (fork, False), "fa4fork_fp8kv": (fork, True),
+        "flashinfer_bf16": (flashinfer, False), "flashinfer_fp8": (flashinfer, True),
         "sdpa_cudnn": (sdpa("CUDNN_ATTENTION"), False), "sdpa_flash": (sdpa("FLASH_ATTENTION"), False),
     }
 

@@ -116,10 +116,11 @@ def test_long_span_needs_past_only_window(mm, batch):
     rows = sorted(r for idx, _, _ in far for r in idx.tolist())
     # seq 0 span (9, 22): queries 9..13; seq 2 span (4, 17) (rows start at 24): queries 4..8
     assert rows == list(range(9, 14)) + [24 + q for q in range(4, 9)]
-    for idx, m, wl in far:  # one causal query at end-1 with keys [q - W + 1, end - 1]
-        for r, qp, e in zip(idx.tolist(), m.q_positions.tolist(), m.seqused_k.tolist()):
+    for idx, m, wl in far:  # one causal query at end-1 (bottom-right of e keys) with keys [q - W + 1, end - 1]
+        assert m.q_positions is None and m.cu_seqlens_q.tolist() == list(range(len(idx) + 1))
+        for r, e in zip(idx.tolist(), m.seqused_k.tolist()):
             q = r if r < 24 else r - 24
-            assert qp == e - 1 and qp - wl == q - W + 1
+            assert e - 1 - wl == q - W + 1
     # the symmetric window alone would differ from HF on those sequences: drop the widened queries
     ours = run_engine(model, prompts, cont)
     orig = Engine._far_span_queries
@@ -140,6 +141,30 @@ def test_triton_backend_matches_hf(mm, batch):
     ours = run_engine(model, prompts, cont, backend="TRITON_ATTN")
     for p, c, sp, got in zip(prompts, cont, SPANS, ours):
         assert max_rel_error(got, hf_logits(hf, cfg, p + c, sp)) < 1e-3
+
+
+def test_flash_attn_adapter_matches_hf(mm, batch, fake_flash_attn):
+    """FLASH_ATTN v4's span pass (emulated kernels): HF's vision mask, and no second pass in decode steps."""
+    from backends.flash_attn import FlashAttn4Backend
+    from gemma4.engine import model_groups
+
+    model, hf, cfg = mm
+    prompts, cont = batch
+    sel = simple_selection(model.args, kv_block_size=8)
+    backends = {k: FlashAttn4Backend(g.model_copy(update=dict(backend="FLASH_ATTN", flash_attn_version=4)))
+                for k, g in model_groups(sel).items()}
+    eng = Engine(model, sel, max_seqs=4, max_seq_len=48, backends=backends)
+    seqs = list(range(len(prompts)))
+    got = {s: [x] for s, x in zip(seqs, eng.extend(seqs, prompts, all_logits=True, mm_spans=SPANS))}
+    span_passes = fake_flash_attn.count(False)
+    assert span_passes == len(model.args.layers_of("sliding_attention")) > 0  # once per sliding layer
+    for step in range(N_DECODE):
+        lg = eng.decode(seqs, [c[step] for c in cont])
+        for s in seqs:
+            got[s].append(lg[s:s + 1])
+    assert fake_flash_attn.count(False) == span_passes  # decode steps lie after every span
+    for p, c, sp, s in zip(prompts, cont, SPANS, seqs):
+        assert max_rel_error(torch.cat(got[s]), hf_logits(hf, cfg, p + c, sp)) < HF_RTOL
 
 
 def test_backend_without_mm_prefix_fails_loudly(mm, batch):

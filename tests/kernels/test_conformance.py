@@ -55,3 +55,14 @@ def test_cli_writes_yaml(tmp_path):
     doc = yaml.safe_load(out.read_text())
     assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
+
+
+def test_families_and_parallel_cli(tmp_path):
+    ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal", "nope"]
+    assert conformance.families(ids) == [[ids[0], ids[2]], [ids[1]], ["nope"]]
+    out = tmp_path / "conf.yaml"
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+                             "--out", str(out), "--jobs", "2"]) == 0
+    doc = yaml.safe_load(out.read_text())
+    assert list(doc["claims"]) == ids  # input order, although families finish in any order
+    assert [doc["claims"][i]["status"] for i in ids] == ["verified", "verified", "verified", "unsupported"]

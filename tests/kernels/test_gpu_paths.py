@@ -37,11 +37,23 @@ PATHS = {
     "triton_fp8_d256_window": ("TRITON_ATTN", None, 256, "fp8_e4m3", "k_v", 16, 511, 8, 4, False),
     "triton_fp8_d512": ("TRITON_ATTN", None, 512, "fp8_e4m3", "k_v", 64, -1, 8, 1, False),
     "triton_fp8_qkv_d256": ("TRITON_ATTN", None, 256, "fp8_e4m3", "q_k_v", 16, -1, 8, 4, False),
+    "flashinfer_bf16_d256_window": ("FLASHINFER", None, 256, "bfloat16", "none", 16, 511, 8, 4, False),
+    "flashinfer_bf16_d512": ("FLASHINFER", None, 512, "bfloat16", "none", 32, -1, 8, 1, False),
+    "flashinfer_fp8_d256_window": ("FLASHINFER", None, 256, "fp8_e4m3", "k_v", 16, 511, 8, 4, False),
+    "flashinfer_fp8_d512": ("FLASHINFER", None, 512, "fp8_e4m3", "k_v", 32, -1, 8, 1, False),
 }
+# Image spans per mode (absolute [start, end)): one longer than the 512-token window, one cut by the
+# chunk start, one running past the cache end (clipped), a text-only sequence
+SPANS = {
+    "prefill": [[(40, 296)], [], [(100, 700), (800, 1000)]],
+    "chunked": [[(1300, 1420)], [(650, 690)], [(2450, 2700)]],
+}
+MM_PATHS = ["fa3_bf16_d256_window", "fa3_fp8_qkv_d256_window", "fa4_bf16_d256_window", "fa4fork_bf16_d512",
+            "fa4fork_fp8kv_d512_page64", "triton_bf16_d256_window", "triton_fp8_d512"]
 Q_SCALE = 0.05
 
 
-def setup(path, mode, seed=0):
+def setup(path, mode, seed=0, spans=None):
     backend, ver, head, kv, descale, page, window, hq, hkv, needs_sm90 = PATHS[path]
     if needs_sm90 and not SM90:
         pytest.skip(f"{path} is an SM90 path; this GPU is {torch.cuda.get_device_name()}")
@@ -52,8 +64,8 @@ def setup(path, mode, seed=0):
     q_lens, kv_lens = MODES[mode]
     fp8 = kv.startswith("fp8")
     case = make_case(q_lens, kv_lens, hq=hq, hkv=hkv, d=head, block_size=page, dtype=torch.bfloat16,
-                     cache_dtype=E4 if fp8 else None, descale="seq_head", window_left=window, device="cuda",
-                     seed=seed)
+                     cache_dtype=E4 if fp8 else None, descale="layer" if backend == "FLASHINFER" else "seq_head",
+                     window_left=window, mm_spans=spans, device="cuda", seed=seed)
     qs = torch.tensor(Q_SCALE, device="cuda") if descale == "q_k_v" else None
     if qs is not None:  # quant-query: compare with the reference on the same quantized q
         ref = case.reference(q=quantize_query(case.q, qs), q_descale=qs, out_dtype=torch.float32)
@@ -70,6 +82,16 @@ def test_path_against_reference(path, mode):
     assert out.shape == case.q.shape and out.dtype == torch.bfloat16
     err = rel_err(out, ref)
     assert err == err and err <= tol, f"{path} {mode}: rel_err {err:.3e} > {tol}"
+
+
+@pytest.mark.parametrize("mode", list(SPANS))
+@pytest.mark.parametrize("path", MM_PATHS)
+def test_mm_prefix_spans(path, mode):
+    """Bidirectional image spans: FlashAttention's non-causal span pass (backends/span_split.py), Triton's mask."""
+    be, case, layer, ref, tol = setup(path, mode, spans=SPANS[mode])
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
+    err = rel_err(out, ref)
+    assert err == err and err <= tol, f"{path} {mode} with spans: rel_err {err:.3e} > {tol}"
 
 
 @pytest.mark.parametrize("path", list(PATHS))

@@ -143,16 +143,17 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     assert code == 0 and "no cell changed" in out, out
     caps = conf_repo / "conf" / "capabilities" / "default.yaml"
     text = caps.read_text()
-    assert "  quant_query: true\nTRITON_ATTN:" in text  # FLASHINFER's, the entry before TRITON_ATTN
-    caps.write_text(text.replace("  quant_query: true\nTRITON_ATTN:", "  quant_query: false\nTRITON_ATTN:", 1))
+    fi_blocks = "  kernel_block_sizes: [16, 32, 64]"  # FLASHINFER's
+    assert text.count(fi_blocks) == 1
+    caps.write_text(text.replace(fi_blocks, "  kernel_block_sizes: [32, 64]", 1))
     code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "format=json", "check=true")
     assert code == 1
     d = json.loads(out)
     [block] = [b for b in d["blocks"] if b["kind"] == "selection"]
     assert block["patterns"] == ["sm90 × gemma4_31b × kv=fp8 × multimodal=false"]
-    assert block["details"][0] == {"change": "all groups: quant_query true -> false, descale q_k_v -> k_v", "where": None}
+    assert block["details"][0] == {"change": "sliding_window: kernel block 16 -> 32, kv block 16 -> 32", "where": None}
     # git:<rev>:[overlays] and worktree:[overlays]
-    # (under pr48666 those cells run FA4, so FLASHINFER's quant_query no longer matters)
+    # (under pr48666 those cells run FA4, so FLASHINFER's block sizes no longer matter)
     code, out = cli(capsys, "a=git:HEAD:[pr48666]", "b=worktree:[pr48666]", repo, "matrix=smoke", "check=true")
     assert code == 0 and "no cell changed" in out, out
     code, out = cli(capsys, "a=git:HEAD", "b=worktree:[pr48666]", repo, "matrix=smoke")

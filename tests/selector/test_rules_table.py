@@ -165,6 +165,12 @@ def test_r17_quant_query(sel):
     assert all("pr48666.sm90_fa4_fp8_no_quant_query" in g.trace for g in pr.groups)
     bf16 = sel(*SM90_31B)
     assert all(not g.quant_query and g.descale == "none" for g in bf16.groups)
+    # FlashInfer takes a quantized query only through its TRT-LLM kernels (SM100)
+    fi = sel(*SM90_31B, "kv_cache=fp8")
+    assert all(g.backend == "FLASHINFER" and not g.quant_query and g.descale == "k_v" for g in fi.groups)
+    assert all("flashinfer.quant_query_trtllm_only" in g.trace for g in fi.groups)
+    sm100 = sel("platform=sm100", "model=gemma4_31b", "kv_cache=fp8")
+    assert all(g.backend == "FLASHINFER" and g.quant_query and g.descale == "q_k_v" for g in sm100.groups)
 
 
 def test_r18_fa4_descales(sel):

@@ -1,0 +1,66 @@
+"""FlashInfer paged attention (flashinfer-python 0.7.2.post1) on our cache layout.
+
+One `BatchPrefillWithPagedKVCacheWrapper` ("NHD": caches [pages, page_size, Hkv, D], as ours) serves
+prefill, chunked prefill and decode (decode is a one-token prefill). FlashInfer splits a call into
+`plan()` (host-side scheduling from the batch's page lists: it syncs, so it is not CUDA-graph safe)
+and `run()`; one plan serves every layer that shares the batch metadata, window and dtypes.
+backend="auto" lets FlashInfer pick its FA3 (SM90) kernels when q and KV share a dtype and the head
+dim is <= 256, else its FA2 kernels (bf16 q over an FP8 cache; head dim 512).
+
+First-call cost: every (q/kv/out dtype, head dim, window on/off, kernel family) JIT-compiles one
+module with nvcc, ~90 s each on the H200 (set FLASHINFER_CUDA_ARCH_LIST=9.0a to build for SM90
+only, MAX_JOBS for parallel nvcc). Compiled modules are cached under FLASHINFER_WORKSPACE_BASE
+(default ~/.cache/flashinfer), so later processes load them in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+PACKAGE = "flashinfer-python==0.7.2.post1"
+
+
+def load_flashinfer():
+    try:
+        return importlib.import_module("flashinfer")
+    except ImportError as e:
+        raise ImportError(f"FLASHINFER needs {PACKAGE} (module flashinfer; see README 'GPU kernels'): {e}") from e
+
+
+def paged_kv_layout(block_table: torch.Tensor, seqused_k: torch.Tensor, page_size: int):
+    """Our block table -> FlashInfer's page lists, all int32 on block_table's device:
+    kv_indptr [B+1], kv_indices [sum of pages] (sequence i's pages, in order), last_page_len [B]."""
+    lens = seqused_k.to(device=block_table.device, dtype=torch.int64)
+    pages = (lens + page_size - 1) // page_size
+    if lens.numel() and int(pages.max()) > block_table.shape[1]:
+        raise ValueError(f"block table has {block_table.shape[1]} pages per sequence, a sequence needs "
+                         f"{int(pages.max())} (page size {page_size})")
+    indptr = torch.zeros(lens.numel() + 1, dtype=torch.int32, device=block_table.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages[:, None]
+    indices = block_table[used].to(torch.int32)  # row-major: sequence by sequence, pages in order
+    last = torch.where(pages > 0, lens - (pages - 1) * page_size, torch.zeros_like(lens)).to(torch.int32)
+    return indptr, indices, last
+
+
+class PagedAttention:
+    """A planned FlashInfer paged-attention call; `plan` again whenever the batch changes."""
+
+    def __init__(self, device, workspace_bytes: int = 256 << 20):
+        fi = load_flashinfer()
+        self.workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        self.wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="auto")
+
+    def plan(self, cu_seqlens_q, seqused_k, block_table, *, num_q_heads: int, num_kv_heads: int, head_dim: int,
+             page_size: int, softmax_scale: float, window_left: int, q_dtype, kv_dtype, out_dtype) -> None:
+        indptr, indices, last = paged_kv_layout(block_table, seqused_k, page_size)
+        self.wrapper.plan(
+            cu_seqlens_q.to(torch.int32), indptr, indices, last, num_q_heads, num_kv_heads, head_dim, page_size,
+            causal=True, sm_scale=softmax_scale, window_left=window_left, q_data_type=q_dtype,
+            kv_data_type=kv_dtype, o_data_type=out_dtype)
+
+    def run(self, q, k_cache, v_cache, *, k_scale: float | None = None, v_scale: float | None = None):
+        """FP8 caches: FlashInfer folds k_scale into the softmax scale and multiplies the output by v_scale."""
+        return self.wrapper.run(q, (k_cache, v_cache), k_scale=k_scale, v_scale=v_scale)

@@ -10,17 +10,34 @@ from __future__ import annotations
 import torch
 
 from backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
-from backends.common import kernel_block_view, quant_inputs
+from backends.common import kernel_block_view
 from kernels import flashinfer as fi_kernels
+from kernels.reference import is_fp8
 
 
-def _layer_scale(d: torch.Tensor | None, name: str) -> float | None:
-    if d is None:
-        return None
-    if d.numel() != 1:
-        raise ValueError(f"FLASHINFER takes one {name} scale per layer; got descales of shape {tuple(d.shape)} "
-                         "(per sequence and kv head): use FLASH_ATTN v3 or TRITON_ATTN for those")
-    return float(d)
+class _ScaleCache:
+    """FlashInfer takes scales as Python floats; reading a GPU scalar syncs, so read each layer's scale
+    tensor once and again only after an in-place change (its _version). Holding the tensor keeps its id
+    from being reused by another one."""
+
+    def __init__(self, limit: int = 4096):
+        self.seen: dict[int, tuple[torch.Tensor, int, float]] = {}
+        self.limit = limit
+
+    def get(self, d: torch.Tensor | None, name: str) -> float | None:
+        if d is None:
+            return None
+        if d.numel() != 1:
+            raise ValueError(f"FLASHINFER takes one {name} scale per layer; got descales of shape "
+                             f"{tuple(d.shape)} (per sequence and kv head): use FLASH_ATTN v3 or TRITON_ATTN for those")
+        hit = self.seen.get(id(d))
+        if hit is not None and hit[0] is d and hit[1] == d._version:
+            return hit[2]
+        if len(self.seen) >= self.limit:
+            self.seen.clear()
+        value = float(d)
+        self.seen[id(d)] = (d, d._version, value)
+        return value
 
 
 class FlashInferBackend(AttentionBackend):
@@ -38,6 +55,7 @@ class FlashInferBackend(AttentionBackend):
         self._call: fi_kernels.PagedAttention | None = None
         self._plan_key: tuple | None = None
         self._plan_meta: AttentionMetadata | None = None  # kept alive so `is` identifies the batch
+        self._scales = _ScaleCache()
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         if meta.mm_prefix is not None:
@@ -48,8 +66,10 @@ class FlashInferBackend(AttentionBackend):
         if layer.sinks is not None:
             raise NotImplementedError("FLASHINFER: attention sinks need FlashInfer's SM100/SM12x kernels")
         kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
-        qi = quant_inputs(self.group.descale, q, k_cache, layer)
-        ks, vs = _layer_scale(qi.k_descale, "K"), _layer_scale(qi.v_descale, "V")
+        ks = vs = None
+        if is_fp8(k_cache.dtype):  # unset scales are 1.0
+            ks = 1.0 if layer.k_scale is None else self._scales.get(layer.k_scale, "K")
+            vs = 1.0 if layer.v_scale is None else self._scales.get(layer.v_scale, "V")
         key = (layer.window_left, layer.softmax_scale, q.dtype, kc.dtype, tuple(kc.shape[1:]), tuple(q.shape[1:]))
         if self._call is None:
             self._call = fi_kernels.PagedAttention(q.device)

@@ -4,7 +4,8 @@
     python bench/gemma4/e2e.py --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
 
 Per preset (seeded random weights in the model dtype, built on the device; freed between presets):
-  * every selection (base, overlay=[pr48666], overlay=[pr53175]) x KV dtype (auto = model dtype, fp8):
+  * every selection (base, overlay=[pr48666], overlay=[pr53175]; `--selections ... pin_triton` adds
+    attention.backend=TRITON_ATTN, a same-run baseline) x KV dtype (auto = model dtype, fp8):
     the backend per group, the KV-cache capacity in a fixed budget (--capacity-gib; non-shared layers
     x 2 x kv_heads x head_size x bytes, whole kv blocks), and the numerics check: max rel logit error
     of the selected kernels vs TORCH_REFERENCE on the same cache layout/dtype (prefill past the
@@ -44,7 +45,9 @@ from gemma4.__main__ import build_model, select  # noqa: E402
 from gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from gemma4.kv_cache import kv_torch_dtype  # noqa: E402
 
-SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"]}
+SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
+              "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
+DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"
 
@@ -381,7 +384,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--presets", nargs="+", default=["gemma4_e4b", "gemma4_31b"])
-    ap.add_argument("--selections", nargs="+", default=list(SELECTIONS), choices=list(SELECTIONS))
+    ap.add_argument("--selections", nargs="+", default=DEFAULT_SELECTIONS, choices=list(SELECTIONS))
     ap.add_argument("--kv", nargs="+", default=KV_DTYPES)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--e4b-batch-64", action=argparse.BooleanOptionalAction, default=True,

@@ -103,3 +103,20 @@ def test_missing_package_names_it(monkeypatch):
     with pytest.raises(BackendUnavailableError, match=r"FLASHINFER needs flashinfer-python==0.7.2.post1") as e:
         make_backend(make_group("FLASHINFER", None, 256, "bfloat16", 16, 16))
     assert "\n" not in str(e.value)
+
+
+def test_layer_scales_read_once_and_after_in_place_changes(fake_flashinfer, monkeypatch):
+    case = make_case([5, 1], [21, 40], d=64, dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn, descale="layer")
+    be = make_backend(make_group("FLASHINFER", None, 64, "fp8_e4m3", 16, 16, "k_v"))
+    layer, meta = layer_of(case), meta_of(case)
+    reads = []
+    real = torch.Tensor.__float__
+    monkeypatch.setattr(torch.Tensor, "__float__", lambda t: reads.append(1) or real(t))
+    for _ in range(3):
+        be.forward(case.q, case.k_cache, case.v_cache, meta, layer)
+    assert len(reads) == 2  # K and V once, not per layer call (each read of a GPU scalar is a sync)
+    layer.k_scale.mul_(2)  # recalibrated in place: read again
+    case.k_descale = layer.k_scale
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta, layer)
+    assert len(reads) == 3
+    assert rel_err(out, case.reference(out_dtype=torch.float32)) < 1e-2

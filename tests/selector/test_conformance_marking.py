@@ -45,4 +45,6 @@ def test_declared_claims_cover_the_declarations():
     assert "FLASH_ATTN_v3:fp8:d256:quant_query" in claims
     assert "TRITON_ATTN:fp8:d512:mm_prefix" in claims
     assert not any(c.startswith("FLASH_ATTN_v3") and ":d512:" in c for c in claims)
-    assert not any(c.startswith("FLASHINFER") for c in claims)  # not implemented by kselect
+    assert "FLASHINFER:fp8:d512:window" in claims and "FLASHINFER:fp8:d256:page64" in claims
+    assert not any(c.startswith("FLASHINFER") and "mm_prefix" in c for c in claims)  # not declared
+    assert not any(c.startswith("FLEX_ATTENTION") for c in claims)  # not implemented by kselect

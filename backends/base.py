@@ -75,3 +75,9 @@ class AttentionBackend(ABC):
 
     def supports_cuda_graphs(self) -> bool:
         return False
+
+    def prepare_replay(self, meta: AttentionMetadata, seqused_k: list[int], block_table: torch.Tensor) -> None:
+        """A CUDA-graph runner calls this before capturing and before every replay, after writing the
+        step's values into `meta`'s static buffers; `seqused_k` and `block_table` (CPU, kv blocks) are
+        those values on the host. For kernels whose captured launch depends on host-side planning
+        (FLASHINFER re-plans here); the default needs nothing."""

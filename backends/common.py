@@ -11,6 +11,20 @@ from kernels.cache_ops import quantize_query
 from kernels.reference import is_fp8
 
 
+def kernel_block_table(block_table: torch.Tensor, kv_block_size: int, kernel_block_size: int) -> torch.Tensor:
+    """A block table in kv blocks -> the same table in kernel blocks (kv block b = kernel blocks
+    b*r .. b*r + r-1, r = kv_block_size // kernel_block_size); -1 entries stay -1."""
+    if kernel_block_size in (0, kv_block_size):
+        return block_table
+    if kv_block_size % kernel_block_size:
+        raise ValueError(f"kv block size {kv_block_size} is not a multiple of kernel block size {kernel_block_size}")
+    r = kv_block_size // kernel_block_size
+    sub = torch.arange(r, device=block_table.device, dtype=block_table.dtype)
+    bt = (block_table[:, :, None] * r + sub).flatten(1)
+    bt = torch.where(block_table.repeat_interleave(r, 1) < 0, torch.full_like(bt, -1), bt)
+    return bt.contiguous()
+
+
 def kernel_block_view(k_cache, v_cache, block_table, kernel_block_size: int):
     """View each kv block as kv_block_size // kernel_block_size kernel blocks.
 
@@ -18,17 +32,13 @@ def kernel_block_view(k_cache, v_cache, block_table, kernel_block_size: int):
     and each block-table entry expands to those r entries in order.
     """
     nb, bs, hkv, d = k_cache.shape
-    if kernel_block_size in (0, bs):
+    bt = kernel_block_table(block_table, bs, kernel_block_size)
+    if bt is block_table:
         return k_cache, v_cache, block_table
-    if bs % kernel_block_size:
-        raise ValueError(f"kv block size {bs} is not a multiple of kernel block size {kernel_block_size}")
     r = bs // kernel_block_size
     kc = k_cache.view(nb * r, kernel_block_size, hkv, d)
     vc = v_cache.view(nb * r, kernel_block_size, hkv, v_cache.shape[3])
-    sub = torch.arange(r, device=block_table.device, dtype=block_table.dtype)
-    bt = (block_table[:, :, None] * r + sub).flatten(1)
-    bt = torch.where(block_table.repeat_interleave(r, 1) < 0, torch.full_like(bt, -1), bt)
-    return kc, vc, bt.contiguous()
+    return kc, vc, bt
 
 
 @dataclass

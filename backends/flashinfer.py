@@ -3,14 +3,22 @@
 What it takes is what vLLM declares for FlashInfer off SM100: bf16/fp16 q (no quantized query: that
 is the TRT-LLM path), one K and one V scale per layer for an FP8 cache (per-head scales raise), no
 sinks, no mm-prefix spans. Each refusal is an error naming the reason, never a silent fallback.
+
+Planning: FlashInfer's plan() is host-side. Eager batches are planned once per batch metadata and
+group (the first layer plans, the others reuse it). A CUDA-graph runner's static metadata gets its
+own FlashInfer call in CUDA-graph mode, re-planned in `prepare_replay` from host values before each
+replay; if a re-plan would change the captured launch shape it raises (the engine then runs eager).
 """
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import torch
 
 from backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
-from backends.common import kernel_block_view
+from backends.common import kernel_block_table, kernel_block_view
 from kernels import flashinfer as fi_kernels
 from kernels.reference import is_fp8
 
@@ -24,9 +32,7 @@ class _ScaleCache:
         self.seen: dict[int, tuple[torch.Tensor, int, float]] = {}
         self.limit = limit
 
-    def get(self, d: torch.Tensor | None, name: str) -> float | None:
-        if d is None:
-            return None
+    def get(self, d: torch.Tensor, name: str) -> float:
         if d.numel() != 1:
             raise ValueError(f"FLASHINFER takes one {name} scale per layer; got descales of shape "
                              f"{tuple(d.shape)} (per sequence and kv head): use FLASH_ATTN v3 or TRITON_ATTN for those")
@@ -38,6 +44,22 @@ class _ScaleCache:
         value = float(d)
         self.seen[id(d)] = (d, d._version, value)
         return value
+
+
+@dataclass
+class _Plan:
+    """One FlashInfer call and what its current plan was made from."""
+
+    meta: AttentionMetadata | None = None  # eager: the last batch, kept alive so `is` identifies it
+    call: fi_kernels.PagedAttention | None = None
+    args: dict | None = None  # layer-side plan arguments (heads, dims, page, scale, window, dtypes)
+    # CUDA-graph mode only: the runner's static metadata (weakly), host copies of its values
+    # (cu_seqlens_q, seqused_k, block table in kv blocks), the kv block size, the captured launch shape
+    ref: weakref.ref | None = None
+    device: torch.device | None = None
+    host: tuple | None = None
+    kv_block: int = 0
+    shape: str | None = None
 
 
 class FlashInferBackend(AttentionBackend):
@@ -52,10 +74,22 @@ class FlashInferBackend(AttentionBackend):
             fi_kernels.load_flashinfer()
         except ImportError as e:
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
-        self._call: fi_kernels.PagedAttention | None = None
-        self._plan_key: tuple | None = None
-        self._plan_meta: AttentionMetadata | None = None  # kept alive so `is` identifies the batch
+        self._eager = _Plan()
+        self._graphs: dict[int, _Plan] = {}
         self._scales = _ScaleCache()
+
+    def supports_cuda_graphs(self) -> bool:
+        return True  # with prepare_replay before each replay
+
+    def prepare_replay(self, meta, seqused_k, block_table) -> None:
+        p = self._graph_plan(meta)
+        if p is None:  # a new graph runner: its entry goes when its metadata does
+            p = self._graphs[id(meta)] = _Plan(ref=weakref.ref(meta), device=meta.block_table.device)
+            weakref.finalize(meta, self._graphs.pop, id(meta), None)
+        cu = p.host[0] if p.host is not None else meta.cu_seqlens_q.cpu()  # static: read once
+        p.host = (cu, torch.tensor(list(seqused_k), dtype=torch.int32), block_table.cpu())
+        if p.args is not None:
+            self._plan(p)
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         if meta.mm_prefix is not None:
@@ -70,12 +104,38 @@ class FlashInferBackend(AttentionBackend):
         if is_fp8(k_cache.dtype):  # unset scales are 1.0
             ks = 1.0 if layer.k_scale is None else self._scales.get(layer.k_scale, "K")
             vs = 1.0 if layer.v_scale is None else self._scales.get(layer.v_scale, "V")
-        key = (layer.window_left, layer.softmax_scale, q.dtype, kc.dtype, tuple(kc.shape[1:]), tuple(q.shape[1:]))
-        if self._call is None:
-            self._call = fi_kernels.PagedAttention(q.device)
-        if meta is not self._plan_meta or key != self._plan_key:  # once per batch for the whole group
-            self._call.plan(meta.cu_seqlens_q, meta.seqused_k, bt, num_q_heads=q.shape[1], num_kv_heads=kc.shape[2],
-                            head_dim=q.shape[2], page_size=kc.shape[1], softmax_scale=layer.softmax_scale,
-                            window_left=layer.window_left, q_dtype=q.dtype, kv_dtype=kc.dtype, out_dtype=q.dtype)
-            self._plan_meta, self._plan_key = meta, key
-        return self._call.run(q, kc, vc, k_scale=ks, v_scale=vs)
+        args = dict(num_q_heads=q.shape[1], num_kv_heads=kc.shape[2], head_dim=q.shape[2], page_size=kc.shape[1],
+                    softmax_scale=layer.softmax_scale, window_left=layer.window_left, q_dtype=q.dtype,
+                    kv_dtype=kc.dtype, out_dtype=q.dtype)
+        p = self._graph_plan(meta)
+        if p is None:  # an eager batch: plan once for the whole group
+            p = self._eager
+            if p.meta is not meta or p.args != args:
+                if p.call is None:
+                    p.call = fi_kernels.PagedAttention(q.device)
+                p.call.plan(meta.cu_seqlens_q, meta.seqused_k, bt, **args)
+                p.meta, p.args = meta, args
+        elif p.args != args:  # a graph runner's metadata: first layer call of its warm-up
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("FLASHINFER: the first call with CUDA-graph metadata must run before capture")
+            p.args, p.kv_block, p.shape = args, k_cache.shape[1], None
+            self._plan(p)
+        return p.call.run(q, kc, vc, k_scale=ks, v_scale=vs)
+
+    def _graph_plan(self, meta) -> _Plan | None:
+        p = self._graphs.get(id(meta))
+        return p if p is not None and p.ref() is meta else None
+
+    def _plan(self, p: _Plan) -> None:
+        cu, used, table = p.host
+        bt = kernel_block_table(table, p.kv_block, self.group.kernel_block_size)
+        if p.call is None:
+            p.call = fi_kernels.PagedAttention(p.device, graph_batch=used.numel(),
+                                               graph_pages=bt.numel())
+        p.call.plan(cu, used, bt, **p.args)
+        shape = p.call.launch_shape()
+        if p.shape is None:
+            p.shape = shape
+        elif shape != p.shape:
+            raise RuntimeError(f"FLASHINFER: the re-plan changed the captured launch shape ({p.shape} -> {shape}); "
+                               "the CUDA graph cannot be replayed")

@@ -530,6 +530,8 @@ class _DecodeGraph:
         self.out = None
         self.state = None  # (engine epoch, positions the device buffers hold for the next step)
         self.table_lens: dict[str, list[int]] = {}
+        self.host_used: list[int] = []  # the static buffers' values on the host (see _prepare)
+        self.host_tables: dict[str, torch.Tensor] = {}
 
     def _set_ids(self, tokens):
         if isinstance(tokens, torch.Tensor):
@@ -541,12 +543,20 @@ class _DecodeGraph:
         eng = self.eng
         self._set_ids(tokens)
         self.pos.copy_(torch.tensor(starts, dtype=torch.long), non_blocking=True)
-        used = torch.tensor([p + 1 for p in starts], dtype=torch.int32)
+        self.host_used = [p + 1 for p in starts]
+        used = torch.tensor(self.host_used, dtype=torch.int32)
         for k, gc in eng.cache.groups.items():
+            self.host_tables[k] = gc.block_table(self.seqs, self.width[k])
             self.metas[k].seqused_k.copy_(used)
-            self.metas[k].block_table.copy_(gc.block_table(self.seqs, self.width[k]))
+            self.metas[k].block_table.copy_(self.host_tables[k])
             self.slots[k].copy_(gc.slot_mapping(self.seqs, starts, [1] * len(starts)))
             self.table_lens[k] = [len(gc.tables.get(s, ())) for s in self.seqs]
+        self._prepare()
+
+    def _prepare(self):
+        """Backends that plan on the host (FLASHINFER) re-plan for the values now in the static buffers."""
+        for k, be in self.eng.backends.items():
+            be.prepare_replay(self.metas[k], self.host_used, self.host_tables[k])
 
     def _run(self):
         eng = self.eng
@@ -587,6 +597,8 @@ class _DecodeGraph:
         self.pos.add_(1)
         for m in self.metas.values():
             m.seqused_k.add_(1)
+        self.host_used = [u + 1 for u in self.host_used]
+        self._prepare()
         self.graph.replay()
         return self.out
 

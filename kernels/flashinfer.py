@@ -46,12 +46,24 @@ def paged_kv_layout(block_table: torch.Tensor, seqused_k: torch.Tensor, page_siz
 
 
 class PagedAttention:
-    """A planned FlashInfer paged-attention call; `plan` again whenever the batch changes."""
+    """A planned FlashInfer paged-attention call; `plan` again whenever the batch changes.
 
-    def __init__(self, device, workspace_bytes: int = 256 << 20):
+    graph_batch: CUDA-graph mode (FlashInfer's `use_cuda_graph`): the plan writes into fixed buffers
+    for that many sequences and up to graph_pages pages, so a captured `run` replays correctly
+    after each re-plan."""
+
+    def __init__(self, device, workspace_bytes: int = 256 << 20, *, graph_batch: int | None = None,
+                 graph_pages: int = 0):
         fi = load_flashinfer()
         self.workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
-        self.wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="auto")
+        bufs = {}
+        if graph_batch is not None:
+            i32 = dict(dtype=torch.int32, device=device)
+            bufs = dict(use_cuda_graph=True, qo_indptr_buf=torch.zeros(graph_batch + 1, **i32),
+                        paged_kv_indptr_buf=torch.zeros(graph_batch + 1, **i32),
+                        paged_kv_indices_buf=torch.zeros(max(graph_pages, 1), **i32),
+                        paged_kv_last_page_len_buf=torch.zeros(graph_batch, **i32))
+        self.wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="auto", **bufs)
 
     def plan(self, cu_seqlens_q, seqused_k, block_table, *, num_q_heads: int, num_kv_heads: int, head_dim: int,
              page_size: int, softmax_scale: float, window_left: int, q_dtype, kv_dtype, out_dtype) -> None:
@@ -60,6 +72,10 @@ class PagedAttention:
             cu_seqlens_q.to(torch.int32), indptr, indices, last, num_q_heads, num_kv_heads, head_dim, page_size,
             causal=True, sm_scale=softmax_scale, window_left=window_left, q_data_type=q_dtype,
             kv_data_type=kv_dtype, o_data_type=out_dtype)
+
+    def launch_shape(self) -> str:
+        """The plan's launch parameters (grid, splits): a CUDA graph replays the ones it captured."""
+        return repr(getattr(self.wrapper, "_plan_info", None))
 
     def run(self, q, k_cache, v_cache, *, k_scale: float | None = None, v_scale: float | None = None):
         """FP8 caches: FlashInfer folds k_scale into the softmax scale and multiplies the output by v_scale."""

@@ -22,16 +22,22 @@ from kernels.tolerances import rel_err
 
 class _Wrapper:
     plans = 0
+    made: list = []
+    launch = staticmethod(lambda pages: "fixed")  # what `_plan_info` holds after a plan
 
-    def __init__(self, workspace, layout, backend="auto"):
+    def __init__(self, workspace, layout, backend="auto", use_cuda_graph=False, **bufs):
         assert layout == "NHD" and workspace.dtype == torch.uint8
-        self._backend = "fake"
+        self.graph, self.bufs = use_cuda_graph, bufs
+        type(self).made.append(self)
 
     def plan(self, qo_indptr, kv_indptr, kv_indices, last_len, hq, hkv, d, page, *, causal, sm_scale, window_left,
              q_data_type, kv_data_type, o_data_type):
         type(self).plans += 1
         b = kv_indptr.numel() - 1
         n = (kv_indptr[1:] - kv_indptr[:-1]).tolist()
+        if self.graph:  # fixed buffers: the batch and the page count must fit
+            assert b + 1 == self.bufs["qo_indptr_buf"].numel() and sum(n) <= self.bufs["paged_kv_indices_buf"].numel()
+        self._plan_info = type(self).launch(sum(n))
         table = torch.full((b, max(n + [1])), -1, dtype=torch.int32)
         for i in range(b):
             table[i, :n[i]] = kv_indices[kv_indptr[i]:kv_indptr[i + 1]]
@@ -50,7 +56,8 @@ class _Wrapper:
 
 @pytest.fixture
 def fake_flashinfer(monkeypatch):
-    _Wrapper.plans = 0
+    _Wrapper.plans, _Wrapper.made = 0, []
+    monkeypatch.setattr(_Wrapper, "launch", staticmethod(lambda pages: "fixed"))
     monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=_Wrapper))
     return _Wrapper
 
@@ -120,3 +127,39 @@ def test_layer_scales_read_once_and_after_in_place_changes(fake_flashinfer, monk
     out = be.forward(case.q, case.k_cache, case.v_cache, meta, layer)
     assert len(reads) == 3
     assert rel_err(out, case.reference(out_dtype=torch.float32)) < 1e-2
+
+
+def _graph_case():
+    case = make_case([1, 1, 1], [40, 17, 33], d=64, block_size=32, window_left=7, dtype=torch.bfloat16,
+                     cache_dtype=torch.float8_e4m3fn, descale="layer")
+    return case, make_backend(make_group("FLASHINFER", None, 64, "fp8_e4m3", 16, 32, "k_v")), meta_of(case)
+
+
+def test_cuda_graph_metadata_is_replanned_before_each_replay(fake_flashinfer):
+    case, be, meta = _graph_case()
+    layer, table = layer_of(case), case.block_table.clone()
+    assert be.supports_cuda_graphs()
+    be.prepare_replay(meta, case.seqused_k.tolist(), table)
+    assert fake_flashinfer.plans == 0  # the layer-side arguments come with the first call
+    for _ in range(2):  # warm-up before capture: one plan, in CUDA-graph mode (fixed buffers)
+        out = be.forward(case.q, case.k_cache, case.v_cache, meta, layer)
+    assert fake_flashinfer.plans == 1 and fake_flashinfer.made[-1].graph
+    assert rel_err(out, case.reference(out_dtype=torch.float32)) < 1e-2
+    case.seqused_k.sub_(3)  # the next step, written into the static buffers by the runner ...
+    be.prepare_replay(meta, case.seqused_k.tolist(), table)  # ... which then asks for a re-plan
+    assert fake_flashinfer.plans == 2
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta, layer)  # what a replay runs: no plan
+    assert fake_flashinfer.plans == 2
+    assert rel_err(out, case.reference(out_dtype=torch.float32)) < 1e-2
+    be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)  # an eager batch: its own call
+    assert fake_flashinfer.plans == 3 and not fake_flashinfer.made[-1].graph
+
+
+def test_a_replan_that_changes_the_launch_refuses_the_replay(fake_flashinfer, monkeypatch):
+    monkeypatch.setattr(_Wrapper, "launch", staticmethod(lambda pages: f"grid {pages}"))
+    case, be, meta = _graph_case()
+    be.prepare_replay(meta, case.seqused_k.tolist(), case.block_table)
+    be.forward(case.q, case.k_cache, case.v_cache, meta, layer_of(case))
+    be.prepare_replay(meta, case.seqused_k.tolist(), case.block_table)  # same pages: fine
+    with pytest.raises(RuntimeError, match="launch shape"):
+        be.prepare_replay(meta, [1, 1, 1], case.block_table)

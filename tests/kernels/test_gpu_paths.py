@@ -96,21 +96,27 @@ def test_mm_prefix_spans(path, mode):
 
 @pytest.mark.parametrize("path", list(PATHS))
 def test_decode_under_cuda_graph(path):
+    """Capture one decode step, then replay the next one: new q and shorter contexts written into the
+    static buffers (and re-planned via prepare_replay, for FLASHINFER)."""
     be, case, layer, ref, tol = setup(path, "decode", seed=1)
     if not be.supports_cuda_graphs():
         pytest.skip(f"{be.name} does not claim CUDA-graph support")
-    meta = meta_of(case)
+    meta = meta_of(case)  # shares case's tensors: updating them updates the static metadata
+    table = case.block_table.cpu()
+    be.prepare_replay(meta, case.seqused_k.tolist(), table)
     fwd = lambda: be.forward(case.q, case.k_cache, case.v_cache, meta, layer)  # noqa: E731
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up compiles/JITs outside the capture
+    with torch.cuda.stream(s):  # warm-up compiles/JITs (and plans) outside the capture
         fwd()
         fwd()
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fwd()
-    case.q.copy_(torch.randn_like(case.q))  # replay must read the new inputs
+    case.q.copy_(torch.randn_like(case.q))  # replay must read the new inputs ...
+    case.seqused_k.sub_(torch.tensor([37, 5, 1, 20], dtype=torch.int32, device="cuda"))  # ... and lengths
+    be.prepare_replay(meta, case.seqused_k.tolist(), table)
     ref = case.reference(q=quantize_query(case.q, layer.q_scale) if layer.q_scale is not None else None,
                          q_descale=layer.q_scale, out_dtype=torch.float32)
     graph.replay()

@@ -2,8 +2,9 @@
 
 One `BatchPrefillWithPagedKVCacheWrapper` ("NHD": caches [pages, page_size, Hkv, D], as ours) serves
 prefill, chunked prefill and decode (decode is a one-token prefill). FlashInfer splits a call into
-`plan()` (host-side scheduling from the batch's page lists: it syncs, so it is not CUDA-graph safe)
-and `run()`; one plan serves every layer that shares the batch metadata, window and dtypes.
+`plan()` (host-side scheduling from the batch's page lists; never inside a graph capture) and
+`run()`; one plan serves every layer that shares the batch metadata, window and dtypes. In
+CUDA-graph mode (`graph_batch`) the plan fills fixed buffers, so a captured `run` replays a new plan.
 backend="auto" lets FlashInfer pick its FA3 (SM90) kernels when q and KV share a dtype and the head
 dim is <= 256, else its FA2 kernels (bf16 q over an FP8 cache; head dim 512).
 

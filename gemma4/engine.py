@@ -265,6 +265,16 @@ class Engine:
         appended now; they stay attached to the sequence for its later steps.
         Returns the last-token logits [B, V], or with all_logits a list of [len_i, V].
         """
+        hidden, qlens = self.extend_hidden(seqs, tokens, kv_amax=kv_amax, mm_spans=mm_spans)
+        if all_logits:
+            return list(self.model.compute_logits(hidden).split(qlens))
+        last = torch.tensor(qlens).cumsum(0) - 1
+        return self.model.compute_logits(hidden[last.to(self.device)])
+
+    @torch.inference_mode()
+    def extend_hidden(self, seqs: list[int], tokens: list[list[int]], *, kv_amax: dict | None = None,
+                      mm_spans: list[list[tuple[int, int]]] | None = None) -> tuple[torch.Tensor, list[int]]:
+        """`extend`'s forward: the final-normed hidden states of every new token [sum n_i, H], and n_i."""
         if len(seqs) != len(tokens) or any(len(t) == 0 for t in tokens):
             raise ValueError("extend needs one non-empty token list per sequence")
         qlens = [len(t) for t in tokens]
@@ -296,10 +306,7 @@ class Engine:
         self._epoch += 1
         for s, n in zip(seqs, kvlens):
             self.seq_lens[s] = n
-        if all_logits:
-            return list(self.model.compute_logits(hidden).split(qlens))
-        last = torch.tensor(qlens).cumsum(0) - 1
-        return self.model.compute_logits(hidden[last.to(self.device)])
+        return hidden, qlens
 
     def _add_spans(self, seqs, starts, kvlens, mm_spans) -> None:
         if len(mm_spans) != len(seqs):

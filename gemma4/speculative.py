@@ -165,21 +165,10 @@ class SpeculativeDecoder:
         """Append tokens[i] to seqs[i] in the target's cache (one varlen forward). Returns per
         sequence (logits [n_i, V], final-normed hidden [n_i, H])."""
         eng = self.engine
-        qlens = [len(t) for t in tokens]
-        starts = [eng.seq_lens.get(s, 0) for s in seqs]
-        kvlens = [p + n for p, n in zip(starts, qlens)]
-        for s, n in zip(seqs, kvlens):
-            if n > eng.max_seq_len:
-                raise ValueError(f"sequence {s} would have {n} tokens > max_seq_len={eng.max_seq_len}")
-            eng.cache.ensure(s, n)
-        ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
-        pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
-        metas, slots = eng._metadata(seqs, qlens, kvlens)
-        hidden = eng.model(ids, eng._context(pos, metas, slots))
+        hidden, qlens = eng.extend_hidden(seqs, tokens)
         logits = eng.model.compute_logits(hidden)
-        for s, n in zip(seqs, kvlens):
-            eng.seq_lens[s] = n
-            self.written[s] = n
+        for s in seqs:
+            self.written[s] = eng.seq_lens[s]
         self.target_passes += 1
         return list(logits.split(qlens)), list(hidden.split(qlens))
 

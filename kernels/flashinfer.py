@@ -9,8 +9,8 @@ backend="auto" lets FlashInfer pick its FA3 (SM90) kernels when q and KV share a
 dim is <= 256, else its FA2 kernels (bf16 q over an FP8 cache; head dim 512).
 
 First-call cost: every (q/kv/out dtype, head dim, window on/off, kernel family) JIT-compiles one
-module with nvcc, ~90 s each on the H200 (set FLASHINFER_CUDA_ARCH_LIST=9.0a to build for SM90
-only, MAX_JOBS for parallel nvcc). Compiled modules are cached under FLASHINFER_WORKSPACE_BASE
+module with nvcc, ~90 s each on the H200 per the kernel probe (FLASHINFER_CUDA_ARCH_LIST=9.0a builds
+for SM90 only, MAX_JOBS sets parallel nvcc). Compiled modules are cached under FLASHINFER_WORKSPACE_BASE
 (default ~/.cache/flashinfer), so later processes load them in about a second.
 """
 

@@ -58,6 +58,7 @@ class BackendUnavailableError(RuntimeError):
 
 class AttentionBackend(ABC):
     name: str = "?"
+    kernel_build: str = ""  # which library build runs, where a backend has several (shown by the engine)
 
     def __init__(self, group: GroupSelection):
         self.group = group

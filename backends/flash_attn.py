@@ -1,4 +1,4 @@
-"""FLASH_ATTN adapters: v3 (vLLM's FA3 build) and v4 (flash-attn-4, or vLLM's FA4 fork for head dim
+"""FLASH_ATTN adapters: v3 (vLLM's FA3 build or flash-attention's hopper build) and v4 (flash-attn-4, or vLLM's FA4 fork for head dim
 512 and FP8 KV). The build is resolved and imported when the backend is made, so a missing package
 fails at startup, not at the first forward. Bidirectional mm-prefix spans run as a second,
 non-causal pass over the span rows (backends/span_split.py)."""
@@ -50,9 +50,10 @@ class FlashAttn3Backend(_FlashAttnBase):
     def __init__(self, group):
         super().__init__(group)
         try:
-            loader.load_fa3()
+            self.build = loader.load_fa3()
         except ImportError as e:
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
+        self.kernel_build = self.build.label
         if _fp8_group(group) and group.descale != "q_k_v":
             raise ValueError("FLASH_ATTN v3 with an FP8 KV cache needs quant-query (descale 'q_k_v'): "
                              "the FA3 build requires q, k and v in the same dtype")
@@ -62,7 +63,7 @@ class FlashAttn3Backend(_FlashAttnBase):
         return fa.fa3_forward(
             q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,
             layer.softmax_scale, causal=causal, window_left=layer.window_left, sinks=layer.sinks,
-            q_descale=qd, k_descale=kd, v_descale=vd, out_dtype=out_dtype)
+            q_descale=qd, k_descale=kd, v_descale=vd, out_dtype=out_dtype, build=self.build)
 
 
 class FlashAttn4Backend(_FlashAttnBase):
@@ -79,6 +80,7 @@ class FlashAttn4Backend(_FlashAttnBase):
             loader.load_fa4_fork() if self.fork else loader.load_fa4_upstream()
         except ImportError as e:
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
+        self.kernel_build = f"{loader.VLLM_PKG} (FA4 fork)" if self.fork else "flash-attn-4"
 
     def _call(self, q, kc, vc, meta, bt, layer, descales, *, causal, out_dtype):
         args = (q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, meta.max_seqlen_q, meta.max_seqlen_k,

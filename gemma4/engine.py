@@ -192,7 +192,8 @@ class Engine:
         for k, b in self.backends.items():
             g = self.groups[k]
             fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
-            out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__})"
+            build = f", {b.kernel_build}" if b.kernel_build else ""
+            out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__}{build})"
         return out
 
     def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):

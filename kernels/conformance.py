@@ -8,13 +8,15 @@ causal, window, mm_prefix, sinks, quant_query, page<N>; e.g. `FLASH_ATTN_v4:fp8:
 
 status: verified (rel_err within kernels/tolerances.py), refuted (over it, or NaN),
 unsupported (the backend or kernel raised; detail = the first line of the error, prefixed
-"unavailable:" when the package is missing).
+"unavailable:" when the package is missing). kernel: the library build that ran, where a
+backend has several (FA3: vLLM's or upstream's, per KSELECT_FA3_BUILD; FA4: flash-attn-4 or the fork).
 
 CLI: python -m kernels.conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
 run in the Triton interpreter (keep heads small there). --jobs N runs kernel families (claims
 sharing backend, version, dtype and head size, hence one JIT-compiled kernel) in N processes:
-FlashInfer's and FA4's first-call compiles then overlap.
+FlashInfer's and FA4's first-call compiles then overlap. A family whose process dies (a kernel
+that aborts) is re-run claim by claim; a claim that still kills its process is refuted.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def check_claim(claim_id: str, device: str = "cuda") -> dict:
     except Exception as e:  # noqa: BLE001 - an adapter refusing the combination is a finding
         return dict(status="unsupported", rel_err=None, detail=_first_line(e))
     tol = tolerance(_MODEL[c.dtype], c.fp8)
+    kernel = dict(kernel=be.kernel_build) if be.kernel_build else {}
     worst = 0.0
     for case in _cases(c, device, page):
         qs = torch.tensor(0.05, device=device) if descale == "q_k_v" else None
@@ -133,17 +136,17 @@ def check_claim(claim_id: str, device: str = "cuda") -> dict:
             if device != "cpu":
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001
-            return dict(status="unsupported", rel_err=None, detail=_first_line(e))
+            return dict(status="unsupported", rel_err=None, detail=_first_line(e), **kernel)
         q_in = quantize_query(case.q, qs, case.k_cache.dtype) if qs is not None else None
         ref = case.reference(q=q_in, q_descale=qs, out_dtype=torch.float32)
         err = rel_err(out, ref)
         if math.isnan(err):
-            return dict(status="refuted", rel_err=None, detail="non-finite output")
+            return dict(status="refuted", rel_err=None, detail="non-finite output", **kernel)
         worst = max(worst, err)
     ok = worst <= tol
     return dict(status="verified" if ok else "refuted", rel_err=float(f"{worst:.3e}"),
                 detail=f"max rel_err {worst:.2e} {'<=' if ok else '>'} tol {tol:g} over chunked prefill + decode, "
-                       f"page {page}, descale {descale}")
+                       f"page {page}, descale {descale}", **kernel)
 
 
 def read_claims(arg: str) -> list[str]:
@@ -190,10 +193,9 @@ def main(argv=None) -> int:
             record(cid, _check_one(cid, args.device))
     else:
         import concurrent.futures as cf
-        import multiprocessing as mp
 
-        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_check_family, fam, args.device) for fam in families(ids)]
+        with cf.ThreadPoolExecutor(args.jobs) as pool:  # each family in its own process (_isolated)
+            futures = [pool.submit(_isolated, fam, args.device) for fam in families(ids)]
             for fut in cf.as_completed(futures):
                 for cid, r in fut.result():
                     record(cid, r)
@@ -212,6 +214,34 @@ def _check_one(cid: str, device: str) -> dict:
 
 def _check_family(ids: list[str], device: str) -> list[tuple[str, dict]]:
     return [(cid, _check_one(cid, device)) for cid in ids]
+
+
+DIED = "the process died in the kernel call, with no Python error (e.g. a C++ check that aborts)"
+
+
+def _in_process(ids: list[str], device: str) -> list[tuple[str, dict]]:
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(_check_family, ids, device).result()
+
+
+def _isolated(ids: list[str], device: str) -> list[tuple[str, dict]]:
+    """A family in a fresh process; if that process dies, each claim again alone, so a kernel that
+    aborts costs only its own claims (refuted: a claimed capability that kills the process)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return _in_process(ids, device)
+    except BrokenProcessPool:
+        out = []
+        for cid in ids:
+            try:
+                out += _in_process([cid], device)
+            except BrokenProcessPool:
+                out.append((cid, dict(status="refuted", rel_err=None, detail=DIED)))
+        return out
 
 
 def families(ids: list[str]) -> list[list[str]]:

@@ -26,6 +26,7 @@ class ClaimResult(BaseModel):
     status: str  # verified | refuted | unsupported
     rel_err: float | None = None
     detail: str = ""
+    kernel: str = ""  # which library build ran, where the backend has several (FA3: vLLM's or upstream's)
 
 
 class ConformanceFile(BaseModel):
@@ -94,4 +95,5 @@ def claim_checks(platform, fields: dict, model_dtype: str) -> tuple[tuple[ClaimC
 
 def _detail(res: ClaimResult) -> str:
     err = f"rel err {res.rel_err:.2g}" if res.rel_err is not None else ""
-    return ", ".join(x for x in (res.status, err, res.detail) if x)
+    kernel = f"on {res.kernel}" if res.kernel else ""
+    return ", ".join(x for x in (res.status, err, kernel, res.detail) if x)

@@ -27,13 +27,14 @@ def fake_flash_attn(monkeypatch):
     calls = []
 
     def emulate(q, kc, vc, cu, used, bt, max_q, max_k, scale, *, causal=True, window_left=-1, sinks=None,
-                q_descale=None, k_descale=None, v_descale=None, out_dtype=None, num_splits=1):
+                q_descale=None, k_descale=None, v_descale=None, out_dtype=None, num_splits=1, build=None):
         calls.append(causal)
         return paged_attention(q, kc, vc, cu, used, bt, scale, causal=causal, window_left=window_left, sinks=sinks,
                                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
 
     for name in ("fa3_forward", "fa4_forward", "fa4_fork_forward"):
         monkeypatch.setattr(fa, name, emulate)
-    for name in ("load_fa3", "load_fa4_upstream", "load_fa4_fork"):
+    for name in ("load_fa4_upstream", "load_fa4_fork"):
         monkeypatch.setattr(loader, name, lambda: None)
+    monkeypatch.setattr(loader, "load_fa3", lambda: loader.Fa3Build("vllm", None))
     return calls

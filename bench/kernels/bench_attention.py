@@ -93,13 +93,17 @@ def path_fns():
         return lambda: t(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"], inp["scale"],
                          max_seqlen_q=inp["max_q"], max_seqlen_k=inp["max_k"], window_left=inp["window_left"], **kw)
 
-    def fa3(inp, fp8):
-        if inp["q"].shape[-1] > 256:
-            raise NotImplementedError("FA3: head dim > 256")
-        kw = dict(q_descale=inp["qd"], k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
-        q = inp["q8"] if fp8 else inp["q"]
-        return lambda: fa.fa3_forward(q, inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"], inp["max_q"],
-                                      inp["max_k"], inp["scale"], window_left=inp["window_left"], **kw)
+    def fa3(build_name):
+        def make(inp, fp8):
+            from kernels.flash_attn_loader import load_fa3
+            if inp["q"].shape[-1] > 256:
+                raise NotImplementedError("FA3: head dim > 256")
+            kw = dict(q_descale=inp["qd"], k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
+            q, build = inp["q8"] if fp8 else inp["q"], load_fa3(build_name)
+            return lambda: fa.fa3_forward(q, inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"],
+                                          inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"],
+                                          build=build, **kw)
+        return make
 
     def fa4(inp, fp8):
         if inp["q"].shape[-1] > 256:
@@ -153,7 +157,8 @@ def path_fns():
 
     return {
         "triton_bf16": (triton, False), "triton_fp8": (triton, True),
-        "fa3_bf16": (fa3, False), "fa3_fp8": (fa3, True),
+        "fa3_bf16": (fa3("vllm"), False), "fa3_fp8": (fa3("vllm"), True),  # vLLM's FA3 build
+        "fa3up_bf16": (fa3("upstream"), False), "fa3up_fp8": (fa3("upstream"), True),  # flash-attention hopper/
         "fa4_bf16": (fa4, False), "fa4fork_bf16": (fork, False), "fa4fork_fp8kv": (fork, True),
         "flashinfer_bf16": (flashinfer, False), "flashinfer_fp8": (flashinfer, True),
         "sdpa_cudnn": (sdpa("CUDNN_ATTENTION"), False), "sdpa_flash": (sdpa("FLASH_ATTENTION"), False),
@@ -294,7 +299,7 @@ def main():
                 torch.cuda.synchronize()
                 row = dict(base, status="ok", first_call_s=round(time.time() - t1, 2), rotated=len(calls))
                 if kind == "decode" and b <= 64 and L <= 32768:
-                    row["rel_err"] = float(f"{check(first, inps[0], fp8, name == 'fa3_fp8'):.2e}")
+                    row["rel_err"] = float(f"{check(first, inps[0], fp8, name in ('fa3_fp8', 'fa3up_fp8')):.2e}")
                 del first
                 row["ms"] = time_eager(calls, args.reps)
                 if kind == "decode":

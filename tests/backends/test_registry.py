@@ -46,7 +46,7 @@ def test_unknown_names_and_versions_raise():
 
 
 def test_fa3_missing_names_package(monkeypatch):
-    hide_modules(monkeypatch, "vllm")
+    hide_modules(monkeypatch, "vllm", "flash_attn_interface", "flash_attn_3")
     with pytest.raises(BackendUnavailableError) as e:
         make_backend(group("FLASH_ATTN", 3, head=256, kv="bfloat16"))
     msg = str(e.value)

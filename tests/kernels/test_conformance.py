@@ -66,3 +66,31 @@ def test_families_and_parallel_cli(tmp_path):
     doc = yaml.safe_load(out.read_text())
     assert list(doc["claims"]) == ids  # input order, although families finish in any order
     assert [doc["claims"][i]["status"] for i in ids] == ["verified", "verified", "verified", "unsupported"]
+
+
+ABORTING_FA3 = '''
+import os
+from kernels.reference import paged_attention
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table, cu_seqlens_q, softmax_scale,
+                            causal, window_size, **_):
+    if window_size == (-1, -1):
+        os.abort()  # what a stable-ABI C++ check failure does to the process
+    return paged_attention(q, k_cache, v_cache, cu_seqlens_q, cache_seqlens, page_table, softmax_scale,
+                           causal=causal, window_left=window_size[0])
+'''
+
+
+def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeypatch):
+    """--jobs: the family's process dies, its claims are re-run one by one; the aborting one is refuted."""
+    (tmp_path / "flash_attn_interface.py").write_text(ABORTING_FA3)
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawn children get the parent's sys.path
+    monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")
+    ids = ["FLASH_ATTN_v3:fp32:d64:causal", "FLASH_ATTN_v3:fp32:d64:window", "TORCH_REFERENCE:fp32:d64:causal"]
+    out = tmp_path / "conf.yaml"
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+                             "--out", str(out), "--jobs", "2"]) == 0
+    claims = yaml.safe_load(out.read_text())["claims"]
+    assert claims[ids[0]] == dict(status="refuted", rel_err=None, detail=conformance.DIED)
+    assert claims[ids[1]]["status"] == "verified" and "flash_attn_3" in claims[ids[1]]["kernel"]
+    assert claims[ids[2]]["status"] == "verified" and "kernel" not in claims[ids[2]]

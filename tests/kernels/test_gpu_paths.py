@@ -4,6 +4,9 @@ Skips without CUDA, on a non-SM90 GPU (FlashAttention paths), or when a path's p
 (the reason names the package). Tolerances: kernels/tolerances.py.
 """
 
+import os
+from unittest import mock
+
 import pytest
 import torch
 
@@ -29,6 +32,8 @@ MODES = {
 PATHS = {
     "fa3_bf16_d256_window": ("FLASH_ATTN", 3, 256, "bfloat16", "none", 16, 511, 8, 4, True),
     "fa3_fp8_qkv_d256_window": ("FLASH_ATTN", 3, 256, "fp8_e4m3", "q_k_v", 16, 511, 8, 4, True),
+    "fa3up_bf16_d256_window": ("FLASH_ATTN", 3, 256, "bfloat16", "none", 16, 511, 8, 4, True),
+    "fa3up_fp8_qkv_d256_window": ("FLASH_ATTN", 3, 256, "fp8_e4m3", "q_k_v", 16, 511, 8, 4, True),
     "fa4_bf16_d256_window": ("FLASH_ATTN", 4, 256, "bfloat16", "none", 64, 511, 8, 4, True),
     "fa4fork_bf16_d512": ("FLASH_ATTN", 4, 512, "bfloat16", "none", 64, -1, 8, 1, True),
     "fa4fork_fp8kv_d512_page64": ("FLASH_ATTN", 4, 512, "fp8_e4m3", "kv_dequant", 64, -1, 8, 1, True),
@@ -48,7 +53,10 @@ SPANS = {
     "prefill": [[(40, 296)], [], [(100, 700), (800, 1000)]],
     "chunked": [[(1300, 1420)], [(650, 690)], [(2450, 2700)]],
 }
-MM_PATHS = ["fa3_bf16_d256_window", "fa3_fp8_qkv_d256_window", "fa4_bf16_d256_window", "fa4fork_bf16_d512",
+# FA3 paths pin their build (KSELECT_FA3_BUILD): fa3_* = vLLM's, fa3up_* = flash-attention's hopper build
+FA3_BUILD = {p: "upstream" if p.startswith("fa3up") else "vllm" for p in PATHS if p.startswith("fa3")}
+MM_PATHS = ["fa3_bf16_d256_window", "fa3_fp8_qkv_d256_window", "fa3up_bf16_d256_window", "fa3up_fp8_qkv_d256_window",
+            "fa4_bf16_d256_window", "fa4fork_bf16_d512",
             "fa4fork_fp8kv_d512_page64", "triton_bf16_d256_window", "triton_fp8_d512"]
 Q_SCALE = 0.05
 
@@ -58,7 +66,8 @@ def setup(path, mode, seed=0, spans=None):
     if needs_sm90 and not SM90:
         pytest.skip(f"{path} is an SM90 path; this GPU is {torch.cuda.get_device_name()}")
     try:
-        be = make_backend(make_group(backend, ver, head, kv, page, page, descale, hkv))
+        with mock.patch.dict(os.environ, {"KSELECT_FA3_BUILD": FA3_BUILD.get(path, "auto")}):
+            be = make_backend(make_group(backend, ver, head, kv, page, page, descale, hkv))
     except BackendUnavailableError as e:
         pytest.skip(str(e))
     q_lens, kv_lens = MODES[mode]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import os
 import re
@@ -89,8 +90,8 @@ def _cases(c: Claim, device: str, page: int):
     else:
         batches = [([256, 64, 300], [900, 64, 1300]), ([1, 1, 1, 1], [700, 1500, 90, 4100])]
     cache_dtype = _cache(c)[1]
-    # FP8 descales per (sequence, kv head), except FlashInfer: one K and one V scale per layer (as in vLLM)
-    descale = "layer" if c.backend == "FLASHINFER" else "seq_head"
+    # FP8 descales per (sequence, kv head) where the backend declares them, else one K and one V per layer
+    descale = "seq_head" if per_head_scales(c.backend) else "layer"
     out = []
     for i, (ql, kl) in enumerate(batches):
         spans = None
@@ -100,6 +101,15 @@ def _cases(c: Claim, device: str, page: int):
                              cache_dtype=cache_dtype, descale=descale, window_left=window, mm_spans=spans,
                              sinks=c.feature == "sinks", device=device, seed=11 + i))
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def per_head_scales(backend: str) -> bool:
+    """capabilities.<backend>.per_head_quant_scales (conf/capabilities); False for an undeclared backend."""
+    from selector.api import compose
+
+    cap = compose(["platform=cpu"]).capabilities.get(backend)  # declarations do not depend on the platform
+    return bool(cap and cap.per_head_quant_scales)
 
 
 def _first_line(e: BaseException) -> str:

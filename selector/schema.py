@@ -218,6 +218,7 @@ class Capability(Strict):
     mm_prefix: bool = False
     sinks: bool = False
     quant_query: bool = False
+    per_head_quant_scales: bool = False  # FP8 descales per (sequence, KV head), not only per layer
     flash_attn: bool = False  # resolves a FlashAttention version per layer group
 
 

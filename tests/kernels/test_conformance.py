@@ -94,3 +94,12 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
     assert claims[ids[0]] == dict(status="refuted", rel_err=None, detail=conformance.DIED)
     assert claims[ids[1]]["status"] == "verified" and "flash_attn_3" in claims[ids[1]]["kernel"]
     assert claims[ids[2]]["status"] == "verified" and "kernel" not in claims[ids[2]]
+
+
+@pytest.mark.parametrize("backend,per_head", [("FLASHINFER", False), ("TRITON_ATTN", True), ("FLASH_ATTN", True),
+                                              ("NOT_DECLARED", False)])
+def test_fp8_cases_use_the_declared_scale_granularity(backend, per_head):
+    """capabilities.<backend>.per_head_quant_scales decides [B, Hkv] descales vs one per layer."""
+    assert conformance.per_head_scales(backend) is per_head
+    cases = conformance._cases(parse_claim(f"{backend}:fp8:d64:causal"), "cpu", 16)
+    assert all(c.k_descale.dim() == (2 if per_head else 0) for c in cases)

@@ -14,6 +14,7 @@ from backends import BackendUnavailableError, make_backend
 from backends.fixtures import layer_of, make_group, meta_of
 from kernels.cache_ops import quantize_query
 from kernels.cases import make_case
+from kernels.conformance import per_head_scales
 from kernels.tolerances import rel_err, tolerance
 
 pytestmark = pytest.mark.gpu
@@ -73,7 +74,7 @@ def setup(path, mode, seed=0, spans=None):
     q_lens, kv_lens = MODES[mode]
     fp8 = kv.startswith("fp8")
     case = make_case(q_lens, kv_lens, hq=hq, hkv=hkv, d=head, block_size=page, dtype=torch.bfloat16,
-                     cache_dtype=E4 if fp8 else None, descale="layer" if backend == "FLASHINFER" else "seq_head",
+                     cache_dtype=E4 if fp8 else None, descale="seq_head" if per_head_scales(backend) else "layer",
                      window_left=window, mm_spans=spans, device="cuda", seed=seed)
     qs = torch.tensor(Q_SCALE, device="cuda") if descale == "q_k_v" else None
     if qs is not None:  # quant-query: compare with the reference on the same quantized q

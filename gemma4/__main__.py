@@ -52,6 +52,9 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
     ap.add_argument("--no-cuda-graphs", action="store_true")
+    ap.add_argument("--prefill-chunk", type=_positive_int, default=None, metavar="N",
+                    help="prefill prompts in steps of N tokens; the sliding-window cache then holds "
+                         "window - 1 + N tokens per sequence instead of every token")
     ap.add_argument("--no-check", action="store_true", help="skip the TORCH_REFERENCE numerics check")
     ap.add_argument("--drafter", help="spec_decode=mtp: an HF Gemma4AssistantForCausalLM folder (default: seeded "
                     "tiny drafters with the preset's drafter: shapes)")
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
     cuda_graphs = False if opts.no_cuda_graphs else None
     eng = Engine(model, sel, max_seqs=max(len(prompts), len(CALIBRATION_TEXT)), max_seq_len=max_len,
-                 cuda_graphs=cuda_graphs)
+                 cuda_graphs=cuda_graphs, max_step_tokens=opts.prefill_chunk)
     print(f"model {cfg.model.name} ({args.dtype}) from {source} on {model.device}")
     print("attention backend per group: " + ", ".join(
         f"{g} -> {name}" for g, name in eng.backend_names().items()))
@@ -204,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                    top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a positive token count, got {text!r}")
+    return int(text)
 
 
 def cli() -> None:

@@ -159,15 +159,22 @@ class Engine:
         kv_scales: dict[int, tuple[float, float]] | None = None,
         cuda_graphs: bool | None = None,
         backends: dict[str, AttentionBackend] | None = None,
+        max_step_tokens: int | None = None,
     ):
+        """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
+        that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
+        to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
+        every token)."""
+        if max_step_tokens is not None and max_step_tokens < 1:
+            raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
         self.model = model.eval()
         self.args = model.args
         self.device = torch.device(device) if device is not None else model.device
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
-        self.max_seqs, self.max_seq_len = max_seqs, max_seq_len
+        self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
         self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
-                                  model_dtype=model.dtype, max_seqs=max_seqs)
+                                  model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
         if kv_scales:
             self.cache.set_scales(kv_scales)
         self.seq_lens: dict[int, int] = {}
@@ -279,14 +286,17 @@ class Engine:
         if len(seqs) != len(tokens) or any(len(t) == 0 for t in tokens):
             raise ValueError("extend needs one non-empty token list per sequence")
         qlens = [len(t) for t in tokens]
+        if self.max_step_tokens and max(qlens) > self.max_step_tokens:
+            raise ValueError(f"a step of {max(qlens)} tokens for one sequence > max_step_tokens="
+                             f"{self.max_step_tokens}: prefill long prompts with Engine.prefill (chunks)")
         starts = [self.seq_lens.get(s, 0) for s in seqs]
         kvlens = [p + n for p, n in zip(starts, qlens)]
-        for s, n in zip(seqs, kvlens):
+        for s, p0, n in zip(seqs, starts, kvlens):
             if n > self.max_seq_len:
                 raise ValueError(f"sequence {s} would have {n} tokens > max_seq_len={self.max_seq_len}")
             if s not in self.seq_lens and len(self.seq_lens) >= self.max_seqs:
                 raise ValueError(f"more than max_seqs={self.max_seqs} sequences")
-            self.cache.ensure(s, n)
+            self.cache.step(s, p0, n)
         if mm_spans is not None:
             self._add_spans(seqs, starts, kvlens, mm_spans)
         ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
@@ -322,6 +332,28 @@ class Engine:
                     raise ValueError(f"sequence {s}: image spans {sp[j - 1]} and {(a, e)} overlap")
             if sp:
                 self.mm_spans[s] = self.mm_spans.get(s, []) + sp
+
+    def prefill(self, seqs: list[int], prompts: list[list[int]],
+                mm_spans: list[list[tuple[int, int]]] | None = None) -> torch.Tensor:
+        """`extend` with whole prompts, in steps of at most max_step_tokens per sequence (an image span
+        is never cut: a chunk ends before it, or takes it whole). Returns the last-token logits [B, V]."""
+        if not self.max_step_tokens or max(map(len, prompts)) <= self.max_step_tokens:
+            return self.extend(seqs, prompts, mm_spans=mm_spans)
+        base = [self.seq_lens.get(s, 0) for s in seqs]
+        spans = mm_spans or [[] for _ in seqs]
+        cuts = [_chunk_ends(len(p), b, sp, self.max_step_tokens) for p, b, sp in zip(prompts, base, spans)]
+        last: dict[int, torch.Tensor] = {}
+        done = [0] * len(seqs)
+        for step in range(max(map(len, cuts))):
+            idx = [i for i in range(len(seqs)) if step < len(cuts[i])]
+            toks = [prompts[i][done[i]:cuts[i][step]] for i in idx]
+            step_spans = [[(a, e) for a, e in spans[i] if base[i] + done[i] <= a < base[i] + cuts[i][step]]
+                          for i in idx] if mm_spans is not None else None
+            logits = self.extend([seqs[i] for i in idx], toks, mm_spans=step_spans)
+            for r, i in enumerate(idx):
+                done[i] = cuts[i][step]
+                last[i] = logits[r]
+        return torch.stack([last[i] for i in range(len(seqs))])
 
     @torch.inference_mode()  # graphs captured by generate() hold inference tensors
     def decode(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
@@ -396,7 +428,7 @@ class Engine:
         if total > self.max_seq_len:
             raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={self.max_seq_len}")
         for s, p in zip(seqs, prompts):  # reserve blocks up front: static block tables for graphs
-            self.cache.ensure(s, len(p) + max_new_tokens)
+            self.cache.reserve(s, len(p) + max_new_tokens)
         if self.use_graphs:
             return self._generate_on_device(seqs, prompts, max_new_tokens, temperature, top_k, gen, eos,
                                             stop_at_eos, return_logits, forced, mm_spans)
@@ -416,7 +448,7 @@ class Engine:
 
         _sync(self.device)
         t0 = time.perf_counter()
-        nxt = pick(self.extend(seqs, prompts, mm_spans=mm_spans), 0)
+        nxt = pick(self.prefill(seqs, prompts, mm_spans=mm_spans), 0)
         _sync(self.device)
         t1 = time.perf_counter()
         out = [[t] for t in nxt]
@@ -458,7 +490,7 @@ class Engine:
 
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         ev[0].record()
-        nxt = pick(self.extend(seqs, prompts, mm_spans=mm_spans), 0)
+        nxt = pick(self.prefill(seqs, prompts, mm_spans=mm_spans), 0)
         ev[1].record()
         steps = 0
         for step in range(1, max_new_tokens):
@@ -498,7 +530,7 @@ class Engine:
         for s, p in zip(seqs, starts):
             if p + 1 > self.max_seq_len:
                 raise ValueError(f"sequence {s} exceeds max_seq_len")
-            self.cache.ensure(s, p + 1)
+            self.cache.step(s, p, p + 1)
         if g is None or g.seqs != seqs:
             g = _DecodeGraph(self, seqs)
             logits = g.capture(tokens, starts)
@@ -513,8 +545,9 @@ class Engine:
         return logits
 
     def _tables_changed(self, g: "_DecodeGraph") -> bool:
-        return any(len(gc.tables.get(s, ())) != g.table_lens[k][r]
-                   for k, gc in self.cache.groups.items() for r, s in enumerate(g.seqs))
+        return g.table_version != self.cache.version() or any(
+            len(gc.tables.get(s, ())) != g.table_lens[k][r] for k, gc in self.cache.groups.items()
+            for r, s in enumerate(g.seqs))
 
 
 class _DecodeGraph:
@@ -538,6 +571,7 @@ class _DecodeGraph:
         self.out = None
         self.state = None  # (engine epoch, positions the device buffers hold for the next step)
         self.table_lens: dict[str, list[int]] = {}
+        self.table_version = -1  # the cache's table version the static block tables hold
         self.host_used: list[int] = []  # the static buffers' values on the host (see _prepare)
         self.host_tables: dict[str, torch.Tensor] = {}
 
@@ -559,6 +593,7 @@ class _DecodeGraph:
             self.metas[k].block_table.copy_(self.host_tables[k])
             self.slots[k].copy_(gc.slot_mapping(self.seqs, starts, [1] * len(starts)))
             self.table_lens[k] = [len(gc.tables.get(s, ())) for s in self.seqs]
+        self.table_version = eng.cache.version()
         self._prepare()
 
     def _prepare(self):
@@ -613,6 +648,26 @@ class _DecodeGraph:
 
 class MultimodalUnsupportedError(RuntimeError):
     """Image spans were given but a selected backend has no mm-prefix (bidirectional span) support."""
+
+
+def _chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> list[int]:
+    """Ends (prompt offsets) of the prefill steps of an n-token prompt that starts at position `base`:
+    at most `size` tokens each, except that a chunk never ends inside an image span (it ends before
+    the span, or, when the span starts the chunk, takes it whole)."""
+    ends, at = [], 0
+    while at < n:
+        end = min(n, at + size)
+        for a, e in sorted(spans):
+            a, e = a - base, e - base
+            if a < end < e:  # would cut the span
+                if a <= at and e - a > size:
+                    raise ValueError(f"an image span of {e - a} tokens > max_step_tokens={size}: a "
+                                     "bidirectional span is prefilled in one step")
+                end = a if a > at else min(n, e)
+                break
+        ends.append(end)
+        at = end
+    return ends
 
 
 def _sync(device: torch.device) -> None:

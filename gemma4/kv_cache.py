@@ -5,6 +5,13 @@ tables; per KV-producing layer it holds `k`/`v` tensors [num_blocks, kv_block_si
 (FlashAttention's paged NHD layout) in the model dtype or FP8 (e4m3 / e5m2) with per-layer
 K/V scales (dequant = stored * scale): `unit` (1.0) or `calibrated` (amax / fp8_max from a
 calibration prefill). KV-shared layers own no cache: they read their producer's tensors and scales.
+
+Sliding-window groups keep only the blocks a window can still read: before a step whose first
+query sits at position `start`, every block wholly before `start - (W - 1)` goes back to the pool
+and its table entry points at a reserved, all-zero null block (tables stay positional; a kernel
+that reads a few keys before the window, masked, reads zeros). Such a group is sized for its peak,
+W - 1 + the longest step per sequence (`step_tokens`: the prefill chunk), when that is below the
+full length.
 """
 
 from __future__ import annotations
@@ -52,8 +59,10 @@ class CacheFullError(RuntimeError):
 class GroupCache:
     """The paged cache of one group: tensors per producer layer, a block allocator, block tables."""
 
-    def __init__(self, args: Gemma4Args, group, num_blocks: int, device, model_dtype: torch.dtype):
+    def __init__(self, args: Gemma4Args, group, num_blocks: int, device, model_dtype: torch.dtype,
+                 window: int | None = None):
         self.group = group
+        self.window = window  # W tokens (a query at p reads keys p-W+1 .. p); None = keep every block
         self.kind = GROUP_TO_LAYER_TYPE[group.kind]
         self.block_size = int(group.kv_block_size)
         self.dtype = kv_torch_dtype(group.kv_cache_dtype, model_dtype)
@@ -76,8 +85,11 @@ class GroupCache:
         self.k_scale = {i: one() for i in self.producers}
         self.v_scale = {i: one() for i in self.producers}
         self._params: dict[tuple[int, int], LayerParams] = {}
-        self.free_blocks = list(range(num_blocks - 1, -1, -1))
+        self.null_block = 0 if window else None  # never handed out, never written: stays zero
+        self.free_blocks = list(range(num_blocks - 1, 0 if window else -1, -1))
         self.tables: dict[int, list[int]] = {}
+        self.trimmed: dict[int, int] = {}  # per sequence: leading table entries given back (null)
+        self.version = 0  # bumped whenever trim() rewrites table entries (CUDA graphs reload tables)
 
     # -------------------------------------------------------------- tensors
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor,
@@ -132,7 +144,30 @@ class GroupCache:
             table.append(self.free_blocks.pop())
 
     def release(self, seq: int) -> None:
-        self.free_blocks.extend(reversed(self.tables.pop(seq, [])))
+        self.free_blocks.extend(b for b in reversed(self.tables.pop(seq, [])) if b != self.null_block)
+        self.trimmed.pop(seq, None)
+
+    def trim(self, seq: int, start: int) -> None:
+        """Before a step whose queries begin at `start`: give back the blocks no window can reach again."""
+        if not self.window or seq not in self.tables:
+            return
+        table = self.tables[seq]
+        dead = min(max(0, start - (self.window - 1)) // self.block_size, len(table))
+        done = self.trimmed.get(seq, 0)
+        if dead <= done:
+            return
+        for i in range(done, dead):
+            self.free_blocks.append(table[i])
+            table[i] = self.null_block
+        self.trimmed[seq] = dead
+        self.version += 1
+
+    def kept_from(self, seq: int) -> int:
+        """First position whose keys are still cached (0 unless trimmed)."""
+        return self.trimmed.get(seq, 0) * self.block_size
+
+    def blocks_in_use(self) -> int:
+        return self.num_blocks - len(self.free_blocks) - (self.null_block is not None)
 
     def block_table(self, seqs: list[int], width: int | None = None) -> torch.Tensor:
         width = width or max(1, max(len(self.tables.get(s, [])) for s in seqs))
@@ -152,20 +187,55 @@ class GroupCache:
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
 
 
+def group_blocks(block_size: int, max_tokens: int, max_seqs: int, window: int | None = None,
+                 step_tokens: int | None = None) -> int:
+    """Blocks a group's pool needs: every token (each sequence may waste one partly filled block),
+    or for a window of W tokens at most the blocks over [start - (W-1), start + step) per sequence,
+    plus the null block."""
+    nb = math.ceil(max_tokens / block_size) + max_seqs
+    if not window:
+        return nb
+    peak = math.ceil((window - 1 + (step_tokens or max_tokens)) / block_size) + 1
+    return min(nb, max_seqs * peak) + 1
+
+
 class PagedKVCache:
-    """All groups' caches for one model. `selection_groups`: layer type -> GroupSelection."""
+    """All groups' caches for one model. `selection_groups`: layer type -> GroupSelection.
+
+    max_tokens: tokens over all sequences; step_tokens: the most tokens one sequence adds in one
+    step (None: a whole sequence), which bounds what a sliding-window group holds per sequence."""
 
     def __init__(self, args: Gemma4Args, groups: dict, *, max_tokens: int, device, model_dtype: torch.dtype,
-                 max_seqs: int = 1):
+                 max_seqs: int = 1, step_tokens: int | None = None):
         self.args = args
         self.groups: dict[str, GroupCache] = {}
         for kind in sorted(set(args.layer_types)):
             if kind not in groups:
                 raise KeyError(f"the selection has no {LAYER_TYPE_TO_GROUP[kind]} group for this model")
             g = groups[kind]
-            # every sequence may waste up to one partly filled block
-            nb = math.ceil(max_tokens / g.kv_block_size) + max_seqs
-            self.groups[kind] = GroupCache(args, g, nb, device, model_dtype)
+            window = args.sliding_window if kind == SLIDING else None
+            nb = group_blocks(g.kv_block_size, max_tokens, max_seqs, window, step_tokens)
+            self.groups[kind] = GroupCache(args, g, nb, device, model_dtype, window=window)
+
+    def step(self, seq: int, start: int, end: int) -> None:
+        """Blocks for a step writing positions [start, end): trim windowed groups, then allocate."""
+        for g in self.groups.values():
+            g.trim(seq, start)
+            g.ensure(seq, end)
+
+    def reserve(self, seq: int, num_tokens: int) -> None:
+        """Allocate up front (static tables for CUDA graphs), except in windowed groups, which
+        allocate as they go so that trimmed blocks are reused."""
+        for g in self.groups.values():
+            if not g.window:
+                g.ensure(seq, num_tokens)
+
+    def can_resume_at(self, seq: int, pos: int) -> bool:
+        """Whether a step starting at `pos` still finds every key its windows reach (not trimmed)."""
+        return all(not g.window or g.kept_from(seq) <= max(0, pos - (g.window - 1)) for g in self.groups.values())
+
+    def version(self) -> int:
+        return sum(g.version for g in self.groups.values())
 
     @property
     def fp8(self) -> bool:

@@ -177,6 +177,9 @@ class SpeculativeDecoder:
         eng = self.engine
         if not 0 < length <= eng.seq_lens.get(seq, 0):
             raise ValueError(f"cannot roll sequence {seq} back to {length} (it has {eng.seq_lens.get(seq, 0)})")
+        if not eng.cache.can_resume_at(seq, length):
+            raise ValueError(f"cannot roll sequence {seq} back to {length}: its sliding-window cache already "
+                             "gave back blocks that position's window reads")
         eng.seq_lens[seq] = length
 
     # -------------------------------------------------------------- drafter
@@ -235,6 +238,16 @@ class SpeculativeDecoder:
         if total > eng.max_seq_len:
             raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={eng.max_seq_len}")
 
+    def _prefill(self, seqs: list[int], prompts: list[list[int]]):
+        """The prompt pass: target_forward over each prompt's last chunk, the rest prefilled before it in
+        steps of at most the engine's max_step_tokens."""
+        c = self.engine.max_step_tokens
+        cuts = [((len(p) - 1) // c) * c if c else 0 for p in prompts]
+        heads = [(s, p[:n]) for s, p, n in zip(seqs, prompts, cuts) if n]
+        if heads:
+            self.engine.prefill([s for s, _ in heads], [h for _, h in heads])
+        return self.target_forward(seqs, [p[n:] for p, n in zip(prompts, cuts)])
+
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 16, *, temperature: float = 0.0,
                  top_k: int = 0, seed: int = 0, eos_token_id: int | None = None, stop_at_eos: bool = True,
@@ -246,6 +259,9 @@ class SpeculativeDecoder:
         eng = self.engine
         k = int(num_speculative_tokens or self.k)
         self._check(prompts, max_new_tokens)
+        if eng.max_step_tokens and k + 1 > eng.max_step_tokens:
+            raise ValueError(f"a verify step writes num_speculative_tokens + 1 = {k + 1} tokens > the engine's "
+                             f"max_step_tokens={eng.max_step_tokens}")
         eng.reset()
         self.written.clear()
         self.target_passes = self.draft_passes = 0
@@ -253,13 +269,13 @@ class SpeculativeDecoder:
         gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
         seqs = list(range(len(prompts)))
         for s, p in zip(seqs, prompts):  # every position a round may write: < len(p) + max_new_tokens
-            eng.cache.ensure(s, len(p) + max_new_tokens)
+            eng.cache.reserve(s, len(p) + max_new_tokens)
         stats = SpecStats()
         props: list[list[list[int]]] = [[] for _ in seqs]
 
         _sync(self.device)
         t0 = time.perf_counter()
-        logits, hidden = self.target_forward(seqs, prompts)
+        logits, hidden = self._prefill(seqs, prompts)
         first = sample(torch.stack([lg[-1] for lg in logits]), temperature, top_k, gen).tolist()
         _sync(self.device)
         t1 = time.perf_counter()

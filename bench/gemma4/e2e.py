@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from gemma4.__main__ import build_model, select  # noqa: E402
 from gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
-from gemma4.kv_cache import kv_torch_dtype  # noqa: E402
+from gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 
 SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
               "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
@@ -124,9 +124,11 @@ def signature(groups) -> tuple:
                          g.quant_query, g.descale, g.kv_scales) for k, g in groups.items()))
 
 
-def capacity(args, groups, model_dtype, budget_gib: float) -> dict:
+def capacity(args, groups, model_dtype, budget_gib: float, prefill_chunk: int = 2048) -> dict:
     """Tokens per sequence-independent pool that fit in budget_gib: every group holds every token
-    (full-length paged cache, as PagedKVCache allocates), rounded down to whole kv blocks."""
+    (full-length paged cache, as PagedKVCache allocates), rounded down to whole kv blocks. Also
+    `one_sequence_windowed`: the longest single sequence that fits when prompts prefill in chunks of
+    `prefill_chunk` (Engine max_step_tokens), so the sliding group holds only its window."""
     per, blocks = {}, []
     for g in groups.values():
         producers = [i for i in g.layers if not args.is_kv_shared(i)]
@@ -142,7 +144,17 @@ def capacity(args, groups, model_dtype, budget_gib: float) -> dict:
     while tokens and sum(math.ceil(tokens / p["kv_block"]) * p["kv_block"] * p["bytes_per_token"]
                          for p in per.values()) > budget:
         tokens -= step
-    return dict(budget_gib=budget_gib, bytes_per_token=total, tokens=tokens, groups=per)
+
+    def windowed_bytes(n):  # PagedKVCache's pools for one sequence of n tokens, chunked prefill
+        return sum(group_blocks(p["kv_block"], n, 1, args.sliding_window if k == "sliding_window" else None,
+                                prefill_chunk) * p["kv_block"] * p["bytes_per_token"] for k, p in per.items())
+
+    lo, hi = 0, 1 << 40  # the largest block multiple that fits: bytes grow with n
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        lo, hi = (mid, hi) if windowed_bytes(mid) <= budget else (lo, mid)
+    return dict(budget_gib=budget_gib, bytes_per_token=total, tokens=tokens, groups=per,
+                one_sequence_windowed=dict(prefill_chunk=prefill_chunk, tokens=lo))
 
 
 # ---------------------------------------------------------------------------- measurements
@@ -333,8 +345,9 @@ def render_md(d: dict) -> str:
                  + (f"; B1 decode roofline {p['roofline_b1_tok_s']:,.0f} tok/s" if p.get("roofline_b1_tok_s") else ""))
     L += ["", "## Selections: backends, numerics, KV capacity", "",
           "| preset | selection | kv | sliding | full | numerics max rel err (prefill / decode) | verdict | "
-          f"FP8 quant err | tokens in {o['capacity_gib']:g} GiB | bytes/token | note |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          f"FP8 quant err | tokens in {o['capacity_gib']:g} GiB | one sequence, windowed sliding cache | bytes/token | "
+          "note |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in d["selections"]:
         g = s.get("groups", {})
         be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}" if k in g else "")  # noqa: E731
@@ -348,7 +361,8 @@ def render_md(d: dict) -> str:
         cap = s.get("capacity") or {}
         L.append(f"| {s['preset']} | {s['selection']} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
                  f"{num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
-                 f"{_f(cap.get('bytes_per_token'))} | {note} |")
+                 f"{_f((cap.get('one_sequence_windowed') or {}).get('tokens'))} | {_f(cap.get('bytes_per_token'))} | "
+                 f"{note} |")
     L += ["", "## Throughput (tokens/s)", "",
           "| preset | selection | kv | batch | prefill tok/s | decode tok/s | ms/step | decode vs HF | graphs | note |",
           "|---|---|---|---|---|---|---|---|---|---|"]

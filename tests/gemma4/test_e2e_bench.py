@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -72,6 +73,12 @@ def test_e2e_capacity_counts_only_kv_producing_layers():
     assert cap["groups"]["full_attention"]["producer_layers"] == 4
     assert cap["bytes_per_token"] == 20 * 2 * 2 * 256 * 2 + 4 * 2 * 2 * 512 * 2
     assert cap["tokens"] % 16 == 0 and cap["tokens"] * cap["bytes_per_token"] <= 40 * 2**30
+    # one sequence, prompts in chunks of 2048: the sliding pool is fixed at (window 512 - 1 + 2048) tokens
+    # in whole blocks (+1 straddling, +1 null); the full pool grows with the sequence (+1 partial block)
+    sliding, full = 20 * 2 * 2 * 256 * 2, 4 * 2 * 2 * 512 * 2
+    fixed = (math.ceil((512 - 1 + 2048) / 16) + 2) * 16 * sliding + 16 * full
+    want = (40 * 2**30 - fixed) // (16 * full) * 16
+    assert cap["one_sequence_windowed"] == dict(prefill_chunk=2048, tokens=want) and want > 3 * cap["tokens"]
 
 
 # ---------------------------------------------------------------------------- plots

@@ -86,8 +86,8 @@ def fa4_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_s
                 softmax_scale, *, causal=True, window_left=-1, sinks=None, out_dtype=torch.bfloat16, num_splits=1):
     """Upstream FA4 (flash-attn-4 b36) on SM90: bf16/fp16, head dim <= 256, any page size.
 
-    num_splits=0 picks split-KV by FA4's heuristic (measured for batched decode on the H200);
-    1 (default) is the configuration checked for varlen + page_table correctness.
+    num_splits=1 (default): flash-attn-4 b36 has no split-KV on SM90 (a split > 1, which num_splits=0's
+    heuristic picks for few long sequences, fails with "SplitKV not supported on SM 9.0").
     """
     mod = load_fa4_upstream()
     kw = dict(window_size=tuple(_window(window_left, causal))) if window_left >= 0 else {}

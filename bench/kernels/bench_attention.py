@@ -108,10 +108,11 @@ def path_fns():
     def fa4(inp, fp8):
         if inp["q"].shape[-1] > 256:
             raise NotImplementedError("upstream FA4 on SM90: head dim > 256")
-        splits = 0 if inp["max_q"] == 1 else 1  # decode: FA4's own split-KV heuristic
+        # num_splits=1: flash-attn-4 b36 has no split-KV on SM90 ("SplitKV not supported on SM 9.0" when its
+        # heuristic picks a split, e.g. B1 at 131K), so a one-sequence long-context decode runs unsplit
         return lambda: fa.fa4_forward(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"],
                                       inp["max_q"], inp["max_k"], inp["scale"], window_left=inp["window_left"],
-                                      num_splits=splits)
+                                      num_splits=1)
 
     def fork(inp, fp8):
         if inp["q"].shape[-1] != 512:

@@ -32,10 +32,12 @@ def prompts():
 
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def _one_thread():
     """The tiny models gain nothing from intra-op threads, and OpenMP spin-waits make them 10x
-    slower when the 2 CI cores are shared: run the gemma4 tests single-threaded (restored after)."""
+    slower when the 2 CI cores are shared: run the gemma4 tests single-threaded (restored after).
+    Session-scoped, so that session and module fixtures (reference logits) are computed with the
+    same thread count, hence the same reduction order, as the tests that compare against them."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -157,7 +157,7 @@ class _FakeCapture:
         self.g = g
 
     def __enter__(self):
-        self.g.dg = sys._getframe(1).f_locals["self"]  # the _DecodeGraph being captured
+        self.g.dg = sys._getframe(1).f_locals["self"]  # the DecodeGraph being captured
 
     def __exit__(self, *exc):
         return False

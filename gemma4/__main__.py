@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         from gemma4.speculative import report_mtp
 
         report_mtp(cfg, sel, eng, prompts, res, max_new_tokens=opts.max_new_tokens, temperature=opts.temperature,
-                   top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter)
+                   top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter, mm_spans=mm_spans)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
     return 0
 

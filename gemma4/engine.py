@@ -342,7 +342,7 @@ class Engine:
             return self.extend(seqs, prompts, mm_spans=mm_spans)
         base = [self.seq_lens.get(s, 0) for s in seqs]
         spans = mm_spans or [[] for _ in seqs]
-        cuts = [_chunk_ends(len(p), b, sp, self.max_step_tokens) for p, b, sp in zip(prompts, base, spans)]
+        cuts = [chunk_ends(len(p), b, sp, self.max_step_tokens) for p, b, sp in zip(prompts, base, spans)]
         last: dict[int, torch.Tensor] = {}
         done = [0] * len(seqs)
         for step in range(max(map(len, cuts))):
@@ -558,7 +558,7 @@ class MultimodalUnsupportedError(RuntimeError):
     """Image spans were given but a selected backend has no mm-prefix (bidirectional span) support."""
 
 
-def _chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> list[int]:
+def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> list[int]:
     """Ends (prompt offsets) of the prefill steps of an n-token prompt that starts at position `base`:
     at most `size` tokens each, except that a chunk never ends inside an image span (it ends before
     the span, or, when the span starts the chunk, takes it whole)."""
@@ -584,4 +584,4 @@ def _sync(device: torch.device) -> None:
 
 
 __all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "simple_selection", "reference_groups", "model_groups", "sample",
-           "max_rel_error"]
+           "max_rel_error", "chunk_ends"]

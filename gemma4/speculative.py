@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
+from gemma4.engine import chunk_ends
 
 
 # ---------------------------------------------------------------------------- sampling helpers
@@ -161,11 +162,12 @@ class SpeculativeDecoder:
 
     # -------------------------------------------------------------- target
     @torch.inference_mode()
-    def target_forward(self, seqs: list[int], tokens: list[list[int]]):
-        """Append tokens[i] to seqs[i] in the target's cache (one varlen forward). Returns per
-        sequence (logits [n_i, V], final-normed hidden [n_i, H])."""
+    def target_forward(self, seqs: list[int], tokens: list[list[int]],
+                       mm_spans: list[list[tuple[int, int]]] | None = None):
+        """Append tokens[i] to seqs[i] in the target's cache (one varlen forward; image spans as in
+        Engine.extend). Returns per sequence (logits [n_i, V], final-normed hidden [n_i, H])."""
         eng = self.engine
-        hidden, qlens = eng.extend_hidden(seqs, tokens)
+        hidden, qlens = eng.extend_hidden(seqs, tokens, mm_spans=mm_spans)
         logits = eng.model.compute_logits(hidden)
         for s in seqs:
             self.written[s] = eng.seq_lens[s]
@@ -238,22 +240,29 @@ class SpeculativeDecoder:
         if total > eng.max_seq_len:
             raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={eng.max_seq_len}")
 
-    def _prefill(self, seqs: list[int], prompts: list[list[int]]):
-        """The prompt pass: target_forward over each prompt's last chunk, the rest prefilled before it in
-        steps of at most the engine's max_step_tokens."""
+    def _prefill(self, seqs: list[int], prompts: list[list[int]], mm_spans=None):
+        """The prompt pass: target_forward over each prompt's last prefill chunk (image spans kept
+        whole, see engine.chunk_ends), the rest prefilled before it in steps of at most the engine's
+        max_step_tokens. Drafts and verify steps come after every span, so only this pass sees spans."""
         c = self.engine.max_step_tokens
-        cuts = [((len(p) - 1) // c) * c if c else 0 for p in prompts]
-        heads = [(s, p[:n]) for s, p, n in zip(seqs, prompts, cuts) if n]
+        spans = mm_spans or [[] for _ in prompts]
+        cuts = [chunk_ends(len(p), 0, sp, c)[-2] if c and len(p) > c else 0 for p, sp in zip(prompts, spans)]
+        heads = [i for i, n in enumerate(cuts) if n]
         if heads:
-            self.engine.prefill([s for s, _ in heads], [h for _, h in heads])
-        return self.target_forward(seqs, [p[n:] for p, n in zip(prompts, cuts)])
+            self.engine.prefill([seqs[i] for i in heads], [prompts[i][:cuts[i]] for i in heads],
+                                mm_spans=[[x for x in spans[i] if x[1] <= cuts[i]] for i in heads]
+                                if mm_spans is not None else None)
+        tails = [[x for x in sp if x[0] >= n] for sp, n in zip(spans, cuts)] if mm_spans is not None else None
+        return self.target_forward(seqs, [p[n:] for p, n in zip(prompts, cuts)], mm_spans=tails)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 16, *, temperature: float = 0.0,
                  top_k: int = 0, seed: int = 0, eos_token_id: int | None = None, stop_at_eos: bool = True,
-                 record: bool = False, num_speculative_tokens: int | None = None) -> SpecResult:
+                 record: bool = False, num_speculative_tokens: int | None = None,
+                 mm_spans: list[list[tuple[int, int]]] | None = None) -> SpecResult:
         """Speculative generation for a batch. Greedy (temperature 0) emits exactly the target's greedy
-        tokens; sampled decoding emits the target's sampling distribution (seeded)."""
+        tokens; sampled decoding emits the target's sampling distribution (seeded). `mm_spans`: image
+        spans per prompt (vision mode), as in Engine.generate."""
         from gemma4.engine import sample
 
         eng = self.engine
@@ -275,7 +284,7 @@ class SpeculativeDecoder:
 
         _sync(self.device)
         t0 = time.perf_counter()
-        logits, hidden = self._prefill(seqs, prompts)
+        logits, hidden = self._prefill(seqs, prompts, mm_spans)
         first = sample(torch.stack([lg[-1] for lg in logits]), temperature, top_k, gen).tolist()
         _sync(self.device)
         t1 = time.perf_counter()
@@ -343,7 +352,7 @@ def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0,
 
 def report_mtp(cfg, selection, engine, prompts: list[list[int]], plain, *, max_new_tokens: int,
                temperature: float = 0.0, top_k: int = 0, seed: int = 0, drafter_checkpoint: str | None = None,
-               inits=("random", "copy"), out=print) -> list[dict]:
+               inits=("random", "copy"), out=print, mm_spans=None) -> list[dict]:
     """The main job's `spec_decode=mtp` part: speculative decoding with each drafter next to `plain`
     (the engine's plain decoding of the same prompts): acceptance, mean accepted length, tokens/s."""
     k = int(cfg.spec_decode.num_speculative_tokens)
@@ -351,8 +360,8 @@ def report_mtp(cfg, selection, engine, prompts: list[list[int]], plain, *, max_n
     drafters = build_drafters(cfg, engine.model, checkpoint=drafter_checkpoint, seed=seed + 1, inits=inits)
     for label, drafter in drafters:
         sd = SpeculativeDecoder(engine, drafter, selection, num_speculative_tokens=k)
-        sd.generate(prompts, 2, temperature=temperature, top_k=top_k, seed=seed)  # warm-up
-        res = sd.generate(prompts, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+        sd.generate(prompts, 2, temperature=temperature, top_k=top_k, seed=seed, mm_spans=mm_spans)  # warm-up
+        res = sd.generate(prompts, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, mm_spans=mm_spans)
         st = res.stats
         rows.append(dict(drafter=label, draft_kv_scales=sd.scales_mode, k=k, acceptance_rate=st.acceptance_rate,
                          mean_accepted_length=st.mean_accepted_length, decode_tok_s=res.decode_tok_s,

@@ -441,3 +441,19 @@ def test_unit_fp8_cache_is_unaffected_by_the_scale_choice(target, random_drafter
         inputs = ([int(lg[-1].argmax()) for lg in logits], [h[-1] for h in hidden])
         out.append(_one_draft_step(sd, inputs, 3))
     assert torch.equal(out[0], out[1]) and math.isfinite(float(out[0].abs().max()))
+
+
+@pytest.mark.parametrize("chunk", [None, 11], ids=["whole-prefill", "chunked-prefill"])
+def test_greedy_speculative_with_image_spans(target, copy_drafter, mtp_prompts, chunk):
+    """Vision mode: the prompt pass attends bidirectionally inside image spans (also when the prompt is
+    prefilled in chunks that never cut a span), so speculative greedy == plain greedy with the same
+    spans, and differs from a text-only run."""
+    spans = [[(1, 6), (9, 20)], [], [(2, 9)]]  # (9, 20) is as long as a chunk: prompt 0 cuts at 9 and 20
+    sel = simple_selection(target.args, kv_block_size=16)
+    plain = Engine(target, sel, max_seqs=4, max_seq_len=64).generate(mtp_prompts, max_new_tokens=N_NEW,
+                                                                     mm_spans=spans)
+    text = Engine(target, sel, max_seqs=4, max_seq_len=64).generate(mtp_prompts, max_new_tokens=N_NEW)
+    assert plain.tokens != text.tokens  # the spans change the output
+    eng = Engine(target, sel, max_seqs=4, max_seq_len=64, max_step_tokens=chunk)
+    sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
+    assert sd.generate(mtp_prompts, max_new_tokens=N_NEW, mm_spans=spans).tokens == plain.tokens

@@ -13,7 +13,7 @@ from g4_helpers import HF_RTOL, hf_logits
 from gemma4.checkpoint import build_random
 from gemma4.config import SLIDING, Gemma4Args
 from gemma4.drafter import DrafterArgs, build_random_drafter
-from gemma4.engine import Engine, _chunk_ends, max_rel_error, simple_selection
+from gemma4.engine import Engine, chunk_ends, max_rel_error, simple_selection
 from gemma4.speculative import SpeculativeDecoder
 
 W, BLOCK = 8, 16  # the tiny configs' window; kv block
@@ -23,13 +23,13 @@ def tokens(n, seed):
     return torch.randint(3, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def test_chunk_ends_never_cut_an_image_span():
-    assert _chunk_ends(20, 0, [], 8) == [8, 16, 20]
-    assert _chunk_ends(20, 0, [(6, 11)], 8) == [6, 14, 20]  # ends before the span, next chunk takes it
-    assert _chunk_ends(20, 0, [(8, 18)], 12) == [8, 20]  # a chunk starting at a span takes it whole
-    assert _chunk_ends(10, 30, [(33, 36)], 4) == [3, 7, 10]  # spans are absolute positions
+def testchunk_ends_never_cut_an_image_span():
+    assert chunk_ends(20, 0, [], 8) == [8, 16, 20]
+    assert chunk_ends(20, 0, [(6, 11)], 8) == [6, 14, 20]  # ends before the span, next chunk takes it
+    assert chunk_ends(20, 0, [(8, 18)], 12) == [8, 20]  # a chunk starting at a span takes it whole
+    assert chunk_ends(10, 30, [(33, 36)], 4) == [3, 7, 10]  # spans are absolute positions
     with pytest.raises(ValueError, match="image span of 10 tokens > max_step_tokens=8"):
-        _chunk_ends(20, 0, [(8, 18)], 8)
+        chunk_ends(20, 0, [(8, 18)], 8)
 
 
 def test_blocks_outside_the_window_go_back_and_logits_match_hf(models):

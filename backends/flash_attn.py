@@ -51,7 +51,7 @@ class FlashAttn3Backend(_FlashAttnBase):
         super().__init__(group)
         try:
             self.build = loader.load_fa3()
-        except ImportError as e:
+        except (ImportError, ValueError) as e:  # ValueError: a bad KSELECT_FA3_BUILD, reported the same way
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
         self.kernel_build = self.build.label
         if _fp8_group(group) and group.descale != "q_k_v":

@@ -125,7 +125,8 @@ def test_no_build_at_all_names_both(monkeypatch):
 
 def test_bad_build_name_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("KSELECT_FA3_BUILD", "fa3-fwd")
-    with pytest.raises(ValueError, match=r"KSELECT_FA3_BUILD='fa3-fwd': allowed values are auto, vllm, upstream"):
+    with pytest.raises(BackendUnavailableError, match=r"KSELECT_FA3_BUILD='fa3-fwd': allowed values are auto, vllm, "
+                                                      r"upstream"):
         make_backend(make_group("FLASH_ATTN", 3, 64, "float32", 16, 16))
 
 

@@ -136,3 +136,24 @@ def test_main_job_prefill_chunk():
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_long_context_bench_smoke(tmp_path):
+    """bench/gemma4/long_context.py on the tiny preset: the sliding pool is the window's, not the
+    sequence's; chunked prefill agrees with a whole-prompt prefill."""
+    import importlib.util
+    import json
+
+    root = __file__.rsplit("/tests/", 1)[0]
+    spec = importlib.util.spec_from_file_location("long_context", root + "/bench/gemma4/long_context.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "lc.json"
+    assert mod.main(["platform=cpu", "--context", "300", "--prefill-chunk", "32", "--new", "6", "--check",
+                     "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    sw, fa = res["pools"]["sliding_window"], res["pools"]["full_attention"]
+    assert sw["blocks"] == math.ceil((16 - 1 + 32) / 16) + 1 + 1  # preset window 16, chunk 32, + null block
+    assert sw["blocks_in_use"] <= 2 and sw["bytes"] * 4 < sw["bytes_if_every_token"]
+    assert fa["blocks"] == math.ceil(306 / 16) + 1 and fa["bytes"] == fa["bytes_if_every_token"]
+    assert res["check"]["ok"] and res["check"]["max_rel_err_vs_whole_prefill"] < 1e-5

@@ -5,7 +5,8 @@
 
 Same selection and model as `python -m gemma4` (random weights for a preset). One engine for one
 sequence of --context + --new tokens with max_step_tokens = --prefill-chunk: a random prompt is
-prefilled in chunks, then --new tokens are decoded greedily (CUDA graphs where the backends allow).
+prefilled in chunks, then --new tokens are decoded greedily (CUDA graphs where the backends allow),
+after a short warm-up (kernel compiles, graph capture) that is not timed.
 Reports each group's pool (blocks, bytes) next to what it would be if the sliding group kept every
 token, the sliding blocks in use at the end, the GPU's peak allocated memory, and prefill / decode
 tokens/s. --check (short contexts: the comparison engine holds every token) also compares the last
@@ -56,6 +57,12 @@ def run(cfg, sel, model, opts) -> dict:
                  cuda_graphs=graphs)
     prompt = torch.randint(3, model.args.vocab_size, (opts.context,),
                            generator=torch.Generator().manual_seed(opts.seed)).tolist()
+    # warm-up: kernel JIT for first and later chunks and for decode, CUDA-graph capture (kept across reset)
+    eng.prefill([0], [prompt[:min(opts.context, 2 * opts.prefill_chunk)]])
+    tok = 5
+    for _ in range(min(3, opts.new)):
+        tok = int(eng.decode([0], [tok]).argmax(-1))
+    eng.reset()
     _sync(dev)
     t0 = time.perf_counter()
     logits = eng.prefill([0], [prompt])

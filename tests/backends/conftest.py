@@ -1,4 +1,4 @@
-"""Make the repo root importable under plain `pytest` (rootdir-relative test modules)."""
+"""Make the repo root importable under plain `pytest` (rootdir-relative test modules); shared fixtures."""
 
 import pathlib
 import sys
@@ -6,3 +6,21 @@ import sys
 ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def hide_modules(monkeypatch):
+    """hide_modules(*prefixes): make `import <prefix>...` fail as if the package were not installed
+    (None in sys.modules), for the rest of the test."""
+
+    def hide(*prefixes):
+        for name in list(sys.modules):
+            if name.split(".")[0] in prefixes:
+                monkeypatch.delitem(sys.modules, name)
+        for p in prefixes:
+            monkeypatch.setitem(sys.modules, p, None)
+
+    return hide

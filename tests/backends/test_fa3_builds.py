@@ -17,16 +17,8 @@ from kernels.reference import paged_attention
 from kernels.tolerances import rel_err
 
 
-def _hide(monkeypatch, *names):
-    for name in list(sys.modules):
-        if name.split(".")[0] in names:
-            monkeypatch.delitem(sys.modules, name)
-    for n in names:
-        monkeypatch.setitem(sys.modules, n, None)
-
-
 @pytest.fixture
-def upstream_fa3(monkeypatch):
+def upstream_fa3(monkeypatch, hide_modules):
     """A stand-in for flash-attention's `flash_attn_interface` (hopper build). Records each call's kwargs."""
     calls = []
 
@@ -49,7 +41,7 @@ def upstream_fa3(monkeypatch):
 
     mod = types.ModuleType("flash_attn_interface")
     mod.flash_attn_with_kvcache = flash_attn_with_kvcache
-    _hide(monkeypatch, "vllm")
+    hide_modules("vllm")
     monkeypatch.setitem(sys.modules, "flash_attn_interface", mod)
     monkeypatch.delenv("KSELECT_FA3_BUILD", raising=False)
     return calls
@@ -105,8 +97,8 @@ def test_pinned_vllm_build_never_falls_back(upstream_fa3, monkeypatch):
     assert "vllm.vllm_flash_attn" in str(e.value) and "flash_attn_interface" not in str(e.value)
 
 
-def test_pinned_upstream_build_missing(monkeypatch):
-    _hide(monkeypatch, "flash_attn_interface", "flash_attn_3")
+def test_pinned_upstream_build_missing(monkeypatch, hide_modules):
+    hide_modules("flash_attn_interface", "flash_attn_3")
     monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")
     with pytest.raises(BackendUnavailableError) as e:
         make_backend(make_group("FLASH_ATTN", 3, 64, "float32", 16, 16))
@@ -114,8 +106,8 @@ def test_pinned_upstream_build_missing(monkeypatch):
     assert "flash_attn_interface" in msg and "build_fa3_hopper.sh" in msg and "\n" not in msg
 
 
-def test_no_build_at_all_names_both(monkeypatch):
-    _hide(monkeypatch, "vllm", "flash_attn_interface", "flash_attn_3")
+def test_no_build_at_all_names_both(monkeypatch, hide_modules):
+    hide_modules("vllm", "flash_attn_interface", "flash_attn_3")
     monkeypatch.delenv("KSELECT_FA3_BUILD", raising=False)
     with pytest.raises(BackendUnavailableError) as e:
         make_backend(make_group("FLASH_ATTN", 3, 64, "float32", 16, 16))

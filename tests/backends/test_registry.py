@@ -18,15 +18,6 @@ def group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel
     return make_group(backend, version, head, kv, kernel_block, kv_block, descale)
 
 
-def hide_modules(monkeypatch, *prefixes):
-    """Make `import <prefix>...` fail as if the package were not installed (None in sys.modules)."""
-    for name in list(sys.modules):
-        if name.split(".")[0] in prefixes:
-            monkeypatch.delitem(sys.modules, name)
-    for p in prefixes:
-        monkeypatch.setitem(sys.modules, p, None)
-
-
 def test_reference_backend_is_made():
     assert isinstance(make_backend(group()), TorchReferenceBackend)
     assert make_backend(group()).name == "TORCH_REFERENCE"
@@ -45,8 +36,8 @@ def test_unknown_names_and_versions_raise():
         make_backend(group("NOPE"))
 
 
-def test_fa3_missing_names_package(monkeypatch):
-    hide_modules(monkeypatch, "vllm", "flash_attn_interface", "flash_attn_3")
+def test_fa3_missing_names_package(hide_modules):
+    hide_modules("vllm", "flash_attn_interface", "flash_attn_3")
     with pytest.raises(BackendUnavailableError) as e:
         make_backend(group("FLASH_ATTN", 3, head=256, kv="bfloat16"))
     msg = str(e.value)
@@ -56,15 +47,15 @@ def test_fa3_missing_names_package(monkeypatch):
 
 @pytest.mark.parametrize("head,kv,module", [(256, "bfloat16", "flash_attn.cute"), (512, "bfloat16", "vllm.vllm_flash_attn"),
                                             (256, "fp8_e4m3", "vllm.vllm_flash_attn")])
-def test_fa4_missing_names_the_right_build(monkeypatch, head, kv, module):
-    hide_modules(monkeypatch, "vllm", "flash_attn")
+def test_fa4_missing_names_the_right_build(hide_modules, head, kv, module):
+    hide_modules("vllm", "flash_attn")
     with pytest.raises(BackendUnavailableError) as e:
         make_backend(group("FLASH_ATTN", 4, head=head, kv=kv))
     assert "FLASH_ATTN v4" in str(e.value) and module in str(e.value)
 
 
-def test_triton_missing(monkeypatch):
-    hide_modules(monkeypatch, "triton")
+def test_triton_missing(monkeypatch, hide_modules):
+    hide_modules("triton")
     import kernels
 
     monkeypatch.delitem(sys.modules, "kernels.triton_paged", raising=False)

@@ -4,6 +4,9 @@ allows: W - 1 + max_step_tokens tokens per sequence instead of every token (vLLM
 manager). Numerics against HF: the trimmed cache must never change a logit."""
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from gemma4.drafter import DrafterArgs, build_random_drafter
 from gemma4.engine import Engine, chunk_ends, max_rel_error, simple_selection
 from gemma4.speculative import SpeculativeDecoder
 
+ROOT = Path(__file__).resolve().parents[2]
 W, BLOCK = 8, 16  # the tiny configs' window; kv block
 
 
@@ -99,7 +103,7 @@ def test_chunked_prefill_with_image_spans(models):
     assert max_rel_error(got[1], got[0]) < 1e-5
 
 
-PRESET = yaml.safe_load(open(__file__.rsplit("/tests/", 1)[0] + "/conf/model/gemma4_tiny.yaml").read())
+PRESET = yaml.safe_load((ROOT / "conf/model/gemma4_tiny.yaml").read_text())
 
 
 def test_speculative_decoding_on_a_windowed_cache():
@@ -124,15 +128,11 @@ def test_speculative_decoding_on_a_windowed_cache():
 
 
 def test_main_job_prefill_chunk():
-    import subprocess
-    import sys
-
-    root = __file__.rsplit("/tests/", 1)[0]
     ok = subprocess.run([sys.executable, "-m", "gemma4", "--prefill-chunk", "4", "--max-new-tokens", "4"],
-                        cwd=root, capture_output=True, text=True, timeout=300)
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "numerics: max rel logit error" in ok.stdout and "(ok)" in ok.stdout  # chunked vs whole reference
-    bad = subprocess.run([sys.executable, "-m", "gemma4", "--prefill-chunk", "0"], cwd=root, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "gemma4", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -144,8 +144,7 @@ def test_long_context_bench_smoke(tmp_path):
     import importlib.util
     import json
 
-    root = __file__.rsplit("/tests/", 1)[0]
-    spec = importlib.util.spec_from_file_location("long_context", root + "/bench/gemma4/long_context.py")
+    spec = importlib.util.spec_from_file_location("long_context", ROOT / "bench/gemma4/long_context.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "lc.json"

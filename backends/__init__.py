@@ -1,5 +1,5 @@
 """Attention backends: one adapter per kernel family behind `backends.base.AttentionBackend`."""
 
-from backends.base import (AttentionBackend, AttentionMetadata, BackendUnavailableError,  # noqa: F401
+from kselect.backends.base import (AttentionBackend, AttentionMetadata, BackendUnavailableError,  # noqa: F401
                            LayerParams)
-from backends.registry import make_backend  # noqa: F401
+from kselect.backends.registry import make_backend  # noqa: F401

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from selector.selection import GroupSelection
+from kselect.selector.selection import GroupSelection
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backends.base import AttentionMetadata, LayerParams
-from selector.selection import GroupSelection
+from kselect.backends.base import AttentionMetadata, LayerParams
+from kselect.selector.selection import GroupSelection
 
 
 def make_group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,

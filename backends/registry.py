@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from backends.base import AttentionBackend, BackendUnavailableError
-from selector.selection import GroupSelection
+from kselect.backends.base import AttentionBackend, BackendUnavailableError
+from kselect.selector.selection import GroupSelection
 
 # Backends the selector may pick that kselect does not implement.
 NOT_IMPLEMENTED = {
@@ -14,11 +14,11 @@ NOT_IMPLEMENTED = {
 }
 
 _IMPLS = {
-    ("TORCH_REFERENCE", None): "backends.reference:TorchReferenceBackend",
-    ("TRITON_ATTN", None): "backends.triton:TritonAttnBackend",
-    ("FLASH_ATTN", 3): "backends.flash_attn:FlashAttn3Backend",
-    ("FLASH_ATTN", 4): "backends.flash_attn:FlashAttn4Backend",
-    ("FLASHINFER", None): "backends.flashinfer:FlashInferBackend",
+    ("TORCH_REFERENCE", None): "kselect.backends.reference:TorchReferenceBackend",
+    ("TRITON_ATTN", None): "kselect.backends.triton:TritonAttnBackend",
+    ("FLASH_ATTN", 3): "kselect.backends.flash_attn:FlashAttn3Backend",
+    ("FLASH_ATTN", 4): "kselect.backends.flash_attn:FlashAttn4Backend",
+    ("FLASHINFER", None): "kselect.backends.flashinfer:FlashInferBackend",
 }
 
 

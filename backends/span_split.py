@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.base import AttentionMetadata
+from kselect.backends.base import AttentionMetadata
 
 
 @dataclass

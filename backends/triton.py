@@ -9,8 +9,8 @@ import os
 
 import torch
 
-from backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
-from backends.common import expand_descale, kernel_block_view, quant_inputs
+from kselect.backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from kselect.backends.common import expand_descale, kernel_block_view, quant_inputs
 
 
 class TritonAttnBackend(AttentionBackend):
@@ -19,7 +19,7 @@ class TritonAttnBackend(AttentionBackend):
     def __init__(self, group):
         super().__init__(group)
         try:
-            from kernels import triton_paged
+            from kselect.kernels import triton_paged
         except ImportError as e:
             raise BackendUnavailableError(f"TRITON_ATTN needs the triton package (pip install triton): {e}") from e
         if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":

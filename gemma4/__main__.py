@@ -1,8 +1,8 @@
-"""`python -m gemma4 [hydra overrides] [--options]`: select kernels, then run Gemma-4 on them.
+"""`kselect run [hydra overrides] [--options]`: select kernels, then run Gemma-4 on them.
 
-    python -m gemma4                                   # bundled gemma4_tiny, this machine
-    python -m gemma4 kv_cache=fp8 kv_cache.scales=calibrated --max-new-tokens 32
-    python -m gemma4 platform=sm90 model.checkpoint=/ckpt/gemma-4-e2b --prompt "Hello"
+    kselect run                                   # bundled gemma4_tiny, this machine
+    kselect run kv_cache=fp8 kv_cache.scales=calibrated --max-new-tokens 32
+    kselect run platform=sm90 model.checkpoint=/ckpt/gemma-4-e2b --prompt "Hello"
 
 1. compose + validate the config (selector.api) and resolve the selection; print its table;
 2. build the model: `model.checkpoint` (an HF folder) or seeded random weights for the preset;
@@ -44,7 +44,7 @@ class RunError(Exception):
 
 
 def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
-    ap = argparse.ArgumentParser(prog="python -m gemma4", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0],
                                  epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
     ap.add_argument("--max-new-tokens", type=int, default=24)
@@ -69,7 +69,7 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
 
 
 def select(overrides: list[str]):
-    from selector.api import compose, resolve  # the lead's validated config and resolver
+    from kselect.selector.api import compose, resolve  # the lead's validated config and resolver
 
     cfg = compose(overrides)
     return cfg, resolve(cfg)
@@ -77,9 +77,9 @@ def select(overrides: list[str]):
 
 def build_model(cfg, seed: int):
     """(model, tokenizer, source description) for cfg.model on cfg.platform.device."""
-    from gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
-    from gemma4.config import Gemma4Args
-    from gemma4.model import Gemma4
+    from kselect.gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
+    from kselect.gemma4.config import Gemma4Args
+    from kselect.gemma4.model import Gemma4
 
     device = torch.device(cfg.platform.device if cfg.platform.device != "rocm" else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -121,8 +121,8 @@ def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, reference_groups
-    from selector.render import table
+    from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, reference_groups
+    from kselect.selector.render import table
 
     overrides, opts = parse(sys.argv[1:] if argv is None else argv)
     t_start = time.perf_counter()
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {n}")
 
     if not opts.no_check:
-        from kernels.tolerances import tolerance
+        from kselect.kernels.tolerances import tolerance
 
         forced = [list(col) for col in zip(*res.steps)]
         same = {k: g for k, g in reference_groups(eng.groups).items()}
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
                   f"(FP8 quantization error of this random model)")
     if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (gemma4/speculative.py)
-        from gemma4.speculative import report_mtp
+        from kselect.gemma4.speculative import report_mtp
 
         report_mtp(cfg, sel, eng, prompts, res, max_new_tokens=opts.max_new_tokens, temperature=opts.temperature,
                    top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter, mm_spans=mm_spans)
@@ -219,12 +219,12 @@ def cli() -> None:
     try:
         code = main()
     except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
-        from backends.base import BackendUnavailableError
-        from gemma4.checkpoint import CheckpointError
+        from kselect.backends.base import BackendUnavailableError
+        from kselect.gemma4.checkpoint import CheckpointError
 
         try:
-            from selector.cli import report_error
-            from selector.errors import KSelectError
+            from kselect.selector.cli import report_error
+            from kselect.selector.errors import KSelectError
         except ImportError:  # pragma: no cover
             KSelectError = ()  # noqa: N806
 

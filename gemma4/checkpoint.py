@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from gemma4.config import Gemma4Args
-from gemma4.model import Gemma4
+from kselect.gemma4.config import Gemma4Args
+from kselect.gemma4.model import Gemma4
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 BUNDLED_TOKENIZER = ASSETS / "tokenizer.json"
@@ -297,7 +297,7 @@ def load_tokenizer(folder: str | Path | None = None):
     if folder is not None and not path.is_file():
         raise CheckpointError(f"{folder}: no tokenizer.json")
     if not path.is_file():
-        from gemma4.tokenizer import build_tokenizer
+        from kselect.gemma4.tokenizer import build_tokenizer
 
         return build_tokenizer()
     return Tokenizer.from_file(str(path))

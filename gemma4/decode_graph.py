@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.base import AttentionMetadata
+from kselect.backends.base import AttentionMetadata
 
 
 class DecodeGraph:

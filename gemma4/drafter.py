@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backends.base import AttentionBackend, AttentionMetadata, LayerParams
-from gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
-from gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
+from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
+from kselect.gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -489,7 +489,7 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
 
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
-    from gemma4.checkpoint import (  # one reader for target and drafter checkpoints
+    from kselect.gemma4.checkpoint import (  # one reader for target and drafter checkpoints
         CheckpointError, _shard_files, read_config_json, read_safetensors)
 
     folder = Path(folder)
@@ -574,7 +574,7 @@ class DraftKVBinding:
     def __init__(self, target_args: Gemma4Args, dargs: DrafterArgs, cache, draft_groups: dict,
                  target_groups: dict | None = None, backends: dict[str, AttentionBackend] | None = None,
                  copy_scales: bool | None = None, kv_view: str = "committed"):
-        from backends.registry import make_backend
+        from kselect.backends.registry import make_backend
 
         if kv_view not in ("committed", "hf"):
             raise ValueError(f"kv_view must be 'committed' or 'hf', got {kv_view!r}")
@@ -651,7 +651,7 @@ def _kv_name(gc) -> str:
 def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None = None) -> dict:
     """The draft groups of a selection keyed by layer type; derived from the target groups (same
     backend, block and KV dtype; `draft=True`) when the selection has none (hand-made selections)."""
-    from gemma4.kv_cache import GROUP_TO_LAYER_TYPE
+    from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE
 
     groups = getattr(selection, "groups", None) or ()
     out = {GROUP_TO_LAYER_TYPE[g.kind]: g for g in groups if g.draft}

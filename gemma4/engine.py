@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backends.base import AttentionBackend, AttentionMetadata
-from backends.registry import make_backend
-from gemma4.config import FULL, SLIDING, Gemma4Args
-from gemma4.decode_graph import DecodeGraph
-from gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
-from gemma4.model import Gemma4, GroupStep, StepContext
-from selector.selection import GroupSelection, Selection
+from kselect.backends.base import AttentionBackend, AttentionMetadata
+from kselect.backends.registry import make_backend
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
+from kselect.gemma4.decode_graph import DecodeGraph
+from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
+from kselect.gemma4.model import Gemma4, GroupStep, StepContext
+from kselect.selector.selection import GroupSelection, Selection
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks

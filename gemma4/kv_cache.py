@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from backends.base import LayerParams
-from gemma4.config import FULL, SLIDING, Gemma4Args
-from kernels.cache_ops import quantize, write_kv
+from kselect.backends.base import LayerParams
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
+from kselect.kernels.cache_ops import quantize, write_kv
 
 GROUP_TO_LAYER_TYPE = {"sliding_window": SLIDING, "full_attention": FULL}
 LAYER_TYPE_TO_GROUP = {v: k for k, v in GROUP_TO_LAYER_TYPE.items()}

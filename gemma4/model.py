@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gemma4.config import FULL, SLIDING, Gemma4Args
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
 
 if TYPE_CHECKING:  # pragma: no cover
-    from backends.base import AttentionBackend, AttentionMetadata
-    from gemma4.kv_cache import GroupCache
+    from kselect.backends.base import AttentionBackend, AttentionMetadata
+    from kselect.gemma4.kv_cache import GroupCache
 
 
 # ---------------------------------------------------------------------------- step context

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
-from gemma4.engine import chunk_ends
+from kselect.gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
+from kselect.gemma4.engine import chunk_ends
 
 
 # ---------------------------------------------------------------------------- sampling helpers
@@ -263,7 +263,7 @@ class SpeculativeDecoder:
         """Speculative generation for a batch. Greedy (temperature 0) emits exactly the target's greedy
         tokens; sampled decoding emits the target's sampling distribution (seeded). `mm_spans`: image
         spans per prompt (vision mode), as in Engine.generate."""
-        from gemma4.engine import sample
+        from kselect.gemma4.engine import sample
 
         eng = self.engine
         k = int(num_speculative_tokens or self.k)
@@ -336,7 +336,7 @@ class SpeculativeDecoder:
 def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0, inits=("random", "copy")):
     """[(label, Drafter)]: an HF assistant checkpoint, else seeded drafters with the preset's
     `drafter:` shapes: `random` weights, and the `copy` heuristic init (`copy_init`)."""
-    from gemma4.drafter import DrafterArgs, build_random_drafter, load_drafter
+    from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, load_drafter
 
     if checkpoint:
         return [(f"checkpoint {checkpoint}", load_drafter(checkpoint, target.args, device=target.device,

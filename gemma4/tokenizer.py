@@ -2,7 +2,7 @@
 
 ids 0..3 are <pad>, <eos>, <bos>, <unk> (Gemma's pad/eos/bos = 0/1/2), then the 256 byte symbols,
 then 252 merges learned from the small fixed corpus below. Any text round-trips.
-`python -m gemma4.tokenizer` rewrites gemma4/assets/tokenizer.json.
+`python -m kselect.gemma4.tokenizer` rewrites gemma4/assets/tokenizer.json.
 """
 
 from __future__ import annotations

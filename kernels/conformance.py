@@ -11,7 +11,7 @@ unsupported (the backend or kernel raised; detail = the first line of the error,
 "unavailable:" when the package is missing). kernel: the library build that ran, where a
 backend has several (FA3: vLLM's or upstream's, per KSELECT_FA3_BUILD; FA4: flash-attn-4 or the fork).
 
-CLI: python -m kernels.conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N]
+CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
 run in the Triton interpreter (keep heads small there). --jobs N runs kernel families (claims
 sharing backend, version, dtype and head size, hence one JIT-compiled kernel) in N processes:
@@ -79,7 +79,7 @@ def _descale_mode(c: Claim) -> str:
 
 
 def _cases(c: Claim, device: str, page: int):
-    from kernels.cases import make_case
+    from kselect.kernels.cases import make_case
 
     small = device == "cpu"
     hkv = 1 if c.head >= 512 else 2
@@ -106,7 +106,7 @@ def _cases(c: Claim, device: str, page: int):
 @functools.lru_cache(maxsize=None)
 def per_head_scales(backend: str) -> bool:
     """capabilities.<backend>.per_head_quant_scales (conf/capabilities); False for an undeclared backend."""
-    from selector.api import compose
+    from kselect.selector.api import compose
 
     cap = compose(["platform=cpu"]).capabilities.get(backend)  # declarations do not depend on the platform
     return bool(cap and cap.per_head_quant_scales)
@@ -118,10 +118,10 @@ def _first_line(e: BaseException) -> str:
 
 
 def check_claim(claim_id: str, device: str = "cuda") -> dict:
-    from backends import BackendUnavailableError, make_backend
-    from backends.fixtures import layer_of, make_group, meta_of
-    from kernels.cache_ops import quantize_query
-    from kernels.tolerances import rel_err, tolerance
+    from kselect.backends import BackendUnavailableError, make_backend
+    from kselect.backends.fixtures import layer_of, make_group, meta_of
+    from kselect.kernels.cache_ops import quantize_query
+    from kselect.kernels.tolerances import rel_err, tolerance
 
     c = parse_claim(claim_id)
     if device == "cpu":
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     gpu = args.gpu_name or (torch.cuda.get_device_name() if args.device != "cpu" else "cpu")
     results = {}
     doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
-               commit=_git_commit(), command="python -m kernels.conformance " + " ".join(argv or sys.argv[1:]),
+               commit=_git_commit(), command="kselect conformance " + " ".join(argv or sys.argv[1:]),
                claims=results)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     ids = read_claims(args.claims)

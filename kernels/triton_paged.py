@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.reference import is_fp8
+from kselect.kernels.reference import is_fp8
 
 LOG2E = 1.4426950408889634
 

@@ -2,8 +2,8 @@
 Gemma-4 preset relies on (under each overlay), plus what the capability declarations
 claim at Gemma-4's head sizes, for the backends kselect implements.
 
-    python -m selector.claims platform=sm90 > claims.txt
-    python -m kernels.conformance --claims claims.txt --gpu-name nvidia_h200 --out conf/conformance/nvidia_h200.yaml
+    kselect claims platform=sm90 > claims.txt
+    kselect conformance --claims claims.txt --gpu-name nvidia_h200 --out conf/conformance/nvidia_h200.yaml
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Review diff: what an overlay (or a change to conf/) does to every cell of the matrix.
 
-    python -m selector.diff a='[]' b='[pr48666]'                         # two overlay sets
-    python -m selector.diff a='[pr48666]' b='[pr48666,pr52987]' check=true
-    python -m selector.diff a=git:HEAD~1 b=worktree format=markdown       # two revisions of conf/
-    python -m selector.diff a=git:main:[pr48666] b=worktree:[pr53175] matrix=smoke
+    kselect diff a='[]' b='[pr48666]'                         # two overlay sets
+    kselect diff a='[pr48666]' b='[pr48666,pr52987]' check=true
+    kselect diff a=git:HEAD~1 b=worktree format=markdown       # two revisions of conf/
+    kselect diff a=git:main:[pr48666] b=worktree:[pr53175] matrix=smoke
 
 Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `git:<rev>`,
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |

@@ -1,6 +1,6 @@
-"""python -m selector.gather <multirun dir> [format=table|markdown|json]: one table of a sweep.
+"""kselect gather <multirun dir> [format=table|markdown|json]: one table of a sweep.
 
-Reads every `selection.json` that `python -m selector.sweep -m ...` wrote under the directory
+Reads every `selection.json` that `kselect sweep -m ...` wrote under the directory
 (any launcher: basic, joblib, submitit, ray), in job order, and prints one row per job: the
 job's overrides, the outcome, the cache block size, the backend (FlashAttention version) and
 kv block per layer group, quant-query, and the warnings (every warning in full under the table).
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         raise KSelectError(f"gather: {root} is not a directory")
     jobs = load_jobs(root)
     if not jobs:
-        raise KSelectError(f"gather: no selection.json under {root} (run python -m selector.sweep -m ... first)")
+        raise KSelectError(f"gather: no selection.json under {root} (run kselect sweep -m ... first)")
     for j in jobs:
         j.pop("_dir", None) if args["format"] == "json" else None
     if args["format"] == "json":

@@ -199,7 +199,7 @@ class Cell:
         return replace(self, overlays=tuple(overlays))
 
     def overrides(self) -> list[str]:
-        """The Hydra command line (`python -m selector ...`) that composes this cell."""
+        """The Hydra command line (`kselect select ...`) that composes this cell."""
         o = [f"platform={self.platform}", f"model={self.model}"]
         if self.dtype:
             o.append(f"model.dtype={self.dtype}")
@@ -219,7 +219,7 @@ class Cell:
         return o
 
     def command(self) -> str:
-        return "python -m selector " + " ".join(self.overrides())
+        return "kselect select " + " ".join(self.overrides())
 
 
 def _hydra_value(v: Any) -> str:
@@ -559,7 +559,7 @@ def matrix_text(results: Sequence[CellResult], title: str = "", claims: bool = T
 
 
 def _main(argv: list[str]) -> int:
-    """python -m selector.matrix [matrix=smoke] [overlays=[pr48666]] [format=text|ids|json]: the resolved matrix."""
+    """kselect matrix [matrix=smoke] [overlays=[pr48666]] [format=text|ids|json]: the resolved matrix."""
     if argv and argv[0] in ("-h", "--help"):
         print(_main.__doc__)
         return 0

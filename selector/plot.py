@@ -1,10 +1,10 @@
 """A picture of the resolved matrix, or of a diff of two overlay sets: a self-contained HTML page
 and a PNG (matplotlib, Agg).
 
-    python -m selector.plot                                        # smoke matrix, base rules
-    python -m selector.plot matrix=golden overlays=[pr53175] out=plots/pr53175
-    python -m selector.plot a='[]' b='[pr48666]' out=plots/pr48666   # what #48666 changes
-    python -m selector.plot matrix=default where.pin=auto where.dtype=bfloat16 a='[]' b='[pr48666]'
+    kselect plot                                        # smoke matrix, base rules
+    kselect plot matrix=golden overlays=[pr53175] out=plots/pr53175
+    kselect plot a='[]' b='[pr48666]' out=plots/pr48666   # what #48666 changes
+    kselect plot matrix=default where.pin=auto where.dtype=bfloat16 a='[]' b='[pr48666]'
 
 Arguments (key=value): matrix (default smoke), overlays (one overlay set), a and b (a diff: b is
 drawn, changes against a are marked), out (path without extension, default

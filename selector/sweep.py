@@ -1,28 +1,28 @@
 """Sweeps on Hydra's own engine: a multirun over the matrix axes, one selection per job.
 
-    python -m selector.sweep -m platform=sm80,sm90 kv_cache=auto,fp8                       # basic launcher
-    python -m selector.sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib  # local processes
-    python -m selector.sweep -m matrix=smoke overlay=[pr48666]     # the axes of conf/matrix/smoke.yaml
-    python -m selector.gather multirun/<date>/<time>                # one table of every job
+    kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8                       # basic launcher
+    kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib  # local processes
+    kselect sweep -m matrix=smoke overlay=[pr48666]     # the axes of conf/matrix/smoke.yaml
+    kselect gather multirun/<date>/<time>                # one table of every job
 
 Every job composes the normal kselect config (conf/config.yaml plus its overrides), resolves
 it and writes `selection.json` into its Hydra output directory (`<sweep dir>/<job number>/`):
 the overrides, the outcome (`ok`, `invalid` for a SelectionError, `config error` for a
-config that does not validate) and the selection as `python -m selector output=json` prints it.
+config that does not validate) and the selection as `kselect select output=json` prints it.
 A failing cell never stops the sweep. Set the directory with `hydra.sweep.dir=...`.
 
 `matrix=<name>` (handled before Hydra sees the command line) becomes one sweep override per
 declared axis of conf/matrix/<name>.yaml (`platform=cpu,sm90 model=... kv_cache=...
 kv_cache.scales=... spec_decode=... model.multimodal=...`). Hydra's basic sweeper takes the
 full product, so the matrix's `skip:` entries and `pins:` do not apply: skipped combinations
-run and report `config error`. Use `python -m selector.diff` / `selector.matrix` for the fast
+run and report `config error`. Use `kselect diff` / `selector.matrix` for the fast
 in-process matrix; use this module when each cell is a real job (e.g. a kernel benchmark per
 cell launched on a cluster).
 
 On a cluster: the launcher is one override away, nothing here changes.
 
 - Slurm via submitit: `pip install hydra-submitit-launcher`, then
-  `python -m selector.sweep -m ... hydra/launcher=submitit_slurm hydra.launcher.partition=<p>
+  `kselect sweep -m ... hydra/launcher=submitit_slurm hydra.launcher.partition=<p>
   hydra.launcher.timeout_min=10 hydra.launcher.gpus_per_node=1` (or `submitit_local` to try it
   on one machine). Jobs write selection.json on the shared filesystem; gather as usual.
 - Ray: `pip install hydra-ray-launcher`, then `hydra/launcher=ray` for a local/attached Ray

@@ -11,7 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-pytest_plugins = ["selector.pytest_plugin", "pytester"]
+pytest_plugins = ["kselect.selector.pytest_plugin", "pytester"]
 
 
 @pytest.fixture
@@ -20,9 +20,9 @@ def fake_flash_attn(monkeypatch):
     (bottom-right aligned queries, causal flag, (left, right) window; no mm-prefix argument), so the
     FLASH_ATTN adapters run on CPU. Tests the adapters, not the kernels (those run on the H200:
     tests/kernels/test_gpu_paths.py). Returns the list of `causal` flags of every kernel call."""
-    from kernels import flash_attn as fa
-    from kernels import flash_attn_loader as loader
-    from kernels.reference import paged_attention
+    from kselect.kernels import flash_attn as fa
+    from kselect.kernels import flash_attn_loader as loader
+    from kselect.kernels.reference import paged_attention
 
     calls = []
 

@@ -4,7 +4,7 @@ unit draft KV scales on a calibrated FP8 cache.
     python bench/gemma4/bench_mtp.py [hydra overrides] --out DIR [--batch 4] [--prompt-len 32] [--new 48]
         [--k 4] [--drafter HF_ASSISTANT_FOLDER] [--inits random,copy] [--repeats 3] [--temperature 0]
 
-Same selection and target as `python -m gemma4` (bundled gemma4_tiny by default, or model.checkpoint;
+Same selection and target as `kselect run` (bundled gemma4_tiny by default, or model.checkpoint;
 `spec_decode=mtp` is added when absent). Drafters: `--drafter` (an HF Gemma4AssistantForCausalLM
 folder), else seeded tiny drafters with the preset's `drafter:` shapes (`random` weights and the
 `copy` heuristic init). Runs on CUDA or CPU (the platform's device).
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from gemma4.__main__ import build_model, select  # noqa: E402
-from gemma4.engine import Engine  # noqa: E402
-from gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
-from kernels.cache_ops import quantize  # noqa: E402
-from kernels.tolerances import rel_err  # noqa: E402
+from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.engine import Engine  # noqa: E402
+from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
+from kselect.kernels.cache_ops import quantize  # noqa: E402
+from kselect.kernels.tolerances import rel_err  # noqa: E402
 
 
 def _median_runs(fn, repeats: int):

@@ -39,11 +39,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
 
-from gemma4.__main__ import build_model, select  # noqa: E402
-from gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
-from gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
+from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
+from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 
 SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
               "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
@@ -166,7 +166,7 @@ def free():
 
 def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
     """Selected kernels vs TORCH_REFERENCE on the same cache layout and dtype (teacher-forced)."""
-    from kernels.tolerances import tolerance
+    from kselect.kernels.tolerances import tolerance
 
     max_len = max(map(len, prompts)) + steps + 1
     eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=graphs)
@@ -264,7 +264,7 @@ def hf_model(model):
 
 @torch.inference_mode()
 def hf_logits_check(model, hf, ref_groups, prompts) -> dict:
-    from kernels.tolerances import tolerance
+    from kselect.kernels.tolerances import tolerance
 
     eng = Engine(model, ref_groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]), cuda_graphs=False)
     ours = eng.extend(list(range(len(prompts))), prompts).float()

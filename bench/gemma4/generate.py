@@ -2,7 +2,7 @@
 
     python bench/gemma4/generate.py [hydra overrides] [--batch 1 4 16] [--prompt-len 128] [--new 64] [--json out.json]
 
-Same selection and model as `python -m gemma4` (bundled gemma4_tiny by default, or model.checkpoint);
+Same selection and model as `kselect run` (bundled gemma4_tiny by default, or model.checkpoint);
 random prompts of `--prompt-len` tokens, greedy, one warm-up run per batch size.
 """
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from gemma4.__main__ import build_model, select  # noqa: E402
-from gemma4.engine import Engine  # noqa: E402
+from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.engine import Engine  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

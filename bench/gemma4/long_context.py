@@ -3,7 +3,7 @@
     python bench/gemma4/long_context.py [hydra overrides] --context 131072 --prefill-chunk 2048 [--new 64]
         [--check] [--json out.json]
 
-Same selection and model as `python -m gemma4` (random weights for a preset). One engine for one
+Same selection and model as `kselect run` (random weights for a preset). One engine for one
 sequence of --context + --new tokens with max_step_tokens = --prefill-chunk: a random prompt is
 prefilled in chunks, then --new tokens are decoded greedily (CUDA graphs where the backends allow),
 after a short warm-up (kernel compiles, graph capture) that is not timed.
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from gemma4.__main__ import build_model, select  # noqa: E402
-from gemma4.engine import Engine, max_rel_error  # noqa: E402
-from gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
+from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
+from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
 
 
 def _sync(device) -> None:
@@ -80,7 +80,7 @@ def run(cfg, sel, model, opts) -> dict:
     if dev.type == "cuda":
         out["peak_allocated_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
     if opts.check:
-        from kernels.tolerances import tolerance
+        from kselect.kernels.tolerances import tolerance
 
         whole = Engine(model, sel, max_seqs=1, max_seq_len=seq_len, cuda_graphs=False)
         ref = whole.prefill([0], [prompt])

@@ -25,8 +25,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from kernels.cache_ops import quantize  # noqa: E402
+sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
+from kselect.kernels.cache_ops import quantize  # noqa: E402
 
 E4 = torch.float8_e4m3fn
 BF = torch.bfloat16
@@ -85,17 +85,17 @@ def attn_flops(b, hq, d, s, window):
 
 # ---------------------------------------------------------------- paths
 def path_fns():
-    from kernels import flash_attn as fa
+    from kselect.kernels import flash_attn as fa
 
     def triton(inp, fp8):
-        from kernels.triton_paged import paged_attention_triton as t
+        from kselect.kernels.triton_paged import paged_attention_triton as t
         kw = dict(k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
         return lambda: t(inp["q"], inp["k"], inp["v"], inp["cu"], inp["seqused"], inp["table"], inp["scale"],
                          max_seqlen_q=inp["max_q"], max_seqlen_k=inp["max_k"], window_left=inp["window_left"], **kw)
 
     def fa3(build_name):
         def make(inp, fp8):
-            from kernels.flash_attn_loader import load_fa3
+            from kselect.kernels.flash_attn_loader import load_fa3
             if inp["q"].shape[-1] > 256:
                 raise NotImplementedError("FA3: head dim > 256")
             kw = dict(q_descale=inp["qd"], k_descale=inp["kd"], v_descale=inp["vd"]) if fp8 else {}
@@ -123,7 +123,7 @@ def path_fns():
                                            **kw)
 
     def flashinfer(inp, fp8):
-        from kernels.flashinfer import PagedAttention  # planned once per input set, like a serving step
+        from kselect.kernels.flashinfer import PagedAttention  # planned once per input set, like a serving step
         q, k = inp["q"], inp["k"]
         call = PagedAttention(q.device)
         call.plan(inp["cu"], inp["seqused"], inp["table"], num_q_heads=q.shape[1], num_kv_heads=k.shape[2],
@@ -223,8 +223,8 @@ def ceilings(reps):
 
 def check(fn_out, inp, fp8, quant_q):
     """Rel err of the first two sequences against the fp32 reference on the same inputs."""
-    from kernels.reference import paged_attention
-    from kernels.tolerances import rel_err
+    from kselect.kernels.reference import paged_attention
+    from kselect.kernels.tolerances import rel_err
     out = fn_out[0] if isinstance(fn_out, (tuple, list)) else fn_out
     if out.dim() == 4:  # SDPA [B, H, q, D]
         out = out.transpose(1, 2).flatten(0, 1)

@@ -10,10 +10,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-from backends import make_backend  # noqa: E402
-from backends.fixtures import layer_of, make_group, meta_of  # noqa: E402
-from kernels.cases import make_case  # noqa: E402
+sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
+from kselect.backends import make_backend  # noqa: E402
+from kselect.backends.fixtures import layer_of, make_group, meta_of  # noqa: E402
+from kselect.kernels.cases import make_case  # noqa: E402
 
 case = make_case([1], [600], hq=32, hkv=16, d=256, block_size=16, dtype=torch.bfloat16,
                  cache_dtype=torch.float8_e4m3fn, descale="layer", window_left=1023, device="cuda")

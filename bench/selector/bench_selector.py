@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
 
 IMPORT_SNIPPET = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 
@@ -41,9 +41,9 @@ def cli_run(args: list[str], repeat: int) -> dict:
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "selector", *args], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run([sys.executable, "-m", "kselect.selector", *args], cwd=ROOT, capture_output=True, check=True)
         times.append(time.perf_counter() - t)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "command": "python -m selector " + " ".join(args)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "command": "kselect select " + " ".join(args)}
 
 
 def timed(fn, repeat: int) -> tuple[dict, object]:
@@ -63,15 +63,15 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "selector"))
     a = ap.parse_args()
 
-    from selector.api import compose, compose_raw, validate
-    from selector.diff import diff_results
-    from selector.matrix import Builder, expand, load_matrix, resolve_cells
-    from selector.resolve import resolve
-    from selector.rulebook import RuleBook
+    from kselect.selector.api import compose, compose_raw, validate
+    from kselect.selector.diff import diff_results
+    from kselect.selector.matrix import Builder, expand, load_matrix, resolve_cells
+    from kselect.selector.resolve import resolve
+    from kselect.selector.rulebook import RuleBook
 
     r: dict = {}
-    r["import_selector_api"] = fresh_import("selector.api", a.repeat)
-    r["import_selector_matrix"] = fresh_import("selector.matrix", a.repeat)
+    r["import_selector_api"] = fresh_import("kselect.selector.api", a.repeat)
+    r["import_selector_matrix"] = fresh_import("kselect.selector.matrix", a.repeat)
     r["cli_one_selection"] = cli_run(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]"], a.repeat)
 
     overrides = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "spec_decode=mtp", "overlay=[pr48666]"]

@@ -9,12 +9,12 @@ import types
 import pytest
 import torch
 
-from backends import BackendUnavailableError, make_backend
-from backends.fixtures import layer_of, make_group, meta_of
-from kernels.cache_ops import quantize_query
-from kernels.cases import make_case
-from kernels.reference import paged_attention
-from kernels.tolerances import rel_err
+from kselect.backends import BackendUnavailableError, make_backend
+from kselect.backends.fixtures import layer_of, make_group, meta_of
+from kselect.kernels.cache_ops import quantize_query
+from kselect.kernels.cases import make_case
+from kselect.kernels.reference import paged_attention
+from kselect.kernels.tolerances import rel_err
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import types
 import pytest
 import torch
 
-from backends import BackendUnavailableError, LayerParams, make_backend
-from backends.fixtures import layer_of, make_group, meta_of
-from kernels.cases import make_case
-from kernels.flashinfer import paged_kv_layout
-from kernels.reference import paged_attention
-from kernels.tolerances import rel_err
+from kselect.backends import BackendUnavailableError, LayerParams, make_backend
+from kselect.backends.fixtures import layer_of, make_group, meta_of
+from kselect.kernels.cases import make_case
+from kselect.kernels.flashinfer import paged_kv_layout
+from kselect.kernels.reference import paged_attention
+from kselect.kernels.tolerances import rel_err
 
 
 class _Wrapper:

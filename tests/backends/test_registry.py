@@ -5,12 +5,12 @@ import sys
 import pytest
 import torch
 
-from backends import BackendUnavailableError, LayerParams, make_backend
-from backends.reference import TorchReferenceBackend
-from kernels.cache_ops import quantize_query
-from kernels.cases import make_case
-from kernels.tolerances import rel_err
-from backends.fixtures import make_group, meta_of
+from kselect.backends import BackendUnavailableError, LayerParams, make_backend
+from kselect.backends.reference import TorchReferenceBackend
+from kselect.kernels.cache_ops import quantize_query
+from kselect.kernels.cases import make_case
+from kselect.kernels.tolerances import rel_err
+from kselect.backends.fixtures import make_group, meta_of
 
 
 def group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,
@@ -56,9 +56,9 @@ def test_fa4_missing_names_the_right_build(hide_modules, head, kv, module):
 
 def test_triton_missing(monkeypatch, hide_modules):
     hide_modules("triton")
-    import kernels
+    from kselect import kernels
 
-    monkeypatch.delitem(sys.modules, "kernels.triton_paged", raising=False)
+    monkeypatch.delitem(sys.modules, "kselect.kernels.triton_paged", raising=False)
     monkeypatch.delattr(kernels, "triton_paged", raising=False)
     with pytest.raises(BackendUnavailableError, match="TRITON_ATTN needs the triton package"):
         make_backend(group("TRITON_ATTN"))
@@ -74,7 +74,7 @@ def test_kernel_block_reindexing(kv_block, kernel_block):
 
 
 def test_kernel_block_view_indices():
-    from backends.common import kernel_block_view
+    from kselect.backends.common import kernel_block_view
     kc = torch.arange(3 * 4).float().view(3, 4, 1, 1)
     kv, vv, bt = kernel_block_view(kc, kc, torch.tensor([[2, 0], [1, -1]], dtype=torch.int32), 2)
     assert bt.tolist() == [[4, 5, 0, 1], [2, 3, -1, -1]]

@@ -4,12 +4,12 @@ through the FLASH_ATTN adapters with emulated kernels (the `fake_flash_attn` fix
 import pytest
 import torch
 
-from backends import LayerParams, make_backend
-from backends.fixtures import layer_of, make_group, meta_of
-from backends.span_split import span_pass
-from kernels.cache_ops import quantize_query
-from kernels.cases import make_case
-from kernels.tolerances import rel_err
+from kselect.backends import LayerParams, make_backend
+from kselect.backends.fixtures import layer_of, make_group, meta_of
+from kselect.backends.span_split import span_pass
+from kselect.kernels.cache_ops import quantize_query
+from kselect.kernels.cases import make_case
+from kselect.kernels.tolerances import rel_err
 
 
 def test_span_rows_and_sequences():

@@ -1,17 +1,12 @@
 """Fixtures for the gemma4 tests: tiny models (ours + HF twins) built once per session."""
 
-import pathlib
 import sys
-
-ROOT = str(pathlib.Path(__file__).resolve().parents[2])
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from g4_helpers import CONFIGS, EMBED_STD, hf_twin, make_args  # noqa: E402
-from gemma4.checkpoint import build_random  # noqa: E402
+from kselect.gemma4.checkpoint import build_random  # noqa: E402
 
 
 @pytest.fixture(scope="session")

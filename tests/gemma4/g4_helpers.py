@@ -11,9 +11,9 @@ import copy
 
 import torch
 
-from gemma4.config import FULL as F
-from gemma4.config import SLIDING as S
-from gemma4.config import Gemma4Args
+from kselect.gemma4.config import FULL as F
+from kselect.gemma4.config import SLIDING as S
+from kselect.gemma4.config import Gemma4Args
 
 BASE = dict(
     vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,

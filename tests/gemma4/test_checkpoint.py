@@ -11,10 +11,10 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from g4_helpers import HF_RTOL, hf_logits
-from gemma4.checkpoint import (BUNDLED_TOKENIZER, CheckpointError, build_random, load_checkpoint,
+from kselect.gemma4.checkpoint import (BUNDLED_TOKENIZER, CheckpointError, build_random, load_checkpoint,
                                load_tokenizer, save_checkpoint)
-from gemma4.config import FULL, SLIDING, Gemma4Args
-from gemma4.engine import Engine, max_rel_error, simple_selection
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
+from kselect.gemma4.engine import Engine, max_rel_error, simple_selection
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted((ROOT / "conf" / "model").glob("gemma4_*.yaml"))
@@ -174,7 +174,7 @@ def test_bundled_tiny_weights_are_deterministic():
 
 
 def test_bundled_tokenizer_is_deterministic_and_fits():
-    from gemma4.tokenizer import build_tokenizer
+    from kselect.gemma4.tokenizer import build_tokenizer
 
     stored = load_tokenizer()
     assert stored.to_str() == build_tokenizer().to_str()

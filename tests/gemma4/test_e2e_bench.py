@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gemma4.engine import Engine, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, max_rel_error, simple_selection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,9 +60,9 @@ def test_e2e_smoke_writes_results(tmp_path):
 
 def test_e2e_capacity_counts_only_kv_producing_layers():
     e2e = _load("bench/gemma4/e2e.py")
-    from gemma4.config import Gemma4Args
-    from gemma4.engine import model_groups
-    from selector.api import compose
+    from kselect.gemma4.config import Gemma4Args
+    from kselect.gemma4.engine import model_groups
+    from kselect.selector.api import compose
 
     cfg = compose(["platform=cpu", "model=gemma4_e4b"])
     args = Gemma4Args.from_model_config(cfg.model.model_dump())
@@ -221,9 +221,9 @@ def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs,
 
 
 def test_init_weights_inplace_is_seeded_in_the_model_dtype():
-    from gemma4.checkpoint import init_weights_inplace
-    from gemma4.config import Gemma4Args
-    from gemma4.model import Gemma4
+    from kselect.gemma4.checkpoint import init_weights_inplace
+    from kselect.gemma4.config import Gemma4Args
+    from kselect.gemma4.model import Gemma4
 
     from g4_helpers import make_args
 

@@ -1,4 +1,4 @@
-"""Engine: sampling, EOS handling, the main job (`python -m gemma4`)."""
+"""Engine: sampling, EOS handling, the main job (`kselect run`)."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gemma4.engine import Engine, sample, simple_selection
+from kselect.gemma4.engine import Engine, sample, simple_selection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def test_batched_equals_one_at_a_time(models, prompts):
 
 
 def run_main(capsys, *argv):
-    from gemma4.__main__ import main
+    from kselect.gemma4.__main__ import main
 
     n = torch.get_num_threads()
     try:
@@ -95,12 +95,12 @@ def test_main_job_fp8_calibrated(capsys):
 
 
 def test_main_job_reports_errors_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "gemma4", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "kselect.gemma4", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "gemma4_31b has 30.7B parameters" in r.stderr and "Traceback" not in r.stderr
-    from gemma4.__main__ import main
-    from gemma4.checkpoint import CheckpointError
+    from kselect.gemma4.__main__ import main
+    from kselect.gemma4.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x does not exist"):
         main(["platform=cpu", "model.checkpoint=/nonexistent/x"])
@@ -111,15 +111,15 @@ def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
     """model.checkpoint=<folder> (our writer, HF layout) with its own tokenizer.json."""
     import yaml
 
-    from gemma4.checkpoint import BUNDLED_TOKENIZER, build_random, save_checkpoint
-    from gemma4.config import Gemma4Args
+    from kselect.gemma4.checkpoint import BUNDLED_TOKENIZER, build_random, save_checkpoint
+    from kselect.gemma4.config import Gemma4Args
 
     d = yaml.safe_load((ROOT / "conf" / "model" / "gemma4_tiny.yaml").read_text())
     m = build_random(Gemma4Args.from_model_config(d), seed=42)
     save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
     out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
     assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out
-    from gemma4.__main__ import RunError, main
+    from kselect.gemma4.__main__ import RunError, main
 
     with pytest.raises(RunError, match="sliding_window: preset 8, checkpoint 16"):
         main([f"platform={kind}", f"model.checkpoint={tmp_path}", "model.sliding_window=8"])
@@ -136,7 +136,7 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
     e.static_paths = True
     got = e.generate(prompts, 6, return_logits=True)
     assert got.tokens == ref.tokens
-    from gemma4.engine import max_rel_error
+    from kselect.gemma4.engine import max_rel_error
 
     # fp32: rounding-level; FP8: a 1e-7 difference in the MoE sum can flip one FP8 rounding
     assert max_rel_error(torch.stack(got.logits), torch.stack(ref.logits)) < (1e-5 if kv == "auto" else 1e-2)
@@ -163,8 +163,8 @@ def test_static_cache_write_is_bitwise_write_kv(models, kv):
 def test_cuda_graph_decode_matches_eager(step):
     """Decode crosses the window (16) and several kv blocks, so the sliding group gives blocks back and
     takes new ones while graphs replay (tables reloaded); with chunks of 8 its pool is small."""
-    from selector.api import compose, resolve
-    from gemma4.__main__ import build_model
+    from kselect.selector.api import compose, resolve
+    from kselect.gemma4.__main__ import build_model
 
     cfg = compose([])
     sel = resolve(cfg)
@@ -182,7 +182,7 @@ def test_cuda_graph_decode_matches_eager(step):
 
 def test_main_job_unimplemented_backend_is_a_clear_error():
     # FLEX_ATTENTION is a valid selection on CPU, but kselect has no kernel for it: exit 2, no fallback
-    r = subprocess.run([sys.executable, "-m", "gemma4", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
+    r = subprocess.run([sys.executable, "-m", "kselect.gemma4", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert "FLEX_ATTENTION" in r.stderr and "Traceback" not in r.stderr

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from g4_helpers import CONFIGS, HF_RTOL, hf_logits
-from gemma4.engine import Engine, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, max_rel_error, simple_selection
 
 NAMES = list(CONFIGS)
 
@@ -93,8 +93,8 @@ class SpyBackend:
 def test_every_layer_attends_through_its_group_backend(models, prompts):
     model, _ = models["all"]
     args = model.args
-    from backends.registry import make_backend
-    from gemma4.engine import model_groups
+    from kselect.backends.registry import make_backend
+    from kselect.gemma4.engine import model_groups
 
     sel = simple_selection(args, kv_block_size={"sliding_attention": 16, "full_attention": 32})
     groups = model_groups(sel)
@@ -123,7 +123,7 @@ def test_every_layer_attends_through_its_group_backend(models, prompts):
 def test_bf16_embedding_scales_round_like_hf(models):
     """sqrt(hidden) and sqrt(ple_dim) are cast to the weight dtype before scaling (bf16: sqrt(32) =
     5.657 -> 5.65625), exactly as HF; the embeddings and PLE inputs match HF's bit for bit in bf16."""
-    from gemma4.checkpoint import build_random
+    from kselect.gemma4.checkpoint import build_random
     from g4_helpers import EMBED_STD, hf_twin, make_args
 
     m = build_random(make_args("edge", dtype="bfloat16"), seed=4, embed_std=EMBED_STD)

@@ -5,13 +5,13 @@ import random
 import pytest
 import torch
 
-from backends.registry import make_backend
+from kselect.backends.registry import make_backend
 from g4_helpers import BASE, EMBED_STD
-from gemma4.checkpoint import build_random
-from gemma4.config import Gemma4Args
-from gemma4.engine import Engine, max_rel_error, model_groups, simple_selection
-from gemma4.kv_cache import CacheFullError
-from kernels.cache_ops import quantize
+from kselect.gemma4.checkpoint import build_random
+from kselect.gemma4.config import Gemma4Args
+from kselect.gemma4.engine import Engine, max_rel_error, model_groups, simple_selection
+from kselect.gemma4.kv_cache import CacheFullError
+from kselect.kernels.cache_ops import quantize
 
 S, F = "sliding_attention", "full_attention"
 NEW = 6  # decode steps after the prefill

@@ -16,15 +16,15 @@ import pytest
 import torch
 import yaml
 
-from backends.registry import make_backend
-from gemma4.checkpoint import build_random
-from gemma4.config import FULL, SLIDING, Gemma4Args
-from gemma4.drafter import (DrafterArgs, DrafterError, build_random_drafter, draft_groups_of, load_drafter,
+from kselect.backends.registry import make_backend
+from kselect.gemma4.checkpoint import build_random
+from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
+from kselect.gemma4.drafter import (DrafterArgs, DrafterError, build_random_drafter, draft_groups_of, load_drafter,
                             save_drafter, target_kv_layer)
-from gemma4.engine import Engine, model_groups, simple_selection
-from gemma4.speculative import SpeculativeDecoder, accept_greedy, rejection_sample
-from kernels.tolerances import rel_err
-from selector.api import compose, resolve
+from kselect.gemma4.engine import Engine, model_groups, simple_selection
+from kselect.gemma4.speculative import SpeculativeDecoder, accept_greedy, rejection_sample
+from kselect.kernels.tolerances import rel_err
+from kselect.selector.api import compose, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = yaml.safe_load((ROOT / "conf/model/gemma4_tiny.yaml").read_text())
@@ -349,7 +349,7 @@ def _fp32_state(target, drafter, prompts):
 
 def _fp8_copy(target, drafter, sel, prompts, eng32):
     """The same cache contents as `eng32`'s, stored in FP8 with the calibrated scales."""
-    from kernels.cache_ops import quantize
+    from kselect.kernels.cache_ops import quantize
 
     eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
     eng.calibrate(prompts)

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from g4_helpers import EMBED_STD, hf_twin, make_args
-from gemma4.checkpoint import build_random
-from gemma4.drafter import DrafterArgs, build_random_drafter, hf_state_dict
-from gemma4.engine import Engine, simple_selection
-from gemma4.speculative import SpeculativeDecoder
+from kselect.gemma4.checkpoint import build_random
+from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, hf_state_dict
+from kselect.gemma4.engine import Engine, simple_selection
+from kselect.gemma4.speculative import SpeculativeDecoder
 
 S, F = "sliding_attention", "full_attention"
 DRAFTER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -146,7 +146,7 @@ def test_draft_tokens_match_hf_assisted_generation(hf_sharing_fix, prompts3, mon
 def test_loads_an_hf_save_pretrained_assistant(hf_sharing_fix, tmp_path, ordered):
     """A folder written by HF's `Gemma4AssistantForCausalLM.save_pretrained` (its config.json and
     safetensors names) loads into our drafter with identical weights and config."""
-    from gemma4.drafter import load_drafter
+    from kselect.gemma4.drafter import load_drafter
 
     target = build_random(make_args("all"), seed=12, embed_std=EMBED_STD)
     dargs = DrafterArgs.from_preset(target.args, {**DRAFTER, "use_ordered_embeddings": ordered})

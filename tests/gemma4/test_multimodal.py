@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from g4_helpers import EMBED_STD, HF_RTOL, make_args
-from gemma4.checkpoint import build_random
-from gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, simple_selection
+from kselect.gemma4.checkpoint import build_random
+from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, simple_selection
 
 W = 8  # sliding window of the tiny configs
 # seq 0: a span shorter than the window and one longer; seq 1: text only; seq 2: one long span
@@ -106,7 +106,7 @@ def test_long_span_needs_past_only_window(mm, batch):
     symmetric window instead, the long-span sequences would differ from HF."""
     model, hf, cfg = mm
     prompts, cont = batch
-    from backends.base import AttentionMetadata
+    from kselect.backends.base import AttentionMetadata
 
     eng = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=48)
     eng.mm_spans = {0: SPANS[0], 2: SPANS[2]}
@@ -145,8 +145,8 @@ def test_triton_backend_matches_hf(mm, batch):
 
 def test_flash_attn_adapter_matches_hf(mm, batch, fake_flash_attn):
     """FLASH_ATTN v4's span pass (emulated kernels): HF's vision mask, and no second pass in decode steps."""
-    from backends.flash_attn import FlashAttn4Backend
-    from gemma4.engine import model_groups
+    from kselect.backends.flash_attn import FlashAttn4Backend
+    from kselect.gemma4.engine import model_groups
 
     model, hf, cfg = mm
     prompts, cont = batch
@@ -183,8 +183,8 @@ def test_backend_without_mm_prefix_fails_loudly(mm, batch):
         def supports_cuda_graphs(self):
             return False
 
-    from backends.registry import make_backend
-    from gemma4.engine import model_groups
+    from kselect.backends.registry import make_backend
+    from kselect.gemma4.engine import model_groups
 
     sel = simple_selection(model.args)
     backends = {k: NoMM(make_backend(g)) for k, g in model_groups(sel).items()}
@@ -197,7 +197,7 @@ def test_backend_without_mm_prefix_fails_loudly(mm, batch):
 
 
 def test_main_job_multimodal_runs():
-    out = subprocess.run([sys.executable, "-m", "gemma4", "model.multimodal=true", "--max-new-tokens", "4"],
+    out = subprocess.run([sys.executable, "-m", "kselect.gemma4", "model.multimodal=true", "--max-new-tokens", "4"],
                          capture_output=True, text=True, timeout=120, cwd=str(pathlib.Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placeholder image tokens" in out.stdout and "image span [1, 21)" in out.stdout

@@ -13,11 +13,11 @@ import torch
 import yaml
 
 from g4_helpers import HF_RTOL, hf_logits
-from gemma4.checkpoint import build_random
-from gemma4.config import SLIDING, Gemma4Args
-from gemma4.drafter import DrafterArgs, build_random_drafter
-from gemma4.engine import Engine, chunk_ends, max_rel_error, simple_selection
-from gemma4.speculative import SpeculativeDecoder
+from kselect.gemma4.checkpoint import build_random
+from kselect.gemma4.config import SLIDING, Gemma4Args
+from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
+from kselect.gemma4.engine import Engine, chunk_ends, max_rel_error, simple_selection
+from kselect.gemma4.speculative import SpeculativeDecoder
 
 ROOT = Path(__file__).resolve().parents[2]
 W, BLOCK = 8, 16  # the tiny configs' window; kv block
@@ -128,11 +128,11 @@ def test_speculative_decoding_on_a_windowed_cache():
 
 
 def test_main_job_prefill_chunk():
-    ok = subprocess.run([sys.executable, "-m", "gemma4", "--prefill-chunk", "4", "--max-new-tokens", "4"],
+    ok = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "4", "--max-new-tokens", "4"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "numerics: max rel logit error" in ok.stdout and "(ok)" in ok.stdout  # chunked vs whole reference
-    bad = subprocess.run([sys.executable, "-m", "gemma4", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr

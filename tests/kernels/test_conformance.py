@@ -4,8 +4,8 @@ import pytest
 import torch
 import yaml
 
-from kernels import conformance
-from kernels.conformance import check_claim, parse_claim
+from kselect.kernels import conformance
+from kselect.kernels.conformance import check_claim, parse_claim
 
 
 def test_parse():
@@ -28,7 +28,7 @@ def test_verified_claims(claim):
 
 
 def test_refuted_and_unsupported(monkeypatch):
-    from backends.reference import TorchReferenceBackend
+    from kselect.backends.reference import TorchReferenceBackend
 
     real = TorchReferenceBackend.forward
     monkeypatch.setattr(TorchReferenceBackend, "forward", lambda self, q, *a: real(self, q, *a) * 1.1)
@@ -70,7 +70,7 @@ def test_families_and_parallel_cli(tmp_path):
 
 ABORTING_FA3 = '''
 import os
-from kernels.reference import paged_attention
+from kselect.kernels.reference import paged_attention
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, page_table, cu_seqlens_q, softmax_scale,
                             causal, window_size, **_):

@@ -10,12 +10,12 @@ from unittest import mock
 import pytest
 import torch
 
-from backends import BackendUnavailableError, make_backend
-from backends.fixtures import layer_of, make_group, meta_of
-from kernels.cache_ops import quantize_query
-from kernels.cases import make_case
-from kernels.conformance import per_head_scales
-from kernels.tolerances import rel_err, tolerance
+from kselect.backends import BackendUnavailableError, make_backend
+from kselect.backends.fixtures import layer_of, make_group, meta_of
+from kselect.kernels.cache_ops import quantize_query
+from kselect.kernels.cases import make_case
+from kselect.kernels.conformance import per_head_scales
+from kselect.kernels.tolerances import rel_err, tolerance
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from kernels.cache_ops import fp8_dtype, quantize_query, write_kv
-from kernels.cases import make_case
-from kernels.reference import paged_attention
-from kernels.tolerances import rel_err
+from kselect.kernels.cache_ops import fp8_dtype, quantize_query, write_kv
+from kselect.kernels.cases import make_case
+from kselect.kernels.reference import paged_attention
+from kselect.kernels.tolerances import rel_err
 from naive_attention import MASKS, MODES, naive_dense_attention, spans_for
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from kernels import triton_paged  # noqa: E402
-from kernels.cache_ops import quantize_query  # noqa: E402
-from kernels.cases import make_case  # noqa: E402
-from kernels.tolerances import rel_err  # noqa: E402
+from kselect.kernels import triton_paged  # noqa: E402
+from kselect.kernels.cache_ops import quantize_query  # noqa: E402
+from kselect.kernels.cases import make_case  # noqa: E402
+from kselect.kernels.tolerances import rel_err  # noqa: E402
 from naive_attention import MASKS, MODES, spans_for  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -98,8 +98,8 @@ def test_q_positions_and_fully_masked_rows():
 
 
 def test_backend_adapter_with_kernel_blocks_and_quant_query():
-    from backends import LayerParams, make_backend
-    from backends.fixtures import make_group, meta_of
+    from kselect.backends import LayerParams, make_backend
+    from kselect.backends.fixtures import make_group, meta_of
 
     case = make_case([3, 1], [40, 70], block_size=64, dtype=torch.bfloat16, cache_dtype=E4, descale="seq_head",
                      window_left=30, sinks=True, device=DEV)

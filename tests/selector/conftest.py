@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from selector import conformance
+from kselect.selector import conformance
 
-from selector.api import compose
-from selector.resolve import resolve
+from kselect.selector.api import compose
+from kselect.selector.resolve import resolve
 
 
 def select(*overrides: str):

@@ -1,4 +1,4 @@
-"""`python -m selector` as a user runs it: output formats, exit codes, and no torch import."""
+"""`kselect select` as a user runs it: output formats, exit codes, and no torch import."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args: str, module: str = "selector") -> subprocess.CompletedProcess:
+def run(*args: str, module: str = "kselect.selector") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 

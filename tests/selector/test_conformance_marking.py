@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selector.claims import declared_claims
+from kselect.selector.claims import declared_claims
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`python -m selector.diff`: the review diff of two overlay sets / two revisions of conf/."""
+"""`kselect diff`: the review diff of two overlay sets / two revisions of conf/."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from selector.api import CONF_DIR
-from selector.diff import collapse, diff_results, render, render_rect
-from selector.diff import main as diff_main
-from selector.errors import KSelectError
-from selector.matrix import load_matrix, resolve_named
+from kselect.selector.api import CONF_DIR
+from kselect.selector.diff import collapse, diff_results, render, render_rect
+from kselect.selector.diff import main as diff_main
+from kselect.selector.errors import KSelectError
+from kselect.selector.matrix import load_matrix, resolve_named
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "selector.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kselect.selector.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def _diff(a, b, matrix="default"):

@@ -12,14 +12,14 @@ import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-from selector.api import CONF_DIR, compose
-from selector.diff import diff_results, render as render_diff
-from selector.gather import markdown as gather_markdown
-from selector.gather import table as gather_table
-from selector.matrix import MatrixSpec, expand, resolve_cells
-from selector.render import render
-from selector.resolve import resolve
-from selector.sweep import run_job
+from kselect.selector.api import CONF_DIR, compose
+from kselect.selector.diff import diff_results, render as render_diff
+from kselect.selector.gather import markdown as gather_markdown
+from kselect.selector.gather import table as gather_table
+from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
+from kselect.selector.render import render
+from kselect.selector.resolve import resolve
+from kselect.selector.sweep import run_job
 
 SM90 = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
 MTP_UNIT = "mtp.unit_scales_on_calibrated_fp8"

@@ -9,9 +9,9 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from selector.api import compose, compose_raw, validate
-from selector.errors import ConfigError, KSelectError, SelectionError
-from selector.resolve import resolve
+from kselect.selector.api import compose, compose_raw, validate
+from kselect.selector.errors import ConfigError, KSelectError, SelectionError
+from kselect.selector.resolve import resolve
 
 KEYS = ["platform", "model", "kv_cache", "spec_decode", "overlay", "kv_cache.dtype", "kv_cache.block_size",
         "kv_cache.scales", "model.dtype", "model.multimodal", "attention.backend", "attention.flash_attn_version",

@@ -2,7 +2,7 @@
 committed as readable text (one block per cell, matrix order) under
 tests/selector/__snapshots__/test_golden/. Changing a rule, a capability or an overlay without
 updating the files fails here with a line diff. After reviewing the change
-(`python -m selector.diff ...`), update them with
+(`kselect diff ...`), update them with
 
     pytest tests/selector/test_golden.py --snapshot-update
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from selector.api import CONF_DIR
-from selector.matrix import expand, load_matrix, matrix_text, resolve_cells, resolve_named
+from kselect.selector.api import CONF_DIR
+from kselect.selector.matrix import expand, load_matrix, matrix_text, resolve_cells, resolve_named
 
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_golden"
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from selector.api import compose
-from selector.errors import SelectionError
-from selector.matrix import (
+from kselect.selector.api import compose
+from kselect.selector.errors import SelectionError
+from kselect.selector.matrix import (
     Builder,
     Cell,
     MatrixError,
@@ -21,7 +21,7 @@ from selector.matrix import (
     resolve_named,
     skipped,
 )
-from selector.resolve import resolve
+from kselect.selector.resolve import resolve
 
 
 def test_default_matrix_shape():
@@ -97,7 +97,7 @@ SAMPLE = [
 
 @pytest.mark.parametrize("cid, overlays", SAMPLE, ids=[f"{c}-{'+'.join(o) or 'base'}" for c, o in SAMPLE])
 def test_fast_path_equals_hydra_compose(cid, overlays):
-    """The matrix's fast path (one compose, model_copy) and `python -m selector <overrides>`
+    """The matrix's fast path (one compose, model_copy) and `kselect select <overrides>`
     give the same selection, or the same error."""
     cell = next(c for c in expand(load_matrix("default")) if c.id == cid).with_overlays(overlays)
     [fast] = resolve_cells([cell])
@@ -116,7 +116,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
     every cell, as Hydra's defaults order makes it."""
     import shutil
 
-    from selector.api import CONF_DIR
+    from kselect.selector.api import CONF_DIR
 
     conf = tmp_path / "conf"
     shutil.copytree(CONF_DIR, conf)
@@ -129,7 +129,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
 
 
 def test_one_compose_per_overlay_set(monkeypatch):
-    import selector.matrix as m
+    import kselect.selector.matrix as m
 
     calls = []
     real = m.compose_raw

@@ -1,4 +1,4 @@
-"""`python -m selector.plot`: a self-contained HTML page and a PNG of the matrix / of a diff."""
+"""`kselect plot`: a self-contained HTML page and a PNG of the matrix / of a diff."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from selector.errors import KSelectError
-from selector.plot import main
+from kselect.selector.errors import KSelectError
+from kselect.selector.plot import main
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

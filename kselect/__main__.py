@@ -1,0 +1,3 @@
+from kselect.cli import main
+
+main()

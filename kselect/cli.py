@@ -1,0 +1,44 @@
+"""`kselect <command> [args]`: one entry point over the project's command lines.
+
+Each command is the module's own `main`; `python -m kselect.<module>` runs the same code.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+COMMANDS = {
+    "select": ("kselect.selector", "the selection per layer group (table, json, markdown, vllm)"),
+    "diff": ("kselect.selector.diff", "what an overlay or a conf/ change does over a matrix"),
+    "matrix": ("kselect.selector.matrix", "the resolved matrix, one line per cell"),
+    "plot": ("kselect.selector.plot", "a diff as a PNG + HTML grid"),
+    "sweep": ("kselect.selector.sweep", "a Hydra multirun of selections"),
+    "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
+    "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
+    "conformance": ("kselect.kernels.conformance", "run claims on this machine's kernels"),
+    "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
+}
+
+
+def usage() -> str:
+    rows = "\n".join(f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items())
+    return f"usage: kselect <command> [args]\n\ncommands:\n{rows}\n\n`kselect <command> --help` for each."
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        sys.exit(0 if argv else 2)
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"kselect: unknown command {name!r}; allowed: {', '.join(COMMANDS)}.", file=sys.stderr)
+        sys.exit(2)
+    module = COMMANDS[name][0]
+    sys.argv = [f"kselect {name}", *rest]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from . import blocks as blk
-from .api import compose
-from .cli import run_cli
+from .api import CONF_DIR, compose
+from .app import run_app, task_overrides
 from .conformance import claims_for, path_id
 from .errors import SelectionError
 from .resolve import resolve
@@ -63,7 +63,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def task(cfg) -> int:
+    """The Hydra app: the overrides as given (e.g. platform=sm90) select the platform."""
+    return main(task_overrides())
+
+
+def cli() -> None:
+    run_app("claims", task, doc=__doc__, config_dir=CONF_DIR, config_name="config")
+
+
 __all__ = ["claims_for", "declared_claims", "selection_claims"]
 
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

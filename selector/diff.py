@@ -1,15 +1,16 @@
 """Review diff: what an overlay (or a change to conf/) does to every cell of the matrix.
 
-    kselect diff a='[]' b='[pr48666]'                         # two overlay sets
-    kselect diff a='[pr48666]' b='[pr48666,pr52987]' check=true
-    kselect diff a=git:HEAD~1 b=worktree format=markdown       # two revisions of conf/
-    kselect diff a=git:main:[pr48666] b=worktree:[pr53175] matrix=smoke
+    kselect diff b.overlay=[pr48666]                          # what #48666 changes
+    kselect diff a.overlay=[pr48666] b.overlay=[pr48666,pr52987] check=true   # its revert
+    kselect diff a.conf=git:HEAD format=markdown               # your uncommitted conf/ change
+    kselect diff a.conf=git:main a.overlay=[pr48666] b.overlay=[pr53175] matrix=smoke
 
-Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `git:<rev>`,
-`git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
-markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
-source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell).
+A Hydra app (structured config `kselect_diff`): a and b are the two sides, each a `conf`
+(`worktree`, or `git:<rev>`: conf/ at that revision) and an `overlay` list (b.overlay follows
+a.overlay unless given); matrix (a file of conf/matrix/, default `default`), format (table |
+markdown | json), check (true: exit 1 when any cell changed), repo (the git repository,
+default this checkout), conf_path (conf/ inside it), limit (patterns shown per block, default
+8; json lists every cell). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value.
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -38,8 +39,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra.core.config_store import ConfigStore
+
 from .api import CONF_DIR
-from .cli import run_cli
+from .app import compose_args, run_app
 from .errors import KSelectError
 from .matrix import Builder, Cell, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
 from .selection import GroupSelection
@@ -442,23 +445,6 @@ class Source:
     overlays: tuple[str, ...]
 
 
-def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:
-    t = text.strip()
-    if t.startswith("["):
-        return Source(t, repo / conf_rel, parse_overlays(t))
-    head, ov = t, default_overlays
-    m = re.match(r"^(.*?):(\[.*\])$", t)
-    if m:
-        head, ov = m[1], parse_overlays(m[2])
-    if head == "worktree":
-        return Source(t, repo / conf_rel, ov)
-    if head.startswith("git:"):
-        rev = head[4:]
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
-        return Source(t, git_conf(repo, rev, tmp, conf_rel), ov)
-    raise KSelectError(f"diff: bad source {text!r}; expected [overlays], worktree[:[overlays]] or git:<rev>[:[overlays]]")
-
-
 def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     """Extract `<rev>:conf` into dest (git archive) and return the conf directory there."""
     p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, conf_rel], capture_output=True)
@@ -470,8 +456,8 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
-    ra = resolve_cells(expand(spec, a.overlays), builder=Builder(a.conf_dir))
-    rb = resolve_cells(expand(spec, b.overlays), builder=Builder(b.conf_dir))
+    ra = resolve_cells(expand(spec, a.overlays), builder=Builder(a.conf_dir), desc=f"diff: a {a.label}")
+    rb = resolve_cells(expand(spec, b.overlays), builder=Builder(b.conf_dir), desc=f"diff: b {b.label}")
     return diff_results(spec, ra, rb, a.label, b.label)
 
 
@@ -488,7 +474,7 @@ def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec =
 def _head(d: MatrixDiff) -> str:
     s = d.summary()
     return (
-        f"kselect diff a={d.a_label} b={d.b_label} over matrix {d.spec.name} ({s['cells']} cells): "
+        f"kselect diff {d.a_label} -> {d.b_label} over matrix {d.spec.name} ({s['cells']} cells): "
         f"{s['changed']} changed ({s['selection_changed']} selection, {s['became_invalid']} became invalid, "
         f"{s['new_warnings']} with new warnings), {s['unchanged']} unchanged"
     )
@@ -577,27 +563,68 @@ def render(d: MatrixDiff, fmt: str, limit: int = 8) -> str:
     raise KSelectError(f"diff: format={fmt!r}; allowed: table, markdown, json")
 
 
-DEFAULTS = {"a": "[]", "b": "[]", "matrix": "default", "format": "table", "check": False, "overlays": "[]",
-            "repo": "", "conf": "conf", "limit": 8}  # fmt: skip
+@dataclass
+class SideArgs:
+    conf: str = "worktree"  # worktree | git:<rev> (read with git archive)
+    overlay: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DiffArgs:
+    a: SideArgs = field(default_factory=SideArgs)
+    b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}"))  # type: ignore[arg-type]
+    matrix: str = "default"
+    format: str = "table"  # table | markdown | json
+    check: bool = False
+    limit: int = 8
+    repo: str | None = None  # the git repository of git:<rev> sources; default this checkout
+    conf_path: str = "conf"  # conf/ inside that repository
+
+
+ConfigStore.instance().store(name="kselect_diff", node=DiffArgs)
+RENAMED = {
+    "a": "write a.overlay=[...] for an overlay set and a.conf=git:<rev> for a revision of conf/",
+    "b": "write b.overlay=[...] for an overlay set and b.conf=git:<rev> for a revision of conf/",
+    "overlays": "write a.overlay=[...] (b.overlay follows a.overlay unless given)",
+    "conf": "write conf_path=<conf/ inside the repository>",
+}
+
+
+def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
+           name_conf: bool = False) -> Source:
+    """One side; its label names the conf only when the sides read different ones."""
+    ov = tuple(overlay)
+    label = f"{conf}:[{','.join(ov)}]" if name_conf else f"[{','.join(ov)}]"
+    if conf == "worktree":
+        return Source(label, repo / conf_rel, ov)
+    if conf.startswith("git:") and conf[4:]:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
+        return Source(label, git_conf(repo, conf[4:], tmp, conf_rel), ov)
+    raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
+
+
+def task(cfg) -> int:
+    if cfg.format not in ("table", "markdown", "json"):
+        raise KSelectError(f"diff: format={cfg.format!r}; allowed: table, markdown, json")
+    repo = Path(cfg.repo).resolve() if cfg.repo else CONF_DIR.parent
+    with ExitStack() as stack:
+        two = cfg.a.conf != cfg.b.conf
+        a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)
+        b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
+        spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
+        d = run_diff(a, b, spec)
+    print(render(d, cfg.format, cfg.limit))
+    return 1 if cfg.check and d.changed else 0
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    args = cli_args(argv, DEFAULTS, "kselect diff")
-    if args["format"] not in ("table", "markdown", "json"):
-        raise KSelectError(f"diff: format={args['format']!r}; allowed: table, markdown, json")
-    repo = Path(args["repo"]).resolve() if args["repo"] else CONF_DIR.parent
-    with ExitStack() as stack:
-        ov = parse_overlays(args["overlays"])
-        a = parse_source(args["a"], ov, repo, stack, args["conf"])
-        b = parse_source(args["b"], ov, repo, stack, args["conf"])
-        spec = load_matrix(args["matrix"], repo / args["conf"])
-        d = run_diff(a, b, spec)
-    print(render(d, args["format"], args["limit"]))
-    return 1 if args["check"] and d.changed else 0
+    """In-process `kselect diff` (tests): the same overrides, the exit status returned."""
+    return task(compose_args("diff", "kselect_diff", argv, RENAMED))
+
+
+def cli() -> None:
+    run_app("diff", task, doc=__doc__, config_name="kselect_diff", renamed=RENAMED, quoted=("a.conf", "b.conf"))
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

@@ -431,7 +431,11 @@ class CellResult:
         return out + [("model", w) for w in self.selection.warnings]
 
 
-def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builder: Builder | None = None) -> list[CellResult]:
+def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builder: Builder | None = None,
+                  desc: str | None = None) -> list[CellResult]:
+    """desc: a progress line on a terminal (selector/progress.py)."""
+    from .progress import progress  # noqa: PLC0415
+
     builder = builder or Builder(conf_dir)
     out = []
     # A matrix allocates ~100 objects per cell and frees almost none: the cyclic collector's full
@@ -439,7 +443,8 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
     paused = gc.isenabled()
     gc.disable()
     try:
-        for cell, cfg in builder.configs(cells):
+        configs = builder.configs(cells)
+        for cell, cfg in progress(configs, desc, total=len(cells)) if desc else configs:
             try:
                 out.append(CellResult(cell, resolve(cfg), config=cfg))
             except SelectionError as e:
@@ -558,19 +563,28 @@ def matrix_text(results: Sequence[CellResult], title: str = "", claims: bool = T
     return "\n".join(head + [cell_text(r, claims) for r in results]) + "\n"
 
 
-def _main(argv: list[str]) -> int:
-    """kselect matrix [matrix=smoke] [overlays=[pr48666]] [format=text|ids|json]: the resolved matrix."""
-    if argv and argv[0] in ("-h", "--help"):
-        print(_main.__doc__)
-        return 0
-    args = cli_args(argv, {"matrix": "smoke", "overlays": "[]", "format": "text"}, "kselect matrix")
-    spec = load_matrix(args["matrix"])
-    ov = parse_overlays(args["overlays"])
-    if args["format"] == "ids":
+@dataclass
+class MatrixArgs:
+    matrix: str = "smoke"
+    overlay: list[str] = field(default_factory=list)
+    format: str = "text"  # text | ids | json
+
+
+RENAMED = {"overlays": "write overlay=[pr48666,...] (as kselect select does)"}
+
+
+def matrix_task(cfg) -> int:
+    """kselect matrix [matrix=smoke] [overlay=[pr48666]] [format=text|ids|json]: the resolved matrix,
+    one block per cell (a Hydra app, structured config `kselect_matrix`)."""
+    if cfg.format not in ("text", "ids", "json"):
+        raise KSelectError(f"matrix: format={cfg.format!r}; allowed: text, ids, json")
+    spec = load_matrix(cfg.matrix)
+    ov = tuple(cfg.overlay)
+    if cfg.format == "ids":
         print("\n".join(c.id for c in expand(spec, ov)))
         return 0
-    res = resolve_matrix(spec, ov)
-    if args["format"] == "json":
+    res = resolve_cells(expand(spec, ov), desc=f"matrix {spec.name}")
+    if cfg.format == "json":
         import json  # noqa: PLC0415
 
         from .render import as_dict  # noqa: PLC0415
@@ -578,14 +592,31 @@ def _main(argv: list[str]) -> int:
         rows = [{"id": r.cell.id, "command": r.cell.command(), "outcome": r.outcome, "error": r.error,
                  "selection": as_dict(r.selection) if r.selection else None} for r in res]  # fmt: skip
         print(json.dumps(rows, indent=2))
-    elif args["format"] == "text":
-        print(matrix_text(res, f"matrix {spec.name}, overlays {list(ov)}"), end="")
     else:
-        raise KSelectError(f"matrix: format={args['format']!r}; allowed: text, ids, json")
+        print(matrix_text(res, f"matrix {spec.name}, overlays {list(ov)}"), end="")
     return 0
 
 
-if __name__ == "__main__":
-    from .cli import run_cli
+def main(argv: list[str]) -> int:
+    """In-process `kselect matrix` (tests)."""
+    from .app import compose_args  # noqa: PLC0415
 
-    run_cli(_main)
+    _store_args()
+    return matrix_task(compose_args("matrix", "kselect_matrix", argv, RENAMED))
+
+
+def _store_args() -> None:
+    from hydra.core.config_store import ConfigStore  # noqa: PLC0415
+
+    ConfigStore.instance().store(name="kselect_matrix", node=MatrixArgs)
+
+
+def cli() -> None:
+    from .app import run_app  # noqa: PLC0415
+
+    _store_args()
+    run_app("matrix", matrix_task, doc=matrix_task.__doc__, config_name="kselect_matrix", renamed=RENAMED)
+
+
+if __name__ == "__main__":
+    cli()

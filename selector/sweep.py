@@ -38,11 +38,13 @@ import json
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from .api import CONF_DIR, validate
+from .app import run_app, task_overrides
+from .cli import report_error
 from .errors import KSelectError, SelectionError
 from .matrix import load_matrix
 from .render import as_dict
@@ -85,28 +87,46 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     return record
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def _job(cfg: DictConfig) -> None:
+def job(cfg: DictConfig) -> int:
+    """One job of the sweep. Under -m it writes selection.json into its output directory; a plain
+    run (no -m) prints the record instead and writes nothing, unless hydra.run.dir=<dir> names one."""
     hc = HydraConfig.get()
-    record = run_job(cfg, list(hc.overrides.task))
-    record["job"] = {"num": hc.job.num, "launcher": hc.runtime.choices.get("hydra/launcher")}
+    record = run_job(cfg, task_overrides())
+    num = OmegaConf.select(hc, "job.num", default=None, throw_on_missing=False)  # missing outside -m
+    record["job"] = {"num": num, "launcher": hc.runtime.choices.get("hydra/launcher")}
     out = Path(hc.runtime.output_dir)
-    (out / "selection.json").write_text(json.dumps(record, indent=2) + "\n")
+    if hc.mode == RunMode.RUN and out.resolve() == Path.cwd().resolve():
+        print(json.dumps(record, indent=2))
+        return 0
+    write_atomic(out / "selection.json", json.dumps(record, indent=2) + "\n")
     groups = record.get("selection", {}).get("groups", [])
     summary = ", ".join(f"{g['kind']}={g['backend']}" for g in groups if not g["draft"]) or record.get("error", "").split("\n")[0]
-    print(f"[kselect job {hc.job.num}] {' '.join(record['overrides'])}: {record['outcome']}: {summary}")
+    print(f"[kselect job {num}] {' '.join(record['overrides'])}: {record['outcome']}: {summary}")
+    return 0
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def main() -> None:
     argv = []
     for a in sys.argv[1:]:
         if a.startswith("matrix="):
-            argv += matrix_overrides(a.split("=", 1)[1])
+            try:
+                argv += matrix_overrides(a.split("=", 1)[1])
+            except KSelectError as e:
+                report_error(e)
+                sys.exit(2)
         else:
             argv.append(a)
     sys.argv[1:] = argv
-    _job()
+    run_app("sweep", job, doc=__doc__, config_dir=CONF_DIR, config_name="config", renamed=RENAMED)
 
+
+RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
 
 if __name__ == "__main__":
     main()

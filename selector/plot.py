@@ -2,14 +2,15 @@
 and a PNG (matplotlib, Agg).
 
     kselect plot                                        # smoke matrix, base rules
-    kselect plot matrix=golden overlays=[pr53175] out=plots/pr53175
-    kselect plot a='[]' b='[pr48666]' out=plots/pr48666   # what #48666 changes
-    kselect plot matrix=default where.pin=auto where.dtype=bfloat16 a='[]' b='[pr48666]'
+    kselect plot matrix=golden overlay=[pr53175] out=plots/pr53175
+    kselect plot b.overlay=[pr48666] out=plots/pr48666   # what #48666 changes
+    kselect plot matrix=default where.pin=auto where.dtype=bfloat16 b.overlay=[pr48666]
 
-Arguments (key=value): matrix (default smoke), overlays (one overlay set), a and b (a diff: b is
-drawn, changes against a are marked), out (path without extension, default
-`kselect-matrix`; writes <out>.png and <out>.html), title, where.<axis>=v1,v2 (keep only these
-values of an axis: big matrices need it).
+A Hydra app (structured config `kselect_plot`): matrix (default smoke), overlay (one overlay
+set), a.overlay and b.overlay (a diff: b is drawn, changes against a are marked; a.overlay
+defaults to []), out (path without extension, default `kselect-matrix`; writes <out>.png and
+<out>.html), title, where.<axis>=value or =[v1,v2] (keep only these values of an axis: big
+matrices need it).
 
 Layout: one grid per model; rows are platforms, columns KV-cache dtypes (and scales). Inside a
 cell, one sub-cell per combination of the other axes (spec-decode, multimodal, dtype, pin),
@@ -30,9 +31,13 @@ import io
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
-from .cli import run_cli
+from hydra.core.config_store import ConfigStore
+
+from .app import compose_args, run_app
 from .diff import diff_cell
 from .errors import KSelectError
 from .matrix import AXES, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
@@ -367,47 +372,91 @@ def filter_spec(spec: MatrixSpec, where: dict[str, list]) -> MatrixSpec:
 
 def build(spec: MatrixSpec, overlays=(), a=None, b=None) -> tuple[Grid, str, str]:
     if b is not None:
-        ra = resolve_cells(expand(spec, a or ()))
-        rb = resolve_cells(expand(spec, b))
+        ra = resolve_cells(expand(spec, a or ()), desc="plot: a")
+        rb = resolve_cells(expand(spec, b), desc="plot: b")
         grid = Grid(spec, rb, ra)
         n = sum(1 for r in rb if (c := grid.change(r)) is not None and c.changed)
         return grid, f"kselect diff {list(a or ())} → {list(b)} over matrix {spec.name}", f"{n} of {len(rb)} cells changed"
-    res = resolve_cells(expand(spec, overlays))
+    res = resolve_cells(expand(spec, overlays), desc="plot")
     inv = sum(r.outcome == "invalid" for r in res)
     return Grid(spec, res), f"kselect matrix {spec.name}, overlays {list(overlays)}", f"{len(res)} cells, {inv} invalid"
 
 
-def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
+@dataclass
+class PlotSide:
+    overlay: Optional[list[str]] = None  # noqa: UP045 - OmegaConf reads the annotation
+
+
+@dataclass
+class Where:
+    """Keep only these values of an axis: where.platform=sm90 or where.kv_cache=[fp8,fp8_e4m3]."""
+
+    platform: Any = None
+    model: Any = None
+    dtype: Any = None
+    kv_cache: Any = None
+    scales: Any = None
+    spec_decode: Any = None
+    multimodal: Any = None
+    pin: Any = None
+
+
+@dataclass
+class PlotArgs:
+    matrix: str = "smoke"
+    overlay: list[str] = field(default_factory=list)  # the matrix picture's overlay set
+    a: PlotSide = field(default_factory=lambda: PlotSide(overlay=[]))
+    b: PlotSide = field(default_factory=PlotSide)  # b.overlay given: a diff, b drawn, changes against a marked
+    out: str = "kselect-matrix"
+    title: str = ""
+    where: Where = field(default_factory=Where)
+
+
+ConfigStore.instance().store(name="kselect_plot", node=PlotArgs)
+RENAMED = {
+    "overlays": "write overlay=[pr48666,...]",
+    "a": "write a.overlay=[...] (and b.overlay=[...] for the other side of the diff)",
+    "b": "write b.overlay=[...] (a.overlay defaults to [])",
+}
+
+
+def task(cfg) -> int:
     where = {}
-    rest = []
-    for x in argv:
-        if x.startswith("where."):
-            k, _, v = x[6:].partition("=")
-            where[k] = [s.strip() for s in v.split(",") if s.strip()]
-        else:
-            rest.append(x)
-    args = cli_args(rest, {"matrix": "smoke", "overlays": "[]", "a": "", "b": "", "out": "kselect-matrix", "title": ""}, "kselect plot")
-    spec = filter_spec(load_matrix(args["matrix"]), where)
-    if bool(args["a"]) != bool(args["b"]):
-        raise KSelectError("plot: a diff needs both a=... and b=...")
-    if args["b"]:
-        grid, title, summary = build(spec, a=parse_overlays(args["a"]), b=parse_overlays(args["b"]))
+    for axis, v in cfg.where.items():
+        if v is not None:
+            vals = list(v) if not isinstance(v, (str, int, float, bool)) else [v]
+            where[axis] = [str(x).lower() if isinstance(x, bool) else str(x) for x in vals]
+    spec = filter_spec(load_matrix(cfg.matrix), where)
+    if cfg.b.overlay is not None:
+        grid, title, summary = build(spec, a=tuple(cfg.a.overlay or ()), b=tuple(cfg.b.overlay))
     else:
-        grid, title, summary = build(spec, parse_overlays(args["overlays"]))
-    title = args["title"] or title
+        grid, title, summary = build(spec, tuple(cfg.overlay))
+    title = cfg.title or title
     if where:
         summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
     png = render_png(grid, f"{title} — {summary}")
-    out = Path(args["out"])
+    out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".png").write_bytes(png)
-    out.with_suffix(".html").write_text(render_html(grid, title, png, summary))
+    _write_atomic(out.with_suffix(".png"), png)
+    _write_atomic(out.with_suffix(".html"), render_html(grid, title, png, summary).encode())
     print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.html')} ({summary})")
     return 0
 
 
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def main(argv: list[str]) -> int:
+    """In-process `kselect plot` (tests)."""
+    return task(compose_args("plot", "kselect_plot", argv, RENAMED))
+
+
+def cli() -> None:
+    run_app("plot", task, doc=__doc__, config_name="kselect_plot", renamed=RENAMED)
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

@@ -108,17 +108,17 @@ def cli(capsys, *args: str) -> tuple[int, str]:
 
 
 def test_cli_markdown_json_and_check(capsys):
-    code, out = cli(capsys, "a=[]", "b=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
+    code, out = cli(capsys, "b.overlay=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
     assert code == 1
-    assert out.startswith("**kselect diff a=[] b=[pr48666] over matrix smoke")
+    assert out.startswith("**kselect diff [] -> [pr48666] over matrix smoke")
     assert "**all groups: TRITON_ATTN -> FLASH_ATTN v4**" in out
     assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=true`" in out
-    code, out = cli(capsys, "a=[pr48666]", "b=[pr48666,pr52987]", "matrix=smoke", "format=json")
+    code, out = cli(capsys, "a.overlay=[pr48666]", "b.overlay=[pr48666,pr52987]", "matrix=smoke", "format=json")
     d = json.loads(out)
     assert code == 0 and d["summary"]["changed"] > 0 and d["blocks"][0]["cells"]
-    code, out = cli(capsys, "a=[]", "b=[pr48666,pr52987]", "matrix=smoke", "check=true")
+    code, out = cli(capsys, "b.overlay=[pr48666,pr52987]", "matrix=smoke", "check=true")
     assert code == 0 and "no cell changed" in out
-    bad = run("a=[]", "frob=1")  # the CLI's exit status for a bad argument
+    bad = run("frob=1")  # the CLI's exit status for a bad argument
     assert bad.returncode == 2 and "frob" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -139,14 +139,14 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     repo = f"repo={conf_repo}"
     rules = conf_repo / "conf" / "rules" / "base.yaml"
     rules.write_text("# a comment changes nothing\n" + rules.read_text())
-    code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=smoke", repo, "check=true")
     assert code == 0 and "no cell changed" in out, out
     caps = conf_repo / "conf" / "capabilities" / "default.yaml"
     text = caps.read_text()
     fi_blocks = "  kernel_block_sizes: [16, 32, 64]"  # FLASHINFER's
     assert text.count(fi_blocks) == 1
     caps.write_text(text.replace(fi_blocks, "  kernel_block_sizes: [32, 64]", 1))
-    code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "format=json", "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=smoke", repo, "format=json", "check=true")
     assert code == 1
     d = json.loads(out)
     [block] = [b for b in d["blocks"] if b["kind"] == "selection"]
@@ -154,9 +154,9 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     assert block["details"][0] == {"change": "sliding_window: kernel block 16 -> 32, kv block 16 -> 32", "where": None}
     # git:<rev>:[overlays] and worktree:[overlays]
     # (under pr48666 those cells run FA4, so FLASHINFER's block sizes no longer matter)
-    code, out = cli(capsys, "a=git:HEAD:[pr48666]", "b=worktree:[pr48666]", repo, "matrix=smoke", "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "a.overlay=[pr48666]", repo, "matrix=smoke", "check=true")
     assert code == 0 and "no cell changed" in out, out
-    code, out = cli(capsys, "a=git:HEAD", "b=worktree:[pr48666]", repo, "matrix=smoke")
+    code, out = cli(capsys, "a.conf=git:HEAD", "b.overlay=[pr48666]", repo, "matrix=smoke")
     assert code == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in out
     with pytest.raises(KSelectError, match="git archive nope"):
-        diff_main(["a=git:nope", "b=worktree", repo])
+        diff_main(["a.conf=git:nope", repo])

@@ -18,7 +18,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def test_diff_picture(tmp_path, capsys):
     out = tmp_path / "pr48666"
-    assert main(["a=[]", "b=[pr48666]", f"out={out}"]) == 0
+    assert main(["b.overlay=[pr48666]", f"out={out}"]) == 0
     assert "20 of 48 cells changed" in capsys.readouterr().out
     w, h = _png_size(out.with_suffix(".png").read_bytes())
     assert 600 < w < 3000 and 600 < h < 4000
@@ -43,7 +43,7 @@ def test_matrix_picture_with_filter_and_warnings(tmp_path):
 
 
 def test_bad_arguments():
-    with pytest.raises(KSelectError, match="a diff needs both"):
+    with pytest.raises(KSelectError, match="old spelling; write a.overlay"):
         main(["a=[]"])
     with pytest.raises(KSelectError, match="matches none"):
         main(["where.platform=sm91"])

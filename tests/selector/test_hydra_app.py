@@ -1,0 +1,96 @@
+"""Every `kselect <command>` that takes overrides is a real Hydra app: --cfg job, Hydra's --help,
+-m with two values and hydra.run.dir=X behave as in any Hydra app; a plain run leaves nothing
+behind; old spellings of the overlay key exit 2 naming the new one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kselect(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "kselect", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_cfg_job_prints_the_composed_config_and_resolves_nothing(tmp_path):
+    p = kselect("select", "--cfg", "job", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cfg = yaml.safe_load(p.stdout)
+    assert cfg["platform"]["name"] == "sm90" and cfg["kv_cache"]["dtype"] == "fp8" and cfg["model"]["name"] == "gemma4_31b"
+    assert "backend" not in p.stdout.split("attention:")[0]  # no selection table
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no log
+
+
+def test_help_is_hydras_with_the_commands_text(tmp_path):
+    p = kselect("claims", "--help", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("List the capability claims")
+    assert "== Configuration groups ==" in p.stdout and "platform: auto, cpu, sm100" in p.stdout
+    d = kselect("diff", "--help", cwd=tmp_path)
+    assert d.returncode == 0 and "a:\n  conf: worktree\n  overlay: []" in d.stdout
+
+
+def test_multirun_two_values_and_run_dir(tmp_path):
+    sweep_dir = tmp_path / "sw"
+    p = kselect("select", "-m", "platform=sm80,sm90", "model=gemma4_31b", "output=json", f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "#0 : platform=sm80" in p.stdout and "#1 : platform=sm90" in p.stdout  # Hydra's launcher log
+    docs = [json.loads(d) for d in re.findall(r"^\{$.*?^\}$", p.stdout, re.M | re.S)]
+    assert [d["environment"]["platform"] for d in docs] == ["sm80", "sm90"]
+    assert sorted(x.name for x in sweep_dir.iterdir()) == ["0", "1", "multirun.yaml"]
+    assert (sweep_dir / "1" / ".hydra" / "overrides.yaml").is_file()
+    run_dir = tmp_path / "X"
+    p = kselect("select", "platform=sm90", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert p.returncode == 0 and "FLASH" in p.stdout
+    assert yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) == ["platform=sm90"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["X", "sw"]
+
+
+def test_diff_multirun_one_diff_per_value(tmp_path):
+    p = kselect("diff", "-m", "b.overlay=[pr48666],[pr53175]", "matrix=smoke", f"hydra.sweep.dir={tmp_path / 'm'}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    heads = [x for x in p.stdout.splitlines() if x.startswith("kselect diff")]
+    assert [h.split(" over ")[0] for h in heads] == ["kselect diff [] -> [pr48666]", "kselect diff [] -> [pr53175]"]
+
+
+def test_sweep_without_multirun_prints_one_record_and_writes_nothing(tmp_path):
+    p = kselect("sweep", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["outcome"] == "ok" and rec["overrides"][0] == "platform=sm90"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "cmd, args, new",
+    [
+        ("select", ["overlays=[pr48666]"], "overlay=[pr48666"),
+        ("matrix", ["overlays=[pr48666]"], "overlay=[pr48666"),
+        ("diff", ["a=[]", "b=[pr48666]"], "a.overlay=[...]"),
+        ("plot", ["b=[pr48666]"], "b.overlay=[...]"),
+    ],
+)
+def test_old_overlay_spellings_exit_2_naming_the_new_one(tmp_path, cmd, args, new):
+    p = kselect(cmd, *args, cwd=tmp_path)
+    assert p.returncode == 2 and "old spelling" in p.stderr and new in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def test_hydra_compose_errors_are_one_paragraph_exit_2(tmp_path):
+    for args in (["model=nope"], ["limit=abc"]):
+        p = kselect("select" if args[0].startswith("model") else "diff", *args, cwd=tmp_path)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "gemma4_31b" in kselect("select", "model=nope", cwd=tmp_path).stderr  # names what is allowed
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,69 @@
+"""The review recipe (bench/review/conf_diff.sh, called by .github/workflows/kselect-diff.yml and
+the pre-commit hook) on a throwaway git repository: a conf/ change against its base."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from kselect.selector.api import CONF_DIR
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "review" / "conf_diff.sh"
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True)
+
+
+def recipe(repo: Path, *args: str, summary: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KSELECT": f"{sys.executable} -m kselect"}
+    env.pop("GITHUB_BASE_REF", None)
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    if summary is not None:
+        env["GITHUB_STEP_SUMMARY"] = str(summary)
+    return subprocess.run(["bash", str(SCRIPT), *args, "matrix=smoke"], cwd=repo, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_conf_change_against_its_base(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(CONF_DIR, repo / "conf", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "conf")
+    git(repo, "commit", "-qm", "conf")
+    p = recipe(repo)
+    assert p.returncode == 0, p.stderr
+    assert "No cell changed" in p.stdout
+    # a PR branch changes FLASHINFER's kernel blocks
+    git(repo, "checkout", "-qb", "pr")
+    caps = repo / "conf" / "capabilities" / "default.yaml"
+    text = caps.read_text()
+    assert text.count("  kernel_block_sizes: [16, 32, 64]") == 1
+    caps.write_text(text.replace("  kernel_block_sizes: [16, 32, 64]", "  kernel_block_sizes: [32, 64]", 1))
+    git(repo, "commit", "-qam", "FLASHINFER blocks")
+    summary = tmp_path / "summary.md"
+    p = recipe(repo, "main", summary=summary)
+    assert p.returncode == 1, p.stderr  # check=true: something moved
+    assert p.stdout.startswith("**kselect diff git:")
+    assert "sliding_window: kernel block 16 -> 32, kv block 16 -> 32" in p.stdout
+    assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=false`" in p.stdout
+    published = summary.read_text()
+    assert published.startswith("### kselect: what this conf/ change does (base main = ") and p.stdout.strip() in published
+    # a bad base revision: exit 2, one line
+    bad = recipe(repo, "nope")
+    assert bad.returncode == 2 and "base revision 'nope' not found" in bad.stderr
+
+
+def test_workflow_and_hook_call_the_script():
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "kselect-diff.yml").read_text())
+    assert wf[True]["pull_request"]["paths"] == ["conf/**"]  # YAML 1.1 reads the key `on` as True
+    steps = wf["jobs"]["conf-diff"]["steps"]
+    assert any("bench/review/conf_diff.sh" in s.get("run", "") for s in steps)
+    [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["entry"] == "bench/review/conf_diff.sh" and hook["files"] == "^conf/" and os.access(SCRIPT, os.X_OK)

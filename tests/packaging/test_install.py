@@ -1,0 +1,127 @@
+"""Both installs work from any directory: a wheel built from the checkout, installed into a fresh
+venv, runs the README's selector and diff commands from an empty directory; the distribution
+provides no top-level import name but `kselect`; a separate top-level package named `kernels`
+(as Hugging Face's) imports and works beside it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "kselect", "selector", "backends", "kernels", "gemma4", "conf")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
+
+
+def _setuptools_ok() -> bool:
+    try:
+        import setuptools  # noqa: PLC0415
+
+        return int(setuptools.__version__.split(".")[0]) >= 68
+    except ImportError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of the checkout's sources (the build leaves nothing in the checkout)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in SOURCES:
+        p = ROOT / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(p, src / name)
+    out = tmp_path_factory.mktemp("wheel")
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)]
+    if _setuptools_ok():
+        cmd.insert(5, "--no-build-isolation")  # no network needed
+    subprocess.run(cmd, check=True, capture_output=True, env=_env(), timeout=600)
+    [whl] = out.glob("kselect-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv (the dependencies come from this interpreter's site-packages) holding the wheel."""
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True, env=_env(), timeout=600)  # fmt: skip
+    return env_dir
+
+
+def test_wheel_has_one_top_level_name(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        files = [line.split(",")[0] for line in z.read(record).decode().splitlines() if line]
+    tops = {f.split("/")[0] for f in files}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"kselect"}
+    for must in ("kselect/conf/config.yaml", "kselect/conf/model/gemma4_31b.yaml", "kselect/selector/api.py",
+                 "kselect/kernels/reference.py", "kselect/gemma4/__main__.py"):
+        assert must in files
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_from_an_empty_directory(installed, tmp_path):
+    kselect = installed / "bin" / "kselect"
+    run = lambda *a: subprocess.run([str(kselect), *a], cwd=tmp_path, capture_output=True, text=True,  # noqa: E731
+                                    timeout=300, env=_env())
+    p = run("select", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
+    assert p.returncode == 0, p.stderr
+    assert "FLASHINFER" in p.stdout
+    d = run("diff", "b.overlay=[pr48666]", "matrix=smoke", "format=markdown")
+    assert d.returncode == 0, d.stderr
+    assert d.stdout.startswith("**kselect diff [] -> [pr48666] over matrix smoke")
+    where = subprocess.run([str(installed / "bin" / "python"), "-c", "import kselect.selector.api as a; print(a.CONF_DIR)"],
+                           cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
+    assert where.stdout.strip().startswith(str(installed)), where  # the wheel's copy, not the checkout
+    assert list(tmp_path.iterdir()) == []
+
+
+KERNELS_CHECK = (
+    "import importlib.util, kernels, kselect.kernels.reference, kselect.selector.api\n"
+    "from kernels import get_kernel\n"
+    "print(get_kernel('x'), kernels.__file__, kselect.kernels.reference.__name__,\n"
+    "      [n for n in ('selector', 'backends', 'gemma4', 'conf') if importlib.util.find_spec(n)])\n"
+)
+
+
+def _fake_hub_kernels(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    (site / "kernels").mkdir(parents=True)
+    (site / "kernels" / "__init__.py").write_text("def get_kernel(name):\n    return f'hub:{name}'\n")
+    return site
+
+
+@pytest.mark.parametrize("install", ["editable", "wheel"])
+def test_a_separate_kernels_package_works_beside_kselect(install, request, tmp_path):
+    """Hugging Face's `kernels` is a top-level package; kselect's kernels are `kselect.kernels`.
+    From any directory both import; kselect adds no other top-level name. `editable` is this
+    interpreter's install of kselect (`pip install -e .`), `wheel` the wheel in a fresh venv."""
+    site = _fake_hub_kernels(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    py = sys.executable if install == "editable" else str(request.getfixturevalue("installed") / "bin" / "python")
+    p = subprocess.run([py, "-c", KERNELS_CHECK], cwd=work, capture_output=True, text=True, timeout=120,
+                       env=_env(PYTHONPATH=str(site)))
+    if install == "editable" and "No module named 'kselect'" in p.stderr:
+        pytest.skip("kselect is not installed in this interpreter (pip install -e .)")
+    assert p.returncode == 0, p.stderr
+    hub, path, ours, others = p.stdout.split(maxsplit=3)
+    assert hub == "hub:x" and path.startswith(str(site)) and ours == "kselect.kernels.reference"
+    assert others.strip() == "[]"

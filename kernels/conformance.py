@@ -268,10 +268,24 @@ def families(ids: list[str]) -> list[list[str]]:
 
 
 def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    """kselect's own commit (+dirty): git -C the checkout holding this file, trusted only when that
+    checkout is the repository's top level (not a copy inside another repository); else the
+    `git archive` stamp kselect/COMMIT, else "unknown"."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*a: str) -> str | None:
+        try:
+            p = subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top and os.path.realpath(top) == os.path.realpath(root):
+        return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    stamp = os.path.join(root, "kselect", "COMMIT")
+    text = open(stamp).read().strip() if os.path.isfile(stamp) else ""
+    return text[:12] if text and not text.startswith("$Format") else "unknown"
 
 
 if __name__ == "__main__":

@@ -182,10 +182,12 @@ def main(argv: list[str]) -> int:
                     row["draft_logit_rel_err"] = draft_logit_error(model, d, c_sel, plain_sel, prompts, calib, opts)
                 row["k_scale_range"] = [min(s[0] for s in scales.values()), max(s[0] for s in scales.values())]
             rows += r
+    from kselect.provenance import provenance  # the project's commit and tool versions
+
     meta = dict(model=cfg.model.name, source=source, device=str(model.device), batch=opts.batch,
                 prompt_len=opts.prompt_len, new=opts.new, k=opts.k, temperature=opts.temperature, repeats=opts.repeats,
                 when=time.strftime("%Y-%m-%d %H:%M:%S"), environment=sel.environment, overrides=overrides,
-                warnings=sorted(set(warnings)))
+                warnings=sorted(set(warnings)), **provenance())
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / "bench_mtp.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2, default=str))
     md = markdown(meta, rows)

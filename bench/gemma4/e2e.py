@@ -58,14 +58,11 @@ def first_line(e: BaseException) -> str:
 
 # ---------------------------------------------------------------------------- environment
 def environment(argv: list[str]) -> dict:
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:  # noqa: BLE001
-            return ""
+    from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
 
+    own = project_commit()
     env = dict(command=" ".join([sys.executable.rsplit("/", 1)[-1], "bench/gemma4/e2e.py", *argv]),
-               git_commit=git("rev-parse", "HEAD"), git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
+               git_commit=own["commit"], git_dirty=own["dirty"], commit_source=own["commit_source"], versions=versions(),
                torch=str(torch.__version__), python=_platform.python_version(), host=_platform.node(),
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     for mod in ("transformers", "triton"):

@@ -119,7 +119,9 @@ def main(argv: list[str]) -> int:
               f"({'ok' if c['ok'] else 'ABOVE'} the {c['bar']:g} bar)")
     if opts.json:
         opts.json.parent.mkdir(parents=True, exist_ok=True)
-        opts.json.write_text(json.dumps(dict(res, source=source, overrides=overrides), indent=1))
+        from kselect.provenance import provenance  # the project's commit and tool versions
+
+        opts.json.write_text(json.dumps(dict(res, source=source, overrides=overrides, **provenance()), indent=1))
     return 0
 
 

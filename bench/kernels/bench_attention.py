@@ -252,7 +252,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     rows = []
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=str(torch.__version__), page=args.page)
+    from kselect.provenance import provenance  # the project's commit and tool versions
+
+    meta = dict(gpu=torch.cuda.get_device_name(), torch=str(torch.__version__), page=args.page, **provenance())
     meta.update(ceilings(args.reps))
     print(f"[{time.time() - t0:5.0f}s] ceilings: copy {meta['copy_gbs']:.0f} GB/s (read+write), "
           f"bf16 GEMM {meta['bf16_gemm_tflops']:.0f} TFLOP/s", flush=True)

@@ -97,11 +97,14 @@ def main() -> int:
         r[key]["cells_per_s"] = len(cells) / r[key]["median_s"]
     r["matrix_diff_base_vs_pr48666"] = timed(lambda: diff_results(spec, results[()], results[("pr48666",)]), a.repeat)[0]
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "selector", "conf"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
+
+    own = project_commit(ROOT)
     meta = {
         "command": " ".join(shlex.quote(x) for x in [Path(sys.executable).name, *sys.argv]),
-        "commit": commit + (" (+ uncommitted changes in selector/ or conf/)" if dirty else ""),
+        "commit": own["commit"] + (" (+ uncommitted changes)" if own["dirty"] else ""),
+        "commit_source": own["commit_source"],
+        "versions": versions(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs".replace("  ", " "),

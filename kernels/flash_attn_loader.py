@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from typing import NamedTuple
 
 VLLM_PKG = "vllm.vllm_flash_attn"  # vLLM's FA3 library and FA4 fork: only this part of vLLM is needed
@@ -38,10 +39,21 @@ def _load(module: str, need: str, *, shown: str | None = None, cute: bool = Fals
     """Import `module`, or raise one ImportError line saying what `need`s it and where to get it."""
     if cute:  # the CuTe-DSL compile cache makes later processes skip the 2-6 s JIT per kernel variant
         os.environ.setdefault("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1")
+        quiet_cute_aux_data()
     try:
         return importlib.import_module(module)
     except ImportError as e:
         raise ImportError(f"{need} (module {shown or module}, see README 'GPU kernels'): {e}") from e
+
+
+def quiet_cute_aux_data() -> None:
+    """Silence one known CuTe-DSL UserWarning. Every FA4 compile passes the kernel's `aux_data`
+    argument (a Python object the DSL cannot turn into a JIT argument); the DSL then treats it as a
+    compile-time value and warns, once per kernel variant, in a paragraph-long message. The kernels
+    are unaffected (every FA4 claim kselect relies on is checked against the reference in
+    conf/conformance/nvidia_h200.yaml), so only that message is filtered; any other warning shows."""
+    warnings.filterwarnings("ignore", message=r"Argument aux_data \(position \d+\) cannot be converted to a JitArgument",
+                            category=UserWarning)
 
 
 def fa3_build_choice(choice: str | None = None) -> str:

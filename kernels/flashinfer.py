@@ -17,6 +17,9 @@ for SM90 only, MAX_JOBS sets parallel nvcc). Compiled modules are cached under F
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+import time
 
 import torch
 
@@ -46,6 +49,24 @@ def paged_kv_layout(block_table: torch.Tensor, seqused_k: torch.Tensor, page_siz
     return indptr, indices, last
 
 
+_PLANNED: set[tuple] = set()  # FlashInfer variants this process has planned
+
+
+def jit_cache_dir() -> str:
+    return os.path.join(os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~"), ".cache", "flashinfer")
+
+
+def announce_jit(variant: tuple) -> None:
+    """One line on stderr before the first plan of a variant: FlashInfer may JIT-compile it now, and
+    a silent 30-150 s compile looks like a hang."""
+    q, kv, _, d, window = variant
+    name = lambda t: str(t).removeprefix("torch.")  # noqa: E731
+    print(f"kselect: FlashInfer {name(q)} q / {name(kv)} KV, head {d}{', window' if window else ''}: first use in this "
+          f"process; unless cached in {jit_cache_dir()}, nvcc compiles it now (30-150 s on the H200; "
+          f"FLASHINFER_CUDA_ARCH_LIST={os.environ.get('FLASHINFER_CUDA_ARCH_LIST', 'unset')}, "
+          f"MAX_JOBS={os.environ.get('MAX_JOBS', 'unset')})", file=sys.stderr, flush=True)
+
+
 class PagedAttention:
     """A planned FlashInfer paged-attention call; `plan` again whenever the batch changes.
 
@@ -69,10 +90,19 @@ class PagedAttention:
     def plan(self, cu_seqlens_q, seqused_k, block_table, *, num_q_heads: int, num_kv_heads: int, head_dim: int,
              page_size: int, softmax_scale: float, window_left: int, q_dtype, kv_dtype, out_dtype) -> None:
         indptr, indices, last = paged_kv_layout(block_table, seqused_k, page_size)
+        variant = (q_dtype, kv_dtype, out_dtype, head_dim, window_left >= 0)
+        first = variant not in _PLANNED
+        if first:
+            _PLANNED.add(variant)
+            announce_jit(variant)
+        t0 = time.perf_counter()
         self.wrapper.plan(
             cu_seqlens_q.to(torch.int32), indptr, indices, last, num_q_heads, num_kv_heads, head_dim, page_size,
             causal=True, sm_scale=softmax_scale, window_left=window_left, q_data_type=q_dtype,
             kv_data_type=kv_dtype, o_data_type=out_dtype)
+        if first and time.perf_counter() - t0 > 5:
+            print(f"kselect: FlashInfer module ready after {time.perf_counter() - t0:.0f} s (compiled; cached for "
+                  "later processes)", file=sys.stderr, flush=True)
 
     def launch_shape(self) -> str:
         """The plan's launch parameters (grid, splits): a CUDA graph replays the ones it captured."""

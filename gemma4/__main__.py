@@ -44,8 +44,17 @@ class RunError(Exception):
 
 
 def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
-    ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0],
-                                 epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
+    ap = _parser()
+    opts, overrides = ap.parse_known_args(argv)
+    bad = [o for o in overrides if o.startswith("-")]
+    if bad:
+        ap.error(f"unknown option(s) {bad}")
+    return overrides, opts
+
+
+def _parser(add_help: bool = True) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0], add_help=add_help,
+                                 allow_abbrev=False, epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -58,11 +67,7 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     ap.add_argument("--no-check", action="store_true", help="skip the TORCH_REFERENCE numerics check")
     ap.add_argument("--drafter", help="spec_decode=mtp: an HF Gemma4AssistantForCausalLM folder (default: seeded "
                     "tiny drafters with the preset's drafter: shapes)")
-    opts, overrides = ap.parse_known_args(argv)
-    bad = [o for o in overrides if o.startswith("-")]
-    if bad:
-        ap.error(f"unknown option(s) {bad}")
-    return overrides, opts
+    return ap
 
 
 # ---------------------------------------------------------------------------- steps
@@ -120,11 +125,12 @@ def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
     return [[bos] + tok.encode(t).ids for t in texts]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) -> int:
+    """argv: overrides and --options; with opts (already parsed), argv holds only the overrides."""
     from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, reference_groups
     from kselect.selector.render import table
 
-    overrides, opts = parse(sys.argv[1:] if argv is None else argv)
+    overrides, opts = parse(sys.argv[1:] if argv is None else argv) if opts is None else (list(argv or ()), opts)
     t_start = time.perf_counter()
     cfg, sel = select(overrides)
     print(table(sel))
@@ -216,26 +222,29 @@ def _positive_int(text: str) -> int:
 
 
 def cli() -> None:
-    try:
-        code = main()
-    except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
-        from kselect.backends.base import BackendUnavailableError
-        from kselect.gemma4.checkpoint import CheckpointError
+    """`kselect run` is a Hydra app (kselect/selector/app.py) over conf/config.yaml: the --options
+    above are taken off the command line first, everything else (overrides, --cfg, --help, -m,
+    hydra.*) goes to Hydra."""
+    from kselect.backends.base import BackendUnavailableError
+    from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.selector.api import CONF_DIR
+    from kselect.selector.app import run_app, task_overrides
+    from kselect.selector.cli import report_error
 
+    ap = _parser(add_help=False)
+    opts, rest = ap.parse_known_args(sys.argv[1:])
+    sys.argv[1:] = rest
+
+    def task(cfg) -> int:
         try:
-            from kselect.selector.cli import report_error
-            from kselect.selector.errors import KSelectError
-        except ImportError:  # pragma: no cover
-            KSelectError = ()  # noqa: N806
+            return main(task_overrides(), opts)
+        except (RunError, CheckpointError, BackendUnavailableError) as e:  # one paragraph, not a traceback
+            report_error(e)
+            return 2
 
-            def report_error(err):
-                print(f"kselect: {err}", file=sys.stderr)
-
-        if not isinstance(e, (RunError, CheckpointError, KSelectError, BackendUnavailableError)):
-            raise
-        report_error(e)
-        code = 2
-    sys.exit(code)
+    opts_help = _parser(add_help=False).format_help()
+    doc = __doc__.rstrip() + "\n\nkselect run's own " + opts_help[opts_help.index("options:"):].rstrip()
+    run_app("run", task, doc=doc, config_dir=CONF_DIR, config_name="config")
 
 
 if __name__ == "__main__":

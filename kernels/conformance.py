@@ -193,8 +193,8 @@ def main(argv=None) -> int:
     ids = read_claims(args.claims)
 
     def record(cid, r):
-        results[cid] = r
-        print(f"{cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
+        results[cid] = r  # the [done/total] count is the progress of a run that takes minutes
+        print(f"[{len(results)}/{len(ids)}] {cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
         with open(args.out, "w") as f:  # after every claim: a timeout still leaves what was measured
             yaml.safe_dump(doc, f, sort_keys=False)
 

@@ -162,7 +162,11 @@ def free():
 
 
 def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
-    """Selected kernels vs TORCH_REFERENCE on the same cache layout and dtype (teacher-forced)."""
+    """The verdict: every attention call of the selected kernels vs TORCH_REFERENCE on the same inputs,
+    each kernel at its own bar (gemma4/attention_check.py). Also recorded: end-to-end logits vs an
+    all-reference run on the same cache layout and dtype (teacher-forced), drift that compounds over
+    the layers (information; the per-kernel bar does not apply to it)."""
+    from kselect.gemma4.attention_check import check_attention
     from kselect.kernels.tolerances import tolerance
 
     max_len = max(map(len, prompts)) + steps + 1
@@ -178,11 +182,16 @@ def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
     err = max_rel_error(got, want)
     out = dict(max_rel_err=err, prefill_rel_err=max_rel_error(got[:1], want[:1]),
                decode_rel_err=max_rel_error(got[1:], want[1:]) if len(got) > 1 else None,
-               tolerance=tol, verdict="ok" if err <= tol else WRONG, steps=len(res.steps),
+               logits_tolerance_info=tol, steps=len(res.steps),
                prompt_lens=[len(p) for p in prompts], cuda_graphs=res.cuda_graphs,
                argmax_agree=float((got.argmax(-1) == want.argmax(-1)).float().mean()), notes=res.notes)
-    if not math.isfinite(err):
-        out["verdict"] = WRONG
+    checks = check_attention(model, eng.groups, prompts, forced, max_len=max_len, kv_scales=eng.cache.scales())
+    out["attention_calls"] = [dict(group=c.group, backend=c.backend, calls=c.calls, max_rel_err=c.worst,
+                                   tolerance=c.tolerance, checked=c.checked, ok=c.ok) for c in checks]
+    out["tolerance"] = max((c.tolerance for c in checks if c.checked), default=tol)
+    out["verdict"] = "ok" if all(c.ok for c in checks) else WRONG
+    out["attention_max_rel_err"] = max((c.worst for c in checks if c.checked), default=None,
+                                       key=lambda e: math.inf if math.isnan(e) else e)
     if fp8:  # how far the FP8 cache itself is from a model-dtype cache (the quantization error)
         mdt = str(model.dtype).removeprefix("torch.")
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
@@ -341,23 +350,26 @@ def render_md(d: dict) -> str:
                  f"({p.get('decode_read_gb', 0):.1f} GB read per decode step), built in {p.get('build_s', 0):.1f} s"
                  + (f"; B1 decode roofline {p['roofline_b1_tok_s']:,.0f} tok/s" if p.get("roofline_b1_tok_s") else ""))
     L += ["", "## Selections: backends, numerics, KV capacity", "",
-          "| preset | selection | kv | sliding | full | numerics max rel err (prefill / decode) | verdict | "
+          "| preset | selection | kv | sliding | full | per-call attention max rel err (bar) | logits drift (prefill / decode) | verdict | "
           f"FP8 quant err | tokens in {o['capacity_gib']:g} GiB | one sequence, windowed sliding cache | bytes/token | "
           "note |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in d["selections"]:
         g = s.get("groups", {})
         be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}" if k in g else "")  # noqa: E731
         n = s.get("numerics") or {}
         num = (f"{_f(n.get('max_rel_err'), '.2e')} ({_f(n.get('prefill_rel_err'), '.1e')} / "
                f"{_f(n.get('decode_rel_err'), '.1e')})" if n else "")
+        calls = n.get("attention_calls") or []
+        per_call = ("" if not calls else "not compared (TORCH_REFERENCE is the reference)" if not any(c["checked"] for c in calls)
+                    else f"{_f(n.get('attention_max_rel_err'), '.2e')} ({_f(n.get('tolerance'), 'g')})")
         verdict = n.get("verdict", "")
         verdict = f"**{verdict}**" if verdict == WRONG else verdict
         note = "; ".join(filter(None, [f"same as {s['same_as']}" if s.get("same_as") else "",
                                        s.get("error", "")]))
         cap = s.get("capacity") or {}
         L.append(f"| {s['preset']} | {s['selection']} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
-                 f"{num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
+                 f"{per_call} | {num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
                  f"{_f((cap.get('one_sequence_windowed') or {}).get('tokens'))} | {_f(cap.get('bytes_per_token'))} | "
                  f"{note} |")
     L += ["", "## Throughput (tokens/s)", "",
@@ -507,7 +519,7 @@ def main(argv: list[str]) -> int:
                     nm = row["numerics"]
                     log(f"{preset} {sname} kv={kv}: {describe(groups)['sliding_window']['backend']} / "
                         f"{describe(groups)['full_attention']['backend']}: numerics max rel err "
-                        f"{nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
+                        f"per call {_f(nm.get('attention_max_rel_err'), '.2e')}, logits drift {nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
                 except Exception as e:  # noqa: BLE001
                     row["numerics"] = dict(error=first_line(e))
                     row["error"] = f"numerics: {first_line(e)}"

@@ -46,6 +46,9 @@ def test_e2e_smoke_writes_results(tmp_path):
         assert s["groups"]["sliding_window"]["backend"] and s["groups"]["full_attention"]["backend"]
         n = s["numerics"]
         assert n["verdict"] == "ok" and n["max_rel_err"] <= n["tolerance"] and n["steps"] == 4
+        # per-call check: on CPU every group runs the reference, which is reported as not compared
+        assert [(c["group"], c["checked"], c["ok"]) for c in n["attention_calls"]] == [
+            ("sliding_attention", False, True), ("full_attention", False, True)]
         assert s["capacity"]["tokens"] > 0
     cap = {s["kv"]: s["capacity"] for s in sels if s["selection"] == "base"}
     assert cap["fp8"]["bytes_per_token"] * 4 == cap["auto"]["bytes_per_token"]  # fp32 tiny model vs fp8

@@ -83,6 +83,13 @@ def select(overrides: list[str]):
     return cfg, resolve(cfg)
 
 
+def gpu_tiny_in_bf16(cfg, overrides: list[str]) -> bool:
+    """The tiny model's preset dtype is fp32 (for CPUs); on CUDA the main job runs it in bf16, unless
+    the command line names a dtype."""
+    named = any(o.lstrip("+~").startswith("model.dtype=") for o in overrides)
+    return cfg.platform.device == "cuda" and cfg.model.name == "gemma4_tiny" and cfg.model.dtype == "float32" and not named
+
+
 def build_model(cfg, seed: int):
     """(model, tokenizer, source description) for cfg.model on cfg.platform.device."""
     from kselect.gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
@@ -136,6 +143,11 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
     overrides, opts = parse(sys.argv[1:] if argv is None else argv) if opts is None else (list(argv or ()), opts)
     t_start = time.perf_counter()
     cfg, sel = select(overrides)
+    if gpu_tiny_in_bf16(cfg, overrides):
+        overrides = [*overrides, "model.dtype=bfloat16"]
+        cfg, sel = select(overrides)
+        print("model.dtype=bfloat16: on a GPU the bundled tiny model runs in bf16 so that the selected GPU kernels "
+              "run (in fp32 only TRITON_ATTN accepts it); pass model.dtype=float32 to keep fp32")
     print(table(sel))
     print()
 

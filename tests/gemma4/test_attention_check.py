@@ -78,3 +78,16 @@ def test_the_reference_is_not_compared_with_itself(model, monkeypatch):
     checks = run_check(model, monkeypatch, None, backend="TORCH_REFERENCE")
     assert all(not c.checked and c.ok and c.calls == 0 for c in checks)
     assert checks[0].line() == "sliding_attention: TORCH_REFERENCE is the reference itself; not compared"
+
+
+def test_gpu_main_job_runs_the_tiny_model_in_bf16():
+    """On CUDA the default main job would otherwise select Triton for an fp32 model and never touch
+    FA3/FA4/FlashInfer; the switch is printed and a named model.dtype wins."""
+    from kselect.gemma4.__main__ import gpu_tiny_in_bf16
+    from kselect.selector.api import compose
+
+    sm90 = compose(["platform=sm90"])
+    assert gpu_tiny_in_bf16(sm90, ["platform=sm90"])
+    assert not gpu_tiny_in_bf16(compose(["platform=sm90", "model.dtype=float32"]), ["platform=sm90", "model.dtype=float32"])
+    assert not gpu_tiny_in_bf16(compose(["platform=cpu"]), ["platform=cpu"])
+    assert not gpu_tiny_in_bf16(compose(["platform=sm90", "model=gemma4_e4b"]), ["platform=sm90", "model=gemma4_e4b"])

@@ -6,9 +6,10 @@ and a PNG (matplotlib, Agg).
     kselect plot b.overlay=[pr48666] out=plots/pr48666   # what #48666 changes
     kselect plot matrix=default where.pin=auto where.dtype=bfloat16 b.overlay=[pr48666]
 
-A Hydra app (structured config `kselect_plot`): matrix (default smoke), overlay (one overlay
-set), a.overlay and b.overlay (a diff: b is drawn, changes against a are marked; a.overlay
-defaults to []), out (path without extension, default `kselect-matrix`; writes <out>.png and
+A Hydra app (structured config `kselect_plot`): matrix (a diff: `default`, the matrix `kselect
+diff` covers; one overlay set: `smoke`), overlay (one overlay set), a.overlay and b.overlay (a
+diff; a.overlay defaults to []), style (a diff: `blocks`, the diff's collapsed rows with
+before -> after per group, selector/plot_diff.py; `grid`: the cell grid below), out (path without extension, default `kselect-matrix`; writes <out>.png and
 <out>.html), title, where.<axis>=value or =[v1,v2] (keep only these values of an axis: big
 matrices need it).
 
@@ -403,7 +404,8 @@ class Where:
 
 @dataclass
 class PlotArgs:
-    matrix: str = "smoke"
+    matrix: Optional[str] = None  # noqa: UP045 - default: a diff covers `default` (as kselect diff), a matrix `smoke`
+    style: str = "blocks"  # a diff: blocks (the diff's collapsed rows) | grid (one sub-cell per cell)
     overlay: list[str] = field(default_factory=list)  # the matrix picture's overlay set
     a: PlotSide = field(default_factory=lambda: PlotSide(overlay=[]))
     b: PlotSide = field(default_factory=PlotSide)  # b.overlay given: a diff, b drawn, changes against a marked
@@ -426,8 +428,25 @@ def task(cfg) -> int:
         if v is not None:
             vals = list(v) if not isinstance(v, (str, int, float, bool)) else [v]
             where[axis] = [str(x).lower() if isinstance(x, bool) else str(x) for x in vals]
-    spec = filter_spec(load_matrix(cfg.matrix), where)
-    if cfg.b.overlay is not None:
+    diff = cfg.b.overlay is not None
+    if cfg.style not in ("blocks", "grid"):
+        raise KSelectError(f"plot: style={cfg.style!r}; allowed: blocks, grid")
+    spec = filter_spec(load_matrix(cfg.matrix or ("default" if diff else "smoke")), where)
+    if diff and cfg.style == "blocks":
+        from .diff import diff_overlays  # noqa: PLC0415
+        from .plot_diff import picture  # noqa: PLC0415
+
+        a, b = tuple(cfg.a.overlay or ()), tuple(cfg.b.overlay)
+        d = diff_overlays(a, b, spec)
+        s = d.summary()
+        title = cfg.title or f"kselect diff {d.a_label} → {d.b_label} over matrix {spec.name}"
+        summary = (f"{s['cells']} cells: {s['changed']} changed ({s['selection_changed']} selection, "
+                   f"{s['became_invalid']} became invalid, {s['new_warnings']} with new warnings), {len(d.blocks)} blocks")
+        if where:
+            summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
+        png, page = picture(d, title, summary)
+        return _write(Path(cfg.out), png, page, summary)
+    if diff:
         grid, title, summary = build(spec, a=tuple(cfg.a.overlay or ()), b=tuple(cfg.b.overlay))
     else:
         grid, title, summary = build(spec, tuple(cfg.overlay))
@@ -435,10 +454,13 @@ def task(cfg) -> int:
     if where:
         summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
     png = render_png(grid, f"{title} — {summary}")
-    out = Path(cfg.out)
+    return _write(Path(cfg.out), png, render_html(grid, title, png, summary), summary)
+
+
+def _write(out: Path, png: bytes, page: str, summary: str) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(out.with_suffix(".png"), png)
-    _write_atomic(out.with_suffix(".html"), render_html(grid, title, png, summary).encode())
+    _write_atomic(out.with_suffix(".html"), page.encode())
     print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.html')} ({summary})")
     return 0
 

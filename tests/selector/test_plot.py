@@ -16,9 +16,9 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_diff_picture(tmp_path, capsys):
+def test_diff_grid_picture(tmp_path, capsys):
     out = tmp_path / "pr48666"
-    assert main(["b.overlay=[pr48666]", f"out={out}"]) == 0
+    assert main(["b.overlay=[pr48666]", "style=grid", "matrix=smoke", f"out={out}"]) == 0
     assert "20 of 48 cells changed" in capsys.readouterr().out
     w, h = _png_size(out.with_suffix(".png").read_bytes())
     assert 600 < w < 3000 and 600 < h < 4000
@@ -47,3 +47,31 @@ def test_bad_arguments():
         main(["a=[]"])
     with pytest.raises(KSelectError, match="matches none"):
         main(["where.platform=sm91"])
+
+
+def test_diff_blocks_picture_is_the_diff(tmp_path, capsys):
+    """style=blocks (the default for a diff): one row per block of `kselect diff`, before -> after."""
+    from kselect.selector.diff import diff_overlays
+
+    out = tmp_path / "blocks"
+    assert main(["b.overlay=[pr48666]", "matrix=smoke", f"out={out}"]) == 0
+    d = diff_overlays((), ("pr48666",), "smoke")
+    assert f"{len(d.blocks)} blocks" in capsys.readouterr().out
+    page = out.with_suffix(".html").read_text()
+    assert page.count("<tr") == len(d.blocks) + 1  # a header and one row per block
+    assert re.findall(r"src=['\"]([a-z]+):", page) == ["data"] and "http" not in page
+    # the multimodal FP8 cells: both groups TRITON_ATTN -> FLASH_ATTN v4, framed, with an arrow
+    row = next(r for r in page.split("<tr")[1:] if "multimodal=true" in r and "quant_query" in r)
+    assert row.count("class='chip ch'") == 4 and row.count("<b>→</b>") == 2 and "TRITON_ATTN" in row
+    w, h = _png_size(out.with_suffix(".png").read_bytes())
+    assert 1000 < w < 2000 and h < 1000
+
+
+@pytest.mark.slow
+def test_diff_picture_of_the_default_matrix_opens_comfortably(tmp_path, capsys):
+    out = tmp_path / "default"
+    assert main(["b.overlay=[pr48666]", f"out={out}"]) == 0  # matrix default, as kselect diff
+    assert "5376 cells: 2400 changed" in capsys.readouterr().out
+    assert out.with_suffix(".html").stat().st_size < 1_000_000 and out.with_suffix(".png").stat().st_size < 500_000
+    w, h = _png_size(out.with_suffix(".png").read_bytes())
+    assert w <= 1500 and h <= 2500

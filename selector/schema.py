@@ -7,6 +7,7 @@ key, the bad value and the allowed values (see `errors.format_validation_error`)
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
@@ -17,6 +18,7 @@ FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
 LayerType = Literal["sliding_attention", "full_attention"]
 GroupKindName = Literal["sliding_window", "full_attention"]
 Device = Literal["cuda", "rocm", "xpu", "cpu"]
+RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra override key
 
 
 class Strict(BaseModel):
@@ -323,6 +325,18 @@ class KSelectConfig(Strict):
     def _names(cls, v: dict[str, Capability]) -> dict[str, Capability]:
         if not v:
             raise ValueError("capabilities must declare at least one backend")
+        return v
+
+    @field_validator("rules")
+    @classmethod
+    def _addressable_ids(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # a rule id is one Hydra key segment, so `rules.<id>.enabled=false` is one override
+        bad = [rid for rid in v if not RULE_ID.fullmatch(rid)]
+        if bad:
+            raise ValueError(
+                f"rule id(s) {bad} cannot be addressed from the command line; an id is letters, digits, "
+                "'_' and '-' (namespace-name, e.g. 'fa-kv_dtype_version_gate'), no '.'"
+            )
         return v
 
     @model_validator(mode="after")

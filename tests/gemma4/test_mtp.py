@@ -417,7 +417,7 @@ def test_calibrated_fp8_draft_scales(target, random_drafter, mtp_prompts, k_gain
         f"(unit {err_unit:.3f} vs copied {err_copied:.3f})")
 
     # the selector's warning for this cell: present exactly when the draft scales are not copied
-    warn = "mtp.unit_scales_on_calibrated_fp8"
+    warn = "mtp-unit_scales_on_calibrated_fp8"
     for sel, copied_ in ((unit_sel, False), (pr_sel, True), (pin_sel, True),
                          (selection(*base, "overlay=[pr48666]", "spec_decode.copy_target_kv_scales=false"), False)):
         for g in sel.groups:

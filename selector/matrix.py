@@ -359,9 +359,9 @@ class Builder:
                 if k.split(".")[0] == s:
                     data = _set_path(data, k.split(".")[1:], v)
             if s == "platform" and data.get("name") == "auto":
-                from .detect import detect_platform  # noqa: PLC0415 - torch only for auto
+                from .detect import auto_platform  # noqa: PLC0415 - torch only for auto
 
-                data = detect_platform()
+                data = auto_platform(data, [f"{k}={_hydra_value(v)}" for k, v in cell.pin_sets], self.conf_dir)
             try:
                 return _SECTION_MODELS[s].model_validate(data)
             except ValidationError as e:

@@ -12,11 +12,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
+
 ModelDtype = Literal["bfloat16", "float16", "float32"]
 KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
-LayerType = Literal["sliding_attention", "full_attention"]
-GroupKindName = Literal["sliding_window", "full_attention"]
 Device = Literal["cuda", "rocm", "xpu", "cpu"]
 RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra override key
 
@@ -150,15 +149,15 @@ class KVCache(Strict):
 
     @model_validator(mode="after")
     def _scales_need_fp8(self) -> KVCache:
-        if self.scales == "calibrated" and self.dtype not in FP8_KV:
+        if self.scales == "calibrated" and not is_fp8(self.dtype):
             raise ValueError(
-                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV)}), got {self.dtype!r}"
+                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV_DTYPES)}), got {self.dtype!r}"
             )
         return self
 
     @property
     def quantized(self) -> bool:
-        return self.dtype in FP8_KV
+        return is_fp8(self.dtype)
 
 
 class SpecDecode(Strict):
@@ -179,7 +178,7 @@ class SpecDecode(Strict):
 class AttentionPins(Strict):
     backend: str = "auto"
     flash_attn_version: Literal[2, 3, 4] | None = None
-    backend_per_kind: dict[GroupKindName, str] = {}
+    backend_per_kind: dict[GroupKind, str] = {}
 
 
 # ---------------------------------------------------------------- capabilities

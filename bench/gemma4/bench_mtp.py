@@ -167,13 +167,13 @@ def main(argv: list[str]) -> int:
     base = [o for o in overrides if not o.startswith(("kv_cache", "spec_decode.copy_target_kv_scales"))]
     label = f"kv {cfg.kv_cache.dtype}/{cfg.kv_cache.scales}"
     rows, _, _ = run_cell(label, cfg, sel, model, drafters, prompts, calib, opts)
-    warnings = sorted({w for gr in sel.groups for w in gr.warnings if "mtp." in w})
+    warnings = sorted({w.text for gr in sel.groups for w in gr.warnings if (w.rule or "").startswith("mtp-")})
     if not opts.no_fp8:
         plain_sel = select(base + ["kv_cache=auto"])[1]
         for copy in (True, False):
             cell = base + ["kv_cache=fp8", "kv_cache.scales=calibrated", f"spec_decode.copy_target_kv_scales={str(copy).lower()}"]
             c_cfg, c_sel = select(cell)
-            warnings += sorted({w for gr in c_sel.groups for w in gr.warnings if "mtp." in w})
+            warnings += sorted({w.text for gr in c_sel.groups for w in gr.warnings if (w.rule or "").startswith("mtp-")})
             lab = f"kv fp8/calibrated, draft scales {'copied' if copy else 'unit'}"
             r, _, scales = run_cell(lab, c_cfg, c_sel, model, drafters, prompts, calib, opts)
             for row in r:

@@ -15,7 +15,7 @@ GATE = "fa-kv_dtype_version_gate"
 
 
 def _rejecting_rules(sel) -> set[str]:
-    return {r.split("[")[-1].rstrip("]") for g in sel.groups for rs in g.rejected.values() for r in rs}
+    return {r.rule for g in sel.groups for rs in g.rejected.values() for r in rs if r.rule}
 
 
 def test_one_override_disables_a_rule():

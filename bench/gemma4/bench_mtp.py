@@ -96,9 +96,7 @@ def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) 
     fp8 = Engine(model, sel_fp8, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
     fp8.calibrate(calib)
     sd = SpeculativeDecoder(fp8, drafter, sel_fp8, num_speculative_tokens=1)
-    for s, p in enumerate(prompts):
-        fp8.cache.ensure(s, len(p))
-        fp8.seq_lens[s] = sd.written[s] = len(p)
+    sd.target_forward(list(range(n)), prompts)  # lengths and blocks; the K/V are replaced below
     for kind, g in fp8.cache.groups.items():
         src = plain.cache.groups[kind]
         for i in g.producers:

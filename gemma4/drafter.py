@@ -439,8 +439,8 @@ def copy_init(drafter: Drafter, target_embedding: torch.Tensor, residual_scale: 
     drafter: the acceptance it gets is measured, never assumed."""
     a = drafter.args
     with torch.no_grad():
-        w = target_embedding.detach().to(torch.float32).cpu()
-        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().cpu()
+        w = target_embedding.detach().to(torch.float32)  # on the target's device (31B: a 262144 x 5376 matmul)
+        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().to(w.device)
         rows = (w * math.sqrt(a.backbone_hidden_size)) @ p.t()  # [V, draft hidden]
         rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         drafter.lm_head.weight.copy_(rows.to(drafter.lm_head.weight))

@@ -165,7 +165,7 @@ def test_cuda_graph_decode_matches_eager(step):
     """Decode crosses the window (16) and several kv blocks, so the sliding group gives blocks back and
     takes new ones while graphs replay (tables reloaded); with chunks of 8 its pool is small."""
     from kselect.selector.api import compose, resolve
-    from kselect.gemma4.__main__ import build_model
+    from kselect.gemma4.build import build_model
 
     cfg = compose([])
     sel = resolve(cfg)

@@ -20,13 +20,14 @@ One round, for every unfinished sequence of a batch (unequal lengths; varlen thr
 The next round drafts from the target's hidden state at the last accepted position and the
 embedding of the token the target emitted after it.
 
-CUDA graphs (greedy, when the engine runs graphs): a round whose sequences all draft k tokens
-replays two captured steps, the k draft steps (gemma4/spec_graphs.py `DraftGraph`) and the verify
+CUDA graphs (greedy, when the engine runs graphs): a round replays two captured steps, the k draft steps (gemma4/spec_graphs.py `DraftGraph`) and the verify
 pass (`VerifyGraph`); draft tokens go from one to the other on the device, and the round waits for
 the device once, for the accepted counts. Between the two the engine trims and allocates blocks
-for the verify pass exactly as an eager round does. Other rounds (sampling, the last rounds of a
-short budget) run eagerly; results are the same either way (the captured steps are checked
-against an eager run at capture).
+for the verify pass exactly as an eager round does. A captured round always drafts k tokens: where
+a sequence's budget keeps fewer, the extra drafts are dropped as if never proposed (blocks are
+reserved for k more positions). Sampled rounds, and rounds within k + 1 of max_seq_len, run
+eagerly; results are the same either way (the captured steps are checked against an eager run at
+capture).
 """
 
 from __future__ import annotations
@@ -271,7 +272,8 @@ class SpeculativeDecoder:
         gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
         seqs = list(range(len(prompts)))
         for s, p in zip(seqs, prompts):  # every position a round may write: < len(p) + max_new_tokens
-            eng.reserve(s, len(p) + max_new_tokens)
+            # (+ k with graphs: captured rounds always draft k, also when the budget keeps fewer)
+            eng.reserve(s, min(eng.max_seq_len, len(p) + max_new_tokens + (k if self.graphs.enabled else 0)))
         stats = SpecStats()
         props: list[list[list[int]]] = [[] for _ in seqs]
         notes0 = len(eng.notes)
@@ -293,11 +295,13 @@ class SpeculativeDecoder:
             act = [s for s in seqs if not done[s]]
             counts = [max(0, min(k, max_new_tokens - len(out[s]) - 1)) for s in act]
             rnd = None
-            if temperature <= 0 and min(counts) == k and self.graphs.enabled:
+            room = max(eng.sequences.length(s) for s in act) + k + 1 <= eng.max_seq_len
+            if temperature <= 0 and room and self.graphs.enabled:
                 rnd = self.graphs.round(act, [last[s] for s in act], [h_prev[s] for s in act], k)
                 graph_rounds += rnd is not None
-            if rnd is not None:
+            if rnd is not None:  # drafts beyond a sequence's budget: dropped, as if never proposed
                 drafts, emitted_at, vhidden = rnd
+                drafts = [d[:c] for d, c in zip(drafts, counts)]
                 self.target_passes += 1
                 self.draft_passes += k
             else:
@@ -307,7 +311,8 @@ class SpeculativeDecoder:
                                                        commit=False)
             for i, s in enumerate(act):
                 if rnd is not None:
-                    toks, n = emitted_at[i], len(emitted_at[i]) - 1
+                    toks = emitted_at[i][: counts[i] + 1]
+                    n = min(len(emitted_at[i]) - 1, counts[i])
                 elif temperature <= 0:
                     toks, n = accept_greedy(vlogits[i], drafts[i])
                 else:

@@ -57,7 +57,7 @@ def _median_runs(fn, repeats: int):
 
 def run_cell(label, cfg, sel, model, drafters, prompts, calib, opts):
     """Plain and speculative decoding on one selection. Returns rows."""
-    max_len = max(map(len, prompts)) + opts.new
+    max_len = max(map(len, prompts)) + opts.new + opts.k  # room for the k drafts of a captured round
     eng = Engine(model, sel, max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
                  cuda_graphs=False if opts.no_cuda_graphs else None)
     scales = None

@@ -163,6 +163,11 @@ class Engine:
         """Image spans per sequence (a copy)."""
         return self.sequences.spans()
 
+    @property
+    def graphs_captured(self) -> bool:
+        """Whether decode steps run as captured CUDA graphs (one has been captured, none failed)."""
+        return bool(self._graphs) and self.use_graphs
+
     def reset(self) -> None:
         self.cache.release_all()
         self.sequences.clear()
@@ -434,7 +439,7 @@ class Engine:
             tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
             prefill_s=prefill_s, decode_s=decode_s,
             logits=[x.cpu() for x in logs[:used]] if return_logits else None, steps=rows[:used],
-            cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
+            cuda_graphs=self.graphs_captured, notes=list(self.notes))
 
     # -------------------------------------------------------------- CUDA graphs
     def _decode_graph(self, seqs: list[int], tokens) -> torch.Tensor:

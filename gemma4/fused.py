@@ -31,8 +31,10 @@ def _concat_linears(linears: list[nn.Linear]) -> torch.Tensor:
     ws = [m.weight for m in linears]
     base = ws[0]
     rows = 0
-    for w in ws:  # already aliased: consecutive row blocks of one buffer
-        if w.data_ptr() != base.data_ptr() + rows * base.stride(0) * base.element_size() or not w.is_contiguous():
+    storage = base.untyped_storage().data_ptr()
+    for w in ws:  # already aliased: consecutive row blocks of one buffer (adjacent allocations are not)
+        if (w.untyped_storage().data_ptr() != storage or not w.is_contiguous()
+                or w.data_ptr() != base.data_ptr() + rows * base.stride(0) * base.element_size()):
             break
         rows += w.shape[0]
     else:

@@ -38,7 +38,7 @@ sys.path.append(str(ROOT / "bench" / "gemma4"))
 from e2e import ceilings, environment, first_line, free, hf_model, time_engine, time_hf  # noqa: E402
 
 from kselect.gemma4.__main__ import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
+from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")
 
@@ -259,6 +259,13 @@ def main(argv: list[str]) -> int:
 
         # 4. greedy tokens, fused vs unfused, over a long run (graphs on)
         def greedy_check():
+            logits = {}
+            for mode in ("unfused", "triton"):  # prefill logits of two prompts, eager
+                model.set_compute(mode)
+                eng = Engine(model, groups, max_seqs=2, max_seq_len=o.prompt_len + 1, cuda_graphs=False)
+                logits[mode] = eng.extend([0, 1], prompts[:2]).float()
+                del eng
+            lerr = max_rel_error(logits["triton"], logits["unfused"])
             runs = {}
             for mode in ("unfused", "triton"):
                 model.set_compute(mode)
@@ -267,9 +274,9 @@ def main(argv: list[str]) -> int:
             for i, (a, b_) in enumerate(zip(runs["unfused"], runs["triton"])):
                 rows.append(dict(sequence=i, steps=len(a), first_divergence=first_divergence(a, b_),
                                  identical=a == b_))
-            data["greedy"].append(dict(preset=preset, batch=2, steps=o.long, sequences=rows,
+            data["greedy"].append(dict(preset=preset, batch=2, steps=o.long, sequences=rows, prefill_logits_rel_err=lerr,
                                        tokens=dict((k, v[0][:32]) for k, v in runs.items())))
-            log(f"{preset} greedy {o.long} steps fused vs unfused: " + "; ".join(
+            log(f"{preset} fused vs unfused: prefill logits rel err {lerr:.2e}; greedy {o.long} steps: " + "; ".join(
                 f"seq {r['sequence']}: {'identical' if r['identical'] else 'diverges at ' + str(r['first_divergence'])}"
                 for r in rows))
         if dev.type == "cuda":
@@ -348,7 +355,8 @@ def render(d: dict) -> str:
     if d["greedy"]:
         out += ["", "## Greedy tokens, fused vs unfused (CUDA graphs)", ""]
         for gr in d["greedy"]:
-            out.append(f"- {gr['preset']}, {gr['steps']} steps: " + "; ".join(
+            out.append(f"- {gr['preset']}: last-token prefill logits max rel err {gr['prefill_logits_rel_err']:.2e}; "
+                       f"greedy over {gr['steps']} steps: " + "; ".join(
                 f"sequence {r['sequence']} {'identical' if r['identical'] else 'first differs at step ' + str(r['first_divergence'])}"
                 for r in gr["sequences"]))
     if d["prefill"] or d["hf"]:

@@ -22,13 +22,15 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def ulp_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
-    """fp32: equal up to fp32 rounding (relative to the tensor's scale); bf16: within one bf16 step of the unfused ops' value (reduction order)."""
+    """fp32: equal up to fp32 rounding (relative to the tensor's scale). bf16: within two bf16 steps of
+    the unfused ops' value, counted at the element's own magnitude plus the tensor's RMS (a one-step
+    difference in a normed input shows at that scale where rope's two terms cancel), and 2e-3 overall."""
     assert got.dtype == want.dtype and got.shape == want.shape
     assert torch.isfinite(got.float()).all()
     if dtype == torch.float32:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max().clamp_min(1)))
     else:
-        diff = (got.float() - want.float()).abs()
-        step = want.float().abs().clamp_min(1e-3) * 2.0**-7
-        assert bool((diff <= step * 1.01).all()), float((diff / step).max())
-        assert rel(got, want) < 2e-3
+        g, w = got.float(), want.float()
+        bound = 2.0**-6 * (w.abs() + w.pow(2).mean().sqrt())
+        worst = float(((g - w).abs() / bound).max())
+        assert worst <= 1.0 and rel(got, want) < 2e-3, (worst, rel(got, want))

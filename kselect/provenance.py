@@ -6,12 +6,14 @@
 The commit is kselect's, never that of a repository that merely encloses the tree (a copy under
 another checkout, as on a lent GPU machine): `git -C <checkout>` is trusted only when the checkout
 is the repository's top level. A tree made with `git archive` has no .git; it carries its commit
-in `kselect/COMMIT` (`export-subst` in .gitattributes). Otherwise the commit is "unknown".
+in `kselect/COMMIT` (`export-subst` in .gitattributes); else `KSELECT_COMMIT` from the
+environment names it. Otherwise the commit is "unknown".
 Versions come from the installed distributions' metadata (no imports, so no CUDA start-up).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -39,6 +41,8 @@ def project_commit(root: Path = CHECKOUT) -> dict:
     text = stamp.read_text().strip() if stamp.is_file() else ""
     if text and not text.startswith("$Format"):
         return {"commit": text, "dirty": None, "commit_source": "git archive (kselect/COMMIT)"}
+    if os.environ.get("KSELECT_COMMIT"):  # set by whoever copied the tree (bench/results/h200/*/README.md)
+        return {"commit": os.environ["KSELECT_COMMIT"], "dirty": None, "commit_source": "KSELECT_COMMIT"}
     why = f"inside another repository ({top})" if top else "not a git checkout"
     return {"commit": "unknown", "dirty": None, "commit_source": why}
 

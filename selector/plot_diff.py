@@ -17,8 +17,11 @@ import html
 import io
 from collections.abc import Sequence
 
-from .diff import Block, MatrixDiff, group_name
+from . import texts
+from .diff import Block, MatrixDiff
+from .diff_render import detail, rule_change
 from .matrix import CellResult
+from .render import group_name
 
 BACKEND_COLORS = {
     "FLASH_ATTN v3": "#1f77b4",
@@ -60,10 +63,18 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _kind(b: Block) -> str:
+    return texts.DIFF_KIND.get(b.kind, b.kind)
+
+
+def _warn(b: Block) -> bool:
+    return b.kind in ("became_invalid", "new_warning")
+
+
 def _row_note(b: Block) -> str:
     if b.kind == "selection":
-        return b.details[0][0] if b.details else ""
-    return f"{b.kind}: {b.title}"
+        return detail(b.details[0][0]) if b.details else ""
+    return f"{_kind(b)}: {b.title}"
 
 
 def render_png(d: MatrixDiff, title: str) -> bytes:
@@ -94,7 +105,7 @@ def render_png(d: MatrixDiff, title: str) -> bytes:
         if b.kind != kind:
             kind = b.kind
             ax.axhline(i + 0.02, color="#444444", lw=0.6)
-            ax.text(99.5, i + 0.12, kind, fontsize=7, ha="right", va="top", color="#444444", style="italic")
+            ax.text(99.5, i + 0.12, _kind(b), fontsize=7, ha="right", va="top", color="#444444", style="italic")
         groups = row_groups(b)
         h = 0.8 / max(1, len(groups))
         for gi, (g, before, after) in enumerate(groups):
@@ -113,7 +124,7 @@ def render_png(d: MatrixDiff, title: str) -> bytes:
         more = f"  (+{len(b.patterns) - 1} more)" if len(b.patterns) > 1 else ""
         ax.text(47, y, _short(b.patterns[0] if b.patterns else "", 60) + more, fontsize=7, va="center", family="monospace")
         ax.text(74, y, _short(_row_note(b), 62), fontsize=7, va="center",
-                color="#b30000" if b.kind in ("became invalid", "new warning") else "black")
+                color="#b30000" if _warn(b) else "black")
     if len(d.blocks) > MAX_ROWS:
         ax.text(0.5, n + 0.35, f"… {len(d.blocks) - MAX_ROWS} more blocks: the HTML table and `kselect diff` list them",
                 fontsize=8, va="center")
@@ -135,10 +146,10 @@ def render_html(d: MatrixDiff, title: str, png: bytes, summary: str) -> str:
             f"{html.escape(g)}: {_chip(x, x != y)} <b>{'→' if x != y else '='}</b> {_chip(y, x != y)}"
             for g, x, y in row_groups(b))
         pats = "<br>".join(f"<code>{html.escape(p)}</code>" for p in b.patterns)
-        det = "<br>".join(html.escape(c + (f"  [{w}]" if w else "")) for c, w in b.details)
-        rules = "<br>".join(f"<code>{html.escape(r)}</code>" for r in b.rules)
-        warn = " class='warn'" if b.kind in ("became invalid", "new warning") else ""
-        rows.append(f"<tr{warn}><td>{html.escape(b.kind)}</td><td>{groups}</td><td class='n'>{len(b.cells)}</td>"
+        det = "<br>".join(html.escape(detail(c) + (f"  [{w}]" if w else "")) for c, w in b.details)
+        rules = "<br>".join(f"<code>{html.escape(rule_change(r))}</code>" for r in b.rules)
+        warn = " class='warn'" if _warn(b) else ""
+        rows.append(f"<tr{warn}><td>{html.escape(_kind(b))}</td><td>{groups}</td><td class='n'>{len(b.cells)}</td>"
                     f"<td>{pats}</td><td>{html.escape(b.title) if b.kind != 'selection' else ''}"
                     f"{'<br>' if det and b.kind != 'selection' else ''}{det}</td><td>{rules}</td></tr>")
     legend = " ".join(_chip(k, True) for k in BACKEND_COLORS) + " " + _chip(INVALID, True)

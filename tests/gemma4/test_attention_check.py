@@ -12,7 +12,8 @@ import torch
 
 from kselect.backends.reference import TorchReferenceBackend
 from kselect.gemma4 import attention_check
-from kselect.gemma4.engine import model_groups, simple_selection
+from kselect.gemma4.engine import model_groups
+from g4_helpers import simple_selection  # noqa: E402 - tests/gemma4 is on sys.path (conftest)
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.config import Gemma4Args
 

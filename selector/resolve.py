@@ -51,7 +51,6 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     book = book or rulebook(cfg)
     facts = base_facts(cfg)
     model_trace: list[str] = []
-    model_reasons: list[str] = []
 
     # 1. Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins.
     for c in book.matching("model", facts):
@@ -60,7 +59,6 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         if c.rule.set.backend is not None:
             facts["pin.backend"] = c.rule.set.backend
         model_trace.append(c.id)
-        model_reasons.append(f"{c.rule.reason} [{c.id}]")
 
     # 2. MTP: do draft layers dequantize with the target's K/V scales?
     copy = False
@@ -78,16 +76,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
 
     # 3. Cache block size: user's, else the preferred size of the first layer's backend.
     first = next(i for i, g in enumerate(groups) if 0 in g.layers)
-    if cfg.kv_cache.block_size is not None:
-        block_size = cfg.kv_cache.block_size
-        model_trace.append("pin.kv_cache.block_size")
-    else:
-        ch = choices[first]
-        block_size = blk.preferred(ch.kernel_blocks, 16)
-        for c in book.matching("preferred_block", ch.facts):
-            block_size = max(block_size, c.rule.preferred_block_size_min)
-            model_trace.append(c.id)
-            model_reasons.append(f"preferred block {block_size}: {c.rule.reason} [{c.id}]")
+    block_size = cache_block(cfg, book, choices[first], model_trace)
 
     # 4. KV block per group: full layers take the cache block; sliding-window layers the
     #    smallest kernel block of their backend (vLLM's _largest_kernel_block_within, no budget).
@@ -116,6 +105,31 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+
+
+def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:
+    """The cache block size: the user's, else the preferred size of `ch`'s backend (raised by
+    `preferred_block` rules)."""
+    if cfg.kv_cache.block_size is not None:
+        trace.append("pin.kv_cache.block_size")
+        return cfg.kv_cache.block_size
+    block_size = blk.preferred(ch.kernel_blocks, 16)
+    for c in book.matching("preferred_block", ch.facts):
+        block_size = max(block_size, c.rule.preferred_block_size_min)
+        trace.append(c.id)
+    return block_size
+
+
+def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: int = 1) -> GroupSelection:
+    """One stand-alone layer group of `kind` with `head_size`, resolved under cfg's rules and pins
+    (the conformance runner takes a claim's descale mode and page size from it). Raises
+    SelectionError when no backend, or not the pinned one, is valid for it."""
+    book = rulebook(cfg)
+    window = cfg.model.sliding_window if kind == "sliding_window" else None
+    g = Group(kind, (0,), head_size, num_kv_heads, window)
+    ch = choose_backend(cfg, book, base_facts(cfg), g)
+    kvb = blk.smallest(ch.kernel_blocks) if window and cfg.kv_cache.block_size is None else cache_block(cfg, book, ch, [])
+    return finish_group(cfg, book, g, ch, kvb, resolved_kv_dtype(cfg))
 
 
 # ---------------------------------------------------------------- facts

@@ -33,12 +33,10 @@ import sys
 
 import torch
 
+from kselect.kernels.dtypes import torch_dtype
 from kselect.selector.claims import claim_runs
 from kselect.selector.records import ClaimRun
 from kselect.selector.vocab import Claim, parse_claim
-
-_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32,
-          "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}  # fmt: skip
 
 
 def _cases(c: Claim, run: ClaimRun, device: str):
@@ -52,7 +50,7 @@ def _cases(c: Claim, run: ClaimRun, device: str):
         batches = [([5, 9, 3], [21, 40, 9]), ([1, 1, 1], [33, 70, 5])]
     else:
         batches = [([256, 64, 300], [900, 64, 1300]), ([1, 1, 1, 1], [700, 1500, 90, 4100])]
-    cache_dtype = _TORCH[c.kv_cache_dtype] if c.kv_cache_dtype else None
+    cache_dtype = torch_dtype(c.kv_cache_dtype) if c.kv_cache_dtype else None
     # FP8 descales per (sequence, kv head) where the backend declares them, else one K and one V per layer
     descale = "seq_head" if run.per_head_scales else "layer"
     out = []
@@ -60,7 +58,7 @@ def _cases(c: Claim, run: ClaimRun, device: str):
         spans = None
         if c.feature == "mm_prefix":
             spans = [[(max(0, k - q - 4), max(0, k - q - 4) + min(12, k))] for q, k in zip(ql, kl)]
-        out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=run.page, dtype=_TORCH[c.model_dtype],
+        out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=run.page, dtype=torch_dtype(c.model_dtype),
                              cache_dtype=cache_dtype, descale=descale, window_left=window, mm_spans=spans,
                              sinks=c.feature == "sinks", device=device, seed=11 + i))
     return out
@@ -90,7 +88,7 @@ def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None
         return dict(status="unavailable", rel_err=None, detail=_first_line(e))
     except Exception as e:  # noqa: BLE001 - an adapter refusing the combination is a finding
         return dict(status="unsupported", rel_err=None, detail=_first_line(e))
-    tol = tolerance(_TORCH[c.model_dtype], c.fp8)
+    tol = tolerance(torch_dtype(c.model_dtype), c.fp8)
     kernel = dict(kernel=be.kernel_build) if be.kernel_build else {}
     worst = 0.0
     for case in _cases(c, run, device):

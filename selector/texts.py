@@ -129,3 +129,19 @@ NO_BACKEND_CHANGE = "no backend change"
 def group_label(gid: str) -> str:
     """A group id as output names it (`sliding_window`, `draft:full_attention`)."""
     return gid
+
+
+def layer_ranges(xs: list[int]) -> str:
+    """`0-4,6,8-9`: layer indices as ranges."""
+    xs = sorted(xs)
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+

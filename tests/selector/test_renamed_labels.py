@@ -15,8 +15,8 @@ from kselect.selector.api import CONF_DIR
 from kselect.selector.diff import diff_results
 from kselect.selector.diff_render import render
 from kselect.selector.gather import rows
+from kselect.selector.grid import Grid, cell_marks
 from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
-from kselect.selector.plot import Grid, _marks
 from kselect.selector.sweep import run_job
 
 SPEC = MatrixSpec(
@@ -60,9 +60,9 @@ def _results():
     }
     cells = {(c.cell.id, c.outcome, c.backend, c.lines, frozenset(c.warnings_added), frozenset(c.rules)) for c in d.cells}
     grid = Grid(SPEC, b, a)
-    marks = {r.cell.id: _marks(grid.change(r), r) for r in b}
+    marks = {r.cell.id: cell_marks(grid.change(r), r) for r in b}
     plain = Grid(SPEC, b)
-    own = {r.cell.id: _marks(None, r) for r in b}
+    own = {r.cell.id: cell_marks(None, r) for r in b}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         job = run_job(hydra_compose(config_name="config", overrides=JOB), JOB)
     job.update(job={"num": 0}, _dir="0")

@@ -341,23 +341,28 @@ class KSelectConfig(Strict):
     @model_validator(mode="after")
     def _cross_sections(self) -> KSelectConfig:
         self.check_cross_sections()
+        self._check_rules_name_backends()
         return self
 
-    def check_cross_sections(self) -> None:
-        """Checks that span sections (pins name backends, MTP needs a drafter). Raises ValueError.
-        Validation runs them; the matrix runs them on configs it assembles with model_copy."""
+    def _check_rules_name_backends(self) -> None:
         names = sorted(self.capabilities)
-        pins = {"attention.backend": self.attention.backend}
-        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
-        for key, b in pins.items():
-            if b != "auto" and b not in self.capabilities:
-                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         for rid, r in self.rules.items():
             for b in (r.priority or []) if isinstance(r, Rule) else []:
                 if b not in self.capabilities:
                     raise ValueError(f"rules.{rid}.priority names unknown backend {b!r}; allowed: {names}")
             if isinstance(r, Rule) and r.set and r.set.backend and r.set.backend not in self.capabilities:
                 raise ValueError(f"rules.{rid}.set.backend={r.set.backend!r} is not a backend; allowed: {names}")
+
+    def check_cross_sections(self) -> None:
+        """Checks that span the environment sections (pins name backends, MTP needs a drafter).
+        Raises ValueError. Validation runs them; the matrix runs them on configs it assembles
+        with model_copy (rules and capabilities come from one validated config there)."""
+        names = sorted(self.capabilities)
+        pins = {"attention.backend": self.attention.backend}
+        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
+        for key, b in pins.items():
+            if b != "auto" and b not in self.capabilities:
+                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
 

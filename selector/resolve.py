@@ -107,6 +107,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if cfg.spec_decode.method == "mtp":
         out.extend(draft_groups(cfg, book, facts, out, kv_dtype, copy))
 
+    _check_fa_pin(cfg, out)
     warnings = [f"overlay disabled rule '{r}', which no config defines (no effect)" for r in book.orphans]
     env = environment_summary(cfg, facts)
     return Selection(
@@ -115,6 +116,19 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         groups=tuple(out),
         warnings=tuple(warnings),
         trace=tuple(model_trace),
+    )
+
+
+def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
+    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+    v = cfg.attention.flash_attn_version
+    if v is None or any(g.flash_attn_version is not None for g in groups):
+        return
+    chosen = ", ".join(f"{g.kind}={g.backend}" for g in groups if not g.draft)
+    raise SelectionError(
+        f"attention.flash_attn_version={v} cannot apply on platform {cfg.platform.name}: no layer group runs "
+        f"FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{v}) "
+        f"where FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)\n  selected: {chosen}"
     )
 
 
@@ -227,8 +241,10 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
         f["fa.version"], fa_trace = fa_version(book, f, g.head_size)
         f["fa.version_default"], _ = fa_version(book, f, None)
         f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-    pin = cfg.attention.backend_per_kind.get(g.kind) or f["pin.backend"]
-    if pin is not None and g.kind in cfg.attention.backend_per_kind:
+    per_kind = cfg.attention.backend_per_kind.get(g.kind)
+    per_kind = None if per_kind == "auto" else per_kind  # `auto` for one group: that group is not pinned
+    pin = per_kind or f["pin.backend"]
+    if pin is not None and per_kind is not None:
         pin_src = f"attention.backend_per_kind.{g.kind}"
     elif pin is not None and cfg.attention.backend != "auto":
         pin_src = "attention.backend"

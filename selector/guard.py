@@ -98,10 +98,11 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
                 f"invalid config: {text}: not a Hydra override ({msg}); allowed: key=value, +key=value, ~key, group=option"
             ) from None
         key = ov.key_or_group
-        if key.startswith("hydra") and key.split(".")[0].split("/")[0] == "hydra":
-            if not any(key == k.rstrip(".") or key.startswith(k) for k in hydra_keys):
-                allowed = ", ".join(hydra_keys) if hydra_keys else "none here"
-                raise KSelectError(f"invalid config: {text}: Hydra's own settings are not kselect config; allowed: {allowed}")
+        is_hydra = key.split(".")[0].split("/")[0] == "hydra"
+        if is_hydra and not any(key == k.rstrip(".") or key.startswith(k) for k in hydra_keys):
+            allowed = ", ".join(hydra_keys) if hydra_keys else "none here"
+            raise KSelectError(f"invalid config: {text}: Hydra's own settings are not kselect config; allowed: {allowed}")
+        if is_hydra and "/" not in key:
             continue
         if ".." in key or key.startswith("/"):
             raise KSelectError(f"invalid config: {text}: bad key {key!r}; keys name config fields (no '..', no leading '/')")
@@ -110,16 +111,23 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
         group = key.split("/")[0]
         if group not in groups or "." in key:
             continue
-        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else ov.value() if not ov.is_delete() else None
-        if values is None:
+        if ov.is_delete() and ov.value() is None:
             continue
-        names = values if isinstance(values, list) else [values]
+        value = ov.value()
+        if ov.is_sweep_override():
+            if not hasattr(value, "list"):
+                raise KSelectError(f"invalid config: {text}: a group takes a list of options to sweep, not a range")
+            options = value.list
+        else:
+            options = [value]
+        names = [n for opt in options for n in (opt if isinstance(opt, list) else [opt])]
         for v in names:
             if not isinstance(v, str):
                 raise KSelectError(f"invalid config: {key}: bad option {v!r}; allowed: names of files in conf/{group}/")
             safe_name(v, key)
-        if group == "overlay" and not ov.is_sweep_override():
-            dups = sorted({v for v in names if names.count(v) > 1})
+        for opt in options if group == "overlay" else []:
+            opt = opt if isinstance(opt, list) else [opt]
+            dups = sorted({v for v in opt if opt.count(v) > 1})
             if dups:
                 raise KSelectError(
                     f"invalid config: overlay: {text.split('=', 1)[1]} repeats {', '.join(dups)}; "

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .api import CONF_DIR, compose_raw
 from .errors import KSelectError, SelectionError, format_validation_error
+from .files import load_yaml, safe_name
 from .resolve import resolve
 from .schema import KSelectConfig
 from .selection import Selection
@@ -135,11 +135,16 @@ def load_matrix(name: str | Path, conf_dir: Path | str | None = None) -> MatrixS
     """`name` is a file of conf/matrix/ (without .yaml) or a path to a YAML file."""
     p = Path(name)
     if p.suffix not in (".yaml", ".yml"):
+        safe_name(str(name), "matrix")
         p = (Path(conf_dir) / "matrix" if conf_dir else MATRIX_DIR) / f"{name}.yaml"
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         opts = sorted(x.stem for x in p.parent.glob("*.yaml"))
         raise MatrixError(f"no matrix {str(name)!r} (looked for {p}); available: {', '.join(opts)}")
-    data = yaml.safe_load(p.read_text()) or {}
+    data = load_yaml(p, "a matrix declaration (axes, pins, skip)")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise MatrixError(f"{p}: a {type(data).__name__}; expected a matrix declaration (a mapping with axes:, pins:, skip:)")
     data.setdefault("name", p.stem)
     try:
         return MatrixSpec.model_validate(data)
@@ -301,12 +306,15 @@ class Builder:
     def group_file(self, group: str, name: str) -> dict:
         key = (group, name)
         if key not in self._files:
+            safe_name(name, f"matrix axis {group}")
             path = self.conf_dir / group / f"{name}.yaml"
             if not path.exists():
                 opts = sorted(p.stem for p in (self.conf_dir / group).glob("*.yaml"))
                 raise MatrixError(f"matrix names {group}={name!r}, which {self.conf_dir} lacks; available: {', '.join(opts)}")
             text = path.read_text()
-            data = yaml.safe_load(text) or {}
+            data = load_yaml(path, f"a {group} config") or {}
+            if not isinstance(data, dict):
+                raise MatrixError(f"{path}: a {type(data).__name__}; expected a {group} config (a mapping)")
             if "defaults" in data or "${" in text or "@package" in text:
                 raise MatrixError(f"{path}: the matrix loads group files directly; defaults lists, interpolations and @package are not supported")
             self._files[key] = data

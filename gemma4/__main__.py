@@ -215,27 +215,28 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def cli() -> None:
-    try:
-        code = main()
-    except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
-        from kselect.backends.base import BackendUnavailableError
-        from kselect.gemma4.checkpoint import CheckpointError
+def user_errors(fn):
+    """fn(argv) with the runner's own errors (RunError, CheckpointError, a missing kernel package)
+    turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
+    from kselect.backends.base import BackendUnavailableError
+    from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.selector.errors import KSelectError
 
+    def wrapped(argv: list[str]) -> int:
         try:
-            from kselect.selector.cli import report_error
-            from kselect.selector.errors import KSelectError
-        except ImportError:  # pragma: no cover
-            KSelectError = ()  # noqa: N806
+            return fn(argv)
+        except (RunError, CheckpointError, BackendUnavailableError) as e:
+            raise KSelectError(str(e)) from e
 
-            def report_error(err):
-                print(f"kselect: {err}", file=sys.stderr)
+    return wrapped
 
-        if not isinstance(e, (RunError, CheckpointError, KSelectError, BackendUnavailableError)):
-            raise
-        report_error(e)
-        code = 2
-    sys.exit(code)
+
+def cli(fn=None) -> None:
+    """Every error: exit 2 and one paragraph (selector/cli.py); --debug for the traceback. The
+    bench scripts that drive the runner exit through here too."""
+    from kselect.selector.cli import call_main
+
+    sys.exit(call_main(user_errors(fn or main), sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,16 @@ def run_cli(main: Callable[[list[str]], int | None]) -> None:
     sys.exit(call_main(main, sys.argv[1:]))
 
 
+def run_script(main: Callable[[], int | None]) -> None:
+    """run_cli for a script whose main() parses sys.argv itself (argparse)."""
+
+    def wrapped(argv: list[str]) -> int | None:
+        sys.argv[1:] = argv  # without --debug
+        return main()
+
+    sys.exit(call_main(wrapped, sys.argv[1:]))
+
+
 def _report_text(text: str) -> int:
     report_error(text)
     return 2

@@ -56,7 +56,7 @@ def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> i
         if debug_enabled():
             raise
         report_error(
-            f"unexpected {e.__class__.__name__}: {e} (a bug in kselect: please report it with the command line; "
+            f"internal error {e.__class__.__name__}: {e} (a bug in kselect: please report it with the command line; "
             f"rerun with --debug or KSELECT_DEBUG=1 for the traceback)"
         )
         code = 2

@@ -95,6 +95,9 @@ def _load(path: Path, _key: tuple) -> ConformanceFile:
     return read_file(path)
 
 
+load.cache_clear = _load.cache_clear  # type: ignore[attr-defined]
+
+
 def read_file(path: Path | str, gpu: str | None = None) -> ConformanceFile:
     path = Path(path)
     what = "a conformance file (written by kselect conformance)"

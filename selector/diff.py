@@ -486,7 +486,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     except (OSError, subprocess.SubprocessError) as e:
         raise KSelectError(f"diff: git:{rev}: git could not run in {repo} ({e.__class__.__name__}: {e})") from None
     if p.returncode != 0:
-        raise KSelectError(f"diff: git archive {rev} {conf_rel} failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
+        raise KSelectError(f"diff: git:{rev} conf={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
     try:
         with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
             tar.extractall(dest, filter="data")

@@ -75,14 +75,20 @@ def _walk(data: Any, path: list[str] | None = None) -> Iterable[tuple[list[str],
             yield from _walk(v, path + [str(i)])
 
 
+@functools.lru_cache(maxsize=1)
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415
+
+    return OverridesParser.create()
+
+
 def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: Sequence[str] = ()) -> None:
     """Refuse overrides that name files outside conf/, repeat an overlay, interpolate, or change
     Hydra's own settings (only `hydra_keys` prefixes are allowed: a sweep's launcher and dirs)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415
     from hydra.errors import HydraException  # noqa: PLC0415
 
     groups = {p.name for p in Path(conf_dir).iterdir() if p.is_dir()} | {"hydra"}
-    parser = OverridesParser.create()
+    parser = _parser()
     for text in overrides:
         if not isinstance(text, str):
             raise KSelectError(f"invalid config: override {text!r} is not a string")

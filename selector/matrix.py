@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .api import CONF_DIR, compose_raw
 from .errors import KSelectError, SelectionError, format_validation_error
-from .files import load_yaml, safe_name
+from .files import SAFE_NAME, load_yaml, safe_name
 from .resolve import resolve
 from .schema import KSelectConfig
 from .selection import Selection
@@ -90,6 +90,8 @@ class MatrixSpec(_Strict):
                 raise ValueError(f"axis 'multimodal' takes true/false, got {values}")
             if name != "multimodal" and any(not isinstance(x, str) for x in values):
                 raise ValueError(f"axis {name!r} takes names, got {values}")
+            if name in GROUP_AXES and any(not SAFE_NAME.match(x) or ".." in x for x in values):
+                raise ValueError(f"axis {name!r}: {values} must be names of files in conf/{name}/ (letters, digits, _ . -; no '..' or '/')")
         for req in ("platform", "model"):
             if req not in v:
                 raise ValueError(f"axis {req!r} is required")
@@ -149,7 +151,7 @@ def load_matrix(name: str | Path, conf_dir: Path | str | None = None) -> MatrixS
     try:
         return MatrixSpec.model_validate(data)
     except ValidationError as e:
-        raise MatrixError(format_validation_error(e, root=f"matrix {p.stem}").replace("invalid config: ", "invalid matrix: ")) from None
+        raise MatrixError(format_validation_error(e, root=f"matrix {p.stem}").replace("invalid config: ", f"invalid matrix ({p}): ")) from None
 
 
 # ---------------------------------------------------------------- cells

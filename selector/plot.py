@@ -395,6 +395,8 @@ def main(argv: list[str]) -> int:
         else:
             rest.append(x)
     args = cli_args(rest, {"matrix": "smoke", "overlays": "[]", "a": "", "b": "", "out": "kselect-matrix", "title": ""}, "kselect plot")
+    if Path(args["out"]).is_dir() or Path(args["out"]).with_suffix(".png").is_dir():
+        raise KSelectError(f"plot: out={args['out']!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     spec = filter_spec(load_matrix(args["matrix"]), where)
     if bool(args["a"]) != bool(args["b"]):
         raise KSelectError("plot: a diff needs both a=... and b=...")
@@ -407,8 +409,6 @@ def main(argv: list[str]) -> int:
         summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
     png = render_png(grid, f"{title} — {summary}")
     out = Path(args["out"])
-    if out.is_dir():
-        raise KSelectError(f"plot: out={args['out']!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     atomic_write(out.with_suffix(".png"), png)
     atomic_write(out.with_suffix(".html"), render_html(grid, title, png, summary))
     print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.html')} ({summary})")

@@ -175,12 +175,32 @@ def read_config_json(folder: str | Path, error: type[Exception], expected: str) 
 
 def read_config(folder: str | Path) -> Gemma4Args:
     cfg, d = read_config_json(folder, CheckpointError, "a Hugging Face checkpoint folder")
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    precheck(text, str(cfg))
     try:
         args = Gemma4Args.from_hf_config(d)
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, ZeroDivisionError) as e:
         raise CheckpointError(f"{cfg}: not a usable Gemma-4 text config: {type(e).__name__}: {e}") from e
     check_bounds(args, str(cfg))
     return args
+
+
+def precheck(d: dict, where: str) -> None:
+    """The raw config.json values the selector's schema bounds (sizes, counts), before anything
+    is derived from them (a layer list of num_hidden_layers entries is built on construction)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from kselect.selector.schema import ModelConfig
+
+    for k, f in ModelConfig.model_fields.items():
+        if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
+            try:
+                TypeAdapter(Annotated[(f.annotation, *f.metadata)]).validate_python(d[k])
+            except ValidationError as e:
+                err = e.errors(include_url=False)[0]
+                raise CheckpointError(f"{where}: {k}: {err['msg']} (got {str(d[k])[:60]!r})") from None
 
 
 def check_bounds(args: Gemma4Args, where: str) -> None:

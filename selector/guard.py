@@ -104,6 +104,8 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
                 f"invalid config: {text}: not a Hydra override ({msg}); allowed: key=value, +key=value, ~key, group=option"
             ) from None
         key = ov.key_or_group
+        if not key:
+            raise KSelectError(f"invalid config: {text}: no key; allowed: key=value, +key=value, ~key, group=option")
         is_hydra = key.split(".")[0].split("/")[0] == "hydra"
         if is_hydra and not any(key == k.rstrip(".") or key.startswith(k) for k in hydra_keys):
             allowed = ", ".join(hydra_keys) if hydra_keys else "none here"

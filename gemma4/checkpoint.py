@@ -197,7 +197,7 @@ def precheck(d: dict, where: str) -> None:
     for k, f in ModelConfig.model_fields.items():
         if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
             try:
-                TypeAdapter(Annotated[(f.annotation, *f.metadata)]).validate_python(d[k])
+                TypeAdapter(Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation).validate_python(d[k])
             except ValidationError as e:
                 err = e.errors(include_url=False)[0]
                 raise CheckpointError(f"{where}: {k}: {err['msg']} (got {str(d[k])[:60]!r})") from None

@@ -21,24 +21,21 @@ def debug_enabled() -> bool:
 
 
 def strip_debug(argv: Sequence[str]) -> list[str]:
-    """argv without `--debug`; the flag turns debugging on for this process."""
-    argv = list(argv)
-    if DEBUG_FLAG in argv:
-        argv = [a for a in argv if a != DEBUG_FLAG]
-        os.environ["KSELECT_DEBUG"] = "1"
-    return argv
+    """argv without `--debug`."""
+    return [a for a in argv if a != DEBUG_FLAG]
 
 
 def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
     """Run a command's main on argv and return its exit status (errors reported, never raised,
     unless debugging). Tests call this in-process."""
+    debug = DEBUG_FLAG in argv or debug_enabled()
     argv = strip_debug(argv)
     try:
         code = main(argv)
     except SystemExit as e:  # argparse and friends
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else _report_text(str(e.code)))
     except KSelectError as e:
-        if debug_enabled():
+        if debug:
             raise
         report_error(e)
         code = 2
@@ -48,12 +45,12 @@ def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> i
         print("kselect: interrupted", file=sys.stderr)
         code = 130
     except (MemoryError, RecursionError) as e:
-        if debug_enabled():
+        if debug:
             raise
         report_error(f"input too large to process ({e.__class__.__name__}); make the config or file smaller")
         code = 2
     except Exception as e:  # noqa: BLE001 - a bug: one paragraph for the user, the traceback on --debug
-        if debug_enabled():
+        if debug:
             raise
         report_error(
             f"internal error {e.__class__.__name__}: {e} (a bug in kselect: please report it with the command line; "

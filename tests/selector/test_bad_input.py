@@ -71,11 +71,11 @@ def test_fa_version_pin_that_cannot_apply_is_refused():
     assert all(g.flash_attn_version for g in sel.groups)
 
 
-def test_debug_shows_the_traceback(capsys, monkeypatch):
+def test_debug_shows_the_traceback(monkeypatch):
     monkeypatch.delenv("KSELECT_DEBUG", raising=False)
     with pytest.raises(KSelectError):
         select_main(["--debug", "platform=sm90", "model.head_dim=0"])
-    monkeypatch.delenv("KSELECT_DEBUG", raising=False)
+    assert select_main(["platform=sm90", "model.head_dim=0"]) == 2  # --debug does not stick
 
 
 # ---------------------------------------------------------------- security
@@ -171,14 +171,14 @@ def test_forged_conformance_file_outside_conf_is_never_read(tmp_path, capsys):
 
 def test_alias_bomb_refused_quickly(conf_copy, tmp_path):
     assert len(BOMB) < 500
-    (conf_copy / "overlay" / "bomb.yaml").write_text("# @package _global_\n" + BOMB)
-    t0 = time.perf_counter()
-    with pytest.raises(KSelectError, match="alias"):
-        compose_raw(["platform=sm90", "overlay=[bomb]"], conf_copy)
     (tmp_path / "m.yaml").write_text(BOMB)
+    t0 = time.perf_counter()
     with pytest.raises(FileError, match="alias"):
         load_yaml(tmp_path / "m.yaml")
-    assert time.perf_counter() - t0 < 5
+    assert time.perf_counter() - t0 < 2  # was 70 s and all memory
+    (conf_copy / "overlay" / "bomb.yaml").write_text("# @package _global_\n" + BOMB)
+    with pytest.raises(KSelectError, match="alias"):
+        compose_raw(["platform=sm90", "overlay=[bomb]"], conf_copy)
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -201,16 +201,16 @@ def _tiny_folder(tmp_path: Path, **over) -> Path:
 def test_checkpoint_sizes_checked_before_any_tensor(tmp_path, monkeypatch):
     from kselect.gemma4 import checkpoint
 
+    folders = [_tiny_folder(tmp_path / "a", intermediate_size=200000), _tiny_folder(tmp_path / "b", num_key_value_heads=0),
+               _tiny_folder(tmp_path / "c", vocab_size=10**12), _tiny_folder(tmp_path / "d", num_hidden_layers=10**9)]
+
     def no_model(*a, **k):
         raise AssertionError("the model was built from an unchecked config")
 
     monkeypatch.setattr(checkpoint, "Gemma4", no_model)
-    with pytest.raises(checkpoint.CheckpointError, match="describes at least"):
-        checkpoint.load_checkpoint(_tiny_folder(tmp_path, intermediate_size=200000))
-    with pytest.raises(checkpoint.CheckpointError, match="num_key_value_heads"):
-        checkpoint.load_checkpoint(_tiny_folder(tmp_path / "b", num_key_value_heads=0))
-    with pytest.raises(checkpoint.CheckpointError, match="vocab_size"):
-        checkpoint.load_checkpoint(_tiny_folder(tmp_path / "c", vocab_size=10**12))
+    for folder, what in zip(folders, ["describes at least", "num_key_value_heads", "vocab_size", "num_hidden_layers"]):
+        with pytest.raises(checkpoint.CheckpointError, match=what):
+            checkpoint.load_checkpoint(folder)
 
 
 def test_checkpoint_config_and_tokenizer_errors_are_one_line(tmp_path):

@@ -124,12 +124,7 @@ def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
     v = cfg.attention.flash_attn_version
     if v is None or any(g.flash_attn_version is not None for g in groups):
         return
-    chosen = ", ".join(f"{g.kind}={g.backend}" for g in groups if not g.draft)
-    raise SelectionError(
-        f"attention.flash_attn_version={v} cannot apply on platform {cfg.platform.name}: no layer group runs "
-        f"FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{v}) "
-        f"where FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)\n  selected: {chosen}"
-    )
+    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
 
 
 # ---------------------------------------------------------------- facts

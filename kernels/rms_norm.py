@@ -43,6 +43,11 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, ou
         tl.store(outb_ptr + row * stride_outb + offs, m.to(dt), mask=mask)
 
 
+def row_warps(block: int) -> int:
+    """Warps per row program (bench/gemma4/fusion_tune.py measures the alternatives)."""
+    return max(1, min(16, block // 512))
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     x = x.reshape(-1, x.shape[-1])
     return x if x.stride(-1) == 1 else x.contiguous()
@@ -62,7 +67,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b):
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, HAS_WB=w_b is not None, BLOCK=block,
-            num_warps=max(1, min(16, block // 512)))
+            num_warps=row_warps(block))
     return out.view(shape), (outb.view(shape) if want_b else None)
 
 

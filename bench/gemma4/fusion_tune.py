@@ -71,12 +71,18 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-decode", action="store_true", help="warps and diagnosis only")
     o = ap.parse_args(argv)
     o.out.mkdir(parents=True, exist_ok=True)
     env = environment(argv)
     env["command"] = " ".join(["python3", "bench/gemma4/fusion_tune.py", *argv])
     data = dict(environment=env, warps=warps_table(), diagnose=diagnose(), decode=[])
     print(json.dumps(data["warps"], indent=1), json.dumps(data["diagnose"], indent=1), flush=True)
+    if o.no_decode:
+        tmp = o.out / ".tune.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1, default=str))
+        os.replace(tmp, o.out / "tune.json")
+        return 0
     best = {r["d"]: min(WARPS, key=lambda nw: r[f"w{nw}_us"]) for r in data["warps"] if r["t"] == 1}
 
     from kselect.gemma4 import fused

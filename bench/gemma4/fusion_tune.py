@@ -86,7 +86,7 @@ def main(argv):
     best = {r["d"]: min(WARPS, key=lambda nw: r[f"w{nw}_us"]) for r in data["warps"] if r["t"] == 1}
 
     from kselect.gemma4 import fused
-    from kselect.gemma4.__main__ import build_model, select
+    from kselect.gemma4.build import build_model, select
     from kselect.gemma4.engine import model_groups
 
     cfg, _ = select(["platform=auto", "model=gemma4_31b"])

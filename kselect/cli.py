@@ -16,7 +16,7 @@ COMMANDS = {
     "sweep": ("kselect.selector.sweep", "a Hydra multirun of selections"),
     "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
     "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
-    "conformance": ("kselect.kernels.conformance", "run claims on this machine's kernels"),
+    "conformance": ("kselect.conformance", "run claims on this machine's kernels"),
     "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
 }
 

@@ -306,7 +306,7 @@ def _warning_buckets(ws: Sequence[Warning]) -> dict[tuple, list]:
         else:
             groups.setdefault(w.model_copy(update={"group": ""}), []).append(w.group)
     for w, gs in groups.items():
-        out[(w.code, w)] = [GroupsDetail(groups=tuple(gs))]
+        out[(w.code, w)] = [GroupsDetail(groups=tuple(sorted(gs)))]  # by id: the same order whatever the labels
     return out
 
 

@@ -10,6 +10,7 @@ through `files.check_yaml_text` (size, depth and alias-expansion bounds) before 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from .files import FileError, check_yaml_text, load_yaml, read_text, safe_name
 # Hydra settings a sweep may change from the command line (launcher choice, output dirs, jobs).
 SWEEP_HYDRA_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.sweep.", "hydra.run.", "hydra.launcher.",
                     "hydra.sweeper.", "hydra.job.chdir")  # fmt: skip
+
+
+# Data that reviewers read as text (rules, overlays, capabilities) holds no interpolation at all;
+# no file holds a resolver (`${oc.env:X}`, `${now:...}`): configs never read the environment.
+STRICT_DIRS = ("overlay", "rules", "capabilities", "conformance", "matrix")
+RESOLVER = re.compile(r"\$\{\s*[\w.]+\s*:")
 
 
 class ConfTreeError(KSelectError):
@@ -44,6 +51,7 @@ def _check_file(root: Path, p: Path, size: int, mtime: int) -> None:
     check_yaml_text(text, str(p))
     data = load_yaml(p, "a kselect config file")
     launcher = rel.parts[:2] == ("hydra", "launcher")
+    strict = rel.parts[0] in STRICT_DIRS or rel == Path("config.yaml")
     for path, key, value in _walk(data):
         where = f"{p}: {'.'.join(path + [str(key)]) if key is not None else '.'.join(path) or '<root>'}"
         if key == "_target_" and not (launcher and isinstance(value, str) and value.startswith("hydra_plugins.")):
@@ -55,10 +63,15 @@ def _check_file(root: Path, p: Path, size: int, mtime: int) -> None:
             raise ConfTreeError(f"{where}: a 'hydra' section is not allowed in kselect configs (Hydra callbacks, search paths)")
         if key == "callbacks" and path == ["hydra"]:
             raise ConfTreeError(f"{where}: hydra.callbacks is not allowed (it would run code)")
-        if key == "defaults" and not path and rel != Path("config.yaml") and rel.parts[0] != "hydra":
-            raise ConfTreeError(f"{where}: a defaults list is only allowed in conf/config.yaml")
-        if isinstance(value, str) and "${" in value:
-            raise ConfTreeError(f"{where}: interpolation {value!r} is not allowed; write the value itself")
+        if key == "defaults" and not path and strict and rel != Path("config.yaml"):
+            raise ConfTreeError(f"{where}: a defaults list is not allowed in {rel.parts[0]}/ (data that reviewers read)")
+        if path[:1] == ["defaults"] and rel.parts[0] != "hydra" and ("hydra" in str(key or "") + str(value) or ".." in str(key or "") + str(value)):
+            raise ConfTreeError(f"{where}: defaults entry {value!r} is not allowed; allowed: options of kselect's own groups (no hydra/, no '..')")
+        if isinstance(value, str) and "${" in value and (strict or RESOLVER.search(value)):
+            raise ConfTreeError(
+                f"{where}: interpolation {value!r} is not allowed here; allowed: the value itself "
+                "(no resolvers such as oc.env anywhere in conf/, no interpolation in overlays, rules, capabilities)"
+            )
         if isinstance(key, str) and "${" in key:
             raise ConfTreeError(f"{where}: interpolation in a key is not allowed")
 
@@ -114,8 +127,8 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
             continue
         if ".." in key or key.startswith("/"):
             raise KSelectError(f"invalid config: {text}: bad key {key!r}; keys name config fields (no '..', no leading '/')")
-        if ov.package is not None:
-            raise KSelectError(f"invalid config: {text}: package overrides (@) are not supported; allowed: group=option")
+        if ov.package is not None and (not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,200}", ov.package) or ".." in ov.package):
+            raise KSelectError(f"invalid config: {text}: bad package {ov.package!r}; allowed: group@dotted.key=option")
         group = key.split("/")[0]
         if group not in groups or "." in key:
             continue

@@ -142,3 +142,19 @@ class Failure(Record):
     largest_page: int | None = None
     kv_block: int | None = None
     kernel_blocks: tuple[Any, ...] | None = None
+
+
+# ---------------------------------------------------------------- conformance runs
+
+
+class ClaimRun(Record):
+    """How to run a claim on hardware: the descale mode and page size of the kernel path that
+    relies on it, as a selection resolves that path (`source`: the config), or as the backend's
+    capability declares it when no rule set makes the path valid (`source`: capabilities.<backend>)."""
+
+    code: Literal["claim_run"] = "claim_run"
+    claim: str
+    descale: Literal["none", "q_k_v", "k_v", "kv_dequant"]
+    page: int
+    per_head_scales: bool  # FP8 descales per (sequence, kv head) where the backend declares them
+    source: str

@@ -395,7 +395,13 @@ class KSelectConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _pins_exist(self) -> KSelectConfig:
+    def _cross_sections(self) -> KSelectConfig:
+        self.check_cross_sections()
+        return self
+
+    def check_cross_sections(self) -> None:
+        """Checks that span sections (pins name backends, MTP needs a drafter). Raises ValueError.
+        Validation runs them; the matrix runs them on configs it assembles with model_copy."""
         names = sorted(self.capabilities)
         pins = {"attention.backend": self.attention.backend}
         pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
@@ -410,7 +416,6 @@ class KSelectConfig(Strict):
                 raise ValueError(f"rules.{rid}.set.backend={r.set.backend!r} is not a backend; allowed: {names}")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
-        return self
 
     def active_rules(self) -> dict[str, Rule]:
         return {rid: r for rid, r in self.rules.items() if isinstance(r, Rule) and r.enabled}

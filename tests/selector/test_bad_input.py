@@ -255,7 +255,7 @@ def test_atomic_write_keeps_the_old_file_when_killed(tmp_path, monkeypatch):
 def test_no_writer_opens_its_output_for_writing_in_place():
     """Every writer of results (conformance, plot, sweep, bench) goes through files.atomic_write."""
     offenders = []
-    for path in [*ROOT.glob("selector/*.py"), *ROOT.glob("kernels/conformance.py"), *ROOT.glob("bench/**/*.py")]:
+    for path in [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/*.py"), *ROOT.glob("bench/**/*.py")]:
         text = path.read_text()
         for needle in ('.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p'):
             if needle in text and path.name != "files.py":
@@ -267,7 +267,7 @@ CLAIM = "TORCH_REFERENCE:bf16:d64:causal"
 
 
 def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
-    from kselect.kernels import conformance
+    from kselect import conformance
 
     out = tmp_path / "cpu_ci.yaml"
     kept = {"TRITON_ATTN:bf16:d256:causal": {"status": "verified", "rel_err": 0.001, "detail": "from the H200"},
@@ -282,7 +282,7 @@ def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
 
 
 def test_conformance_refuses_a_gpu_name_that_is_not_this_device(tmp_path, capsys):
-    from kselect.kernels import conformance
+    from kselect import conformance
 
     argv = ["--claims", CLAIM, "--gpu-name", "nvidia_h200", "--device", "cpu", "--out", str(tmp_path / "o.yaml")]
     assert call_main(conformance.main, argv) == 2

@@ -439,7 +439,7 @@ def _main(cli: str):
     elif cli == "gather":
         from kselect.selector.gather import main
     elif cli == "conformance":
-        from kselect.kernels.conformance import main
+        from kselect.conformance import main
     elif cli == "run":
         from kselect.gemma4.__main__ import main, user_errors
 

@@ -1,17 +1,20 @@
 """Capability conformance: run a claimed kernel capability on a small realistic paged case and
 compare it with the fp32 reference.
 
-Claim id: `<backend>[_v<fa version>]:<bf16|fp16|fp32|fp8|fp8_e5m2>:d<head>:<feature>`, feature in
-causal, window, mm_prefix, sinks, quant_query, page<N>; e.g. `FLASH_ATTN_v4:fp8:d256:window`.
-`fp8` = bf16 model with an fp8_e4m3 cache (fp8_e5m2 likewise). Each claim runs two batches
-(chunked prefill with unequal lengths, and decode), GQA, through the real backend adapter.
+A tool above the layers: it reads claims with the selector's vocabulary
+(`kselect.selector.vocab.Claim`: `<backend>[_v<fa version>]:<dtype>:d<head>:<feature>`, e.g.
+`FLASH_ATTN_v4:fp8:d256:window`), takes each claim's descale mode and page size from the
+selection of that kernel path (`kselect.selector.claims.claim_runs`: the rules decide, e.g. FA4's
+FP8 path dequantizes K/V in the kernel on 64-token pages), and drives the real backend adapter
+(`kselect.backends`) over the kernels. Each claim runs two batches (chunked prefill with unequal
+lengths, and decode), GQA.
 
 status: verified (rel_err within kernels/tolerances.py), refuted (over it, or NaN),
-unsupported (the backend or kernel raised; detail = the first line of the error, prefixed
-"unavailable:" when the package is missing). kernel: the library build that ran, where a
+unsupported (the backend or kernel raised; detail = the first line of the error), unavailable
+(never run: the backend's package is missing here). kernel: the library build that ran, where a
 backend has several (FA3: vLLM's or upstream's, per KSELECT_FA3_BUILD; FA4: flash-attn-4 or the fork).
 
-CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N]
+CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N] [--platform P]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
 run in the Triton interpreter (keep heads small there). --jobs N runs kernel families (claims
 sharing backend, version, dtype and head size, hence one JIT-compiled kernel) in N processes:
@@ -23,69 +26,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import math
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import torch
 
-_ID = re.compile(r"^(?P<backend>[A-Z_]+?)(?:_v(?P<ver>\d+))?:(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"
-                 r"(?P<feature>causal|window|mm_prefix|sinks|quant_query|page\d+)$")
-_MODEL = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-          "fp8": torch.bfloat16, "fp8_e5m2": torch.bfloat16}
-_CACHE = {"fp8": ("fp8_e4m3", torch.float8_e4m3fn), "fp8_e5m2": ("fp8_e5m2", torch.float8_e5m2)}
+from kselect.kernels.dtypes import torch_dtype
+from kselect.selector.claims import claim_runs
+from kselect.selector.records import ClaimRun
+from kselect.selector.vocab import Claim, parse_claim
 
 
-@dataclass(frozen=True)
-class Claim:
-    backend: str
-    version: int | None
-    dtype: str
-    head: int
-    feature: str
-
-    @property
-    def fp8(self) -> bool:
-        return self.dtype.startswith("fp8") or self.feature == "quant_query"
-
-
-MAX_HEAD, MAX_PAGE = 1024, 4096  # a claim's case is allocated from these: bounded first
-
-
-def parse_claim(claim_id: str) -> Claim:
-    m = _ID.match(claim_id.strip()) if isinstance(claim_id, str) and len(claim_id) <= 200 else None
-    if not m:
-        raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>]:<dtype>:d<head>:<feature>")
-    ver = int(m["ver"]) if m["ver"] else None
-    head = int(m["head"])
-    page = int(m["feature"][4:]) if m["feature"].startswith("page") else 16
-    if not (1 <= head <= MAX_HEAD and 1 <= page <= MAX_PAGE and (ver is None or 2 <= ver <= 4)):
-        raise ValueError(f"bad claim id {claim_id!r}: head 1..{MAX_HEAD}, page 1..{MAX_PAGE}, FlashAttention version 2..4")
-    return Claim(m["backend"], ver, m["dtype"], head, m["feature"])
-
-
-def _cache(c: Claim):
-    """(kv_cache_dtype name, torch dtype or None for a model-dtype cache)."""
-    if not c.fp8:
-        return str(_MODEL[c.dtype]).removeprefix("torch."), None
-    return _CACHE["fp8_e5m2" if c.dtype == "fp8_e5m2" else "fp8"]
-
-
-def _descale_mode(c: Claim) -> str:
-    if not c.fp8:
-        return "none"
-    if c.feature == "quant_query":
-        return "q_k_v"
-    if c.backend == "FLASH_ATTN":
-        return "q_k_v" if c.version == 3 else "kv_dequant"  # FA3 needs fp8 q; the FA4 fork keeps bf16 q
-    return "k_v"
-
-
-def _cases(c: Claim, device: str, page: int):
+def _cases(c: Claim, run: ClaimRun, device: str):
     from kselect.kernels.cases import make_case
 
     small = device == "cpu"
@@ -96,27 +51,18 @@ def _cases(c: Claim, device: str, page: int):
         batches = [([5, 9, 3], [21, 40, 9]), ([1, 1, 1], [33, 70, 5])]
     else:
         batches = [([256, 64, 300], [900, 64, 1300]), ([1, 1, 1, 1], [700, 1500, 90, 4100])]
-    cache_dtype = _cache(c)[1]
+    cache_dtype = torch_dtype(c.kv_cache_dtype) if c.kv_cache_dtype else None
     # FP8 descales per (sequence, kv head) where the backend declares them, else one K and one V per layer
-    descale = "seq_head" if per_head_scales(c.backend) else "layer"
+    descale = "seq_head" if run.per_head_scales else "layer"
     out = []
     for i, (ql, kl) in enumerate(batches):
         spans = None
         if c.feature == "mm_prefix":
             spans = [[(max(0, k - q - 4), max(0, k - q - 4) + min(12, k))] for q, k in zip(ql, kl)]
-        out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=page, dtype=_MODEL[c.dtype],
+        out.append(make_case(ql, kl, hq=hq, hkv=hkv, d=c.head, block_size=run.page, dtype=torch_dtype(c.model_dtype),
                              cache_dtype=cache_dtype, descale=descale, window_left=window, mm_spans=spans,
                              sinks=c.feature == "sinks", device=device, seed=11 + i))
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def per_head_scales(backend: str) -> bool:
-    """capabilities.<backend>.per_head_quant_scales (conf/capabilities); False for an undeclared backend."""
-    from kselect.selector.api import compose
-
-    cap = compose(["platform=cpu"]).capabilities.get(backend)  # declarations do not depend on the platform
-    return bool(cap and cap.per_head_quant_scales)
 
 
 def _first_line(e: BaseException) -> str:
@@ -124,7 +70,8 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
-def check_claim(claim_id: str, device: str = "cuda") -> dict:
+def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None) -> dict:
+    """Run one claim; `run` (descale mode, page size) defaults to the selector's for this machine."""
     from kselect.backends import BackendUnavailableError, make_backend
     from kselect.backends.fixtures import layer_of, make_group, meta_of
     from kselect.kernels.cache_ops import quantize_query
@@ -133,20 +80,19 @@ def check_claim(claim_id: str, device: str = "cuda") -> dict:
     c = parse_claim(claim_id)
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    page = int(c.feature[4:]) if c.feature.startswith("page") else (64 if c.backend == "FLASH_ATTN" and c.version == 4
-                                                                     else 16)
-    kv = _cache(c)[0]
-    descale = _descale_mode(c)
+    run = run or claim_runs([claim_id], _platform(device))[claim_id]
+    page, descale = run.page, run.descale
+    kv = c.kv_cache_dtype or c.model_dtype
     try:
         be = make_backend(make_group(c.backend, c.version, c.head, kv, page, page, descale, 1 if c.head >= 512 else 2))
     except BackendUnavailableError as e:
-        return dict(status="unsupported", rel_err=None, detail="unavailable: " + _first_line(e))
+        return dict(status="unavailable", rel_err=None, detail=_first_line(e))
     except Exception as e:  # noqa: BLE001 - an adapter refusing the combination is a finding
         return dict(status="unsupported", rel_err=None, detail=_first_line(e))
-    tol = tolerance(_MODEL[c.dtype], c.fp8)
+    tol = tolerance(torch_dtype(c.model_dtype), c.fp8)
     kernel = dict(kernel=be.kernel_build) if be.kernel_build else {}
     worst = 0.0
-    for case in _cases(c, device, page):
+    for case in _cases(c, run, device):
         qs = torch.tensor(0.05, device=device) if descale == "q_k_v" else None
         try:
             out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer_of(case, qs))
@@ -246,11 +192,16 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True, help="the conformance file; an existing one is merged into (re-run claims replaced)")
     ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time (1..64)")
+    ap.add_argument("--platform", default=None, help="the selector's platform for descale/page (default: auto, cpu on --device cpu)")
     args = ap.parse_args(argv)
     if not 1 <= args.jobs <= 64:
         raise KSelectError(f"--jobs {args.jobs}; allowed: 1 to 64")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise KSelectError("--device cuda: this machine has no CUDA device; allowed: cpu")
+    if args.platform is not None:
+        from kselect.selector.files import safe_name
+
+        safe_name(args.platform, "--platform")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import yaml
@@ -266,6 +217,8 @@ def main(argv=None) -> int:
         prev = read_file(out_path, gpu=gpu)
         old = {cid: r.model_dump() for cid, r in prev.claims.items()}
         print(f"merging into {args.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
+    platform = [f"platform={args.platform}"] if args.platform else _platform(args.device)
+    runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels
     results: dict = {}
     doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
                commit=_git_commit(), command="kselect conformance " + " ".join(argv if argv is not None else sys.argv[1:]))
@@ -282,12 +235,12 @@ def main(argv=None) -> int:
 
     if args.jobs <= 1:
         for cid in ids:
-            record(cid, _check_one(cid, args.device))
+            record(cid, _check_one(cid, args.device, runs[cid]))
     else:
         import concurrent.futures as cf
 
         with cf.ThreadPoolExecutor(args.jobs) as pool:  # each family in its own process (_isolated)
-            futures = [pool.submit(_isolated, fam, args.device) for fam in families(ids)]
+            futures = [pool.submit(_isolated, fam, args.device, runs) for fam in families(ids)]
             for fut in cf.as_completed(futures):
                 for cid, r in fut.result():
                     record(cid, r)
@@ -300,40 +253,50 @@ def main(argv=None) -> int:
     return 0
 
 
-def _check_one(cid: str, device: str) -> dict:
+def _platform(device: str) -> list[str]:
+    return ["platform=cpu"] if device == "cpu" else ["platform=auto"]
+
+
+def _run_of(cid: str, platform: list[str]) -> ClaimRun | ValueError:
     try:
-        return check_claim(cid, device)
-    except ValueError as e:  # a malformed id
-        return dict(status="unsupported", rel_err=None, detail=_first_line(e))
+        return claim_runs([cid], platform)[cid]
+    except ValueError as e:  # a malformed id: reported as that claim's result
+        return e
 
 
-def _check_family(ids: list[str], device: str) -> list[tuple[str, dict]]:
-    return [(cid, _check_one(cid, device)) for cid in ids]
+def _check_one(cid: str, device: str, run: ClaimRun | ValueError) -> dict:
+    if isinstance(run, ValueError):
+        return dict(status="unsupported", rel_err=None, detail=_first_line(run))
+    return check_claim(cid, device, run)
+
+
+def _check_family(ids: list[str], device: str, runs: dict) -> list[tuple[str, dict]]:
+    return [(cid, _check_one(cid, device, runs[cid])) for cid in ids]
 
 
 DIED = "the process died in the kernel call, with no Python error (e.g. a C++ check that aborts)"
 
 
-def _in_process(ids: list[str], device: str) -> list[tuple[str, dict]]:
+def _in_process(ids: list[str], device: str, runs: dict) -> list[tuple[str, dict]]:
     import concurrent.futures as cf
     import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(_check_family, ids, device).result()
+        return ex.submit(_check_family, ids, device, {cid: runs[cid] for cid in ids}).result()
 
 
-def _isolated(ids: list[str], device: str) -> list[tuple[str, dict]]:
+def _isolated(ids: list[str], device: str, runs: dict) -> list[tuple[str, dict]]:
     """A family in a fresh process; if that process dies, each claim again alone, so a kernel that
     aborts costs only its own claims (refuted: a claimed capability that kills the process)."""
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        return _in_process(ids, device)
+        return _in_process(ids, device, runs)
     except BrokenProcessPool:
         out = []
         for cid in ids:
             try:
-                out += _in_process([cid], device)
+                out += _in_process([cid], device, runs)
             except BrokenProcessPool:
                 out.append((cid, dict(status="refuted", rel_err=None, detail=DIED)))
         return out

@@ -1,11 +1,14 @@
-"""kernels.conformance on CPU: claim parsing, verdicts, and the CLI on a few reference/Triton claims."""
+"""The conformance runner (kselect/conformance.py) on CPU: claim parsing, run parameters from the
+selector, verdicts, and the CLI on a few reference/Triton claims."""
 
 import pytest
 import torch
 import yaml
 
-from kselect.kernels import conformance
-from kselect.kernels.conformance import check_claim, parse_claim
+from kselect import conformance
+from kselect.conformance import check_claim
+from kselect.selector.claims import claim_runs
+from kselect.selector.vocab import parse_claim
 
 
 def test_parse():
@@ -43,7 +46,7 @@ def test_refuted_and_unsupported(monkeypatch):
     r = check_claim("TORCH_REFERENCE:bf16:d64:causal", "cpu")
     assert r == dict(status="unsupported", rel_err=None, detail="RuntimeError: mha_fwd: head dim unsupported")
     r = check_claim("FLASHINFER:bf16:d64:causal", "cpu")
-    assert r["status"] == "unsupported" and r["detail"].startswith("unavailable:")
+    assert r["status"] == "unavailable" and "flashinfer" in r["detail"].lower()
 
 
 def test_cli_writes_yaml(tmp_path):
@@ -102,6 +105,25 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
                                               ("NOT_DECLARED", False)])
 def test_fp8_cases_use_the_declared_scale_granularity(backend, per_head):
     """capabilities.<backend>.per_head_quant_scales decides [B, Hkv] descales vs one per layer."""
-    assert conformance.per_head_scales(backend) is per_head
-    cases = conformance._cases(parse_claim(f"{backend}:fp8:d64:causal"), "cpu", 16)
+    claim = f"{backend}:fp8:d64:causal"
+    if backend == "NOT_DECLARED":
+        with pytest.raises(ValueError, match="no backend NOT_DECLARED"):
+            claim_runs([claim], ["platform=sm90"])
+        return
+    run = claim_runs([claim], ["platform=sm90"])[claim]
+    assert run.per_head_scales is per_head
+    cases = conformance._cases(parse_claim(claim), run, "cpu")
     assert all(c.k_descale.dim() == (2 if per_head else 0) for c in cases)
+
+
+def test_run_parameters_come_from_the_selection_of_the_path():
+    """FA4's FP8 path on SM90 exists only under #48666, whose rules dequantize K/V in the kernel on
+    64-token pages; FA3 quantizes q; a quant_query claim runs with quantized q by definition."""
+    runs = claim_runs(["FLASH_ATTN_v4:fp8:d256:window", "FLASH_ATTN_v3:fp8:d256:causal", "FLASHINFER:fp8:d512:page32",
+                       "TRITON_ATTN:fp8:d256:quant_query", "FLASH_ATTN_v4:bf16:d512:causal"], ["platform=sm90"])  # fmt: skip
+    assert (runs["FLASH_ATTN_v4:fp8:d256:window"].descale, runs["FLASH_ATTN_v4:fp8:d256:window"].page) == ("kv_dequant", 64)
+    assert "overlay=[pr48666]" in runs["FLASH_ATTN_v4:fp8:d256:window"].source
+    assert runs["FLASH_ATTN_v3:fp8:d256:causal"].descale == "q_k_v"
+    assert (runs["FLASHINFER:fp8:d512:page32"].descale, runs["FLASHINFER:fp8:d512:page32"].page) == ("k_v", 32)
+    assert runs["TRITON_ATTN:fp8:d256:quant_query"].descale == "q_k_v"
+    assert runs["FLASH_ATTN_v4:bf16:d512:causal"].descale == "none"

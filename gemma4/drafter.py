@@ -491,13 +491,17 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
     from kselect.gemma4.checkpoint import (  # one reader for target and drafter checkpoints
-        CheckpointError, _shard_files, read_config_json, read_safetensors)
+        CheckpointError, _shard_files, precheck, read_config_json, read_safetensors)
 
     folder = Path(folder)
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
+    try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from None
     try:
         args = DrafterArgs.from_hf_config(d, target)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise DrafterError(f"{cfg}: not a usable gemma4_assistant config: {type(e).__name__}: {e}") from e
     if dtype is not None:
         args.dtype = dtype_name(dtype)

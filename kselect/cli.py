@@ -28,6 +28,8 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--debug":  # `kselect --debug <command> ...`: the command's own flag
+        argv = [*argv[1:2], "--debug", *argv[2:]]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         sys.exit(0 if argv else 2)

@@ -28,6 +28,7 @@ import argparse
 import datetime
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -112,45 +113,125 @@ def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None
 
 
 def read_claims(arg: str) -> list[str]:
-    if os.path.exists(arg):
-        import yaml
+    """Claim ids from a file (a YAML list, a mapping with `claims:`, or one id per line) or a
+    comma-separated list; every id is checked before anything runs."""
+    from kselect.selector.errors import KSelectError
+    from kselect.selector.files import load_yaml
 
-        with open(arg) as f:
-            data = yaml.safe_load(f)
+    if os.path.exists(arg) or os.path.islink(arg):
+        data = load_yaml(arg, "a list of claim ids")
         if isinstance(data, dict):
             data = data.get("claims", data)
+        if data is None:
+            raise KSelectError(f"--claims {arg}: empty; expected claim ids (a YAML list or one per line)")
         items = list(data) if isinstance(data, (list, dict)) else str(data).split()
-        return [str(x).strip() for x in items if str(x).strip() and not str(x).startswith("#")]
-    return [x.strip() for x in arg.split(",") if x.strip()]
+        where = f"--claims {arg}"
+    else:
+        if "/" in arg or arg.endswith((".txt", ".yaml", ".yml")):
+            raise KSelectError(f"--claims {arg}: no such file; expected a file of claim ids or a comma-separated list")
+        items, where = arg.split(","), "--claims"
+    ids = [str(x).strip() for x in items if str(x).strip() and not str(x).startswith("#")]
+    if not ids:
+        raise KSelectError(f"{where}: no claim ids; expected <backend>[_v<N>]:<dtype>:d<head>:<feature>, e.g. TRITON_ATTN:bf16:d256:causal")
+    for cid in ids:
+        try:
+            parse_claim(cid)
+        except ValueError as e:
+            raise KSelectError(f"{where}: {e}; dtype bf16|fp16|fp32|fp8|fp8_e5m2, feature causal|window|mm_prefix|sinks|quant_query|page<N>") from None
+    dups = sorted({c for c in ids if ids.count(c) > 1})
+    if dups:
+        raise KSelectError(f"{where}: repeats {', '.join(dups[:5])}; allowed: each claim once")
+    return ids
+
+
+def device_model(device: str) -> str:
+    """This machine's GPU model as conformance files name it (conf/conformance/<model>.yaml)."""
+    if device == "cpu":
+        return "cpu"
+    name = torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia_")
+    return re.sub(r"[^a-z0-9_]", "_", name).strip("_")
+
+
+def check_gpu_name(gpu: str, device: str) -> None:
+    from kselect.selector.errors import KSelectError
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", gpu):
+        raise KSelectError(f"--gpu-name {gpu!r}; allowed: lower-case letters, digits and '_' (a file name in conf/conformance/)")
+    have = device_model(device)
+    if not (gpu == have or (device == "cpu" and gpu.startswith("cpu"))):
+        raise KSelectError(f"--gpu-name {gpu!r} does not match this device ({have}); allowed: {have!r}"
+                           + (" or a name starting with 'cpu'" if device == "cpu" else ""))
+
+
+def merge_plan(old: dict, new_ids: list[str]) -> str:
+    kept = [c for c in old if c not in new_ids]
+    rerun = [c for c in new_ids if c in old]
+    added = [c for c in new_ids if c not in old]
+    return f"{len(rerun)} re-run (replaced), {len(added)} new, {len(kept)} kept from the existing file"
+
+
+def merge_report(old: dict, results: dict) -> list[str]:
+    lines = []
+    for cid, r in results.items():
+        before = old.get(cid)
+        if before is None:
+            lines.append(f"  new      {cid}: {r['status']}")
+        elif before["status"] != r["status"]:
+            lines.append(f"  changed  {cid}: {before['status']} -> {r['status']}")
+    return lines
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from kselect.selector.conformance import read_file
+    from kselect.selector.errors import KSelectError
+    from kselect.selector.files import atomic_write
+
+    ap = argparse.ArgumentParser(prog="kselect conformance", description=__doc__.split("\n\n")[0])
     ap.add_argument("--claims", required=True, help="YAML/text file of claim ids, or a comma-separated list")
-    ap.add_argument("--gpu-name", default=None)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time")
+    ap.add_argument("--gpu-name", default=None, help="the GPU model (default: this device's, e.g. nvidia_h200)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
+    ap.add_argument("--out", required=True, help="the conformance file; an existing one is merged into (re-run claims replaced)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time (1..64)")
     ap.add_argument("--platform", default=None, help="the selector's platform for descale/page (default: auto, cpu on --device cpu)")
     args = ap.parse_args(argv)
+    if not 1 <= args.jobs <= 64:
+        raise KSelectError(f"--jobs {args.jobs}; allowed: 1 to 64")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise KSelectError("--device cuda: this machine has no CUDA device; allowed: cpu")
+    if args.platform is not None:
+        from kselect.selector.files import safe_name
+
+        safe_name(args.platform, "--platform")
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import yaml
 
-    gpu = args.gpu_name or (torch.cuda.get_device_name() if args.device != "cpu" else "cpu")
-    results = {}
-    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
-               commit=_git_commit(), command="kselect conformance " + " ".join(argv or sys.argv[1:]),
-               claims=results)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    gpu = args.gpu_name or device_model(args.device)
+    check_gpu_name(gpu, args.device)
+    out_path = os.path.abspath(args.out)
+    if os.path.isdir(out_path):
+        raise KSelectError(f"--out {args.out}: a directory; expected a .yaml file")
     ids = read_claims(args.claims)
+    old: dict = {}
+    if os.path.exists(out_path) or os.path.islink(out_path):  # merge: never drop what was measured before
+        prev = read_file(out_path, gpu=gpu)
+        old = {cid: r.model_dump() for cid, r in prev.claims.items()}
+        print(f"merging into {args.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
     platform = [f"platform={args.platform}"] if args.platform else _platform(args.device)
     runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels
+    results: dict = {}
+    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
+               commit=_git_commit(), command="kselect conformance " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+    def write(order: list[str]) -> None:
+        claims = dict(old)
+        claims.update({cid: results[cid] for cid in order if cid in results})
+        atomic_write(out_path, yaml.safe_dump(dict(doc, claim_count=len(claims), claims=claims), sort_keys=False))
 
     def record(cid, r):
         results[cid] = r
         print(f"{cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
-        _write(args.out, yaml.safe_dump(doc, sort_keys=False))  # after every claim: a timeout still leaves what was measured
+        write(list(results))  # after every claim, atomically: a timeout still leaves what was measured
 
     if args.jobs <= 1:
         for cid in ids:
@@ -163,17 +244,13 @@ def main(argv=None) -> int:
             for fut in cf.as_completed(futures):
                 for cid, r in fut.result():
                     record(cid, r)
-        doc["claims"] = {cid: results[cid] for cid in ids}  # input order, whatever finished first
-        _write(args.out, yaml.safe_dump(doc, sort_keys=False))
+    write(ids)  # input order, whatever finished first
+    changes = merge_report(old, results) if old else []
+    print(f"wrote {args.out}: {len(old) + sum(c not in old for c in results)} claims ({merge_plan(old, ids) if old else f'{len(results)} new'})"
+          + (":" if changes else "; no status changed"))
+    for line in changes:
+        print(line)
     return 0
-
-
-def _write(path: str, text: str) -> None:
-    """Atomically: a reader (or a killed run) never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _platform(device: str) -> list[str]:
@@ -246,4 +323,6 @@ def _git_commit() -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from kselect.selector.cli import run_cli
+
+    run_cli(main)

@@ -84,8 +84,10 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
         f["fa.version"], fa_trace = fa_version(book, f, g.head_size)
         f["fa.version_default"], _ = fa_version(book, f, None)
         f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-    pin = cfg.attention.backend_per_kind.get(g.kind) or f["pin.backend"]
-    if pin is not None and g.kind in cfg.attention.backend_per_kind:
+    per_kind = cfg.attention.backend_per_kind.get(g.kind)
+    per_kind = None if per_kind == "auto" else per_kind  # `auto` for one group: that group is not pinned
+    pin = per_kind or f["pin.backend"]
+    if pin is not None and per_kind is not None:
         pin_src = f"attention.backend_per_kind.{g.kind}"
     elif pin is not None and cfg.attention.backend != "auto":
         pin_src = "attention.backend"

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .api import CONF_DIR
 from .errors import KSelectError, format_validation_error
+from .files import SAFE_NAME, load_yaml, safe_name
 from .vocab import SHORT_DTYPE
 
 MATRIX_DIR = CONF_DIR / "matrix"
@@ -69,6 +69,8 @@ class MatrixSpec(_Strict):
                 raise ValueError(f"axis 'multimodal' takes true/false, got {values}")
             if name != "multimodal" and any(not isinstance(x, str) for x in values):
                 raise ValueError(f"axis {name!r} takes names, got {values}")
+            if name in GROUP_AXES and any(not SAFE_NAME.match(x) or ".." in x for x in values):
+                raise ValueError(f"axis {name!r}: {values} must be names of files in conf/{name}/ (letters, digits, _ . -; no '..' or '/')")
         for req in ("platform", "model"):
             if req not in v:
                 raise ValueError(f"axis {req!r} is required")
@@ -114,16 +116,21 @@ def load_matrix(name: str | Path, conf_dir: Path | str | None = None) -> MatrixS
     """`name` is a file of conf/matrix/ (without .yaml) or a path to a YAML file."""
     p = Path(name)
     if p.suffix not in (".yaml", ".yml"):
+        safe_name(str(name), "matrix")
         p = (Path(conf_dir) / "matrix" if conf_dir else MATRIX_DIR) / f"{name}.yaml"
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         opts = sorted(x.stem for x in p.parent.glob("*.yaml"))
         raise MatrixError(f"no matrix {str(name)!r} (looked for {p}); available: {', '.join(opts)}")
-    data = yaml.safe_load(p.read_text()) or {}
+    data = load_yaml(p, "a matrix declaration (axes, pins, skip)")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise MatrixError(f"{p}: a {type(data).__name__}; expected a matrix declaration (a mapping with axes:, pins:, skip:)")
     data.setdefault("name", p.stem)
     try:
         return MatrixSpec.model_validate(data)
     except ValidationError as e:
-        raise MatrixError(format_validation_error(e, root=f"matrix {p.stem}").replace("invalid config: ", "invalid matrix: ")) from None
+        raise MatrixError(format_validation_error(e, root=f"matrix {p.stem}").replace("invalid config: ", f"invalid matrix ({p}): ")) from None
 
 
 # ---------------------------------------------------------------- cells

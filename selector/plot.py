@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .cli import run_cli
 from .errors import KSelectError
+from .files import atomic_write
 from .grid import INVALID_COLOR, Grid, cell_marks, color, inner_label, kv_label, target_groups
 from .matrix import AXES, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
 from .plot_html import render_html
@@ -130,8 +131,10 @@ def filter_spec(spec: MatrixSpec, where: dict[str, list]) -> MatrixSpec:
             raise KSelectError(f"plot: where.{axis}: unknown axis; allowed: {list(AXES)}")
         have = spec.values(axis)
         conv = [v for v in have if str(v).lower() in {str(x).lower() for x in vals}]
-        if not conv:
-            raise KSelectError(f"plot: where.{axis}={','.join(map(str, vals))} matches none of {have}")
+        unknown = [x for x in vals if str(x).lower() not in {str(v).lower() for v in have}]
+        if unknown or not conv:
+            raise KSelectError(f"plot: where.{axis}={','.join(map(str, vals))}: {', '.join(map(str, unknown)) or 'nothing'} "
+                               f"is not a value of the axis; allowed: {', '.join(map(str, have))}")
         if axis == "pin":
             pins = {k: v for k, v in pins.items() if k in conv}
         else:
@@ -159,11 +162,15 @@ def main(argv: list[str]) -> int:
     rest = []
     for x in argv:
         if x.startswith("where."):
-            k, _, v = x[6:].partition("=")
+            k, eq, v = x[6:].partition("=")
+            if not eq or k in where:
+                raise KSelectError(f"plot: {x!r}: {'repeated axis' if eq else 'expected where.<axis>=v1,v2'}; allowed: each axis once, where.<axis>=<values>")
             where[k] = [s.strip() for s in v.split(",") if s.strip()]
         else:
             rest.append(x)
     args = cli_args(rest, {"matrix": "smoke", "overlays": "[]", "a": "", "b": "", "out": "kselect-matrix", "title": ""}, "kselect plot")
+    if Path(args["out"]).is_dir() or Path(args["out"]).with_suffix(".png").is_dir():
+        raise KSelectError(f"plot: out={args['out']!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     spec = filter_spec(load_matrix(args["matrix"]), where)
     if bool(args["a"]) != bool(args["b"]):
         raise KSelectError("plot: a diff needs both a=... and b=...")
@@ -176,9 +183,8 @@ def main(argv: list[str]) -> int:
         summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
     png = render_png(grid, f"{title} — {summary}")
     out = Path(args["out"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".png").write_bytes(png)
-    out.with_suffix(".html").write_text(render_html(grid, title, png, summary))
+    atomic_write(out.with_suffix(".png"), png)
+    atomic_write(out.with_suffix(".html"), render_html(grid, title, png, summary))
     print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.html')} ({summary})")
     return 0
 

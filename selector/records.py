@@ -121,7 +121,7 @@ WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_pr
 # ---------------------------------------------------------------- no selection
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
-                      "page_unify", "no_common_block"]  # fmt: skip
+                      "page_unify", "no_common_block", "fa_pin_unused"]  # fmt: skip
 
 
 class Failure(Record):
@@ -130,6 +130,7 @@ class Failure(Record):
     code: FailureCode
     group: str | None = None
     head: int | None = None
+    version: int | None = None
     backend: str | None = None
     pin_source: str | None = None
     platform: str | None = None

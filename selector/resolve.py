@@ -69,6 +69,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if cfg.spec_decode.method == "mtp":
         out.extend(draft_groups(cfg, book, facts, out, kv_dtype, copy))
 
+    _check_fa_pin(cfg, out)
     warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
     env = environment_summary(cfg, facts)
     return Selection(
@@ -78,6 +79,14 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+
+
+def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
+    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+    v = cfg.attention.flash_attn_version
+    if v is None or any(g.flash_attn_version is not None for g in groups):
+        return
+    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
 
 
 def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:

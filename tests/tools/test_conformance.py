@@ -53,22 +53,24 @@ def test_cli_writes_yaml(tmp_path):
     claims = tmp_path / "claims.yaml"
     claims.write_text("- TORCH_REFERENCE:bf16:d64:window\n- TRITON_ATTN:fp32:d64:page32\n")
     out = tmp_path / "res" / "conf.yaml"
-    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
+    assert doc["gpu"] == "cpu_ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
 
 
 def test_families_and_parallel_cli(tmp_path):
-    ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal", "nope"]
-    assert conformance.families(ids) == [[ids[0], ids[2]], [ids[1]], ["nope"]]
+    ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal",
+           "FLASHINFER:bf16:d64:causal"]
+    assert conformance.families(ids + ["nope"]) == [[ids[0], ids[2]], [ids[1]], [ids[3]], ["nope"]]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     doc = yaml.safe_load(out.read_text())
     assert list(doc["claims"]) == ids  # input order, although families finish in any order
     assert [doc["claims"][i]["status"] for i in ids] == ["verified", "verified", "verified", "unsupported"]
+    assert doc["claim_count"] == 4
 
 
 ABORTING_FA3 = '''
@@ -91,7 +93,7 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
     monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")
     ids = ["FLASH_ATTN_v3:fp32:d64:causal", "FLASH_ATTN_v3:fp32:d64:window", "TORCH_REFERENCE:fp32:d64:causal"]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     claims = yaml.safe_load(out.read_text())["claims"]
     assert claims[ids[0]] == dict(status="refuted", rel_err=None, detail=conformance.DIED)

@@ -45,10 +45,10 @@ def _parser(add_help: bool = True) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0], add_help=add_help,
                                  allow_abbrev=False, epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
+    ap.add_argument("--max-new-tokens", type=_bounded(int, 0, 1 << 16), default=24)
+    ap.add_argument("--temperature", type=_bounded(float, 0.0, 100.0), default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=_bounded(int, 0, 1 << 21), default=0)
+    ap.add_argument("--seed", type=_bounded(int, 0, (1 << 63) - 1), default=0, help="sampling seed (and the random-weight seed)")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--prefill-chunk", type=_positive_int, default=None, metavar="N",
                     help="prefill prompts in steps of N tokens; the sliding-window cache then holds "
@@ -171,32 +171,62 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
     return 1 if failed else 0
 
 
+def _bounded(kind, lo, hi):
+    """An argparse type: a number of `kind` in [lo, hi] (nothing is allocated from an unchecked number)."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:  # also false for nan
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}")
+        return v
+
+    return parse
+
+
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdigit() or not 1 <= int(text) <= 1 << 20:
         raise argparse.ArgumentTypeError(f"want a positive token count, got {text!r}")
     return int(text)
 
 
-def cli() -> None:
-    """`kselect run` is a Hydra app (kselect/selector/app.py) over conf/config.yaml: the --options
-    above are taken off the command line first, everything else (overrides, --cfg, --help, -m,
-    hydra.*) goes to Hydra."""
+def user_errors(fn):
+    """fn(argv) with the runner's own errors (RunError, CheckpointError, a missing kernel package)
+    turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
     from kselect.backends.base import BackendUnavailableError
     from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.selector.errors import KSelectError
+
+    def wrapped(*args) -> int:
+        try:
+            return fn(*args)
+        except (RunError, CheckpointError, BackendUnavailableError) as e:
+            raise KSelectError(str(e)) from e
+
+    return wrapped
+
+
+def cli(fn=None) -> None:
+    """Every error: exit 2 and one paragraph (selector/cli.py). The bench scripts that drive the
+    runner pass their own fn and exit through here too. `kselect run` itself (no fn) is a Hydra app
+    (kselect/selector/app.py) over conf/config.yaml: the --options above are taken off the command
+    line first, everything else (overrides, --cfg, --help, -m, hydra.*) goes to Hydra."""
+    if fn is not None:
+        from kselect.selector.cli import call_main
+
+        sys.exit(call_main(user_errors(fn), sys.argv[1:]))
     from kselect.selector.api import CONF_DIR
     from kselect.selector.app import run_app, task_overrides
-    from kselect.selector.cli import report_error
 
     ap = _parser(add_help=False)
     opts, rest = ap.parse_known_args(sys.argv[1:])
     sys.argv[1:] = rest
+    checked = user_errors(main)
 
     def task(cfg) -> int:
-        try:
-            return main(task_overrides(), opts)
-        except (RunError, CheckpointError, BackendUnavailableError) as e:  # one paragraph, not a traceback
-            report_error(e)
-            return 2
+        return checked(task_overrides(), opts)
 
     opts_help = _parser(add_help=False).format_help()
     doc = __doc__.rstrip() + "\n\nkselect run's own " + opts_help[opts_help.index("options:"):].rstrip()

@@ -94,10 +94,7 @@ class ModelRunner:
                 kv_amax: dict | None = None) -> StepContext:
         """The model's step context. `static`: the capture-safe code paths (no host syncs)."""
         groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
-        ctx = StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
-        if static or self.static_paths:
-            ctx.extra["static"] = True
-        return ctx
+        return StepContext(positions=positions, groups=groups, kv_amax=kv_amax, static=static or self.static_paths)
 
     # -------------------------------------------------------------- forwards
     def forward(self, batch: StepBatch, tokens: list[list[int]], spans: dict | None = None,

@@ -28,9 +28,6 @@ conformance data are the worktree's.
 
 from __future__ import annotations
 
-import io
-import subprocess
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -41,12 +38,14 @@ from hydra.core.config_store import ConfigStore
 
 from .api import CONF_DIR
 from .app import compose_args, run_app
+from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
 from .diff_render import render, rendered_sorted, warning_order
+from .diff_sources import Source, check_conf_rel, git_conf, parse_source  # noqa: F401 - the diff's public names
 from .errors import KSelectError
 from .matrix import Builder, Cell, CellResult, MatrixSpec, expand, load_matrix, resolve_cells
 from .patterns import collapse, render_rect
-from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
 from .records import ClaimsWarning, Warning
+from .vocab import parse_group_id
 
 __all__ = ["CellDiff", "Block", "MatrixDiff", "collapse", "diff_cell", "diff_overlays", "diff_results", "render", "render_rect", "run_diff"]
 
@@ -129,7 +128,8 @@ def _fold(groups: list[str], changed: set[str]) -> tuple[str, ...]:
     for g in groups:
         if g not in changed:
             continue
-        if g.startswith("draft:") and g[6:] in changed:
+        kind, draft = parse_group_id(g)
+        if draft and kind in changed:
             continue
         out.append(g)
     return tuple(out)
@@ -308,7 +308,7 @@ def _warning_buckets(ws: Sequence[Warning]) -> dict[tuple, list]:
         else:
             groups.setdefault(w.model_copy(update={"group": ""}), []).append(w.group)
     for w, gs in groups.items():
-        out[(w.code, w)] = [GroupsDetail(groups=tuple(gs))]
+        out[(w.code, w)] = [GroupsDetail(groups=tuple(sorted(gs)))]  # by id: the same order whatever the labels
     return out
 
 
@@ -318,16 +318,6 @@ WARNING_RANK = {"claims_refuted": 0, "claims_unverified": 2}  # other warnings (
 def _warning_rank(b: Block) -> int:
     """Among warnings: refuted hardware claims, then rule warnings, then unverified claims."""
     return WARNING_RANK.get(b.key[0], 1) if b.warning else 0
-
-
-# ---------------------------------------------------------------- sources: overlay sets, git revisions
-
-
-@dataclass(frozen=True)
-class Source:
-    label: str
-    conf_dir: Path
-    overlays: tuple[str, ...]
 
 
 def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
@@ -341,16 +331,6 @@ def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: Exit
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
         return Source(label, git_conf(repo, conf[4:], tmp, conf_rel), ov)
     raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
-
-
-def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
-    """Extract `<rev>:conf` into dest (git archive) and return the conf directory there."""
-    p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, conf_rel], capture_output=True)
-    if p.returncode != 0:
-        raise KSelectError(f"diff: git archive {rev} {conf_rel} failed in {repo}: {p.stderr.decode().strip()}")
-    with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest / conf_rel
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
@@ -396,7 +376,12 @@ RENAMED = {
 def task(cfg) -> int:
     if cfg.format not in ("table", "markdown", "json"):
         raise KSelectError(f"diff: format={cfg.format!r}; allowed: table, markdown, json")
+    if not 0 <= cfg.limit <= 10_000:
+        raise KSelectError(f"diff: limit={cfg.limit}; allowed: 0 to 10000 patterns per block")
+    check_conf_rel(cfg.conf_path)
     repo = Path(cfg.repo).resolve() if cfg.repo else CONF_DIR.parent
+    if not repo.is_dir():
+        raise KSelectError(f"diff: repo={cfg.repo!r} is not a directory")
     with ExitStack() as stack:
         two = cfg.a.conf != cfg.b.conf
         a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)

@@ -170,4 +170,4 @@ def main(argv: list[str] | None = None) -> int:
 RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
 
 if __name__ == "__main__":
-    run_cli(main)
+    main()

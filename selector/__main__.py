@@ -13,23 +13,30 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from .api import CONF_DIR, validate
-from .app import container, run_app
+from .api import CONF_DIR, compose
+from .app import check_renamed, run_app, task_overrides
 from .render import render
 from .resolve import resolve
 
 RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
 
 
-def task(cfg: DictConfig) -> int:
-    kcfg = validate(container(cfg))
-    print(render(resolve(kcfg), kcfg.output, kcfg.verbose))
+def main(argv: list[str]) -> int:
+    """In-process `kselect select` (tests, fuzzing): overrides -> guard, compose, validate, resolve."""
+    check_renamed("select", argv, RENAMED)
+    cfg = compose(argv)
+    print(render(resolve(cfg), cfg.output, cfg.verbose))
     return 0
 
 
-def main() -> None:
+def task(cfg: DictConfig) -> int:
+    """The Hydra app's job: the same path as main (the guard sees the overrides as typed)."""
+    return main(task_overrides())
+
+
+def cli() -> None:
     run_app("select", task, doc=__doc__, config_dir=CONF_DIR, config_name="config", renamed=RENAMED)
 
 
 if __name__ == "__main__":
-    main()
+    cli()

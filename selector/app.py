@@ -96,14 +96,22 @@ def quote_values(overrides: list[str], keys: tuple[str, ...]) -> list[str]:
     return out
 
 
-def compose_error(e: BaseException) -> str:
-    """One paragraph for an error Hydra or OmegaConf raised while composing."""
+def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
+    """One paragraph for an error Hydra or OmegaConf raised while composing, naming the overrides
+    it is about (those whose key the message names; else every override)."""
     parts = [str(e)]
     if e.__cause__ is not None and str(e.__cause__) not in parts[0]:
         parts.append(str(e.__cause__))
     text = " ".join(line.strip() for p in parts for line in p.split("Config search path")[0].splitlines() if line.strip())
     text = text.replace("See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details", "")
-    return "invalid config: " + (text.strip() or e.__class__.__name__)
+    text = text.strip() or e.__class__.__name__
+    if any(w in text for w in ("mismatched input", "no viable alternative", "extraneous input", "token recognition")):
+        text += ("; allowed: key=value overrides in Hydra's grammar (quote a value that holds = ( ) ~ $ or spaces: "
+                 "key='value')")
+    if overrides:
+        bad = [o for o in overrides if o.lstrip("+~").split("=")[0] in text] or list(overrides)
+        return f"invalid config: {' '.join(bad)}: {text}"
+    return "invalid config: " + text
 
 
 def _register_help(command: str, doc: str) -> str:
@@ -163,7 +171,7 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
             raise
-        report_error(KSelectError(compose_error(e)))
+        report_error(KSelectError(compose_error(e, overrides)))
         sys.exit(2)
     finally:
         if ours:
@@ -191,4 +199,4 @@ def compose_args(command: str, config_name: str, argv: list[str], renamed: dict[
         with initialize(version_base="1.3", config_path=None):
             return compose(config_name=config_name, overrides=list(argv))
     except (HydraException, OmegaConfBaseException) as e:
-        raise KSelectError(compose_error(e)) from None
+        raise KSelectError(compose_error(e, list(argv))) from None

@@ -95,9 +95,10 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
 SWEEP_ENV = "KSELECT_SWEEP"  # "<sweep id>:<number of jobs>", set by main for every job
 FLAGS = ("-m", "--multirun")
 # Hydra's flags that only print (they never read files or run code from elsewhere); --config-dir,
-# --config-path, --config-name and --experimental-rerun (a pickle) stay refused.
-PRINT_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--shell-completion", "-sc",
-               "--package", "-p", "job", "hydra", "all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+# --config-path, --config-name, --experimental-rerun (a pickle), --package and --shell-completion
+# stay refused (selector/guard.py, tests/selector/test_fuzz.py).
+PRINT_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "-i", "--resolve", "job", "hydra", "all", "config", "defaults",
+               "defaults-tree", "plugins", "searchpath")
 
 
 def job(cfg: DictConfig) -> int:
@@ -134,7 +135,7 @@ def plan(argv: list[str]) -> tuple[list[str], int]:
             out += matrix_overrides(a.split("=", 1)[1])
         elif a.startswith("-") and a not in FLAGS and a not in PRINT_FLAGS:
             raise KSelectError(f"sweep: option {a!r} is not supported; allowed: -m/--multirun, Hydra's printing flags "
-                               "(--help, --cfg, --info, --shell-completion) and key=value overrides")
+                               "(--help, --cfg, --info, --resolve) and key=value overrides")
         else:
             out.append(a)
     overrides = [a for a in out if a not in FLAGS and a not in PRINT_FLAGS and not a.startswith("-")]

@@ -86,9 +86,9 @@ def test_git_ref_is_never_a_git_option(tmp_path, capsys):
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
-    for argv in ([f"a=git:--output={victim}", "b=worktree", "matrix=smoke"],
-                 ["a=git:HEAD", "b=worktree", "matrix=smoke", f"conf=--output={victim}"],
-                 ["a=git:--remote=.", "b=worktree", "matrix=smoke"]):  # fmt: skip
+    for argv in ([f"a.conf=git:--output={victim}", "matrix=smoke"],
+                 ["a.conf=git:HEAD", "matrix=smoke", f"conf_path=--output={victim}"],
+                 ["a.conf=git:--remote=.", "matrix=smoke"]):  # fmt: skip
         assert call_main(main, argv) == 2
         assert "allowed:" in capsys.readouterr().err
     assert victim.read_text() == "keep"

@@ -136,19 +136,19 @@ def _diff_cases(rng: random.Random) -> list[Case]:
     revs += ["-" + random_bad_name(rng) for _ in range(20)] + [random_bad_name(rng) + " --x" for _ in range(10)]
     for r in revs:
         for side in ("a", "b"):
-            other = "b=worktree" if side == "a" else "a=[]"
-            out.append(Case("diff", [f"{side}=git:{r}", other, "matrix=smoke"], ("git",)))
+            out.append(Case("diff", [f"{side}.conf=git:{r}", "matrix=smoke"], ("git",)))
     for bad in BAD_NAMES[:8]:
-        out.append(Case("diff", [f"a=[{bad}]", "b=[]", "matrix=smoke"], ("overlay",)))
-        out.append(Case("diff", ["a=[]", f"b=worktree:[{bad}]", "matrix=smoke"], ("overlay",)))
-        out.append(Case("diff", ["a=[]", "b=[]", f"matrix={bad}"], ("matrix",)))
-        out.append(Case("diff", ["a=git:HEAD", "b=worktree", f"conf={bad}"], ("conf",)))
+        out.append(Case("diff", [f"a.overlay=[{bad}]", "b.overlay=[]", "matrix=smoke"], ("overlay",)))
+        out.append(Case("diff", [f"b.overlay=[{bad}]", "matrix=smoke"], ("overlay",)))
+        out.append(Case("diff", [f"matrix={bad}"], ("matrix",)))
+        out.append(Case("diff", ["a.conf=git:HEAD", f"conf_path={bad}"], ("conf",)))
     for perm in itertools.permutations(OVERLAYS + [rng.choice(OVERLAYS)]):
-        out.append(Case("diff", ["a=[]", f"b=[{','.join(perm)}]", "matrix=smoke"], ("overlay",)))
+        out.append(Case("diff", [f"b.overlay=[{','.join(perm)}]", "matrix=smoke"], ("overlay",)))
     for arg, name in [("format=xml", "format"), ("check=maybe", "check"), ("limit=x", "limit"), ("limit=-1", "limit"),
-                      ("limit=99999999", "limit"), ("conf=--exec=id", "conf"), ("repo=/nonexistent/x", "repo"),
-                      ("unknown=1", "unknown"), ("noequals", "noequals"), ("a=weird", "weird"), ("matrix=nope", "nope")]:
-        out.append(Case("diff", ["a=[]", "b=[pr48666]", arg], (name,)))
+                      ("limit=99999999", "limit"), ("conf_path=--exec=id", "conf"), ("repo=/nonexistent/x", "repo"),
+                      ("unknown=1", "unknown"), ("noequals", "noequals"), ("a.conf=weird", "weird"), ("matrix=nope", "nope"),
+                      ("a=[]", "a.overlay"), ("overlays=[pr48666]", "a.overlay")]:
+        out.append(Case("diff", ["b.overlay=[pr48666]", arg], (name,)))
     return out
 
 
@@ -201,8 +201,9 @@ def _matrix_cases(rng: random.Random) -> list[Case]:
     out = _matrix_file_cases("matrix", ["format=ids"])
     for bad in BAD_NAMES:
         out.append(Case("matrix", [f"matrix={bad}"], ("matrix",)))
-        out.append(Case("matrix", ["matrix=smoke", f"overlays=[{bad}]"], ("overlay",)))
-    for arg, name in [("format=xml", "format"), ("matrix=nope", "nope"), ("x=1", "x"), ("overlays=[pr48666,pr48666]", "overlay")]:
+        out.append(Case("matrix", ["matrix=smoke", f"overlay=[{bad}]"], ("overlay",)))
+    for arg, name in [("format=xml", "format"), ("matrix=nope", "nope"), ("x=1", "x"), ("overlay=[pr48666,pr48666]", "overlay"),
+                      ("overlays=[pr48666]", "overlay=")]:
         out.append(Case("matrix", [arg], (name,)))
     return out
 
@@ -212,8 +213,8 @@ def _plot_cases(tmp: str) -> list[Case]:
     for w, name in [("where.platform=sm42", "platform"), ("where.bogus=1", "bogus"), ("where.platform", "where"),
                     ("where.platform=sm90,sm42", "sm42"), ("where.pin=nope", "pin")]:
         out.append(Case("plot", ["matrix=smoke", w, f"out={tmp}/p"], (name,)))
-    for arg, name in [("a=[pr48666]", "a=... and b"), ("b=[pr48666]", "a=... and b"), ("title", "title"), ("x=1", "x"),
-                      ("overlays=[../x]", "overlay"), ("matrix=../x", "matrix")]:
+    for arg, name in [("a=[pr48666]", "a.overlay"), ("b=[pr48666]", "b.overlay"), ("title", "title"), ("x=1", "x"),
+                      ("overlay=[../x]", "overlay"), ("matrix=../x", "matrix"), ("style=bars", "style")]:
         out.append(Case("plot", [arg, f"out={tmp}/p"], (name,)))
     out.append(Case("plot", ["matrix=smoke", "out=outdir"], ("out",), files={"outdir": None}))
     return out
@@ -606,7 +607,7 @@ def test_malformed_config_files_name_the_key(part):
 SUBPROCESS = [
     ["select", "platform=sm90", "+attention.backend_per_kind.full_attention=NOPE"],
     ["select", "platform=sm90", "overlay=[pr48666,pr52987,pr48666]"],
-    ["diff", "a=git:--output=/tmp/kselect-fuzz-victim", "b=worktree", "matrix=smoke"],
+    ["diff", "a.conf=git:--output=/tmp/kselect-fuzz-victim", "matrix=smoke"],
     ["sweep", "-m", "--experimental-rerun=config.pickle"],
     ["gather", "/nonexistent/dir"],
     ["conformance", "--claims", "X:bf16:d99999:causal", "--out", "o.yaml", "--device", "cpu"],

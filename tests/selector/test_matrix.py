@@ -129,7 +129,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
 
 
 def test_one_compose_per_overlay_set(monkeypatch):
-    import kselect.selector.matrix as m
+    import kselect.selector.configs as m
 
     calls = []
     real = m.compose_raw

@@ -49,8 +49,6 @@ class Platform(Strict):
                 f"platform.device={self.device!r} does not match platform.vendor={self.vendor!r}; "
                 f"allowed pairs: {', '.join(f'{v}/{d}' for v, d in devices.items())}"
             )
-        if self.device == "cpu" and any(self.packages.model_dump().values()):
-            raise ValueError("platform.packages: kernel packages need a GPU; allowed on device 'cpu': all false")
         if self.device == "cuda" and self.compute_capability is None:
             raise ValueError("platform.compute_capability is required for device 'cuda' (e.g. [9, 0])")
         if self.device == "cpu" and self.compute_capability is not None:

@@ -17,6 +17,7 @@ COMMANDS = {
     "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
     "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
     "conformance": ("kselect.kernels.conformance", "run claims on this machine's kernels"),
+    "perf": ("kselect.perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
     "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
 }
 

@@ -49,6 +49,10 @@ class Choice:
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     book = book or rulebook(cfg)
+    if cfg.objective.name != "vllm":  # selection by measurement, over resolutions of this function
+        from .objective import apply_objective  # noqa: PLC0415 - objective imports resolve
+
+        return apply_objective(cfg, book)
     facts = base_facts(cfg)
     model_trace: list[str] = []
     model_reasons: list[str] = []

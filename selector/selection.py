@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .measured import PhaseEvidence
+
 GroupKind = Literal["sliding_window", "full_attention"]
 # How FP8 descales reach the kernel:
 #   none        no quantized KV
@@ -53,6 +55,10 @@ class GroupSelection(Frozen):
     reasons: tuple[str, ...] = ()  # human text: why this backend/version/block
     warnings: tuple[str, ...] = ()
     claims: tuple[ClaimCheck, ...] = ()
+    # objective != vllm: the measured figures behind the choice, per phase, and the group's prefill
+    # path when it differs from this (decode) one over the same paged cache (selector/objective.py)
+    measured: tuple[PhaseEvidence, ...] = ()
+    prefill: GroupSelection | None = None
 
 
 class Selection(Frozen):

@@ -126,7 +126,7 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
                 if n in e.rejected or f"for the {k} group" in str(e):
                     s.out(k, n, "not valid: " + "; ".join(e.rejected.get(n, [str(e).splitlines()[0]])))
             continue
-        total, ok = 0.0, True
+        figs, ok = {}, True
         for g in (g for g in sel.groups if not g.draft):
             if not verified(g):
                 bad = [c.claim for c in g.claims if c.status != "verified"] or ["no claims checked"]
@@ -139,17 +139,19 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
                                         f"{kv_tag(g, cfg.model.dtype)}, {g.num_kv_heads} KV heads)")
                 ok = False
                 continue
-            total += f.ms * len(g.layers)
+            figs[g.kind] = (f.ms, len(g.layers), label(g))
         if ok:
-            rank = tuple(priority.index(n) for n in combo)
-            s.scored.append((total, rank, sel))
-    s.scored.sort(key=lambda x: (x[0], x[1]))
-    if s.scored:  # ties within `tie` of the fastest: vLLM's priority order decides
-        best = s.scored[0][0]
-        near = [x for x in s.scored if x[0] <= best * (1 + cfg.objective.tie)]
-        winner = min(near, key=lambda x: x[1])
-        s.scored.remove(winner)
-        s.scored.insert(0, winner)
+            s.scored.append((figs, tuple(priority.index(n) for n in combo), sel))
+    # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
+    # step total (layers x ms) decides, and equal totals go to vLLM's priority order
+    best: dict[str, float] = {}
+    for figs, _, _ in s.scored:
+        for k, (ms, _, _) in figs.items():
+            best[k] = min(best.get(k, ms), ms)
+    eff = lambda figs: sum((best[k] if ms <= best[k] * (1 + cfg.objective.tie) else ms) * n  # noqa: E731
+                           for k, (ms, n, _) in figs.items())
+    s.scored = [(eff(figs), rank, sel) for figs, rank, sel in s.scored]
+    s.scored.sort(key=lambda x: (round(x[0], 9), x[1]))
     return s
 
 

@@ -98,7 +98,7 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
     for kind, g in groups.items():
         out[kind] = g.model_copy(update=dict(
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
-            quant_query=False, descale="k_v" if g.kv_cache_dtype.startswith("fp8") else "none"))
+            quant_query=False, descale="k_v" if g.kv_cache_dtype.startswith("fp8") else "none", prefill=None))
     return out
 
 
@@ -173,6 +173,10 @@ class Engine:
         self.device = torch.device(device) if device is not None else model.device
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
+        # per phase (objective selections): a group's prefill steps may run another backend over the same
+        # paged cache (the selector made its kv block and dtype agree); decode steps and graphs use `backends`
+        self.prefill_backends = {kind: make_backend(g.prefill) if g.prefill is not None and backends is None
+                                 else self.backends[kind] for kind, g in self.groups.items()}
         self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
         self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
                                   model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
@@ -202,6 +206,10 @@ class Engine:
             fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
             build = f", {b.kernel_build}" if b.kernel_build else ""
             out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__}{build})"
+            p = self.prefill_backends[k]
+            if p is not b:
+                pfa = f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version else ""
+                out[LAYER_TYPE_TO_GROUP[k]] += f"; prefill {g.prefill.backend}{pfa} ({type(p).__name__})"
         return out
 
     def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):
@@ -256,8 +264,9 @@ class Engine:
             out.append((rows, m, d + w - 2))
         return out
 
-    def _context(self, positions, metas, slots, kv_amax=None) -> StepContext:
-        groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
+    def _context(self, positions, metas, slots, kv_amax=None, prefill: bool = False) -> StepContext:
+        bes = self.prefill_backends if prefill else self.backends
+        groups = {k: GroupStep(self.cache.groups[k], bes[k], metas[k], slots[k]) for k in metas}
         ctx = StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
         if self.static_paths:
             ctx.extra["static"] = True
@@ -303,7 +312,7 @@ class Engine:
         ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
         pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
         metas, slots = self._metadata(seqs, qlens, kvlens)
-        ctx = self._context(pos, metas, slots, kv_amax)
+        ctx = self._context(pos, metas, slots, kv_amax, prefill=max(qlens) > 1)
         if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
             ctx.groups[SLIDING].far = self._far_span_queries(seqs, qlens, starts, metas[SLIDING])
         try:

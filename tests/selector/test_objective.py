@@ -153,3 +153,19 @@ def test_vllm_export_names_per_phase_loss(fake_gpu):
     assert "--attention-config '{\"backend\":\"FLASHINFER\"}'" in text
     assert ("# NOT EXPRESSIBLE in vLLM: sliding_window prefills on FLASH_ATTN v4 and decodes on FLASHINFER" in text
             and "FLASH_ATTN v4 0.5 ms vs FLASHINFER 0.9 ms" in text)
+
+
+def test_explain_answers_the_fp8_question(fake_gpu):
+    from kselect.selector.explain import explain, to_text
+
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
+                      E("FLASHINFER", 256, "prefill", 0.9, kv="fp8")])
+    d = explain(compose(BASE))
+    bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
+    assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
+    dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
+    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16"}
+    assert dec["best_err"] == 0.02
+    text = to_text(d)
+    assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
+    assert "2.0x the tokens" in text and "prefill step: not every group is measured (no guess)" in text

@@ -9,7 +9,9 @@ Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `g
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
 source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell).
+limit (patterns shown per block, default 8; json lists every cell), objective / a_objective /
+b_objective (`objective=<name>` composed into every cell of both / one side: which selections an
+objective moves, e.g. `a='[]' b='[]' b_objective=latency`).
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -21,7 +23,8 @@ warnings that newly appear come first.
 
 A git revision is read with `git archive <rev> conf` into a temporary directory and composed
 from there (`compose_raw(conf_dir=...)`); the selector code, the matrix declaration and the
-conformance data are the worktree's.
+conformance data are the worktree's; measured perf data (conf/perf/, read by objectives) are each
+side's, so `a=git:HEAD~1 b=worktree objective=latency` shows which selections new measurements move.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ import tarfile
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .api import CONF_DIR
 from .cli import run_cli
 from .errors import KSelectError
 from .matrix import Builder, Cell, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
+from .perf import perf_dir
 from .selection import GroupSelection
 
 # ---------------------------------------------------------------- what is compared
@@ -56,6 +60,8 @@ GROUP_FIELDS = (
     ("kv scales", lambda g: g.kv_scales),
     ("mm_prefix", lambda g: "true" if g.mm_prefix else "false"),
     ("layers", lambda g: ",".join(map(str, g.layers))),
+    ("prefill backend", lambda g: (g.prefill.backend + (f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version
+                                                        else "")) if g.prefill else "same"),
 )
 _TAG = re.compile(r"\[([a-z][\w.]*)\]\s*$")
 
@@ -440,6 +446,7 @@ class Source:
     label: str
     conf_dir: Path
     overlays: tuple[str, ...]
+    objective: str = ""  # "": as composed (conf/config.yaml: vllm); else objective=<name> for every cell
 
 
 def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:
@@ -470,9 +477,17 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
-    ra = resolve_cells(expand(spec, a.overlays), builder=Builder(a.conf_dir))
-    rb = resolve_cells(expand(spec, b.overlays), builder=Builder(b.conf_dir))
-    return diff_results(spec, ra, rb, a.label, b.label)
+    ra, rb = _resolve_side(a, spec), _resolve_side(b, spec)
+    la = a.label + (f" objective={a.objective}" if a.objective else "")
+    lb = b.label + (f" objective={b.objective}" if b.objective else "")
+    return diff_results(spec, ra, rb, la, lb)
+
+
+def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:
+    """One side: its conf/ (a git revision's measured perf data too), its overlays and objective."""
+    extra = [f"objective={src.objective}"] if src.objective else []
+    with perf_dir(src.conf_dir / "perf"):
+        return resolve_cells(expand(spec, src.overlays), builder=Builder(src.conf_dir, extra))
 
 
 def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec = "default", conf_dir: Path = CONF_DIR) -> MatrixDiff:
@@ -578,7 +593,7 @@ def render(d: MatrixDiff, fmt: str, limit: int = 8) -> str:
 
 
 DEFAULTS = {"a": "[]", "b": "[]", "matrix": "default", "format": "table", "check": False, "overlays": "[]",
-            "repo": "", "conf": "conf", "limit": 8}  # fmt: skip
+            "repo": "", "conf": "conf", "limit": 8, "objective": "", "a_objective": "", "b_objective": ""}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -593,6 +608,8 @@ def main(argv: list[str]) -> int:
         ov = parse_overlays(args["overlays"])
         a = parse_source(args["a"], ov, repo, stack, args["conf"])
         b = parse_source(args["b"], ov, repo, stack, args["conf"])
+        a = replace(a, objective=args["a_objective"] or args["objective"])
+        b = replace(b, objective=args["b_objective"] or args["objective"])
         spec = load_matrix(args["matrix"], repo / args["conf"])
         d = run_diff(a, b, spec)
     print(render(d, args["format"], args["limit"]))

@@ -47,7 +47,7 @@ MATRIX_DIR = CONF_DIR / "matrix"
 AXES = ("platform", "model", "dtype", "kv_cache", "scales", "spec_decode", "multimodal", "pin")
 GROUP_AXES = ("platform", "model", "kv_cache", "spec_decode")
 FIELD_AXES = {"dtype": ("model", "dtype"), "multimodal": ("model", "multimodal"), "scales": ("kv_cache", "scales")}
-SECTIONS = ("platform", "model", "kv_cache", "spec_decode", "attention")
+SECTIONS = ("platform", "model", "kv_cache", "spec_decode", "attention", "objective")
 _SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -293,8 +293,10 @@ _CROSS_CHECKS = [d.func for d in KSelectConfig.__pydantic_decorators__.model_val
 class Builder:
     """Turns cells into validated configs; one per conf directory (the worktree, a git revision)."""
 
-    def __init__(self, conf_dir: Path | str = CONF_DIR):
+    def __init__(self, conf_dir: Path | str = CONF_DIR, extra: Sequence[str] = ()):
+        """extra: Hydra overrides composed into every cell (e.g. `objective=latency` for a diff side)."""
         self.conf_dir = Path(conf_dir)
+        self.extra = tuple(extra)
         self._files: dict[tuple[str, str], dict] = {}
         self._composed: dict[tuple, tuple[dict, dict]] = {}
 
@@ -317,7 +319,7 @@ class Builder:
         the overlays' writes into the removed environment groups (a patch)."""
         key = (tuple(overlays), tuple(groups))
         if key not in self._composed:
-            over = [f"~{g}" for g in groups]
+            over = [f"~{g}" for g in groups] + list(self.extra)
             if overlays:
                 over.append(f"overlay=[{','.join(overlays)}]")
             self._composed[key] = compose_raw(over, self.conf_dir)
@@ -350,6 +352,8 @@ class Builder:
                 data = _deep_merge(self.group_file(s, name), raw.get(s) or {})
             else:
                 data = raw.get(s)
+                if data is None and s == "objective":
+                    data = {}  # a conf/ revision from before the objective key: faithful selection
                 if data is None:
                     raise MatrixError(f"the composed config has no {s!r} section")
             for a, (sec, f) in FIELD_AXES.items():
@@ -375,6 +379,7 @@ class Builder:
                 ("kv_cache", cell.kv_cache, cell.scales, cell.pin),
                 ("spec_decode", cell.spec_decode, cell.pin),
                 ("attention", cell.pin),
+                ("objective", cell.pin),
             )
             update = {}
             for s, key in zip(SECTIONS, keys):

@@ -169,3 +169,30 @@ def test_explain_answers_the_fp8_question(fake_gpu):
     text = to_text(d)
     assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
     assert "2.0x the tokens" in text and "prefill step: not every group is measured (no guess)" in text
+
+
+def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_path):
+    import shutil
+
+    from kselect.selector.api import CONF_DIR
+    from kselect.selector.diff import Source, run_diff
+    from kselect.selector.matrix import MatrixSpec, resolve_cells, expand
+
+    fake_gpu()
+    spec = MatrixSpec(axes={"platform": ["sm90"], "model": ["gemma4_31b"]},
+                      pins={"vllm": {"platform.gpu_model": GPU}, "latency": {"platform.gpu_model": GPU, "objective.name": "latency"}})
+    a, b = tmp_path / "a" / "conf", tmp_path / "b" / "conf"
+    for d, fi in ((a, 0.080), (b, 0.2)):  # b: new measurements make FLASHINFER's sliding decode slower than FA4
+        shutil.copytree(CONF_DIR, d, ignore=shutil.ignore_patterns("perf"))
+        (d / "perf").mkdir()
+        write_perf(d / "perf", [x if (x.kernel, x.head, x.phase) != ("FLASHINFER", 256, "decode") else E("FLASHINFER", 256, "decode", fi)
+                                for x in BUCKETS])
+    d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
+    moved = [c for c in d.changed if c.selection_changed]
+    assert [c.cell.pin for c in moved] == ["latency"]  # the faithful cell never reads measurements
+    assert any("FLASHINFER -> TRITON_ATTN" in line for line in moved[0].backend)
+    # the objective as a matrix axis (pins) and as a diff option
+    cells = {r.cell.pin: r.selection for r in resolve_cells(expand(spec), a)}
+    assert cells["vllm"].group("sliding_window").backend == "FLASH_ATTN" and cells["latency"].group("sliding_window").backend == "FLASHINFER"
+    d2 = run_diff(Source("a", a, ()), Source("a", a, (), objective="latency"), spec)
+    assert {c.cell.pin for c in d2.changed if c.selection_changed} == {"vllm"}

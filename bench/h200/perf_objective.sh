@@ -6,7 +6,7 @@ set -u
 OUT=${OUT:-/tmp/perf_out}
 BUDGET=${BUDGET:-230}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" > "$OUT/versions.txt" 2>&1
 git log -1 --format='%H %s' >> "$OUT/versions.txt" 2>/dev/null

@@ -28,7 +28,7 @@ from .errors import ConfigError, format_validation_error
 PERF_DIR = Path(__file__).resolve().parent.parent / "conf" / "perf"
 Phase = Literal["prefill", "decode"]
 PHASES: tuple[Phase, ...] = ("prefill", "decode")
-COVER = 4.0  # a bucket covers a shape when batch, context and KV heads are each within this factor
+COVER = 4.0  # a bucket covers a shape when its batch and context are each within this factor
 
 
 class PerfEntry(BaseModel):
@@ -139,19 +139,17 @@ def write_atomic(path: Path, text: str) -> None:
 
 def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int | None, phase: str,
             batch: int, context: int, num_kv_heads: int) -> PerfEntry | None:
-    """The measured bucket nearest the shape (log distance over batch, context, KV heads and window),
-    among entries of the same kernel path, KV dtype, head size, phase and window class; None when
-    there is none or the nearest lies more than COVER away on any axis (no guess)."""
+    """The measured bucket nearest the shape (log distance over batch and context) among entries of the
+    same kernel path, KV dtype, head size, KV heads, window and phase; None when there is none or the
+    nearest lies more than COVER away in batch or context (no guess: another head count or window is
+    other work, not a nearby point)."""
     if data is None:
         return None
     best, best_d = None, math.inf
     for e in data.entries.values():
-        if (e.kernel, e.kv, e.head, e.phase, e.window is None) != (kernel, kv, head, phase, window is None):
+        if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads) != (kernel, kv, head, phase, window, num_kv_heads):
             continue
-        axes = [(e.batch, batch), (e.context, context), (e.num_kv_heads, num_kv_heads)]
-        if window:
-            axes.append((e.window, window))
-        ratios = [abs(math.log(a / b)) for a, b in axes]
+        ratios = [abs(math.log(e.batch / batch)), abs(math.log(e.context / context))]
         if max(ratios) > math.log(COVER):
             continue
         d = sum(ratios)

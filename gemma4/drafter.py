@@ -400,7 +400,8 @@ def draft_inputs(target, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Te
     """[target embedding of `tokens` * sqrt(backbone hidden) (the scale cast to the weight dtype,
     as the target's own embedding), the target's final-normed hidden state] -> [B, 2*backbone]."""
     w = target.embed_tokens.weight
-    emb = F.embedding(tokens, w) * torch.tensor(math.sqrt(w.shape[1]), dtype=w.dtype, device=w.device)
+    scale = float(torch.tensor(math.sqrt(w.shape[1]), dtype=w.dtype))  # a host float: CUDA-graph safe
+    emb = F.embedding(tokens, w) * scale
     return torch.cat([emb, hidden.to(emb.dtype)], dim=-1)
 
 
@@ -438,8 +439,8 @@ def copy_init(drafter: Drafter, target_embedding: torch.Tensor, residual_scale: 
     drafter: the acceptance it gets is measured, never assumed."""
     a = drafter.args
     with torch.no_grad():
-        w = target_embedding.detach().to(torch.float32).cpu()
-        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().cpu()
+        w = target_embedding.detach().to(torch.float32)  # on the target's device (31B: a 262144 x 5376 matmul)
+        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().to(w.device)
         rows = (w * math.sqrt(a.backbone_hidden_size)) @ p.t()  # [V, draft hidden]
         rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         drafter.lm_head.weight.copy_(rows.to(drafter.lm_head.weight))
@@ -620,28 +621,35 @@ class DraftKVBinding:
                 self.scales_mode[kind] = "none"
             self.params[kind] = p
 
+    def used(self, kind: str, positions: list[int], written: list[int]) -> list[int]:
+        """Cached tokens a draft step of a `kind` layer reads, per sequence (see `kv_view`)."""
+        if self.kv_view == "committed":
+            return list(positions)
+        if kind == FULL:
+            return [min(p + 1, w) for p, w in zip(positions, written)]
+        return list(written)
+
     def context(self, seqs: list[int], positions: list[int], written: list[int], device) -> DraftContext:
         """Metadata for one draft step: sequence seqs[i] drafts at positions[i] (= its committed
         length P); `written[i]` = positions its last target pass wrote (>= P; only the hf view reads it)."""
         b = len(seqs)
         cu = torch.arange(b + 1, dtype=torch.int32, device=device)
+        metas = {}
+        for kind in self.kinds:
+            used = self.used(kind, positions, written)
+            metas[kind] = AttentionMetadata(
+                cu_seqlens_q=cu, seqused_k=torch.tensor(used, dtype=torch.int32, device=device),
+                block_table=self.cache.groups[kind].block_table(seqs).to(device),
+                max_seqlen_q=1, max_seqlen_k=max(used))
+        return self.static_context(torch.tensor(positions, dtype=torch.long, device=device), metas)
+
+    def static_context(self, positions: torch.Tensor, metas: dict[str, AttentionMetadata]) -> DraftContext:
+        """A draft context over given metadata (a CUDA graph's static buffers, or one step's)."""
         groups = {}
         for kind in self.kinds:
-            gc = self.cache.groups[kind]
-            if self.kv_view == "committed":
-                used = list(positions)
-            elif kind == FULL:
-                used = [min(p + 1, w) for p, w in zip(positions, written)]
-            else:
-                used = list(written)
-            meta = AttentionMetadata(
-                cu_seqlens_q=cu, seqused_k=torch.tensor(used, dtype=torch.int32, device=device),
-                block_table=gc.block_table(seqs).to(device),
-                max_seqlen_q=1, max_seqlen_k=max(used))
-            k, v = gc.kv(self.layer[kind])
-            groups[kind] = DraftGroupStep(k, v, self.backends[kind], meta, self.params[kind])
-        pos = torch.tensor(positions, dtype=torch.long, device=device)
-        return DraftContext(positions=pos, groups=groups)
+            k, v = self.cache.groups[kind].kv(self.layer[kind])
+            groups[kind] = DraftGroupStep(k, v, self.backends[kind], metas[kind], self.params[kind])
+        return DraftContext(positions=positions, groups=groups)
 
 
 def _kv_name(gc) -> str:

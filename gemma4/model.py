@@ -257,12 +257,19 @@ class DecoderLayer(nn.Module):
 # ---------------------------------------------------------------------------- the model
 
 
+COMPUTE_MODES = ("auto", "unfused", "triton", "compile")
+
+
 class Gemma4(nn.Module):
-    """The text decoder with a tied LM head (HF `Gemma4TextModel` + `lm_head` tied to the embedding)."""
+    """The text decoder with a tied LM head (HF `Gemma4TextModel` + `lm_head` tied to the embedding).
+
+    On CUDA, forward runs gemma4/fused.py (fused q/k/v and gate/up GEMMs, Triton norm/rope/KV-write/GeGLU
+    kernels); on CPU the modules below, which are also the reference the fused kernels are tested against."""
 
     def __init__(self, args: Gemma4Args):
         super().__init__()
         self.args = args
+        self.compute = "auto"  # see set_compute
         h, L = args.hidden_size, args.num_hidden_layers
         self.embed_tokens = nn.Embedding(args.vocab_size, h)
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(L))
@@ -317,14 +324,36 @@ class Gemma4(nn.Module):
         ctx = self.per_layer_projection_norm(ctx.view(t, L, p))
         return (ctx + tok.view(t, L, p)) * 2.0**-0.5
 
+    def rope_tables(self, positions: torch.Tensor, kind: str, dtype: torch.dtype):
+        """(cos, sin) [T, head_dim] of one layer type, computed once per step."""
+        return rope_cos_sin(positions, self.sliding_inv_freq if kind == SLIDING else self.full_inv_freq, dtype)
+
+    def set_compute(self, mode: str) -> "Gemma4":
+        """How forward computes: "auto" (fused Triton kernels on CUDA, the plain modules elsewhere),
+        "unfused" (the plain modules everywhere), "triton" (gemma4/fused.py with kernels/ Triton
+        kernels, CUDA or Triton's interpreter), "compile" (the same fused regions through torch.compile)."""
+        if mode not in COMPUTE_MODES:
+            raise ValueError(f"compute mode {mode!r}: use one of {', '.join(COMPUTE_MODES)}")
+        self.compute = mode
+        return self
+
+    def compute_mode(self, ctx: StepContext) -> str:
+        mode = self.compute
+        if mode == "auto":
+            mode = "triton" if self.embed_tokens.weight.is_cuda else "unfused"
+        return "unfused" if ctx.kv_amax is not None else mode  # calibration records amax in the modules
+
     def forward(self, input_ids: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, hidden]."""
+        mode = self.compute_mode(ctx)
+        if mode != "unfused":
+            from kselect.gemma4 import fused
+
+            return fused.forward(self, input_ids, ctx, fused.ops_for(mode))
         x = self._embed(input_ids)
         ple = self._per_layer_inputs(input_ids, x) if self.ple_dim else None
-        rope = {
-            SLIDING: rope_cos_sin(ctx.positions, self.sliding_inv_freq, x.dtype),
-            FULL: rope_cos_sin(ctx.positions, self.full_inv_freq, x.dtype),
-        }
+        rope = {SLIDING: self.rope_tables(ctx.positions, SLIDING, x.dtype),
+                FULL: self.rope_tables(ctx.positions, FULL, x.dtype)}
         for i, layer in enumerate(self.layers):
             cos, sin = rope[self.args.layer_types[i]]
             x = layer(x, cos, sin, ctx, None if ple is None else ple[:, i])

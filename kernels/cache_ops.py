@@ -42,9 +42,20 @@ def quantize_query(q: torch.Tensor, q_scale, dtype: torch.dtype = torch.float8_e
     return quantize(q, q_scale, dtype)
 
 
+def _use_triton(x: torch.Tensor) -> bool:
+    return x.is_cuda
+
+
 def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
-    """Store k/v [T, Hkv, D] at flat slots (block * block_size + offset); slot < 0 = padding, skipped."""
+    """Store k/v [T, Hkv, D] at flat slots (block * block_size + offset); slot < 0 = padding, skipped.
+
+    On CUDA one Triton kernel skips padding slots itself (no device-to-host sync: kernels/kv_write.py);
+    elsewhere PyTorch indexing, which drops the padding rows first."""
     slots = slot_mapping.to(device=k.device, dtype=torch.long)
+    if _use_triton(k):
+        from kselect.kernels.kv_write import write_kv_triton
+
+        return write_kv_triton(k, v, k_cache, v_cache, slots, k_scale, v_scale)
     keep = slots >= 0
     if not bool(keep.all()):
         slots, k, v = slots[keep], k[keep], v[keep]

@@ -44,12 +44,13 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
     return data
 
 
-def validate(data: dict) -> KSelectConfig:
-    """Validate a composed dict; `platform.name: auto` is detected here."""
+def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
+    """Validate a composed dict; `platform.name: auto` is detected here, keeping the
+    `platform.*` keys that `overrides` (the command line) or an overlay set."""
     if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
-        from .detect import detect_platform  # noqa: PLC0415 - torch only for auto
+        from .detect import auto_platform  # noqa: PLC0415 - torch only for auto
 
-        data = {**data, "platform": detect_platform()}
+        data = {**data, "platform": auto_platform(data["platform"], overrides, Path(conf_dir))}
     try:
         return KSelectConfig.model_validate(data)
     except ValidationError as e:
@@ -57,7 +58,7 @@ def validate(data: dict) -> KSelectConfig:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
-    return validate(compose_raw(overrides, conf_dir))
+    return validate(compose_raw(overrides, conf_dir), overrides, conf_dir)
 
 
 def select(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR):

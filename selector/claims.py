@@ -13,9 +13,10 @@ import itertools
 from . import blocks as blk
 from .api import compose
 from .cli import run_cli
-from .conformance import claims_for, path_id
+from .conformance import claims_for
 from .errors import SelectionError
 from .resolve import resolve
+from .vocab import Claim
 
 IMPLEMENTED = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "TORCH_REFERENCE")
 MODELS = ("gemma4_tiny", "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
@@ -51,9 +52,9 @@ def declared_claims(platform_overrides: list[str], heads=(256, 512)) -> set[str]
             feats = ["causal"] + [f"page{n}" for n in pages if blk.supports(cap.kernel_block_sizes, n)]
             feats += [f for f, on in (("window", cap.sliding_window), ("mm_prefix", cap.mm_prefix), ("sinks", cap.sinks)) if on]
             for dt in dts:
-                out |= {f"{path_id(name, v)}:{dt}:d{h}:{f}" for f in feats}
+                out |= {Claim(name, v, dt, h, f).id for f in feats}
                 if dt == "fp8" and cap.quant_query:
-                    out.add(f"{path_id(name, v)}:fp8:d{h}:quant_query")
+                    out.add(Claim(name, v, "fp8", h, "quant_query").id)
     return out
 
 

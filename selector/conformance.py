@@ -1,7 +1,7 @@
 """Capability claims and what hardware said about them.
 
 A selected group runs a kernel path that relies on claims such as
-`FLASH_ATTN_v4:fp8:d256:window`. `kernels.conformance` runs each claim on a real GPU and
+`FLASH_ATTN_v4:fp8:d256:window`. `kselect conformance` (kselect/conformance.py) runs each claim on a real GPU and
 writes `conf/conformance/<gpu_model>.yaml`; the selector marks every claim of a selection
 as verified, refuted or unverified from that file (no file: unverified).
 """
@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError, format_validation_error
-from .selection import ClaimCheck
+from .records import ClaimCheck, ClaimsWarning
+from .vocab import Claim, claim_dtype
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "conformance"
-_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}
 
 
 class ClaimResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    status: str  # verified | refuted | unsupported
+    # unavailable: never run here (the backend's package is missing); unsupported: the adapter or kernel refused
+    status: Literal["verified", "refuted", "unsupported", "unavailable"]
     rel_err: float | None = None
     detail: str = ""
     kernel: str = ""  # which library build ran, where the backend has several (FA3: vLLM's or upstream's)
@@ -39,14 +41,8 @@ class ConformanceFile(BaseModel):
     claims: dict[str, ClaimResult]
 
 
-def path_id(backend: str, version: int | None) -> str:
-    return f"{backend}_v{version}" if version else backend
-
-
 def claims_for(fields: dict, model_dtype: str) -> list[str]:
     """The claims a group's kernel path relies on."""
-    dt = _SHORT[fields["kv_cache_dtype"]] if fields["kv_cache_dtype"].startswith("fp8") else _SHORT[model_dtype]
-    base = f"{path_id(fields['backend'], fields['flash_attn_version'])}:{dt}:d{fields['head_size']}"
     feats = ["causal", f"page{fields['kernel_block_size']}"]
     if fields["sliding_window"]:
         feats.append("window")
@@ -54,7 +50,8 @@ def claims_for(fields: dict, model_dtype: str) -> list[str]:
         feats.append("mm_prefix")
     if fields["quant_query"]:
         feats.append("quant_query")
-    return [f"{base}:{x}" for x in feats]
+    dt = claim_dtype(fields["kv_cache_dtype"], model_dtype)
+    return [Claim(fields["backend"], fields["flash_attn_version"], dt, fields["head_size"], f).id for f in feats]
 
 
 @functools.lru_cache(maxsize=32)
@@ -71,29 +68,34 @@ def load(gpu_model: str) -> ConformanceFile | None:
         raise ConfigError(str(path), "invalid", format_validation_error(e)) from None
 
 
-def claim_checks(platform, fields: dict, model_dtype: str) -> tuple[tuple[ClaimCheck, ...], list[str]]:
+def claim_checks(platform, fields: dict, model_dtype: str, group: str) -> tuple[tuple[ClaimCheck, ...], tuple]:
+    """(a check per claim of the group's kernel path, the claims warnings of the group)."""
     data = load(platform.gpu_model) if platform.gpu_model else None
-    where = platform.gpu_model or platform.name
-    checks, refuted, unverified = [], [], []
-    for claim in claims_for(fields, model_dtype):
-        res = data.claims.get(claim) if data else None
-        if res is None or res.detail.startswith("unavailable"):  # never run: the package was missing
-            checks.append(ClaimCheck(claim=claim, status="unverified"))
-            unverified.append(claim)
-        elif res.status == "verified":
-            checks.append(ClaimCheck(claim=claim, status="verified", detail=_detail(res)))
-        else:
-            checks.append(ClaimCheck(claim=claim, status="refuted", detail=_detail(res)))
-            refuted.append(f"{claim} ({_detail(res)})")
+    key = (id(data), platform.gpu_model or platform.name, tuple(claims_for(fields, model_dtype)), group)
+    hit = _CHECKS.get(key)
+    if hit is None or hit[0] is not data:  # a matrix asks for the same few hundred paths thousands of times
+        if len(_CHECKS) > 8192:
+            _CHECKS.clear()
+        hit = _CHECKS[key] = (data, _checks(data, *key[1:]))
+    return hit[1]
+
+
+_CHECKS: dict[tuple, tuple] = {}
+
+
+def _checks(data: ConformanceFile | None, where: str, claims: tuple[str, ...], group: str):
+    checks = tuple(check(data, c) for c in claims)
     warnings = []
-    if refuted:
-        warnings.append(f"REFUTED on {where}: {'; '.join(refuted)} [conformance]")
-    if unverified:
-        warnings.append(f"unverified on {where}: {', '.join(unverified)} [conformance]")
-    return tuple(checks), warnings
+    for status, code in (("refuted", "claims_refuted"), ("unverified", "claims_unverified")):
+        hit = tuple(c for c in checks if c.status == status)
+        if hit:
+            warnings.append(ClaimsWarning(code=code, group=group, gpu=where, claims=hit))
+    return checks, tuple(warnings)
 
 
-def _detail(res: ClaimResult) -> str:
-    err = f"rel err {res.rel_err:.2g}" if res.rel_err is not None else ""
-    kernel = f"on {res.kernel}" if res.kernel else ""
-    return ", ".join(x for x in (res.status, err, kernel, res.detail) if x)
+def check(data: ConformanceFile | None, claim: str) -> ClaimCheck:
+    res = data.claims.get(claim) if data else None
+    if res is None or res.status == "unavailable":  # never run here
+        return ClaimCheck(claim=claim, status="unverified")
+    status = "verified" if res.status == "verified" else "refuted"
+    return ClaimCheck(claim=claim, status=status, measured=res.status, rel_err=res.rel_err, kernel=res.kernel, note=res.detail)

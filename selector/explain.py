@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from .api import compose
 from .cli import run_cli
-from .conformance import load as load_conformance
 from .measured import Figure
 from .objective import figure, label, with_objective
-from .resolve import KV_BYTES, resolve, resolved_kv_dtype
+from .resolve import resolve, resolved_kv_dtype
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
+from .vocab import KV_BYTES
 
 BUDGET_GIB = 40
 
@@ -35,10 +35,8 @@ def bytes_per_token(cfg: KSelectConfig, sel: Selection) -> int:
                for g in sel.groups if not g.draft)
 
 
-def rel_err(cfg: KSelectConfig, g: GroupSelection) -> float | None:
-    data = load_conformance(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
-    errs = [data.claims[c.claim].rel_err for c in g.claims
-            if data and c.claim in data.claims and data.claims[c.claim].rel_err is not None]
+def rel_err(g: GroupSelection) -> float | None:
+    errs = [c.rel_err for c in g.claims if c.rel_err is not None]
     return max(errs) if errs else None
 
 
@@ -59,11 +57,12 @@ def explain(cfg: KSelectConfig) -> dict:
                 rows.append(dict(group=fg.kind, phase=phase, layers=len(fg.layers),
                                  vllm=_fig(c, fg, phase), vllm_verified=_status(fg),
                                  best=_fig(c, og_phase, phase), best_verified=_status(og_phase),
-                                 vllm_err=rel_err(c, fg), best_err=rel_err(c, og_phase)))
+                                 vllm_err=rel_err(fg), best_err=rel_err(og_phase)))
         bpt = bytes_per_token(c, faithful)
         out["caches"][resolved_kv_dtype(c)] = dict(rows=rows, bytes_per_token=bpt,
                                                     tokens=BUDGET_GIB * 2**30 // bpt,
-                                                    warnings=[w for g in chosen.groups for w in g.warnings] + list(chosen.warnings))
+                                                    warnings=[w.text for g in chosen.groups for w in g.warnings]
+                                                    + [w.text for w in chosen.warnings])
     return out
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from .cli import run_cli
 from .errors import KSelectError
 from .matrix import cli_args
+from .vocab import group_id
 
 
 def load_jobs(root: Path) -> list[dict]:
@@ -34,17 +35,17 @@ def rows(jobs: list[dict]) -> tuple[list[str], list[list[str]], list[tuple[str, 
     kinds: list[str] = []
     for j in jobs:
         for g in j.get("selection", {}).get("groups", []):
-            name = f"draft:{g['kind']}" if g["draft"] else g["kind"]
+            name = group_id(g["kind"], g["draft"])
             if name not in kinds:
                 kinds.append(name)
     header = ["job", "overrides", "outcome", "block"] + kinds + ["quant_q", "warnings"]
     out, notes = [], []
     for j in jobs:
         sel = j.get("selection") or {}
-        groups = {(f"draft:{g['kind']}" if g["draft"] else g["kind"]): g for g in sel.get("groups", [])}
-        warns = [(n, w) for n, g in groups.items() for w in g["warnings"]] + [("model", w) for w in sel.get("warnings", [])]
+        groups = {group_id(g["kind"], g["draft"]): g for g in sel.get("groups", [])}
+        warns = [w for g in groups.values() for w in g["warnings"]] + list(sel.get("warnings", []))
         num = str(j.get("job", {}).get("num", j["_dir"]))
-        notes += [(num, f"{n}: {w}") for n, w in warns]
+        notes += [(num, f"{w['group']}: {w['text']}") for w in warns]  # a record's text, rendered when it was written
         if j["outcome"] != "ok":
             notes.append((num, f"{j['outcome']}: {j.get('error', '').splitlines()[0] if j.get('error') else ''}"))
         out.append(

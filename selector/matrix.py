@@ -39,6 +39,7 @@ from .api import CONF_DIR, compose_raw
 from .errors import KSelectError, SelectionError, format_validation_error
 from .resolve import resolve
 from .schema import KSelectConfig
+from .records import ClaimsWarning, Failure, Warning
 from .selection import Selection
 
 MATRIX_DIR = CONF_DIR / "matrix"
@@ -363,9 +364,9 @@ class Builder:
                 if k.split(".")[0] == s:
                     data = _set_path(data, k.split(".")[1:], v)
             if s == "platform" and data.get("name") == "auto":
-                from .detect import detect_platform  # noqa: PLC0415 - torch only for auto
+                from .detect import auto_platform  # noqa: PLC0415 - torch only for auto
 
-                data = detect_platform()
+                data = auto_platform(data, [f"{k}={_hydra_value(v)}" for k, v in cell.pin_sets], self.conf_dir)
             try:
                 return _SECTION_MODELS[s].model_validate(data)
             except ValidationError as e:
@@ -419,7 +420,7 @@ def _not_valid(cell: Cell, msg: str) -> str:
 class CellResult:
     cell: Cell
     selection: Selection | None
-    error: str | None = None
+    failure: Failure | None = None  # SelectionError.failure for invalid cells
     rejected: dict = field(default_factory=dict)  # SelectionError.rejected for invalid cells
     config: KSelectConfig | None = field(default=None, compare=False, repr=False)
 
@@ -428,12 +429,14 @@ class CellResult:
         return "ok" if self.selection is not None else "invalid"
 
     @property
-    def warnings(self) -> list[tuple[str, str]]:
-        """(group name, warning) of the whole selection, in order."""
-        if self.selection is None:
-            return []
-        out = [(("draft:" if g.draft else "") + g.kind, w) for g in self.selection.groups for w in g.warnings]
-        return out + [("model", w) for w in self.selection.warnings]
+    def error(self) -> str | None:
+        """The failure as text (the first line of the SelectionError)."""
+        return self.failure.text if self.failure is not None else None
+
+    @property
+    def warnings(self) -> list[Warning]:
+        """Every warning of the selection, in order (each names its group)."""
+        return self.selection.all_warnings() if self.selection is not None else []
 
 
 def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builder: Builder | None = None) -> list[CellResult]:
@@ -448,7 +451,7 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
             try:
                 out.append(CellResult(cell, resolve(cfg), config=cfg))
             except SelectionError as e:
-                out.append(CellResult(cell, None, str(e).split("\n")[0], {k: tuple(v) for k, v in e.rejected.items()}, cfg))
+                out.append(CellResult(cell, None, e.failure, dict(e.rejected), cfg))
     finally:
         if paused:
             gc.enable()
@@ -529,7 +532,7 @@ def cli_args(argv: Sequence[str], defaults: dict[str, Any], prog: str) -> dict[s
 
 
 def _group_line(g, claims: bool) -> str:
-    name = f"draft:{g.kind}" if g.draft else g.kind
+    name = g.id
     backend = g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
     line = (
         f"  {name:<22}{backend:<17}kernel {g.kernel_block_size:<4} kv {g.kv_block_size:<4} {g.kv_cache_dtype:<9} "
@@ -551,7 +554,7 @@ def cell_text(r: CellResult, claims: bool = True) -> str:
         return f"{r.cell.id}: INVALID {r.error}"
     lines = [f"{r.cell.id}: cache block {r.selection.block_size}"]
     lines += [_group_line(g, claims) for g in r.selection.groups]
-    lines += [f"  ! {g}: {w}" for g, w in r.warnings if claims or not w.endswith("[conformance]")]
+    lines += [f"  ! {w.group}: {w.text}" for w in r.warnings if claims or not isinstance(w, ClaimsWarning)]
     return "\n".join(lines)
 
 

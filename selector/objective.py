@@ -25,13 +25,14 @@ import itertools
 from dataclasses import dataclass, field
 
 from . import perf
-from .conformance import _SHORT, load as load_conformance, path_id
 from .errors import SelectionError
 from .measured import Figure, PhaseEvidence
-from .resolve import KV_BYTES, base_facts, resolve, resolved_kv_dtype
+from .records import ObjectiveWarning
+from .resolve import base_facts, resolve, resolved_kv_dtype
 from .rulebook import RuleBook
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
+from .vocab import KV_BYTES, MODEL_GROUP, claim_dtype, path_id
 
 
 def label(g: GroupSelection) -> str:
@@ -39,7 +40,7 @@ def label(g: GroupSelection) -> str:
 
 
 def kv_tag(g: GroupSelection, model_dtype: str) -> str:
-    return _SHORT[g.kv_cache_dtype] if g.kv_cache_dtype.startswith("fp8") else _SHORT[model_dtype]
+    return claim_dtype(g.kv_cache_dtype, model_dtype)
 
 
 def verified(g: GroupSelection) -> bool:
@@ -67,11 +68,19 @@ class Search:
     priority: list[str]
     kinds: list[str]
     free: list[str]  # kinds the objective may choose (not pinned by the user)
-    left_out: dict[str, dict[str, str]] = field(default_factory=dict)
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
+    unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
     scored: list[tuple[float, tuple, Selection]] = field(default_factory=list)
 
     def out(self, kind: str, name: str, why: str) -> None:
         self.left_out.setdefault(kind, {}).setdefault(name, why)
+
+    def no_data(self, g: GroupSelection, phase: str) -> None:
+        shape = (f"{point(self.cfg, phase)} (d{g.head_size}, {kv_tag(g, self.cfg.model.dtype)}, "
+                 f"{g.num_kv_heads} KV heads{f', window {g.sliding_window}' if g.sliding_window else ''})")
+        w = ObjectiveWarning(code="objective_no_measurement", group=g.kind, objective=self.cfg.objective.name,
+                             backend=label(g), phase=phase, shape=shape)
+        self.unmeasured.setdefault(g.kind, {}).setdefault(f"{phase}:{label(g)}", w)
 
 
 def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
@@ -84,7 +93,7 @@ def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
         s8 = search(fp8_cfg, book)
         if s8.scored:
             gain = KV_BYTES[resolved_kv_dtype(cfg)] / KV_BYTES["fp8_e4m3"]
-            errs = _claim_errors(fp8_cfg, s8.scored[0][2])
+            errs = _claim_errors(s8.scored[0][2])
             notes.append(f"capacity: an fp8_e4m3 cache holds {gain:.1f}x the tokens of {resolved_kv_dtype(cfg)} "
                          f"(numerics cost, max rel err vs the fp32 reference in conformance: {errs})")
             cfg, faithful = fp8_cfg, resolve(with_objective(fp8_cfg, "vllm"), book)
@@ -124,7 +133,8 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
         except SelectionError as e:
             for k, n in pins.items():
                 if n in e.rejected or f"for the {k} group" in str(e):
-                    s.out(k, n, "not valid: " + "; ".join(e.rejected.get(n, [str(e).splitlines()[0]])))
+                    why = [r.text for r in e.rejected.get(n, ())] or [str(e).splitlines()[0]]
+                    s.out(k, n, "not valid: " + "; ".join(why))
             continue
         figs, ok = {}, True
         for g in (g for g in sel.groups if not g.draft):
@@ -135,8 +145,7 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
                 continue
             f = figure(s.data, g, cfg, "decode")
             if f is None:
-                s.out(g.kind, label(g), f"no measurement covers decode {point(cfg, 'decode')} (d{g.head_size}, "
-                                        f"{kv_tag(g, cfg.model.dtype)}, {g.num_kv_heads} KV heads)")
+                s.no_data(g, "decode")
                 ok = False
                 continue
             figs[g.kind] = (f.ms, len(g.layers), label(g))
@@ -160,11 +169,10 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
     where = cfg.platform.gpu_model or cfg.platform.name
     sel_warnings = list(faithful.warnings)
     if not s.free:
-        sel_warnings.append(f"objective {obj}: every group is pinned; nothing to choose")
+        sel_warnings.append(ObjectiveWarning(code="objective_all_pinned", group=MODEL_GROUP, objective=obj))
         chosen = faithful
     elif not s.scored:
-        sel_warnings.append(f"objective {obj}: no combination of backends is valid, verified and measured on {where}; "
-                            f"kept vLLM's selection (no guess)")
+        sel_warnings.append(ObjectiveWarning(code="objective_kept_vllm", group=MODEL_GROUP, objective=obj, gpu=where))
         chosen = faithful
     else:
         chosen = s.scored[0][2]
@@ -176,14 +184,11 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         fg = next(x for x in faithful.groups if x.kind == g.kind and not x.draft)
         dec = _decode_evidence(cfg, s, g, fg)
         pre_g, pre = _prefill(cfg, book, s, chosen, g, fg)
-        warns = [f"objective {obj}: {k} left out: {why}" for k, why in s.left_out.get(g.kind, {}).items()
-                 if why.startswith("no measurement")]
-        pre_out = s.left_out.get("prefill:" + g.kind, {}).items()
-        warns += [f"objective {obj}: {k} {why}" for k, why in pre_out if "no measurement" in why]
-        refused = [f"objective {obj}: {k} {why}" for k, why in pre_out if "no measurement" not in why]
+        warns = list(s.unmeasured.get(g.kind, {}).values())
+        refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
         not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()
-                      if not why.startswith("no measurement") and k != label(g)]
+                      if k != label(g)]
         reasons = [*notes, dec.text(), pre.text(), *refused, *not_chosen]
         own_pin = f"{g.backend} pinned by attention.backend_per_kind.{g.kind}"
         base = tuple(f"{g.backend} chosen by objective {obj} among the valid, verified, measured candidates "
@@ -243,8 +248,7 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
             continue
         f = figure(s.data, p, cfg, "prefill")
         if f is None:
-            s.out("prefill:" + g.kind, label(p), f"left out for prefill: no measurement covers prefill "
-                  f"{point(cfg, 'prefill')} (d{p.head_size}, {kv_tag(p, cfg.model.dtype)}, {p.num_kv_heads} KV heads)")
+            s.no_data(p, "prefill")
             continue
         same = 0 if label(p) == label(g) else 1
         cands.append((f.ms, same * 1000 + rank, p, f))
@@ -266,11 +270,9 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
     return clean, ev
 
 
-def _claim_errors(cfg: KSelectConfig, sel: Selection) -> str:
-    data = load_conformance(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
+def _claim_errors(sel: Selection) -> str:
     out = []
     for g in (g for g in sel.groups if not g.draft):
-        errs = [data.claims[c.claim].rel_err for c in g.claims if data and c.claim in data.claims
-                and data.claims[c.claim].rel_err is not None]
+        errs = [c.rel_err for c in g.claims if c.rel_err is not None]
         out.append(f"{g.kind} {label(g)} {max(errs):.2g}" if errs else f"{g.kind} {label(g)} n/a")
     return ", ".join(out)

@@ -32,10 +32,13 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import texts
 from .cli import run_cli
 from .diff import diff_cell
+from .diff_render import change_line, warning_line
 from .errors import KSelectError
 from .matrix import AXES, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
+from .vocab import GROUP_KINDS
 
 BACKEND_COLORS = {
     "FLASH_ATTN": "#1f77b4",
@@ -120,10 +123,13 @@ def _ordered(values: Sequence, present: set) -> list:
     return [v for v in values if v in present]
 
 
-def must_see(r: CellResult) -> list[tuple[str, str]]:
+def must_see(r: CellResult) -> list:
     """Warnings a reviewer must see: every rule/resolve warning and refuted hardware claims
     (unverified claims are counted, not listed: nearly every cell has some until GPUs are measured)."""
-    return [(g, w) for g, w in r.warnings if not w.endswith("[conformance]") or w.startswith("REFUTED")]
+    return [w for w in r.warnings if w.code != "claims_unverified"]
+
+
+BLOCK_FIELDS = {"kernel_block", "kv_block", "cache_block"}
 
 
 def _marks(ch, r: CellResult | None = None) -> str:
@@ -131,31 +137,38 @@ def _marks(ch, r: CellResult | None = None) -> str:
         if r is None:
             return ""
         seen = must_see(r)
-        return ("R" if any("REFUTED" in w for _, w in seen) else "") + ("!" if any("REFUTED" not in w for _, w in seen) else "")
+        return ("R" if any(w.code == "claims_refuted" for w in seen) else "") + ("!" if any(w.code != "claims_refuted" for w in seen) else "")
     if not ch.changed:
         return ""
-    text = " ".join(ch.backend + ch.lines)
+    fields = ch.fields
     m = ""
-    if "block" in text:
+    if fields & BLOCK_FIELDS:
         m += "B"
-    if "quant_query" in text:
+    if "quant_query" in fields:
         m += "Q"
-    if "kv scales" in text:
+    if "kv_scales" in fields:
         m += "S"
-    if any("REFUTED" in w for w in ch.warnings_added):
+    if any(w.code == "claims_refuted" for w in ch.warnings_added):
         m += "R"
-    if any("REFUTED" not in w for w in ch.warnings_added):
+    if any(w.code != "claims_refuted" for w in ch.warnings_added):
         m += "!"
     if ch.outcome:
-        m += "X" if ch.outcome == "became invalid" else "V"
+        m += "X" if ch.outcome == "became_invalid" else "V"
     return m
+
+
+def _change_text(ch, warnings: bool = False) -> str:
+    parts = ((texts.DIFF_KIND[ch.outcome],) if ch.outcome else ()) + tuple(change_line(x) for x in ch.backend + ch.lines)
+    if warnings:
+        parts += tuple(f"+warning {warning_line(w)}" for w in ch.warnings_added)
+    return "; ".join(parts)
 
 
 def _target_groups(r: CellResult):
     if r.selection is None:
         return []
     gs = [g for g in r.selection.groups if not g.draft]
-    order = {"sliding_window": 0, "full_attention": 1}
+    order = {k: i for i, k in enumerate(GROUP_KINDS)}
     return sorted(gs, key=lambda g: order.get(g.kind, 2))
 
 
@@ -266,13 +279,13 @@ def _tooltip(r: CellResult, ch) -> str:
     else:
         lines.append(f"cache block {r.selection.block_size}")
         for g in r.selection.groups:
-            name = f"draft:{g.kind}" if g.draft else g.kind
+            name = texts.group_label(g.id)
             v = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
             lines.append(f"{name}: {g.backend}{v} kernel {g.kernel_block_size} kv {g.kv_block_size} quant_query {g.quant_query} {g.descale} scales {g.kv_scales}")
-        lines += [f"WARNING {g}: {w}" for g, w in r.warnings]
+        lines += [f"WARNING {texts.group_label(w.group)}: {w.text}" for w in r.warnings]
     if ch is not None and ch.changed:
-        lines.append("CHANGED: " + "; ".join((ch.outcome,) if ch.outcome else ()) + "; ".join(ch.backend + ch.lines))
-        lines += [f"NEW WARNING {w}" for w in ch.warnings_added]
+        lines.append("CHANGED: " + _change_text(ch))
+        lines += [f"NEW WARNING {warning_line(w)}" for w in ch.warnings_added]
     return html.escape("\n".join(lines), quote=True)
 
 
@@ -304,12 +317,13 @@ def render_html(grid: Grid, title: str, png: bytes, summary: str = "") -> str:
                 out.append("</table></td>")
             out.append("</tr>")
         out.append("</table>")
-    warned = [(r, g, w) for r in grid.results for g, w in must_see(r)]
+    warned = [(r, w) for r in grid.results for w in must_see(r)]
     out.append(f"<h2>Warnings ({len(warned)})</h2><ul>")
-    out += [f"<li><code>{html.escape(r.cell.id)}</code> {html.escape(g)}: {html.escape(w)}</li>" for r, g, w in warned[:400]]
+    out += [f"<li><code>{html.escape(r.cell.id)}</code> {html.escape(texts.group_label(w.group))}: {html.escape(w.text)}</li>"
+            for r, w in warned[:400]]  # fmt: skip
     if len(warned) > 400:
         out.append(f"<li>… {len(warned) - 400} more</li>")
-    unverified = sum(any(w.startswith("unverified") and w.endswith("[conformance]") for _, w in r.warnings) for r in grid.results)
+    unverified = sum(any(w.code == "claims_unverified" for w in r.warnings) for r in grid.results)
     out.append(f"</ul><p>{unverified} of {len(grid.results)} cells rely on hardware claims not yet verified on their GPU "
                "(<code>[conformance]</code>; hover a sub-cell for the claims).</p>")  # fmt: skip
     if grid.base is not None:
@@ -317,8 +331,7 @@ def render_html(grid: Grid, title: str, png: bytes, summary: str = "") -> str:
         changed = [(r, c) for r, c in changed if c is not None and c.changed]
         out.append(f"<h2>Changed cells ({len(changed)})</h2><pre>")
         for r, c in changed[:1000]:
-            what = "; ".join(((c.outcome,) if c.outcome else ()) + c.backend + c.lines + tuple(f"+warning {w}" for w in c.warnings_added))
-            out.append(html.escape(f"{r.cell.id}: {what}"))
+            out.append(html.escape(f"{r.cell.id}: {_change_text(c, warnings=True)}"))
         out.append("</pre>")
     out.append("</body></html>")
     return "\n".join(out)

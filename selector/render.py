@@ -11,7 +11,7 @@ COLUMNS = ("group", "layers", "head", "backend", "fa", "kernel_blk", "kv_blk", "
 
 
 def group_name(g: GroupSelection) -> str:
-    return f"draft:{g.kind}" if g.draft else g.kind
+    return g.id
 
 
 def row(g: GroupSelection) -> tuple[str, ...]:
@@ -51,12 +51,12 @@ def table(sel: Selection, verbose: bool = False) -> str:
         if g.prefill:
             out.append(f"  prefill on: {phase_line(g)}")
         for name, reasons in g.rejected.items():
-            out.append(f"  rejected {name}: {'; '.join(reasons)}")
+            out.append(f"  rejected {name}: {'; '.join(r.text for r in reasons)}")
         if verbose:
             out.append(f"  trace: {' -> '.join(g.trace)}")
-            out += [f"  claim {c.claim}: {c.status}{(' (' + c.detail + ')') if c.detail else ''}" for c in g.claims]
-        out += [f"  WARNING: {w}" for w in g.warnings]
-    out += [f"WARNING: {w}" for w in sel.warnings]
+            out += [f"  claim {c.text}" for c in g.claims]
+        out += [f"  WARNING: {w.text}" for w in g.warnings]
+    out += [f"WARNING: {w.text}" for w in sel.warnings]
     return "\n".join(out)
 
 
@@ -89,7 +89,7 @@ def markdown(sel: Selection) -> str:
     out.append("| " + " | ".join(COLUMNS) + " |")
     out.append("|" + "---|" * len(COLUMNS))
     out += ["| " + " | ".join(row(g)) + " |" for g in sel.groups]
-    notes = [(group_name(g), w) for g in sel.groups for w in g.warnings] + [("", w) for w in sel.warnings]
+    notes = [(group_name(g), w.text) for g in sel.groups for w in g.warnings] + [("", w.text) for w in sel.warnings]
     measured = [(group_name(g), m.text()) for g in sel.groups for m in g.measured]
     measured += [(group_name(g), "prefill on " + phase_line(g)) for g in sel.groups if g.prefill]
     if measured:
@@ -101,7 +101,7 @@ def markdown(sel: Selection) -> str:
     rej = [(group_name(g), n, r) for g in sel.groups for n, r in g.rejected.items()]
     if rej:
         out += ["", "<details><summary>rejected backends</summary>", ""]
-        out += [f"- {gn}: **{n}**: {'; '.join(r)}" for gn, n, r in rej]
+        out += [f"- {gn}: **{n}**: {'; '.join(x.text for x in r)}" for gn, n, r in rej]
         out += ["", "</details>"]
     return "\n".join(out)
 
@@ -129,7 +129,7 @@ def vllm_args(sel: Selection) -> str:
     # warnings as shell comments after the command: still copy-pasteable, never lost
     notes = [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
     notes += [f"# measured {group_name(g)}: {m.text()}" for g in targets for m in g.measured]
-    notes += [f"# WARNING {group_name(g)}: {w}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w}" for w in sel.warnings]
+    notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w.text}" for w in sel.warnings]
     return "vllm serve <model> " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
 
 

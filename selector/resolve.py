@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from . import blocks as blk
 from .conformance import claim_checks
 from .errors import SelectionError
+from .records import BlockSizePrecluded, Failure, OrphanRule, Rejection, RuleWarning, rejection
 from .rulebook import RuleBook, rulebook
 from .schema import BlockSpec, Capability, KSelectConfig
 from .selection import GroupSelection, Selection
-
-KV_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
+from .vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8, resolve_kv_dtype
 
 
 @dataclass
@@ -43,8 +43,8 @@ class Choice:
     facts: dict
     trace: list[str]
     reasons: list[str]
-    rejected: dict[str, list[str]]
-    warnings: list[str]
+    rejected: dict[str, list[Rejection]]
+    warnings: list
 
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
@@ -111,7 +111,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if cfg.spec_decode.method == "mtp":
         out.extend(draft_groups(cfg, book, facts, out, kv_dtype, copy))
 
-    warnings = [f"overlay disabled rule '{r}', which no config defines (no effect)" for r in book.orphans]
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
     env = environment_summary(cfg, facts)
     return Selection(
         environment=env,
@@ -156,10 +156,7 @@ def base_facts(cfg: KSelectConfig) -> dict:
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:
-    d = cfg.kv_cache.dtype
-    if d == "auto":
-        return cfg.model.dtype
-    return "fp8_e4m3" if d == "fp8" else d
+    return resolve_kv_dtype(cfg.kv_cache.dtype, cfg.model.dtype)
 
 
 def target_groups(cfg: KSelectConfig) -> list[Group]:
@@ -167,8 +164,8 @@ def target_groups(cfg: KSelectConfig) -> list[Group]:
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     groups = []
-    for kind, ltype in (("sliding_window", "sliding_attention"), ("full_attention", "full_attention")):
-        layers = tuple(i for i, t in enumerate(types) if t == ltype)
+    for kind in GROUP_KINDS:
+        layers = tuple(i for i, t in enumerate(types) if t == LAYER_TYPE[kind])
         if not layers:
             continue
         sliding = kind == "sliding_window"
@@ -242,9 +239,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
         reasons, kblocks, ktrace, cf = validate(book, f, pin)
         if reasons:
             raise SelectionError(
-                f"Selected backend {pin} (from {pin_src}) is not valid for the {g.kind} group "
-                f"(head {g.head_size}). No fallback for an explicit backend.",
-                {pin: reasons},
+                Failure(code="pin_invalid", backend=pin, pin_source=pin_src, group=g.kind, head=g.head_size), {pin: reasons}
             )
         trace = [f"builtin.pin:{pin}"] + ktrace
         why = [f"{pin} pinned by {pin_src}; validated alone (no fallback)"]
@@ -252,9 +247,9 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
 
     prio_rules = book.matching("priority", f)
     if not prio_rules:
-        raise SelectionError(f"no priority rule matches platform {f['platform.name']} (device {f['platform.device']})")
+        raise SelectionError(Failure(code="no_priority_rule", platform=f["platform.name"], device=f["platform.device"]))
     prio = prio_rules[-1]
-    rejected: dict[str, list[str]] = {}
+    rejected: dict[str, list[Rejection]] = {}
     for name in prio.rule.priority:
         reasons, kblocks, ktrace, cf = validate(book, f, name)
         if reasons:
@@ -264,15 +259,15 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
         why = [f"{name} is the first valid backend of {prio.rule.priority} ({prio.rule.reason}) [{prio.id}]"]
         warns = []
         if cfg.kv_cache.block_size is not None:
-            blocked = [n for n, r in rejected.items() if len(r) == 1 and r[0].startswith("block_size not supported")]
+            blocked = tuple(n for n, r in rejected.items() if len(r) == 1 and r[0].code == "block_size")
             if blocked:
-                warns.append(f"kv_cache.block_size={cfg.kv_cache.block_size} precluded higher-priority backend(s) {blocked}")
+                warns.append(BlockSizePrecluded(group=group_id(g.kind, g.draft), block_size=cfg.kv_cache.block_size, backends=blocked))
         return _choice(book, cf, name, kblocks, trace, why, rejected, warns)
     raise SelectionError(
-        f"No valid attention backend for the {g.kind} group (head {g.head_size}) on {f['platform.name']} "
-        f"with model {f['model.name']} {f['model.dtype']}, kv_cache {f['kv.dtype']}. Reasons:",
+        Failure(code="no_valid_backend", group=g.kind, head=g.head_size, platform=f["platform.name"], model=f["model.name"],
+                dtype=f["model.dtype"], kv_dtype=f["kv.dtype"]),
         rejected,
-    )
+    )  # fmt: skip
 
 
 def _choice(book, cf, name, kblocks, trace, why, rejected, warns) -> Choice:
@@ -283,7 +278,7 @@ def _choice(book, cf, name, kblocks, trace, why, rejected, warns) -> Choice:
     return Choice(name, version, kblocks, cf, trace, why, rejected, warns)
 
 
-def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockSpec], list[str], dict]:
+def validate(book: RuleBook, f: dict, name: str) -> tuple[list[Rejection], list[BlockSpec], list[str], dict]:
     """vLLM's validate_configuration as data: capability checks, then `reject` rules.
     Returns (reasons, kernel block sizes, trace, candidate facts)."""
     cap: Capability = book.capabilities[name]
@@ -293,32 +288,31 @@ def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockS
     for c in book.matching("kernel_block", cf):
         kblocks = list(c.rule.kernel_block_sizes)
         trace.append(c.id)
-    tag = f"cap.{name}"
-    r: list[str] = []
+    r: list[Rejection] = []
     device, cc = cf["platform.device"], (cf["platform.cc_major"], cf["platform.cc_minor"])
     if device not in cap.devices:
-        r.append(f"device {device} not supported [{tag}.devices]")
+        r.append(rejection("device", name, capability="devices", value=device))
     if cap.package and not cf[f"platform.packages.{cap.package}"]:
-        r.append(f"ImportError: {cap.package} is not installed on this platform [{tag}.package]")
+        r.append(rejection("package", name, capability="package", value=cap.package))
     if not cap.head_sizes.allows(cf["group.head_size"]):
-        r.append(f"head_size not supported [{tag}.head_sizes]")
+        r.append(rejection("head_size", name, capability="head_sizes", value=cf["group.head_size"]))
     if cf["model.dtype"] not in cap.dtypes:
-        r.append(f"dtype not supported [{tag}.dtypes]")
+        r.append(rejection("dtype", name, capability="dtypes", value=cf["model.dtype"]))
     if cf["kv.dtype"] not in cap.kv_cache_dtypes:
-        r.append(f"kv_cache_dtype not supported [{tag}.kv_cache_dtypes]")
+        r.append(rejection("kv_cache_dtype", name, capability="kv_cache_dtypes", value=cf["kv.dtype"]))
     if cf["kv.block_size"] is not None and not blk.supports(kblocks, cf["kv.block_size"]):
-        r.append(f"block_size not supported (kernel blocks {blk.describe(kblocks)}) [{tag}.kernel_block_sizes]")
+        r.append(rejection("block_size", name, capability="kernel_block_sizes", value=cf["kv.block_size"], kernel_blocks=tuple(kblocks)))
     if cf["model.multimodal"] and not cf["group.draft"] and not cap.mm_prefix:
-        r.append(f"partial multimodal token full attention not supported [{tag}.mm_prefix]")
+        r.append(rejection("mm_prefix", name, capability="mm_prefix"))
     if cc[0] is not None and (
         (cap.min_compute_capability and cc < tuple(cap.min_compute_capability))
         or (cap.max_compute_capability and cc > tuple(cap.max_compute_capability))
     ):
-        r.append(f"compute capability not supported [{tag}.compute_capability]")
+        r.append(rejection("compute_capability", name, capability="compute_capability", value=cc))
     if cf["group.sliding_window"] and not cap.sliding_window:
-        r.append(f"sliding window not supported [{tag}.sliding_window]")
+        r.append(rejection("sliding_window", name, capability="sliding_window"))
     for c in book.matching("reject", cf):
-        r.append(f"{c.rule.reason} [{c.id}]")
+        r.append(rejection("rule", name, rule=c.id, reason=c.rule.reason))
     return r, kblocks, trace, cf
 
 
@@ -339,20 +333,18 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
             ch.trace.append("builtin.page_unify")
             ch.reasons.append(f"kv block {b} -> {b * (largest // page)} to match the largest page ({largest} bytes)")
         else:
-            raise SelectionError(
-                f"cannot unify KV page sizes: the {g.kind} page ({page} bytes) does not divide the largest ({largest} bytes)"
-            )
+            raise SelectionError(Failure(code="page_unify", group=g.kind, page=page, largest_page=largest))
     return out
 
 
 def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: int, kv_dtype: str) -> GroupSelection:
     kb = blk.kernel_block_for(kvb, ch.kernel_blocks)
     if kb is None:
-        raise SelectionError(f"No common block size for {kvb}: {ch.backend} kernel blocks {blk.describe(ch.kernel_blocks)}")
+        raise SelectionError(Failure(code="no_common_block", kv_block=kvb, backend=ch.backend, kernel_blocks=tuple(ch.kernel_blocks)))
     if kb != kvb:
         ch.trace.append("builtin.kernel_block_divides_kv_block")
         ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
-    quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
+    quantized = is_fp8(kv_dtype)
     qq = quantized and book.capabilities[ch.backend].quant_query
     for c in book.matching("quant_query", ch.facts):
         qq = quantized and c.rule.quant_query
@@ -365,7 +357,7 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
             ch.trace.append(c.id)
             ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
     for c in book.matching("warning", ch.facts):
-        ch.warnings.append(f"{c.rule.reason} [{c.id}]")
+        ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
     scales = cfg.kv_cache.scales if quantized else "none"
     return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales)
 
@@ -389,13 +381,13 @@ def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, 
         kv_scales=scales,
         mm_prefix=cfg.model.multimodal and not g.draft,
     )
-    claims, claim_warnings = claim_checks(cfg.platform, fields, cfg.model.dtype)
+    claims, claim_warnings = claim_checks(cfg.platform, fields, cfg.model.dtype, group_id(g.kind, g.draft))
     return GroupSelection(
         **fields,
         rejected={k: tuple(v) for k, v in ch.rejected.items()},
         trace=tuple(ch.trace),
         reasons=tuple(ch.reasons + g.notes),
-        warnings=tuple(ch.warnings + claim_warnings),
+        warnings=tuple(ch.warnings) + claim_warnings,
         claims=claims,
     )
 
@@ -410,7 +402,8 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     out = []
-    for kind, ltype in (("sliding_window", "sliding_attention"), ("full_attention", "full_attention")):
+    for kind in GROUP_KINDS:
+        ltype = LAYER_TYPE[kind]
         layers = tuple(i for i, t in enumerate(m.drafter.layer_types) if t == ltype)
         if not layers:
             continue
@@ -424,10 +417,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
         reasons, kblocks, ktrace, cf = validate(book, f, target.backend)
         if reasons:
-            raise SelectionError(
-                f"MTP draft {kind} layers must run on the target's backend {target.backend}, which is not valid for them.",
-                {target.backend: reasons},
-            )
+            raise SelectionError(Failure(code="draft_backend_invalid", group=kind, backend=target.backend), {target.backend: reasons})
         ch = Choice(
             target.backend,
             target.flash_attn_version,
@@ -438,7 +428,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             {},
             [],
         )
-        quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
+        quantized = is_fp8(kv_dtype)
         scales = ("copied_from_target" if copy else "unit") if quantized else "none"
         gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype)
         out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))

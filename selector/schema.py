@@ -7,16 +7,17 @@ key, the bad value and the allowed values (see `errors.format_validation_error`)
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
+
 ModelDtype = Literal["bfloat16", "float16", "float32"]
 KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
-LayerType = Literal["sliding_attention", "full_attention"]
-GroupKindName = Literal["sliding_window", "full_attention"]
 Device = Literal["cuda", "rocm", "xpu", "cpu"]
+RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra override key
 
 
 class Strict(BaseModel):
@@ -148,15 +149,15 @@ class KVCache(Strict):
 
     @model_validator(mode="after")
     def _scales_need_fp8(self) -> KVCache:
-        if self.scales == "calibrated" and self.dtype not in FP8_KV:
+        if self.scales == "calibrated" and not is_fp8(self.dtype):
             raise ValueError(
-                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV)}), got {self.dtype!r}"
+                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV_DTYPES)}), got {self.dtype!r}"
             )
         return self
 
     @property
     def quantized(self) -> bool:
-        return self.dtype in FP8_KV
+        return is_fp8(self.dtype)
 
 
 class SpecDecode(Strict):
@@ -177,7 +178,7 @@ class SpecDecode(Strict):
 class AttentionPins(Strict):
     backend: str = "auto"
     flash_attn_version: Literal[2, 3, 4] | None = None
-    backend_per_kind: dict[GroupKindName, str] = {}
+    backend_per_kind: dict[GroupKind, str] = {}
 
 
 # ---------------------------------------------------------------- capabilities
@@ -343,6 +344,18 @@ class KSelectConfig(Strict):
     def _names(cls, v: dict[str, Capability]) -> dict[str, Capability]:
         if not v:
             raise ValueError("capabilities must declare at least one backend")
+        return v
+
+    @field_validator("rules")
+    @classmethod
+    def _addressable_ids(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # a rule id is one Hydra key segment, so `rules.<id>.enabled=false` is one override
+        bad = [rid for rid in v if not RULE_ID.fullmatch(rid)]
+        if bad:
+            raise ValueError(
+                f"rule id(s) {bad} cannot be addressed from the command line; an id is letters, digits, "
+                "'_' and '-' (namespace-name, e.g. 'fa-kv_dtype_version_gate'), no '.'"
+            )
         return v
 
     @model_validator(mode="after")

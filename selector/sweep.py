@@ -75,7 +75,7 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     """Resolve one composed config; never raises for a bad cell."""
     record: dict = {"overrides": list(overrides)}
     try:
-        kcfg = validate(OmegaConf.to_container(cfg, resolve=True))
+        kcfg = validate(OmegaConf.to_container(cfg, resolve=True), overrides)
         sel = resolve(kcfg)
         record.update(outcome="ok", selection=as_dict(sel))
     except SelectionError as e:

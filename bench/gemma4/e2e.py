@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 

@@ -1,7 +1,9 @@
 """Per-phase backends (objective selections): a group's prefill steps run its `prefill` path, its decode
 steps the group's own backend, over one paged cache; generation is unchanged."""
 
-from kselect.gemma4.engine import Engine, reference_groups, simple_selection
+from g4_helpers import simple_selection  # noqa: E402
+
+from kselect.gemma4.engine import Engine, reference_groups
 
 
 def _spy(backend, log, name):

@@ -38,8 +38,8 @@ def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
     assert "all groups: quant_query true -> false, descale q_k_v -> kv_dequant" in details
     assert details["cache block 16 -> 64"] == ""
     assert details["draft:sliding_window, draft:full_attention: kv scales unit -> copied_from_target"] == "spec=mtp"
-    assert "+pr48666.sm90_fa4_fp8_kernel_block_64" in block.rules
-    assert "FLASH_ATTN no longer rejected by fa.fp8_kv_combination" in block.rules
+    assert "+pr48666-sm90_fa4_fp8_kernel_block_64" in block.rules
+    assert "FLASH_ATTN no longer rejected by fa-fp8_kv_combination" in block.rules
     assert "FLASHINFER no longer rejected by cap.FLASHINFER.mm_prefix" in block.rules
     text = render(d, "table")
     assert "TRITON_ATTN -> FLASH_ATTN v4" in text and "where: sm90 × kv=fp8|fp8_e4m3 × multimodal=true × pin=auto" in text

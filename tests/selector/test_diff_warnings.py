@@ -1,5 +1,5 @@
 """Warnings a reviewer must see, in every output format and in diffs:
-MTP drafts keeping unit scales on a calibrated FP8 target (`mtp.unit_scales_on_calibrated_fp8`),
+MTP drafts keeping unit scales on a calibrated FP8 target (`mtp-unit_scales_on_calibrated_fp8`),
 a user block size that excluded a higher-priority backend, and unverified / refuted hardware
 claims (`[conformance]`)."""
 
@@ -22,7 +22,7 @@ from kselect.selector.resolve import resolve
 from kselect.selector.sweep import run_job
 
 SM90 = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
-MTP_UNIT = "mtp.unit_scales_on_calibrated_fp8"
+MTP_UNIT = "mtp-unit_scales_on_calibrated_fp8"
 BLOCK = "kv_cache.block_size=16 precluded higher-priority backend(s) ['FLASH_ATTN']"
 CASES = {
     "mtp": (SM90 + ["kv_cache.scales=calibrated", "spec_decode=mtp"], MTP_UNIT),

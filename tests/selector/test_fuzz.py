@@ -56,7 +56,7 @@ WHEN = st.dictionaries(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    rule_id=st.sampled_from(["priority.cuda", "fa.version.config", "fa.fp8_kv_combination", "new.rule"]),
+    rule_id=st.sampled_from(["priority-cuda", "fa-version-config", "fa-fp8_kv_combination", "new.rule"]),
     field=st.sampled_from(FIELDS),
     value=st.one_of(JUNK, WHEN),
 )

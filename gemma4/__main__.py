@@ -33,10 +33,10 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0],
                                  epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
+    ap.add_argument("--max-new-tokens", type=_bounded(int, 0, 1 << 16), default=24)
+    ap.add_argument("--temperature", type=_bounded(float, 0.0, 100.0), default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=_bounded(int, 0, 1 << 21), default=0)
+    ap.add_argument("--seed", type=_bounded(int, 0, (1 << 63) - 1), default=0, help="sampling seed (and the random-weight seed)")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--prefill-chunk", type=_positive_int, default=None, metavar="N",
                     help="prefill prompts in steps of N tokens; the sliding-window cache then holds "
@@ -140,33 +140,49 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _bounded(kind, lo, hi):
+    """An argparse type: a number of `kind` in [lo, hi] (nothing is allocated from an unchecked number)."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:  # also false for nan
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}")
+        return v
+
+    return parse
+
+
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdigit() or not 1 <= int(text) <= 1 << 20:
         raise argparse.ArgumentTypeError(f"want a positive token count, got {text!r}")
     return int(text)
 
 
-def cli() -> None:
-    try:
-        code = main()
-    except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
-        from kselect.backends.base import BackendUnavailableError
-        from kselect.gemma4.checkpoint import CheckpointError
+def user_errors(fn):
+    """fn(argv) with the runner's own errors (RunError, CheckpointError, a missing kernel package)
+    turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
+    from kselect.backends.base import BackendUnavailableError
+    from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.selector.errors import KSelectError
 
+    def wrapped(argv: list[str]) -> int:
         try:
-            from kselect.selector.cli import report_error
-            from kselect.selector.errors import KSelectError
-        except ImportError:  # pragma: no cover
-            KSelectError = ()  # noqa: N806
+            return fn(argv)
+        except (RunError, CheckpointError, BackendUnavailableError) as e:
+            raise KSelectError(str(e)) from e
 
-            def report_error(err):
-                print(f"kselect: {err}", file=sys.stderr)
+    return wrapped
 
-        if not isinstance(e, (RunError, CheckpointError, KSelectError, BackendUnavailableError)):
-            raise
-        report_error(e)
-        code = 2
-    sys.exit(code)
+
+def cli(fn=None) -> None:
+    """Every error: exit 2 and one paragraph (selector/cli.py); --debug for the traceback. The
+    bench scripts that drive the runner exit through here too."""
+    from kselect.selector.cli import call_main
+
+    sys.exit(call_main(user_errors(fn or main), sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ from torch import nn
 from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
 from kselect.gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
-
-_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+from kselect.kernels.dtypes import dtype_name
+from kselect.selector.vocab import is_fp8
 
 
 class DrafterError(ValueError):
@@ -167,7 +167,7 @@ class DrafterArgs:
             partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
             use_ordered_embeddings=bool(d.get("use_ordered_embeddings", False)),
             num_centroids=d.get("num_centroids", 2048), centroid_intermediate_top_k=d.get("centroid_intermediate_top_k", 32),
-            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in _DTYPE_NAME.values() else "bfloat16")
+            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")
         if target is not None:
             args.check_target(target)
         return args
@@ -491,16 +491,20 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
     from kselect.gemma4.checkpoint import (  # one reader for target and drafter checkpoints
-        CheckpointError, _shard_files, read_config_json, read_safetensors)
+        CheckpointError, _shard_files, precheck, read_config_json, read_safetensors)
 
     folder = Path(folder)
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
+    try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from None
     try:
         args = DrafterArgs.from_hf_config(d, target)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise DrafterError(f"{cfg}: not a usable gemma4_assistant config: {type(e).__name__}: {e}") from e
     if dtype is not None:
-        args.dtype = _DTYPE_NAME[dtype]
+        args.dtype = dtype_name(dtype)
     drafter = Drafter(args)
     try:
         files = _shard_files(folder)
@@ -653,7 +657,7 @@ class DraftKVBinding:
 
 
 def _kv_name(gc) -> str:
-    return {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(gc.dtype) or _DTYPE_NAME[gc.dtype]
+    return dtype_name(gc.dtype)
 
 
 def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None = None) -> dict:
@@ -666,7 +670,7 @@ def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None 
     if out:
         return out
     for kind, g in target_groups.items():
-        fp8 = g.kv_cache_dtype.startswith("fp8")
+        fp8 = is_fp8(g.kv_cache_dtype)
         scales = ("copied_from_target" if copy_scales else "unit") if fp8 else "none"
         out[kind] = g.model_copy(update=dict(draft=True, reads_from=(), kv_scales=scales))
     return out

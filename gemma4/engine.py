@@ -36,9 +36,10 @@ from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
 from kselect.gemma4.sampling import max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
+from kselect.kernels.dtypes import dtype_name
+from kselect.selector.vocab import is_fp8 as is_fp8_name
 from kselect.selector.selection import GroupSelection, Selection
 
-_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
 
 
@@ -58,7 +59,7 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
     for kind, g in groups.items():
         out[kind] = g.model_copy(update=dict(
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
-            quant_query=False, descale="k_v" if g.kv_cache_dtype.startswith("fp8") else "none", prefill=None))
+            quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none", prefill=None))
     return out
 
 
@@ -356,7 +357,7 @@ class Engine:
         fp8 = {g.dtype for g in self.cache.groups.values() if g.fp8}
         if not fp8:
             raise ValueError("calibration needs an FP8 kv cache")
-        mdt = _DTYPE_NAME[self.model.dtype]
+        mdt = dtype_name(self.model.dtype)
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
                  for k, g in reference_groups(self.groups).items()}
         calib = Engine(self.model, plain, max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),

@@ -174,7 +174,7 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
     y = F.linear(ops.gelu_mul(gu[:, :i], gu[:, i:]), mlp.down_proj.weight)
     if layer.moe:  # unfused: the expert block reads the pre-MLP residual h
         w, idx = layer.router(h)
-        y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, bool(ctx.extra.get("static")))
+        y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = layer.post_feedforward_layernorm_1(y) + layer.post_feedforward_layernorm_2(y2)
     if layer.ple_dim:
         h, _ = ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps)

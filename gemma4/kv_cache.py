@@ -21,26 +21,11 @@ from kselect.backends.base import LayerParams
 from kselect.gemma4.block_manager import BlockManager, GroupBlocks, group_blocks
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
 from kselect.kernels.cache_ops import quantize, write_kv
+from kselect.kernels.dtypes import is_fp8, kv_torch_dtype  # noqa: F401 - re-exported
+from kselect.selector.vocab import KIND_OF_LAYER_TYPE, LAYER_TYPE
 
-GROUP_TO_LAYER_TYPE = {"sliding_window": SLIDING, "full_attention": FULL}
-LAYER_TYPE_TO_GROUP = {v: k for k, v in GROUP_TO_LAYER_TYPE.items()}
-
-FP8_KV = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-PLAIN_KV = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def kv_torch_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
-    if name in (None, "auto"):
-        return model_dtype
-    if name in FP8_KV:
-        return FP8_KV[name]
-    if name in PLAIN_KV:
-        return PLAIN_KV[name]
-    raise ValueError(f"unsupported kv cache dtype {name!r} (expected one of {sorted({**FP8_KV, **PLAIN_KV})})")
-
-
-def is_fp8(dtype: torch.dtype) -> bool:
-    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+GROUP_TO_LAYER_TYPE = LAYER_TYPE  # selector group kind -> HF layer type (the selector's vocabulary)
+LAYER_TYPE_TO_GROUP = KIND_OF_LAYER_TYPE
 
 
 def scales_from_amax(amax: dict[int, tuple[float, float]], fp8: torch.dtype) -> dict[int, tuple[float, float]]:

@@ -39,7 +39,7 @@ class GroupStep:
     # Vision mode, sliding layers: image-span queries whose span reaches more than window_left keys
     # ahead. HF limits span keys by the window on the past side only, the backends' window is
     # symmetric: each entry (query rows [n], metadata, window_left) recomputes those rows as one
-    # causal query at the span's last position with a widened window (see Engine._far_span_queries).
+    # causal query at the span's last position with a widened window (see ModelRunner.far_span_queries).
     far: list = field(default_factory=list)
 
 
@@ -49,7 +49,7 @@ class StepContext:
     groups: dict[str, GroupStep]  # keyed by layer type: sliding_attention / full_attention
     # Calibration: when a dict, every KV-producing layer records (amax|K|, amax|V|) here.
     kv_amax: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
-    extra: dict = field(default_factory=dict)
+    static: bool = False  # CUDA-graph-safe code paths: no host syncs (set by gemma4/model_runner.py)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -204,7 +204,7 @@ class Attention(nn.Module):
             v = self.v_norm(v_raw)
             if ctx.kv_amax is not None:
                 ctx.kv_amax[self.layer] = (k.detach().abs().amax().float(), v.detach().abs().amax().float())
-            g.cache.write(self.layer, k, v, g.slot_mapping, static=bool(ctx.extra.get("static")))
+            g.cache.write(self.layer, k, v, g.slot_mapping, static=ctx.static)
         k_cache, v_cache = g.cache.kv(self.kv_source)
         o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(self.kv_source, self.window_left))
         for rows, meta, window_left in g.far:
@@ -245,7 +245,7 @@ class DecoderLayer(nn.Module):
         y = self.mlp(self.pre_feedforward_layernorm(h))
         if self.moe:  # the expert block also reads the pre-MLP residual h
             w, idx = self.router(h)
-            y2 = self.experts(self.pre_feedforward_layernorm_2(h), w, idx, bool(ctx.extra.get("static")))
+            y2 = self.experts(self.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
             y = self.post_feedforward_layernorm_1(y) + self.post_feedforward_layernorm_2(y2)
         h = h + self.post_feedforward_layernorm(y)
         if self.ple_dim:

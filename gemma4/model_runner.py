@@ -96,13 +96,10 @@ class ModelRunner:
     def context(self, positions: torch.Tensor, metas: dict, slots: dict, *, static: bool = False,
                 kv_amax: dict | None = None, prefill: bool = False) -> StepContext:
         """The model's step context. `static`: the capture-safe code paths (no host syncs); `prefill`:
-        the groups' prefill backends."""
+        the groups' prefill backends (per-phase selections)."""
         bes = self.prefill_backends if prefill else self.backends
         groups = {k: GroupStep(self.cache.groups[k], bes[k], metas[k], slots[k]) for k in metas}
-        ctx = StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
-        if static or self.static_paths:
-            ctx.extra["static"] = True
-        return ctx
+        return StepContext(positions=positions, groups=groups, kv_amax=kv_amax, static=static or self.static_paths)
 
     # -------------------------------------------------------------- forwards
     def forward(self, batch: StepBatch, tokens: list[list[int]], spans: dict | None = None,

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kselect.kernels.triton_round import round_like
+
 
 
 @triton.jit
@@ -25,8 +27,8 @@ def _gelu_mul_kernel(g_ptr, u_ptr, out_ptr, n, stride_g, stride_u, stride_out, B
     inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
     inner = tl.minimum(tl.maximum(inner, -15.0), 15.0)  # tanh is +-1 in fp32 there; no exp overflow
     th = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
-    act = (0.5 * g * (1.0 + th)).to(dt).to(tl.float32)
-    tl.store(out_ptr + row * stride_out + offs, (act * u).to(dt), mask=mask)
+    act = round_like(0.5 * g * (1.0 + th), out_ptr)
+    tl.store(out_ptr + row * stride_out + offs, round_like(act * u, out_ptr).to(dt), mask=mask)
 
 
 def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -18,29 +18,29 @@ import triton
 import triton.language as tl
 
 from kselect.kernels.kv_write import FP8, scale_arg, store_kv_row
+from kselect.kernels.triton_round import round_like
 
 
 @triton.jit
 def _norm_rope(src, t, w_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, ref_ptr, D: tl.constexpr,
                HAS_W: tl.constexpr, ROPE: tl.constexpr):
     half: tl.constexpr = D // 2
-    dt = ref_ptr.dtype.element_ty
     x = tl.load(src + offs).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
     xn = x * rstd
     if HAS_W:
         xn = xn * tl.load(w_ptr + offs).to(tl.float32)
-    xn = xn.to(dt).to(tl.float32)
+    xn = round_like(xn, ref_ptr)
     if ROPE:
         poffs = (offs + half) % D
         p = tl.load(src + poffs).to(tl.float32) * rstd
         if HAS_W:
             p = p * tl.load(w_ptr + poffs).to(tl.float32)
-        p = p.to(dt).to(tl.float32)
+        p = round_like(p, ref_ptr)
         rot = tl.where(offs < half, -p, p)
         c = tl.load(cos_ptr + t * stride_cs + offs).to(tl.float32)
         s = tl.load(sin_ptr + t * stride_cs + offs).to(tl.float32)
-        xn = ((xn * c).to(dt).to(tl.float32) + (rot * s).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+        xn = round_like(round_like(xn * c, ref_ptr) + round_like(rot * s, ref_ptr), ref_ptr)
     return xn
 
 

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kselect.kernels.triton_round import round_like
+
 
 @triton.jit
 def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, outb_ptr,
@@ -30,17 +32,22 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, ou
     n = y * tl.rsqrt(tl.sum(y * y, axis=0) / D + eps)
     if HAS_WA:
         n = n * tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    s = n.to(dt).to(tl.float32)
+    s = round_like(n, out_ptr)
     if HAS_RES:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
-        s = (r + s).to(dt).to(tl.float32)
+        s = round_like(r + s, out_ptr)
     if HAS_SCALAR:
-        s = (s * tl.load(scalar_ptr).to(tl.float32)).to(dt).to(tl.float32)
+        s = round_like(s * tl.load(scalar_ptr).to(tl.float32), out_ptr)
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
         m = s * tl.rsqrt(tl.sum(s * s, axis=0) / D + eps)
         m = m * tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(outb_ptr + row * stride_outb + offs, m.to(dt), mask=mask)
+        tl.store(outb_ptr + row * stride_outb + offs, round_like(m, out_ptr).to(dt), mask=mask)
+
+
+def row_warps(block: int) -> int:
+    """Warps per row program (bench/gemma4/fusion_tune.py measures the alternatives)."""
+    return max(1, min(16, block // 512))
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -62,7 +69,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b):
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, HAS_WB=w_b is not None, BLOCK=block,
-            num_warps=max(1, min(16, block // 512)))
+            num_warps=row_warps(block))
     return out.view(shape), (outb.view(shape) if want_b else None)
 
 

@@ -10,35 +10,52 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ConfigError, format_validation_error
+from .errors import format_validation_error
+from .files import FileError, load_yaml
 from .records import ClaimCheck, ClaimsWarning
 from .vocab import Claim, claim_dtype
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "conformance"
 
 
+CLAIM_ID = r"^[A-Z][A-Z0-9_]*?(?:_v\d+)?:(?:bf16|fp16|fp32|fp8_e5m2|fp8):d\d{1,4}:(?:causal|window|mm_prefix|sinks|quant_query|page\d{1,4})$"
+Status = Literal["verified", "refuted", "unsupported", "unavailable"]
+
+
 class ClaimResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     # unavailable: never run here (the backend's package is missing); unsupported: the adapter or kernel refused
-    status: Literal["verified", "refuted", "unsupported", "unavailable"]
-    rel_err: float | None = None
+    status: Status
+    rel_err: float | None = Field(default=None, ge=0)
     detail: str = ""
     kernel: str = ""  # which library build ran, where the backend has several (FA3: vLLM's or upstream's)
 
 
 class ConformanceFile(BaseModel):
+    """conf/conformance/<gpu_model>.yaml. `claim_count` is written before the claims, so a file
+    cut short (a killed writer, a bad copy) no longer matches it and is refused."""
+
     model_config = ConfigDict(extra="forbid")
-    gpu: str
+    gpu: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")
     torch: str = ""
     measured: str = ""
     commit: str = ""
     command: str = ""
-    claims: dict[str, ClaimResult]
+    claim_count: int = Field(ge=0)
+    claims: dict[Annotated[str, Field(pattern=CLAIM_ID)], ClaimResult]
+
+    @model_validator(mode="after")
+    def _complete(self) -> ConformanceFile:
+        if len(self.claims) != self.claim_count:
+            raise ValueError(
+                f"claim_count is {self.claim_count} but the file holds {len(self.claims)} claims "
+                "(cut short, or edited by hand); allowed: re-run kselect conformance, or fix claim_count"
+            )
+        return self
 
 
 def claims_for(fields: dict, model_dtype: str) -> list[str]:
@@ -54,18 +71,44 @@ def claims_for(fields: dict, model_dtype: str) -> list[str]:
     return [Claim(fields["backend"], fields["flash_attn_version"], dt, fields["head_size"], f).id for f in feats]
 
 
-@functools.lru_cache(maxsize=32)
 def load(gpu_model: str) -> ConformanceFile | None:
+    """The measured file of a GPU model, None when there is none; any other problem (empty,
+    truncated, a dangling symlink, a bad status) is an error naming the file."""
     path = CONFORMANCE_DIR / f"{gpu_model}.yaml"
-    if not path.exists():
-        return None
     try:
-        data = yaml.safe_load(path.read_text())
-        return ConformanceFile.model_validate(data)
-    except yaml.YAMLError as e:
-        raise ConfigError(str(path), "unparsable YAML", f"a conformance file ({e.__class__.__name__})") from None
+        st = path.stat()
+        key = (st.st_size, st.st_mtime_ns)
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return None
+        key = (-1, -1)  # dangling: read_file says so
+    return _load(path, key)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: Path, _key: tuple) -> ConformanceFile:
+    return read_file(path)
+
+
+load.cache_clear = _load.cache_clear  # type: ignore[attr-defined]
+
+
+def read_file(path: Path | str, gpu: str | None = None) -> ConformanceFile:
+    path = Path(path)
+    what = "a conformance file (written by kselect conformance)"
+    data = load_yaml(path, what)
+    if data is None:
+        raise FileError(f"{path}: empty; expected {what}")
+    if not isinstance(data, dict):
+        raise FileError(f"{path}: a {type(data).__name__}; expected {what}")
+    try:
+        out = ConformanceFile.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(str(path), "invalid", format_validation_error(e)) from None
+        raise FileError(f"{path}: {format_validation_error(e).removeprefix('invalid config: ')}") from None
+    want = gpu or path.stem
+    if out.gpu != want:
+        raise FileError(f"{path}: gpu is {out.gpu!r}; allowed: {want!r} (the file name is the GPU model)")
+    return out
 
 
 def claim_checks(platform, fields: dict, model_dtype: str, group: str) -> tuple[tuple[ClaimCheck, ...], tuple]:

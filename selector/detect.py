@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 from pathlib import Path
 
 import yaml
@@ -85,7 +86,8 @@ def detect_platform() -> dict:
     major, minor = torch.cuda.get_device_capability()
     preset = {8: "sm80", 9: "sm90", 10: "sm100", 12: "sm120"}.get(major)
     base = yaml.safe_load((PLATFORM_DIR / f"{preset}.yaml").read_text()) if preset else {}
-    gpu = torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia_").replace(" ", "_").replace("-", "_")
+    gpu = torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia_")
+    gpu = re.sub(r"[^a-z0-9_]", "_", gpu).strip("_")[:64]  # a file name in conf/conformance/ (schema GpuModel)
     return {
         "name": preset or f"sm{major}{minor}",
         "vendor": "nvidia",

@@ -312,7 +312,7 @@ def _warning_buckets(ws: Sequence[Warning]) -> dict[tuple, list]:
         else:
             groups.setdefault(w.model_copy(update={"group": ""}), []).append(w.group)
     for w, gs in groups.items():
-        out[(w.code, w)] = [GroupsDetail(groups=tuple(gs))]
+        out[(w.code, w)] = [GroupsDetail(groups=tuple(sorted(gs)))]  # by id: the same order whatever the labels
     return out
 
 
@@ -352,14 +352,48 @@ def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack
     raise KSelectError(f"diff: bad source {text!r}; expected [overlays], worktree[:[overlays]] or git:<rev>[:[overlays]]")
 
 
+_REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}+-]{0,199}$")
+
+
 def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
-    """Extract `<rev>:conf` into dest (git archive) and return the conf directory there."""
-    p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev, conf_rel], capture_output=True)
+    """Extract `<rev>:conf` into dest (git archive) and return the conf directory there.
+
+    The revision never reaches git as an option: it must look like a revision (no leading '-',
+    no spaces), is resolved with `git rev-parse --verify` to a commit, and only that sha is
+    passed on, with the path after `--`."""
+    if not _REV.match(rev) or ".." in rev:
+        raise KSelectError(
+            f"diff: git revision {rev!r} is not allowed; allowed: a branch, tag, sha or rev such as HEAD~1 "
+            "(letters, digits and _ . / ~ ^ @ { } + -, not starting with '-', no '..')"
+        )
+    conf_rel = check_conf_rel(conf_rel)
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if sha.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha.stdout.strip()):
+            raise KSelectError(f"diff: git:{rev}: not a commit in {repo} (git rev-parse --verify found none)")
+        p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha.stdout.strip(), "--", conf_rel],
+                           capture_output=True, timeout=300)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KSelectError(f"diff: git:{rev}: git could not run in {repo} ({e.__class__.__name__}: {e})") from None
     if p.returncode != 0:
-        raise KSelectError(f"diff: git archive {rev} {conf_rel} failed in {repo}: {p.stderr.decode().strip()}")
-    with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        raise KSelectError(f"diff: git:{rev} conf={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as e:
+        raise KSelectError(f"diff: git:{rev}: could not extract {conf_rel} ({e})") from None
     return dest / conf_rel
+
+
+def check_conf_rel(conf_rel: str) -> str:
+    """`conf=` names a folder of the repository: relative, safe parts, no '..'."""
+    parts = conf_rel.split("/")
+    if not conf_rel or conf_rel.startswith(("/", "-")) or any(not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", x) or x == ".." for x in parts):
+        raise KSelectError(f"diff: conf={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
+    return conf_rel
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
@@ -387,7 +421,12 @@ def main(argv: list[str]) -> int:
     args = cli_args(argv, DEFAULTS, "kselect diff")
     if args["format"] not in ("table", "markdown", "json"):
         raise KSelectError(f"diff: format={args['format']!r}; allowed: table, markdown, json")
+    if not 0 <= args["limit"] <= 10_000:
+        raise KSelectError(f"diff: limit={args['limit']}; allowed: 0 to 10000 patterns per block")
+    check_conf_rel(args["conf"])
     repo = Path(args["repo"]).resolve() if args["repo"] else CONF_DIR.parent
+    if not repo.is_dir():
+        raise KSelectError(f"diff: repo={args['repo']!r} is not a directory")
     with ExitStack() as stack:
         ov = parse_overlays(args["overlays"])
         a = parse_source(args["a"], ov, repo, stack, args["conf"])

@@ -137,7 +137,7 @@ WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_pr
 # ---------------------------------------------------------------- no selection
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
-                      "page_unify", "no_common_block"]  # fmt: skip
+                      "page_unify", "no_common_block", "fa_pin_unused"]  # fmt: skip
 
 
 class Failure(Record):
@@ -146,6 +146,7 @@ class Failure(Record):
     code: FailureCode
     group: str | None = None
     head: int | None = None
+    version: int | None = None
     backend: str | None = None
     pin_source: str | None = None
     platform: str | None = None
@@ -157,3 +158,19 @@ class Failure(Record):
     largest_page: int | None = None
     kv_block: int | None = None
     kernel_blocks: tuple[Any, ...] | None = None
+
+
+# ---------------------------------------------------------------- conformance runs
+
+
+class ClaimRun(Record):
+    """How to run a claim on hardware: the descale mode and page size of the kernel path that
+    relies on it, as a selection resolves that path (`source`: the config), or as the backend's
+    capability declares it when no rule set makes the path valid (`source`: capabilities.<backend>)."""
+
+    code: Literal["claim_run"] = "claim_run"
+    claim: str
+    descale: Literal["none", "q_k_v", "k_v", "kv_dequant"]
+    page: int
+    per_head_scales: bool  # FP8 descales per (sequence, kv head) where the backend declares them
+    source: str

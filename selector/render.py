@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from .resolve import _ranges
 from .selection import GroupSelection, Selection
+from .texts import layer_ranges
 
 COLUMNS = ("group", "layers", "head", "backend", "fa", "kernel_blk", "kv_blk", "kv_dtype", "quant_q", "descale", "kv_scales")
 
@@ -15,7 +15,7 @@ def group_name(g: GroupSelection) -> str:
 
 
 def row(g: GroupSelection) -> tuple[str, ...]:
-    layers = f"{len(g.layers)} ({_ranges(list(g.layers))})"
+    layers = f"{len(g.layers)} ({layer_ranges(list(g.layers))})"
     if g.reads_from:
         layers += f" <- {list(g.reads_from)}"
     return (

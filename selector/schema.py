@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
 
@@ -21,7 +21,41 @@ RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra overr
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------- bounded values
+# Every size is bounded so that nothing is allocated from an unchecked number (the largest
+# published Gemma-4 values are far inside: vocab 262,144, hidden 5,376, 60 layers, head 512).
+# YAML's own coercions stay (`yes` -> true, `64.0` -> 64; see the README), but a boolean is
+# never a number.
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got the boolean {v}")
+    return v
+
+
+def Int(ge: int, le: int) -> Any:  # noqa: N802 - a type
+    return Annotated[int, BeforeValidator(_no_bool), Field(ge=ge, le=le)]
+
+
+def Float(gt: float, le: float) -> Any:  # noqa: N802 - a type
+    return Annotated[float, BeforeValidator(_no_bool), Field(gt=gt, le=le)]
+
+
+MAX_VOCAB = 1 << 21
+MAX_HIDDEN = 1 << 16
+MAX_INTERMEDIATE = 1 << 18
+MAX_LAYERS = 512
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 1024
+MAX_POSITIONS = 1 << 24
+MAX_EXPERTS = 1024
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+GpuModel = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
+CC = tuple[Int(1, 15), Int(0, 9)]  # compute capability (major, minor)
 
 
 # ---------------------------------------------------------------- environment
@@ -38,15 +72,23 @@ class Packages(Strict):
 
 
 class Platform(Strict):
-    name: str
+    name: Name
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
     device: Device
-    compute_capability: tuple[int, int] | None = None
-    gpu_model: str | None = None  # key of measured conformance data, e.g. nvidia_h200
+    compute_capability: CC | None = None
+    gpu_model: GpuModel | None = None  # key of measured conformance data, e.g. nvidia_h200 (a file name in conf/conformance/)
     packages: Packages = Packages()
 
     @model_validator(mode="after")
     def _cc_for_gpu(self) -> Platform:
+        devices = {"nvidia": "cuda", "amd": "rocm", "intel": "xpu", "cpu": "cpu"}
+        if devices[self.vendor] != self.device:
+            raise ValueError(
+                f"platform.device={self.device!r} does not match platform.vendor={self.vendor!r}; "
+                f"allowed pairs: {', '.join(f'{v}/{d}' for v, d in devices.items())}"
+            )
+        if self.device == "cpu" and any(self.packages.model_dump().values()):
+            raise ValueError("platform.packages: kernel packages need a GPU; allowed on device 'cpu': all false")
         if self.device == "cuda" and self.compute_capability is None:
             raise ValueError("platform.compute_capability is required for device 'cuda' (e.g. [9, 0])")
         if self.device == "cpu" and self.compute_capability is not None:
@@ -55,14 +97,14 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    layer_types: list[LayerType]
+    hidden_size: Int(1, MAX_HIDDEN)
+    intermediate_size: Int(1, MAX_INTERMEDIATE)
+    num_hidden_layers: Int(1, MAX_LAYERS)
+    num_attention_heads: Int(1, MAX_HEADS)
+    layer_types: list[LayerType] = Field(max_length=MAX_LAYERS)
     use_ordered_embeddings: bool = False
-    num_centroids: int = Field(default=2048, gt=0)
-    centroid_intermediate_top_k: int = Field(default=32, gt=0)
+    num_centroids: Int(1, MAX_VOCAB) = 2048
+    centroid_intermediate_top_k: Int(1, MAX_VOCAB) = 32
 
     @model_validator(mode="after")
     def _layers(self) -> Drafter:
@@ -77,38 +119,38 @@ class Drafter(Strict):
 class ModelConfig(Strict):
     """A Gemma-4 text decoder (field names follow HF's Gemma4TextConfig)."""
 
-    name: str
+    name: Name
     architecture: Literal["gemma4"]
     dtype: ModelDtype
     multimodal: bool = False
     checkpoint: str | None = None
-    vocab_size: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    num_global_key_value_heads: int | None = Field(default=None, gt=0)
-    head_dim: int = Field(gt=0)
-    global_head_dim: int = Field(gt=0)
-    sliding_window: int = Field(gt=0)
-    full_attention_every: int | None = Field(default=None, gt=0)
-    layer_types: list[LayerType] | None = None
-    final_logit_softcapping: float | None = None
-    rms_norm_eps: float = Field(default=1e-6, gt=0)
-    max_position_embeddings: int = Field(gt=0)
-    rope_theta_sliding: float = Field(default=10000.0, gt=0)
-    rope_theta_full: float = Field(default=1e6, gt=0)
-    partial_rotary_factor_full: float = Field(default=0.25, gt=0, le=1)
-    hidden_size_per_layer_input: int = Field(default=0, ge=0)
-    vocab_size_per_layer_input: int = Field(default=0, ge=0)
-    num_kv_shared_layers: int = Field(default=0, ge=0)
+    vocab_size: Int(1, MAX_VOCAB)
+    hidden_size: Int(1, MAX_HIDDEN)
+    intermediate_size: Int(1, MAX_INTERMEDIATE)
+    num_hidden_layers: Int(1, MAX_LAYERS)
+    num_attention_heads: Int(1, MAX_HEADS)
+    num_key_value_heads: Int(1, MAX_HEADS)
+    num_global_key_value_heads: Int(1, MAX_HEADS) | None = None
+    head_dim: Int(1, MAX_HEAD_DIM)
+    global_head_dim: Int(1, MAX_HEAD_DIM)
+    sliding_window: Int(1, MAX_POSITIONS)
+    full_attention_every: Int(1, MAX_LAYERS) | None = None
+    layer_types: list[LayerType] | None = Field(default=None, max_length=MAX_LAYERS)
+    final_logit_softcapping: Float(0, 1e6) | None = None
+    rms_norm_eps: Float(0, 1) = 1e-6
+    max_position_embeddings: Int(1, MAX_POSITIONS)
+    rope_theta_sliding: Float(0, 1e12) = 10000.0
+    rope_theta_full: Float(0, 1e12) = 1e6
+    partial_rotary_factor_full: Float(0, 1) = 0.25
+    hidden_size_per_layer_input: Int(0, MAX_HIDDEN) = 0
+    vocab_size_per_layer_input: Int(0, MAX_VOCAB) = 0
+    num_kv_shared_layers: Int(0, MAX_LAYERS) = 0
     use_double_wide_mlp: bool = False
     attention_k_eq_v: bool = False
     enable_moe_block: bool = False
-    num_experts: int | None = None
-    top_k_experts: int | None = None
-    moe_intermediate_size: int | None = None
+    num_experts: Int(1, MAX_EXPERTS) | None = None
+    top_k_experts: Int(1, MAX_EXPERTS) | None = None
+    moe_intermediate_size: Int(1, MAX_INTERMEDIATE) | None = None
     drafter: Drafter | None = None
 
     @model_validator(mode="after")
@@ -126,6 +168,20 @@ class ModelConfig(Strict):
             raise ValueError("model.num_attention_heads must be a multiple of model.num_key_value_heads")
         if self.enable_moe_block and not (self.num_experts and self.top_k_experts and self.moe_intermediate_size):
             raise ValueError("model.enable_moe_block needs num_experts, top_k_experts and moe_intermediate_size")
+        if self.enable_moe_block and self.top_k_experts > self.num_experts:
+            raise ValueError(f"model.top_k_experts={self.top_k_experts} exceeds model.num_experts={self.num_experts}")
+        if self.attention_k_eq_v and self.num_global_key_value_heads and self.num_attention_heads % self.num_global_key_value_heads:
+            raise ValueError("model.num_attention_heads must be a multiple of model.num_global_key_value_heads")
+        types = self.resolved_layer_types()
+        first_shared = self.num_hidden_layers - self.num_kv_shared_layers
+        for t in sorted(set(types[first_shared:])):
+            if t not in types[:first_shared]:
+                raise ValueError(
+                    f"model.num_kv_shared_layers={self.num_kv_shared_layers}: the shared layers reuse the cache of an "
+                    f"earlier {t} layer, but the first {first_shared} layers have none (layer types from "
+                    + ("model.layer_types" if self.layer_types is not None else f"model.full_attention_every={self.full_attention_every}")
+                    + f"); allowed: at least one {t} layer before layer {first_shared}"
+                )
         return self
 
     def resolved_layer_types(self) -> list[str]:
@@ -145,7 +201,7 @@ class ModelConfig(Strict):
 class KVCache(Strict):
     dtype: KVDtype = "auto"
     scales: Literal["unit", "calibrated"] = "unit"
-    block_size: int | None = Field(default=None, ge=1, le=1024)
+    block_size: Int(1, 1024) | None = None
 
     @model_validator(mode="after")
     def _scales_need_fp8(self) -> KVCache:
@@ -162,7 +218,7 @@ class KVCache(Strict):
 
 class SpecDecode(Strict):
     method: Literal["none", "mtp"] = "none"
-    num_speculative_tokens: int = Field(default=0, ge=0, le=16)
+    num_speculative_tokens: Int(0, 16) = 0
     # null: decided by the rules (stage `spec`); true/false: a user pin.
     copy_target_kv_scales: bool | None = None
 
@@ -185,17 +241,17 @@ class AttentionPins(Strict):
 
 
 class MultipleOf(Strict):
-    multiple_of: int = Field(gt=0, le=4096)
+    multiple_of: Int(1, 4096)
 
 
-BlockSpec = Annotated[int, Field(gt=0, le=4096)] | MultipleOf
+BlockSpec = Int(1, 4096) | MultipleOf
 
 
 class HeadSizes(Strict):
-    multiple_of: int = Field(default=1, gt=0)
-    min: int = Field(default=1, gt=0)
-    max: int | None = None
-    only: list[int] | None = None
+    multiple_of: Int(1, MAX_HEAD_DIM) = 1
+    min: Int(1, MAX_HEAD_DIM) = 1
+    max: Int(1, MAX_HEAD_DIM) | None = None
+    only: list[Int(1, MAX_HEAD_DIM)] | None = Field(default=None, min_length=1, max_length=64)
 
     def allows(self, h: int) -> bool:
         if self.only is not None:
@@ -213,8 +269,8 @@ class Capability(Strict):
     kv_cache_dtypes: list[str]
     head_sizes: HeadSizes = HeadSizes()
     kernel_block_sizes: list[BlockSpec] = Field(default=[MultipleOf(multiple_of=1)], min_length=1)
-    min_compute_capability: tuple[int, int] | None = None
-    max_compute_capability: tuple[int, int] | None = None
+    min_compute_capability: CC | None = None
+    max_compute_capability: CC | None = None
     sliding_window: bool = False
     mm_prefix: bool = False
     sinks: bool = False
@@ -259,13 +315,13 @@ class Rule(Strict):
     stage: Stage
     reason: str = Field(min_length=1)
     when: dict[str, Any] = {}
-    order: int = 0  # evaluation order inside a stage; ties keep declaration order
+    order: Int(-1000, 1000) = 0  # evaluation order inside a stage; ties keep declaration order
     enabled: bool = True
     set: ModelForcing | None = None
     flash_attn_version: Literal[2, 3, 4] | FromFact | None = None
     priority: list[str] | None = None
     kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
-    preferred_block_size_min: int | None = Field(default=None, gt=0)
+    preferred_block_size_min: Int(1, 4096) | None = None
     quant_query: bool | None = None
     descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
     copy_target_kv_scales: bool | None = None
@@ -359,7 +415,13 @@ class KSelectConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _pins_exist(self) -> KSelectConfig:
+    def _cross_sections(self) -> KSelectConfig:
+        self.check_cross_sections()
+        return self
+
+    def check_cross_sections(self) -> None:
+        """Checks that span sections (pins name backends, MTP needs a drafter). Raises ValueError.
+        Validation runs them; the matrix runs them on configs it assembles with model_copy."""
         names = sorted(self.capabilities)
         pins = {"attention.backend": self.attention.backend}
         pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
@@ -374,7 +436,6 @@ class KSelectConfig(Strict):
                 raise ValueError(f"rules.{rid}.set.backend={r.set.backend!r} is not a backend; allowed: {names}")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
-        return self
 
     def active_rules(self) -> dict[str, Rule]:
         return {rid: r for rid, r in self.rules.items() if isinstance(r, Rule) and r.enabled}

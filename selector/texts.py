@@ -29,6 +29,9 @@ WARNING_PHRASE = {
     "kept vLLM's selection (no guess) [perf]",
     "objective_all_pinned": "objective {objective}: every group is pinned; nothing to choose",
 }
+CLAIM_RUN = "{claim}: page {page}, descale {descale} (from {source})"
+RULE_PHRASE = "{reason} [{rule}]"  # a reject or warning rule: its declared reason and id
+SOURCE_TAG = " [{source}]"  # where a capability rejection is declared
 FAILURE_PHRASE = {
     "no_priority_rule": "no priority rule matches platform {platform} (device {device})",
     "pin_invalid": "Selected backend {backend} (from {pin_source}) is not valid for the {group} group (head {head}). "
@@ -38,6 +41,9 @@ FAILURE_PHRASE = {
     "draft_backend_invalid": "MTP draft {group} layers must run on the target's backend {backend}, which is not valid for them.",
     "page_unify": "cannot unify KV page sizes: the {group} page ({page} bytes) does not divide the largest ({largest_page} bytes)",
     "no_common_block": "No common block size for {kv_block}: {backend} kernel blocks {kernel_blocks}",
+    "fa_pin_unused": "attention.flash_attn_version={version} cannot apply on platform {platform}: no layer group runs "
+    "FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{version}) where "
+    "FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)",
 }
 
 
@@ -72,6 +78,8 @@ def render(r: Any) -> str:
     code = r.code
     if code == "claim":
         return claim_line(r)
+    if code == "claim_run":
+        return CLAIM_RUN.format(claim=r.claim, page=r.page, descale=r.descale, source=r.source)
     if hasattr(r, "backends"):  # BlockSizePrecluded
         return WARNING_PHRASE[code].format(block_size=r.block_size, backends=list(r.backends))
     if code in ("claims_refuted", "claims_unverified"):
@@ -80,14 +88,14 @@ def render(r: Any) -> str:
         return WARNING_PHRASE[code].format(**{k: getattr(r, k) for k in type(r).model_fields})
     if code == "orphan_rule":
         return WARNING_PHRASE[code].format(rule=r.rule)
-    if code == "rule":  # a reject or warning rule: its declared reason
-        return f"{r.reason} [{r.rule}]"
+    if code == "rule":
+        return RULE_PHRASE.format(reason=r.reason, rule=r.rule)
     if code in FAILURE_PHRASE:
         fields = {k: getattr(r, k) for k in type(r).model_fields}
         fields["kernel_blocks"] = describe_blocks(r.kernel_blocks or ())
         return FAILURE_PHRASE[code].format(**fields)
     kb = describe_blocks(r.kernel_blocks) if r.kernel_blocks is not None else ""
-    return REJECT_PHRASE[code].format(value=r.value, kernel_blocks=kb) + f" [{r.source}]"
+    return REJECT_PHRASE[code].format(value=r.value, kernel_blocks=kb) + SOURCE_TAG.format(source=r.source)
 
 
 # ---------------------------------------------------------------- review diffs
@@ -131,3 +139,19 @@ NO_BACKEND_CHANGE = "no backend change"
 def group_label(gid: str) -> str:
     """A group id as output names it (`sliding_window`, `draft:full_attention`)."""
     return gid
+
+
+def layer_ranges(xs: list[int]) -> str:
+    """`0-4,6,8-9`: layer indices as ranges."""
+    xs = sorted(xs)
+    out, start, prev = [], xs[0], xs[0]
+    for x in xs[1:] + [None]:
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+

@@ -105,8 +105,15 @@ def claim_dtype(kv_cache_dtype: str, model_dtype: str) -> str:
     return SHORT_DTYPE[kv_cache_dtype] if is_fp8(kv_cache_dtype) else SHORT_DTYPE[model_dtype]
 
 
+MAX_CLAIM_HEAD, MAX_CLAIM_PAGE = 1024, 4096  # a claim's test case is allocated from these: bounded first
+
+
 def parse_claim(claim_id: str) -> Claim:
-    m = _CLAIM.match(claim_id.strip())
+    m = _CLAIM.match(claim_id.strip()) if isinstance(claim_id, str) and len(claim_id) <= 200 else None
     if not m:
         raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>]:<dtype>:d<head>:<feature>")
-    return Claim(m["backend"], int(m["ver"]) if m["ver"] else None, m["dtype"], int(m["head"]), m["feature"])
+    ver, head = int(m["ver"]) if m["ver"] else None, int(m["head"])
+    page = int(m["feature"][4:]) if m["feature"].startswith("page") else 16
+    if not (1 <= head <= MAX_CLAIM_HEAD and 1 <= page <= MAX_CLAIM_PAGE and (ver is None or 2 <= ver <= 4)):
+        raise ValueError(f"bad claim id {claim_id!r}: head 1..{MAX_CLAIM_HEAD}, page 1..{MAX_CLAIM_PAGE}, FlashAttention version 2..4")
+    return Claim(m["backend"], ver, m["dtype"], head, m["feature"])

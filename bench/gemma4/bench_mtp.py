@@ -46,6 +46,7 @@ from kselect.gemma4.engine import Engine  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 from kselect.kernels.tolerances import rel_err  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 
 def _median_runs(fn, repeats: int):
@@ -242,9 +243,9 @@ def main(argv: list[str]) -> int:
                 when=time.strftime("%Y-%m-%d %H:%M:%S"), environment=sel.environment, overrides=overrides,
                 warnings=sorted(set(warnings)))
     opts.out.mkdir(parents=True, exist_ok=True)
-    _write(opts.out / "bench_mtp.json", json.dumps(dict(meta=meta, rows=rows), indent=2, default=str))
+    atomic_write(opts.out / "bench_mtp.json", json.dumps(dict(meta=meta, rows=rows), indent=2, default=str))
     md = markdown(meta, rows)
-    _write(opts.out / "bench_mtp.md", md)
+    atomic_write(opts.out / "bench_mtp.md", md)
     print(md)
     bad = [r for r in rows if r["identical"] is False]
     return 1 if bad else 0
@@ -263,11 +264,9 @@ def _versions() -> dict:
     return out
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

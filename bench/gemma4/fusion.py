@@ -37,7 +37,7 @@ sys.path.append(str(ROOT / "bench" / "gemma4"))
 
 from e2e import ceilings, environment, first_line, free, hf_model, time_engine, time_hf  # noqa: E402
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")

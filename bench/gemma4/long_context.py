@@ -28,6 +28,7 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 
 def _sync(device) -> None:
@@ -119,9 +120,11 @@ def main(argv: list[str]) -> int:
               f"({'ok' if c['ok'] else 'ABOVE'} the {c['bar']:g} bar)")
     if opts.json:
         opts.json.parent.mkdir(parents=True, exist_ok=True)
-        opts.json.write_text(json.dumps(dict(res, source=source, overrides=overrides), indent=1))
+        atomic_write(opts.json, json.dumps(dict(res, source=source, overrides=overrides), indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

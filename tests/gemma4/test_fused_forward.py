@@ -10,9 +10,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from g4_helpers import HF_RTOL, hf_logits  # noqa: E402
+from g4_helpers import HF_RTOL, hf_logits, simple_selection  # noqa: E402
 from kselect.gemma4 import fused  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error, simple_selection  # noqa: E402
+from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
 from kselect.kernels import rms_norm  # noqa: E402
 
 if not torch.cuda.is_available() and type(rms_norm._add_rms_norm_kernel).__name__ != "InterpretedFunction":

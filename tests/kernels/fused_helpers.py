@@ -4,9 +4,9 @@ import pytest
 import torch
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-# On CPU the kernels run in Triton's interpreter (conftest sets TRITON_INTERPRET=1): fp32, small shapes.
-# On the GPU: bf16 at the real Gemma-4 sizes.
-DTYPES = [torch.float32] if DEV == "cpu" else [torch.float32, torch.bfloat16]
+# On CPU the kernels run in Triton's interpreter (conftest sets TRITON_INTERPRET=1) at small shapes;
+# on the GPU also at the real Gemma-4 sizes (marked gpu).
+DTYPES = [torch.float32, torch.bfloat16]
 gpu = pytest.mark.gpu
 
 
@@ -21,10 +21,11 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def ulp_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
-    """fp32: equal up to fp32 rounding (relative to the tensor's scale). bf16: within two bf16 steps of
-    the unfused ops' value, counted at the element's own magnitude plus the tensor's RMS (a one-step
-    difference in a normed input shows at that scale where rope's two terms cancel), and 2e-3 overall."""
+def ulp_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, max_frac: float = 0.01) -> None:
+    """fp32: equal up to fp32 rounding (relative to the tensor's scale). bf16: at most `max_frac` of the
+    elements differ from the unfused ops' value at all (the kernels round where PyTorch rounds; a norm's
+    fp32 reduction order can flip a rounding), each by at most two bf16 steps counted at the element's
+    magnitude plus the tensor's RMS (where rope's two terms cancel), and 2e-3 overall."""
     assert got.dtype == want.dtype and got.shape == want.shape
     assert torch.isfinite(got.float()).all()
     if dtype == torch.float32:
@@ -33,4 +34,5 @@ def ulp_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None
         g, w = got.float(), want.float()
         bound = 2.0**-6 * (w.abs() + w.pow(2).mean().sqrt())
         worst = float(((g - w).abs() / bound).max())
-        assert worst <= 1.0 and rel(got, want) < 2e-3, (worst, rel(got, want))
+        frac = float((g != w).float().mean())
+        assert worst <= 1.0 and frac <= max_frac and rel(got, want) < 2e-3, (worst, frac, rel(got, want))

@@ -10,6 +10,8 @@ from kselect.gemma4.model import gelu_tanh  # noqa: E402
 from kselect.kernels import gelu_mul as K  # noqa: E402
 
 require_interpreter(K._gelu_mul_kernel)
+# tanh from exp differs from the library tanh by a few fp32 ulps: ~6% of bf16 outputs land one step away
+TANH_FRAC = 0.1
 
 
 def packed(t, i, dtype, seed=0):
@@ -21,7 +23,7 @@ def packed(t, i, dtype, seed=0):
 @pytest.mark.parametrize("i", [48, 200])
 def test_packed(dtype, i):
     gu = packed(3, i, dtype)
-    ulp_close(K.gelu_tanh_mul_packed(gu), gelu_tanh(gu[:, :i]) * gu[:, i:], dtype)
+    ulp_close(K.gelu_tanh_mul_packed(gu), gelu_tanh(gu[:, :i]) * gu[:, i:], dtype, max_frac=TANH_FRAC)
 
 
 def test_separate_inputs_and_bad_shapes():
@@ -36,4 +38,4 @@ def test_separate_inputs_and_bad_shapes():
 @pytest.mark.parametrize("i", [10240, 21504])  # E4B and 31B MLP widths
 def test_gemma_sizes_bf16(i):
     gu = packed(16, i, torch.bfloat16, 3)
-    ulp_close(K.gelu_tanh_mul_packed(gu), gelu_tanh(gu[:, :i]) * gu[:, i:], torch.bfloat16)
+    ulp_close(K.gelu_tanh_mul_packed(gu), gelu_tanh(gu[:, :i]) * gu[:, i:], torch.bfloat16, max_frac=TANH_FRAC)

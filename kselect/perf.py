@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from kselect.selector import perf as perfdata
 from kselect.selector.conformance import CONFORMANCE_DIR
@@ -88,7 +87,9 @@ def parse_grid(text: str) -> list[tuple[int, int]]:
 
 
 def verified_claims(path: Path) -> set[str]:
-    data = yaml.safe_load(path.read_text()) or {}
+    from kselect.selector.files import load_yaml
+
+    data = load_yaml(path, "a conformance file (kselect conformance)") or {}
     return {cid for cid, r in (data.get("claims") or {}).items() if (r or {}).get("status") == "verified"}
 
 
@@ -275,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
     args = ap.parse_args(argv)
+    from kselect.selector.files import safe_name
+
+    safe_name(args.gpu_name, "--gpu-name")  # it names files in conf/
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     conf = Path(args.conformance) if args.conformance else CONFORMANCE_DIR / f"{args.gpu_name}.yaml"

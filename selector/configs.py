@@ -23,10 +23,11 @@ from pydantic import BaseModel, ValidationError
 from .api import CONF_DIR, compose_raw
 from .cells import FIELD_AXES, GROUP_AXES, SECTIONS, Cell, MatrixError, hydra_value
 from .errors import KSelectError, format_validation_error
-from .schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Platform, SpecDecode
+from .schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Objective, Platform, SpecDecode
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {
     "platform": Platform, "model": ModelConfig, "kv_cache": KVCache, "spec_decode": SpecDecode, "attention": AttentionPins,
+    "objective": Objective,
 }  # fmt: skip
 OPTIONS = "__matrix"  # where one compose holds every option of the group axes
 
@@ -77,7 +78,7 @@ class Builder:
 
     def _one_by_one(self, overlays: Sequence[str], options: dict[str, Sequence[str]]) -> dict:
         ov = [f"overlay=[{','.join(overlays)}]"] if overlays else []
-        raw = compose_raw([*(f"~{g}" for g in options), *ov], self.conf_dir)
+        raw = compose_raw([*(f"~{g}" for g in options), *ov, *self.extra], self.conf_dir)
         raw[OPTIONS] = {g: {n: compose_raw([f"{g}={n}", *ov], self.conf_dir)[g] for n in names} for g, names in options.items()}
         return raw
 

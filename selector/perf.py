@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, format_validation_error
+from .files import atomic_write, load_yaml
 
 PERF_DIR = Path(__file__).resolve().parent.parent / "conf" / "perf"
 Phase = Literal["prefill", "decode"]
@@ -98,9 +97,7 @@ def load(gpu_model: str, directory: Path | str | None = None) -> PerfFile | None
     if hit and hit[0] == mtime:
         return hit[1]
     try:
-        data = PerfFile.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as e:
-        raise ConfigError(str(path), "unparsable YAML", f"a perf file ({e.__class__.__name__})") from None
+        data = PerfFile.model_validate(load_yaml(path, "a perf file (kselect perf)"))
     except ValidationError as e:
         raise ConfigError(str(path), "invalid", format_validation_error(e)) from None
     for key, entry in data.entries.items():
@@ -117,21 +114,8 @@ def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry]) -
     merged = dict(old.entries) if old else {}
     merged.update(entries)
     doc = PerfFile(**header, entries=dict(sorted(merged.items())))
-    write_atomic(path, yaml.safe_dump(doc.model_dump(mode="json"), sort_keys=False))
+    atomic_write(path, yaml.safe_dump(doc.model_dump(mode="json"), sort_keys=False))
     return doc
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- lookup

@@ -18,7 +18,7 @@ def conformance_file(tmp_path):
         "TORCH_REFERENCE:fp8:d64:causal": {"status": "verified"},  # a feature the sliding group does not use
     }
     p = tmp_path / "fake.yaml"
-    p.write_text(yaml.safe_dump({"gpu": "fake", "claims": claims}))
+    p.write_text(yaml.safe_dump({"gpu": "fake", "claim_count": len(claims), "claims": claims}))
     return p
 
 

@@ -5,7 +5,7 @@ at its own package (`+platform@__matrix.platform.sm90=sm90`), with the default o
 groups removed (`~platform`): Hydra itself composes each option (defaults lists, interpolations,
 `@package`), and what the overlays write into the environment sections stays behind as a patch,
 applied on top of every cell as Hydra's own order would (group option, then overlays, then
-command-line keys). Each section is validated once per distinct variant with the schema's
+command-line keys). Composed dicts are kept per process, keyed by the conf files' sizes and mtimes. Each section is validated once per distinct variant with the schema's
 section models, and a cell is `base.model_copy(update=...)` of one fully validated config, so all
 cells share the rules object and its compiled rulebook; the schema's cross-section checks
 (`KSelectConfig.check_cross_sections`) run once per distinct combination. The test suite checks
@@ -46,19 +46,29 @@ def _set_path(d: dict, path: Sequence[str], value: Any) -> dict:
     return {**d, path[0]: _set_path(sub if isinstance(sub, dict) else {}, path[1:], value)}
 
 
+_COMPOSED: dict[tuple, dict] = {}  # read-only composed dicts (builders copy what they change)
+
+
+def _fingerprint(conf_dir: Path) -> tuple:
+    """The conf directory's YAML files as (path, size, mtime): a changed file composes anew."""
+    return (str(conf_dir.resolve()),) + tuple(
+        sorted((str(p.relative_to(conf_dir)), st.st_size, st.st_mtime_ns) for p in conf_dir.rglob("*.yaml") for st in [p.stat()])
+    )
+
+
 class Builder:
     """Turns cells into validated configs; one per conf directory (the worktree, a git revision)."""
 
     def __init__(self, conf_dir: Path | str = CONF_DIR, extra: Sequence[str] = ()):
         """extra: Hydra overrides composed into every cell (e.g. `objective=latency` for a diff side)."""
-        self.conf_dir = Path(conf_dir)
         self.extra = tuple(extra)
-        self._composed: dict[tuple, dict] = {}
+        self.conf_dir = Path(conf_dir)
+        self._composed = _COMPOSED  # shared by builders: keyed by the conf files' names, sizes and mtimes
 
     def composed(self, overlays: Sequence[str], options: dict[str, Sequence[str]]) -> dict:
         """One Hydra compose for an overlay set: rules, capabilities, attention, every option of
         `options` ({group: names}) under OPTIONS, and the overlays' writes into those groups."""
-        key = (tuple(overlays), tuple((g, tuple(sorted(n))) for g, n in options.items()))
+        key = (_fingerprint(self.conf_dir), self.extra, tuple(overlays), tuple((g, tuple(sorted(n))) for g, n in options.items()))
         if key not in self._composed:
             over = [f"~{g}" for g in options] + list(self.extra)
             over += [f"+{g}@{OPTIONS}.{g}.{name}={name}" for g, names in options.items() for name in sorted(names)]
@@ -68,6 +78,8 @@ class Builder:
             missing = [f"{g}={n}" for g, names in options.items() for n in names if n not in avail[g]]
             if missing:
                 raise MatrixError(f"matrix names {', '.join(missing)}, which {self.conf_dir} lacks; available: {avail}")
+            if len(self._composed) > 32:
+                self._composed.clear()
             try:
                 self._composed[key] = compose_raw(over, self.conf_dir)
             except KSelectError:

@@ -58,17 +58,21 @@ class ConformanceFile(BaseModel):
         return self
 
 
+PATH_FIELDS = ("backend", "flash_attn_version", "kv_cache_dtype", "head_size", "kernel_block_size", "sliding_window",
+               "mm_prefix", "quant_query")  # fmt: skip
+
+
 def claims_for(fields: dict, model_dtype: str) -> list[str]:
     """The claims a group's kernel path relies on."""
-    feats = ["causal", f"page{fields['kernel_block_size']}"]
-    if fields["sliding_window"]:
-        feats.append("window")
-    if fields["mm_prefix"]:
-        feats.append("mm_prefix")
-    if fields["quant_query"]:
-        feats.append("quant_query")
-    dt = claim_dtype(fields["kv_cache_dtype"], model_dtype)
-    return [Claim(fields["backend"], fields["flash_attn_version"], dt, fields["head_size"], f).id for f in feats]
+    return list(_claims(model_dtype, *(fields[k] for k in PATH_FIELDS)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _claims(model_dtype, backend, version, kv_dtype, head, kernel_block, window, mm_prefix, quant_query) -> tuple[str, ...]:
+    feats = ["causal", f"page{kernel_block}"] + ["window"] * bool(window) + ["mm_prefix"] * mm_prefix
+    feats += ["quant_query"] * quant_query
+    dt = claim_dtype(kv_dtype, model_dtype)
+    return tuple(Claim(backend, version, dt, head, f).id for f in feats)
 
 
 def load(gpu_model: str) -> ConformanceFile | None:
@@ -114,7 +118,7 @@ def read_file(path: Path | str, gpu: str | None = None) -> ConformanceFile:
 def claim_checks(platform, fields: dict, model_dtype: str, group: str) -> tuple[tuple[ClaimCheck, ...], tuple]:
     """(a check per claim of the group's kernel path, the claims warnings of the group)."""
     data = load(platform.gpu_model) if platform.gpu_model else None
-    key = (id(data), platform.gpu_model or platform.name, tuple(claims_for(fields, model_dtype)), group)
+    key = (id(data), platform.gpu_model or platform.name, _claims(model_dtype, *(fields[k] for k in PATH_FIELDS)), group)
     hit = _CHECKS.get(key)
     if hit is None or hit[0] is not data:  # a matrix asks for the same few hundred paths thousands of times
         if len(_CHECKS) > 8192:

@@ -9,9 +9,7 @@ Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `g
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
 source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell), objective / a_objective /
-b_objective (`objective=<name>` composed into every cell of both / one side: which selections an
-objective moves, e.g. `a='[]' b='[]' b_objective=latency`).
+limit (patterns shown per block, default 8; json lists every cell).
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -24,17 +22,11 @@ invalid and warnings that newly appear come first. The diff holds typed outcomes
 
 A git revision is read with `git archive <rev> conf` into a temporary directory and composed
 from there (`compose_raw(conf_dir=...)`); the selector code, the matrix declaration and the
-conformance data are the worktree's; measured perf data (conf/perf/, read by objectives) are each
-side's, so `a=git:HEAD~1 b=worktree objective=latency` shows which selections new measurements move.
+conformance data are the worktree's.
 """
 
 from __future__ import annotations
 
-import io
-import re
-import subprocess
-import tarfile
-import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -42,13 +34,15 @@ from pathlib import Path
 
 from .api import CONF_DIR
 from .cli import run_cli
+from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
 from .diff_render import render, rendered_sorted, warning_order
+from .diff_sources import Source, check_conf_rel, git_conf, parse_source  # noqa: F401 - the diff's public names
 from .errors import KSelectError
+from .perf import perf_dir
 from .matrix import Builder, Cell, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
 from .patterns import collapse, render_rect
-from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
-from .perf import perf_dir
 from .records import ClaimsWarning, Warning
+from .vocab import parse_group_id
 
 __all__ = ["CellDiff", "Block", "MatrixDiff", "collapse", "diff_cell", "diff_results", "render", "render_rect", "run_diff"]
 
@@ -133,7 +127,8 @@ def _fold(groups: list[str], changed: set[str]) -> tuple[str, ...]:
     for g in groups:
         if g not in changed:
             continue
-        if g.startswith("draft:") and g[6:] in changed:
+        kind, draft = parse_group_id(g)
+        if draft and kind in changed:
             continue
         out.append(g)
     return tuple(out)
@@ -322,78 +317,6 @@ WARNING_RANK = {"claims_refuted": 0, "claims_unverified": 2}  # other warnings (
 def _warning_rank(b: Block) -> int:
     """Among warnings: refuted hardware claims, then rule warnings, then unverified claims."""
     return WARNING_RANK.get(b.key[0], 1) if b.warning else 0
-
-
-# ---------------------------------------------------------------- sources: overlay sets, git revisions
-
-
-@dataclass(frozen=True)
-class Source:
-    label: str
-    conf_dir: Path
-    overlays: tuple[str, ...]
-    objective: str = ""  # "": as composed (conf/config.yaml: vllm); else objective=<name> for every cell
-
-
-def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:
-    t = text.strip()
-    if t.startswith("["):
-        return Source(t, repo / conf_rel, parse_overlays(t))
-    head, ov = t, default_overlays
-    m = re.match(r"^(.*?):(\[.*\])$", t)
-    if m:
-        head, ov = m[1], parse_overlays(m[2])
-    if head == "worktree":
-        return Source(t, repo / conf_rel, ov)
-    if head.startswith("git:"):
-        rev = head[4:]
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
-        return Source(t, git_conf(repo, rev, tmp, conf_rel), ov)
-    raise KSelectError(f"diff: bad source {text!r}; expected [overlays], worktree[:[overlays]] or git:<rev>[:[overlays]]")
-
-
-_REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}+-]{0,199}$")
-
-
-def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
-    """Extract `<rev>:conf` into dest (git archive) and return the conf directory there.
-
-    The revision never reaches git as an option: it must look like a revision (no leading '-',
-    no spaces), is resolved with `git rev-parse --verify` to a commit, and only that sha is
-    passed on, with the path after `--`."""
-    if not _REV.match(rev) or ".." in rev:
-        raise KSelectError(
-            f"diff: git revision {rev!r} is not allowed; allowed: a branch, tag, sha or rev such as HEAD~1 "
-            "(letters, digits and _ . / ~ ^ @ { } + -, not starting with '-', no '..')"
-        )
-    conf_rel = check_conf_rel(conf_rel)
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        if sha.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha.stdout.strip()):
-            raise KSelectError(f"diff: git:{rev}: not a commit in {repo} (git rev-parse --verify found none)")
-        p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha.stdout.strip(), "--", conf_rel],
-                           capture_output=True, timeout=300)  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as e:
-        raise KSelectError(f"diff: git:{rev}: git could not run in {repo} ({e.__class__.__name__}: {e})") from None
-    if p.returncode != 0:
-        raise KSelectError(f"diff: git:{rev} conf={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
-    try:
-        with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as e:
-        raise KSelectError(f"diff: git:{rev}: could not extract {conf_rel} ({e})") from None
-    return dest / conf_rel
-
-
-def check_conf_rel(conf_rel: str) -> str:
-    """`conf=` names a folder of the repository: relative, safe parts, no '..'."""
-    parts = conf_rel.split("/")
-    if not conf_rel or conf_rel.startswith(("/", "-")) or any(not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", x) or x == ".." for x in parts):
-        raise KSelectError(f"diff: conf={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
-    return conf_rel
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:

@@ -156,7 +156,19 @@ def resolved_kv_dtype(cfg: KSelectConfig) -> str:
 
 
 def target_groups(cfg: KSelectConfig) -> list[Group]:
-    m = cfg.model
+    """The target model's layer groups (cached per model section: matrix cells share them)."""
+    hit = _GROUPS.get(id(cfg.model))
+    if hit is None or hit[0] is not cfg.model:
+        if len(_GROUPS) > 256:
+            _GROUPS.clear()
+        hit = _GROUPS[id(cfg.model)] = (cfg.model, _target_groups(cfg.model))
+    return list(hit[1])
+
+
+_GROUPS: dict[int, tuple] = {}
+
+
+def _target_groups(m) -> tuple[Group, ...]:
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     groups = []
@@ -177,7 +189,8 @@ def target_groups(cfg: KSelectConfig) -> list[Group]:
         if shared:
             g.notes.append(f"layers {layer_ranges(shared)} reuse the cache of layer {producers[-1]} (KV sharing)")
         groups.append(g)
-    return groups
+    return tuple(groups)
+
 
 # ---------------------------------------------------------------- blocks, quant-query, descales
 

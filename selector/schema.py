@@ -4,59 +4,21 @@ Hydra composes plain YAML; these models validate the result after
 `OmegaConf.to_container(resolve=True)`. Unknown keys and wrong values fail with the
 key, the bad value and the allowed values (see `errors.format_validation_error`).
 """
-
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from .schema_rules import (  # noqa: F401 - re-exported: the schema is one import
+    EFFECT_FIELDS, STAGE_EFFECT, BlockSpec, Capability, FromFact, HeadSizes, ModelForcing, MultipleOf, Rule, RuleEntry,
+    Stage, Tombstone,
+)
+from .schema_types import (  # noqa: F401 - re-exported
+    CC, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, RULE_ID,
+    Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict,
+)
 from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
-
-ModelDtype = Literal["bfloat16", "float16", "float32"]
-KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-Device = Literal["cuda", "rocm", "xpu", "cpu"]
-RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra override key
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-# ---------------------------------------------------------------- bounded values
-# Every size is bounded so that nothing is allocated from an unchecked number (the largest
-# published Gemma-4 values are far inside: vocab 262,144, hidden 5,376, 60 layers, head 512).
-# YAML's own coercions stay (`yes` -> true, `64.0` -> 64; see the README), but a boolean is
-# never a number.
-
-
-def _no_bool(v: Any) -> Any:
-    if isinstance(v, bool):
-        raise ValueError(f"expected a number, got the boolean {v}")
-    return v
-
-
-def Int(ge: int, le: int) -> Any:  # noqa: N802 - a type
-    return Annotated[int, BeforeValidator(_no_bool), Field(ge=ge, le=le)]
-
-
-def Float(gt: float, le: float) -> Any:  # noqa: N802 - a type
-    return Annotated[float, BeforeValidator(_no_bool), Field(gt=gt, le=le)]
-
-
-MAX_VOCAB = 1 << 21
-MAX_HIDDEN = 1 << 16
-MAX_INTERMEDIATE = 1 << 18
-MAX_LAYERS = 512
-MAX_HEADS = 1024
-MAX_HEAD_DIM = 1024
-MAX_POSITIONS = 1 << 24
-MAX_EXPERTS = 1024
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
-GpuModel = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
-CC = tuple[Int(1, 15), Int(0, 9)]  # compute capability (major, minor)
-
 
 # ---------------------------------------------------------------- environment
 
@@ -236,130 +198,6 @@ class AttentionPins(Strict):
     flash_attn_version: Literal[2, 3, 4] | None = None
     backend_per_kind: dict[GroupKind, str] = {}
 
-
-# ---------------------------------------------------------------- capabilities
-
-
-class MultipleOf(Strict):
-    multiple_of: Int(1, 4096)
-
-
-BlockSpec = Int(1, 4096) | MultipleOf
-
-
-class HeadSizes(Strict):
-    multiple_of: Int(1, MAX_HEAD_DIM) = 1
-    min: Int(1, MAX_HEAD_DIM) = 1
-    max: Int(1, MAX_HEAD_DIM) | None = None
-    only: list[Int(1, MAX_HEAD_DIM)] | None = Field(default=None, min_length=1, max_length=64)
-
-    def allows(self, h: int) -> bool:
-        if self.only is not None:
-            return h in self.only
-        return h % self.multiple_of == 0 and h >= self.min and (self.max is None or h <= self.max)
-
-
-class Capability(Strict):
-    """What a backend declares it supports (vLLM's ClassVars and predicates, as data)."""
-
-    description: str = ""
-    devices: list[Device]
-    package: Literal["fa2", "fa3", "fa4", "flashinfer", "triton"] | None = None
-    dtypes: list[ModelDtype]
-    kv_cache_dtypes: list[str]
-    head_sizes: HeadSizes = HeadSizes()
-    kernel_block_sizes: list[BlockSpec] = Field(default=[MultipleOf(multiple_of=1)], min_length=1)
-    min_compute_capability: CC | None = None
-    max_compute_capability: CC | None = None
-    sliding_window: bool = False
-    mm_prefix: bool = False
-    sinks: bool = False
-    quant_query: bool = False
-    per_head_quant_scales: bool = False  # FP8 descales per (sequence, KV head), not only per layer
-    flash_attn: bool = False  # resolves a FlashAttention version per layer group
-
-
-# ---------------------------------------------------------------- rules
-
-Stage = Literal[
-    "model", "fa_version", "priority", "reject", "kernel_block",
-    "preferred_block", "quant_query", "descale", "spec", "warning",
-]  # fmt: skip
-
-# The effect field each stage needs (reject/warning rules need only their reason).
-STAGE_EFFECT: dict[str, str | None] = {
-    "model": "set",
-    "fa_version": "flash_attn_version",
-    "priority": "priority",
-    "reject": None,
-    "kernel_block": "kernel_block_sizes",
-    "preferred_block": "preferred_block_size_min",
-    "quant_query": "quant_query",
-    "descale": "descale",
-    "spec": "copy_target_kv_scales",
-    "warning": None,
-}
-EFFECT_FIELDS = tuple(f for f in STAGE_EFFECT.values() if f)
-
-
-class ModelForcing(Strict):
-    flash_attn_version: Literal[2, 3, 4] | None = None
-    backend: str | None = None
-
-
-class FromFact(Strict):
-    from_: str = Field(alias="from")
-
-
-class Rule(Strict):
-    stage: Stage
-    reason: str = Field(min_length=1)
-    when: dict[str, Any] = {}
-    order: Int(-1000, 1000) = 0  # evaluation order inside a stage; ties keep declaration order
-    enabled: bool = True
-    set: ModelForcing | None = None
-    flash_attn_version: Literal[2, 3, 4] | FromFact | None = None
-    priority: list[str] | None = None
-    kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
-    preferred_block_size_min: Int(1, 4096) | None = None
-    quant_query: bool | None = None
-    descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
-    copy_target_kv_scales: bool | None = None
-
-    @model_validator(mode="after")
-    def _one_effect(self) -> Rule:
-        wanted = STAGE_EFFECT[self.stage]
-        given = [f for f in EFFECT_FIELDS if f in self.model_fields_set]
-        extra = [f for f in given if f != wanted]
-        if extra:
-            raise ValueError(f"stage '{self.stage}' takes no {extra}; its effect is {wanted or 'the reason alone'}")
-        if wanted and wanted not in self.model_fields_set:
-            raise ValueError(f"stage '{self.stage}' needs the effect field '{wanted}'")
-        if wanted and wanted != "flash_attn_version" and getattr(self, wanted) is None:
-            raise ValueError(f"stage '{self.stage}': '{wanted}' must not be null")
-        if self.priority is not None and not self.priority:
-            raise ValueError("priority must list at least one backend")
-        return self
-
-
-class Tombstone(Strict):
-    """`{enabled: false}` on its own: an overlay disabling a rule that may not exist."""
-
-    enabled: Literal[False]
-
-
-def _rule_or_tombstone(v: Any) -> str:
-    if isinstance(v, dict):
-        return "tombstone" if set(v) == {"enabled"} and v["enabled"] is False else "rule"
-    return "tombstone" if isinstance(v, Tombstone) else "rule"
-
-
-RuleEntry = Annotated[
-    Annotated[Rule, Tag("rule")] | Annotated[Tombstone, Tag("tombstone")],
-    Discriminator(_rule_or_tombstone),
-]
-
-
 # ---------------------------------------------------------------- objective
 
 
@@ -417,23 +255,28 @@ class KSelectConfig(Strict):
     @model_validator(mode="after")
     def _cross_sections(self) -> KSelectConfig:
         self.check_cross_sections()
+        self._check_rules_name_backends()
         return self
 
-    def check_cross_sections(self) -> None:
-        """Checks that span sections (pins name backends, MTP needs a drafter). Raises ValueError.
-        Validation runs them; the matrix runs them on configs it assembles with model_copy."""
+    def _check_rules_name_backends(self) -> None:
         names = sorted(self.capabilities)
-        pins = {"attention.backend": self.attention.backend}
-        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
-        for key, b in pins.items():
-            if b != "auto" and b not in self.capabilities:
-                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         for rid, r in self.rules.items():
             for b in (r.priority or []) if isinstance(r, Rule) else []:
                 if b not in self.capabilities:
                     raise ValueError(f"rules.{rid}.priority names unknown backend {b!r}; allowed: {names}")
             if isinstance(r, Rule) and r.set and r.set.backend and r.set.backend not in self.capabilities:
                 raise ValueError(f"rules.{rid}.set.backend={r.set.backend!r} is not a backend; allowed: {names}")
+
+    def check_cross_sections(self) -> None:
+        """Checks that span the environment sections (pins name backends, MTP needs a drafter).
+        Raises ValueError. Validation runs them; the matrix runs them on configs it assembles
+        with model_copy (rules and capabilities come from one validated config there)."""
+        names = sorted(self.capabilities)
+        pins = {"attention.backend": self.attention.backend}
+        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
+        for key, b in pins.items():
+            if b != "auto" and b not in self.capabilities:
+                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
 

@@ -95,7 +95,7 @@ def test_git_ref_is_never_a_git_option(tmp_path, capsys):
 
 
 def test_git_ref_resolved_to_a_sha_first(monkeypatch, tmp_path):
-    from kselect.selector import diff
+    from kselect.selector import diff_sources as diff
 
     calls = []
     real = subprocess.run

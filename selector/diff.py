@@ -9,7 +9,9 @@ Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `g
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
 source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell).
+limit (patterns shown per block, default 8; json lists every cell), objective / a_objective /
+b_objective (`objective=<name>` composed into every cell of both / one side: which selections an
+objective moves, e.g. `a='[]' b='[]' b_objective=latency`).
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -22,7 +24,8 @@ invalid and warnings that newly appear come first. The diff holds typed outcomes
 
 A git revision is read with `git archive <rev> conf` into a temporary directory and composed
 from there (`compose_raw(conf_dir=...)`); the selector code, the matrix declaration and the
-conformance data are the worktree's.
+conformance data are the worktree's; measured perf data (conf/perf/, read by objectives) are each
+side's, so `a=git:HEAD~1 b=worktree objective=latency` shows which selections new measurements move.
 """
 
 from __future__ import annotations

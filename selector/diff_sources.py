@@ -20,6 +20,7 @@ class Source:
     label: str
     conf_dir: Path
     overlays: tuple[str, ...]
+    objective: str = ""  # "": as composed (conf/config.yaml: vllm); else objective=<name> for every cell
 
 
 def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:

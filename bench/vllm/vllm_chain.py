@@ -28,6 +28,8 @@ import types
 from pathlib import Path
 
 STUBS = Path(__file__).resolve().parent / "stubs"
+# metadata builders allocate their device buffers here (meta: shapes only, no memory)
+BUILDER_DEVICE = "meta"
 KV_MEMORY_BYTES = 100 * 2**30  # what the KV planner may use; selection does not depend on it
 STAGES = ("engine_config", "selection", "layer_init", "draft_init", "block_size", "kv_cache_spec",
           "kv_cache_groups", "metadata_builders")
@@ -77,6 +79,11 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
     fi_backend._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device: torch.empty(0, dtype=torch.uint8)
+    # weight-reload bookkeeping walks every parameter of the model after construction: no
+    # weights are ever loaded here, and it is most of a cell's time
+    import vllm.model_executor.model_loader.utils as loader_utils
+
+    loader_utils.record_metadata_for_reloading = lambda model: None
     _record_selection(cuda.CudaPlatformBase)
 
 
@@ -217,7 +224,7 @@ def _build(vllm_config, out: dict, _unused) -> None:
         groups = get_global_kv_cache_groups(vllm_config, [specs])
         kv_cfg = get_kv_cache_configs(vllm_config, [specs], [KV_MEMORY_BYTES], groups)[0]
         out["_stage"] = "metadata_builders"
-        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, torch.device("cpu"),
+        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE,
                                                           draft_layer_names=draft_layers)
         out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers)
         out["block_size"] = vllm_config.cache_config.block_size

@@ -92,14 +92,15 @@ def _rules_builder_cls():
             super().__init__(*([conf_dir] if conf_dir else []))
             self.rules = rules
 
-        def composed(self, overlays, groups):
-            key = ("rules", self.rules, tuple(overlays), tuple(groups))
+        def composed(self, overlays, groups, rules=None):
+            rules = rules or self.rules
+            key = ("rules", rules, tuple(overlays), tuple(groups))
             if key not in self._composed:
                 from kselect.selector.api import compose_raw
 
                 over = [f"~{g}" for g in groups]
-                if self.rules:
-                    over.append(f"rules={self.rules}")
+                if rules:
+                    over.append(f"rules={rules}")
                 if overlays:
                     over.append(f"overlay=[{','.join(overlays)}]")
                 self._composed[key] = compose_raw(over, self.conf_dir)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from kselect.backends.base import AttentionMetadata, LayerParams
 from kselect.selector.selection import GroupSelection
+from kselect.selector.vocab import is_fp8
 
 
 def make_group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,
                descale="none", num_kv_heads=2, window=None) -> GroupSelection:
-    fp8 = kv.startswith("fp8")
+    fp8 = is_fp8(kv)
     return GroupSelection(
         kind="sliding_window" if window else "full_attention", layers=(0,), head_size=head,
         num_kv_heads=num_kv_heads, sliding_window=window, backend=backend, flash_attn_version=version,

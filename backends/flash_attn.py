@@ -12,10 +12,11 @@ from kselect.backends.common import expand_descale, kernel_block_view, quant_inp
 from kselect.backends.span_split import select_descale, span_pass
 from kselect.kernels import flash_attn as fa
 from kselect.kernels import flash_attn_loader as loader
+from kselect.selector.vocab import is_fp8
 
 
 def _fp8_group(group) -> bool:
-    return group.kv_cache_dtype.startswith("fp8")
+    return is_fp8(group.kv_cache_dtype)
 
 
 class _FlashAttnBase(AttentionBackend):

@@ -23,6 +23,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from kselect.selector.files import atomic_write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # name: (Hq, Hkv, D, window) -- as bench/kernels/bench_attention.py SHAPES
@@ -148,7 +149,7 @@ def plot_kernels(bench: dict, out: Path, tag: str) -> list[Path]:
         ax.legend(fontsize=7, loc="lower right")
         p = out / (f"roofline_{shape}.png" if tag == "." else f"roofline_{shape}_{_slug(tag)}.png")
         fig.tight_layout()
-        fig.savefig(p, dpi=110)
+        atomic_write(p, _png(fig))
         plt.close(fig)
         written.append(p)
     return written
@@ -202,7 +203,7 @@ def plot_e2e(e2e: dict, out: Path, tag: str) -> list[Path]:
     ax.legend(fontsize=6, loc="lower right")
     p = out / ("roofline_e2e.png" if tag == "." else f"roofline_e2e_{_slug(tag)}.png")
     fig.tight_layout()
-    fig.savefig(p, dpi=110)
+    atomic_write(p, _png(fig))
     plt.close(fig)
     return [p]
 
@@ -265,6 +266,14 @@ def markdown(benches: list[dict], e2es: list[dict], notes: list[str], pngs: list
     return "\n".join(L)
 
 
+def _png(fig) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
@@ -284,11 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         for e in e2es:
             pngs += plot_e2e(e, out, e["_source"])
     md = markdown(benches, e2es, notes, pngs, out)
-    (out / "performance.md").write_text(md)
+    atomic_write((out / "performance.md"), md)
     print(md)
     print(f"wrote {out / 'performance.md'} and {len(pngs)} PNG(s)", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from kselect.selector.cli import run_cli
+
+    run_cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -20,37 +20,23 @@ import time
 
 import torch
 
-DEFAULT_PROMPTS = [
-    "The quick brown fox",
-    "Attention lets every token look at",
-    "Once upon a time there was a little robot who wanted to",
-    "1 2 3 4 5",
-]
-# Calibration text for `kv_cache.scales=calibrated` (not the prompts being measured).
-CALIBRATION_TEXT = [
-    "The weather today is sunny with a light breeze from the west, and the temperature is mild.",
-    "Selecting the right attention kernel for each layer group depends on the head size and the window.",
-    "def main(): print('hello, world')  # a tiny program",
-]
-RANDOM_WEIGHTS_MAX_PARAMS = {"cpu": 2e8, "cuda": 4e10}
+from kselect.gemma4.build import (CALIBRATION_TEXT, DEFAULT_PROMPTS, RunError, build_model,
+                                   encode, select)
+
 # model.multimodal=true: no vision tower here, so every prompt gets this many placeholder "image" tokens
 # (the pad id, which is what HF embeds at image slots before merging vision features) right after BOS,
 # marked as one bidirectional image span.
 IMAGE_TOKENS = 20
 
 
-class RunError(Exception):
-    """A user-facing failure of the main job (printed as one paragraph, exit status 2)."""
-
-
 def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0],
                                  epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0, help="sampling seed (and the random-weight seed)")
+    ap.add_argument("--max-new-tokens", type=_bounded(int, 0, 1 << 16), default=24)
+    ap.add_argument("--temperature", type=_bounded(float, 0.0, 100.0), default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=_bounded(int, 0, 1 << 21), default=0)
+    ap.add_argument("--seed", type=_bounded(int, 0, (1 << 63) - 1), default=0, help="sampling seed (and the random-weight seed)")
     ap.add_argument("--no-cuda-graphs", action="store_true")
     ap.add_argument("--prefill-chunk", type=_positive_int, default=None, metavar="N",
                     help="prefill prompts in steps of N tokens; the sliding-window cache then holds "
@@ -63,61 +49,6 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     if bad:
         ap.error(f"unknown option(s) {bad}")
     return overrides, opts
-
-
-# ---------------------------------------------------------------------------- steps
-
-
-def select(overrides: list[str]):
-    from kselect.selector.api import compose, resolve  # the lead's validated config and resolver
-
-    cfg = compose(overrides)
-    return cfg, resolve(cfg)
-
-
-def build_model(cfg, seed: int):
-    """(model, tokenizer, source description) for cfg.model on cfg.platform.device."""
-    from kselect.gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
-    from kselect.gemma4.config import Gemma4Args
-    from kselect.gemma4.model import Gemma4
-
-    device = torch.device(cfg.platform.device if cfg.platform.device != "rocm" else "cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RunError(f"platform {cfg.platform.name} needs CUDA, which this machine does not have (use platform=cpu)")
-    if device.type not in ("cpu", "cuda"):
-        raise RunError(f"device {device.type!r} is not supported by the gemma4 runner")
-    md = cfg.model.model_dump()
-    args = Gemma4Args.from_model_config(md)
-    if cfg.model.checkpoint:
-        model = load_checkpoint(cfg.model.checkpoint, device=device, dtype=args.torch_dtype)
-        _check_matches_preset(model.args, args, cfg.model.name)
-        return model, load_tokenizer(cfg.model.checkpoint), f"checkpoint {cfg.model.checkpoint}"
-    with torch.device("meta"):
-        n = sum(p.numel() for p in Gemma4(args).parameters())
-    if n > RANDOM_WEIGHTS_MAX_PARAMS[device.type]:
-        raise RunError(
-            f"model {cfg.model.name} has {n / 1e9:.1f}B parameters: random weights are only built for small "
-            f"models on {device.type}; set model.checkpoint=<HF folder> or use model=gemma4_tiny")
-    model = build_random(args, seed=seed, device=device)
-    return model, load_tokenizer(), f"seeded random weights (seed {seed}, {n / 1e6:.2f}M parameters)"
-
-
-def _check_matches_preset(ck, preset, name: str) -> None:
-    """The selection was resolved from the preset's shapes: the checkpoint must have the same ones."""
-    keys = ("num_hidden_layers", "layer_types", "head_dim", "global_head_dim", "num_key_value_heads",
-            "num_attention_heads", "sliding_window", "num_kv_shared_layers", "attention_k_eq_v")
-    diff = [k for k in keys if getattr(ck, k) != getattr(preset, k)]
-    if [ck.num_kv_heads(i) for i in range(ck.num_hidden_layers)] != [
-            preset.num_kv_heads(i) for i in range(preset.num_hidden_layers)]:
-        diff.append("num_global_key_value_heads")
-    if diff:
-        raise RunError(
-            f"checkpoint config does not match model={name}, whose shapes the selection was resolved for: "
-            + "; ".join(f"{k}: preset {getattr(preset, k, '?')!r}, checkpoint {getattr(ck, k, '?')!r}" for k in diff))
-
-
-def encode(tok, texts: list[str], bos: int) -> list[list[int]]:
-    return [[bos] + tok.encode(t).ids for t in texts]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,33 +140,49 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _bounded(kind, lo, hi):
+    """An argparse type: a number of `kind` in [lo, hi] (nothing is allocated from an unchecked number)."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:  # also false for nan
+            raise argparse.ArgumentTypeError(f"want a {kind.__name__} in [{lo}, {hi}], got {text!r}")
+        return v
+
+    return parse
+
+
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdigit() or not 1 <= int(text) <= 1 << 20:
         raise argparse.ArgumentTypeError(f"want a positive token count, got {text!r}")
     return int(text)
 
 
-def cli() -> None:
-    try:
-        code = main()
-    except Exception as e:  # noqa: BLE001 - one paragraph for the user, not a traceback
-        from kselect.backends.base import BackendUnavailableError
-        from kselect.gemma4.checkpoint import CheckpointError
+def user_errors(fn):
+    """fn(argv) with the runner's own errors (RunError, CheckpointError, a missing kernel package)
+    turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
+    from kselect.backends.base import BackendUnavailableError
+    from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.selector.errors import KSelectError
 
+    def wrapped(argv: list[str]) -> int:
         try:
-            from kselect.selector.cli import report_error
-            from kselect.selector.errors import KSelectError
-        except ImportError:  # pragma: no cover
-            KSelectError = ()  # noqa: N806
+            return fn(argv)
+        except (RunError, CheckpointError, BackendUnavailableError) as e:
+            raise KSelectError(str(e)) from e
 
-            def report_error(err):
-                print(f"kselect: {err}", file=sys.stderr)
+    return wrapped
 
-        if not isinstance(e, (RunError, CheckpointError, KSelectError, BackendUnavailableError)):
-            raise
-        report_error(e)
-        code = 2
-    sys.exit(code)
+
+def cli(fn=None) -> None:
+    """Every error: exit 2 and one paragraph (selector/cli.py); --debug for the traceback. The
+    bench scripts that drive the runner exit through here too."""
+    from kselect.selector.cli import call_main
+
+    sys.exit(call_main(user_errors(fn or main), sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -160,18 +160,87 @@ def read_config_json(folder: str | Path, error: type[Exception], expected: str) 
     cfg = folder / "config.json"
     if not cfg.is_file():
         raise error(f"{folder}: no config.json (expected {expected})")
+    if cfg.stat().st_size > 16 << 20:
+        raise error(f"{cfg}: {cfg.stat().st_size} bytes; allowed: a config.json of at most 16 MiB")
     try:
-        return cfg, json.loads(cfg.read_text())
-    except json.JSONDecodeError as e:
-        raise error(f"{cfg}: not valid JSON ({e})") from e
+        d = json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise error(f"{cfg}: not valid JSON ({e.__class__.__name__}: {str(e)[:200]})") from e
+    except OSError as e:
+        raise error(f"{cfg}: unreadable ({e})") from e
+    if not isinstance(d, dict):
+        raise error(f"{cfg}: a JSON {type(d).__name__}; expected an object (expected {expected})")
+    return cfg, d
 
 
 def read_config(folder: str | Path) -> Gemma4Args:
     cfg, d = read_config_json(folder, CheckpointError, "a Hugging Face checkpoint folder")
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    precheck(text, str(cfg))
     try:
-        return Gemma4Args.from_hf_config(d)
-    except (KeyError, ValueError, TypeError) as e:
+        args = Gemma4Args.from_hf_config(d)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, ZeroDivisionError) as e:
         raise CheckpointError(f"{cfg}: not a usable Gemma-4 text config: {type(e).__name__}: {e}") from e
+    check_bounds(args, str(cfg))
+    return args
+
+
+def precheck(d: dict, where: str) -> None:
+    """The raw config.json values the selector's schema bounds (sizes, counts), before anything
+    is derived from them (a layer list of num_hidden_layers entries is built on construction)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from kselect.selector.schema import ModelConfig
+
+    for k, f in ModelConfig.model_fields.items():
+        if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
+            try:
+                TypeAdapter(Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation).validate_python(d[k])
+            except ValidationError as e:
+                err = e.errors(include_url=False)[0]
+                raise CheckpointError(f"{where}: {k}: {err['msg']} (got {str(d[k])[:60]!r})") from None
+
+
+def check_bounds(args: Gemma4Args, where: str) -> None:
+    """Every size of a config within the selector's bounds (selector/schema.py ModelConfig), before
+    any tensor is allocated from it."""
+    from pydantic import ValidationError
+
+    from kselect.selector.errors import format_validation_error
+    from kselect.selector.schema import ModelConfig
+
+    keys = set(ModelConfig.model_fields) - {"name", "architecture", "dtype", "multimodal", "checkpoint", "drafter",
+                                            "full_attention_every"}
+    data = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    try:
+        ModelConfig.model_validate(dict(data, name="checkpoint", architecture="gemma4", dtype=args.dtype))
+    except ValidationError as e:
+        msg = format_validation_error(e).removeprefix("invalid config: ").replace("model.", "")
+        raise CheckpointError(f"{where}: {msg}") from None
+
+
+def check_size(args: Gemma4Args, folder: Path, files: list[Path]) -> None:
+    """A config that describes a far larger model than the checkpoint's tensors is refused before
+    the model is built (a few bytes of config.json must not allocate gigabytes)."""
+    from safetensors import SafetensorError, safe_open
+
+    have = 0
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for k in fh.keys():
+                    have += math.prod(fh.get_slice(k).get_shape())
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"{f}: corrupted or unreadable safetensors file ({e})") from e
+    # a lower bound of the parameters: the embedding and the dense MLPs
+    want = args.vocab_size * args.hidden_size + args.num_hidden_layers * 3 * args.hidden_size * args.intermediate_size
+    if want > 2 * have + (1 << 20):
+        raise CheckpointError(
+            f"{folder}/config.json describes at least {want:,} parameters but the safetensors files hold {have:,}; "
+            "allowed: a config.json that matches its checkpoint"
+        )
 
 
 def _shard_files(folder: Path) -> list[Path]:
@@ -279,6 +348,7 @@ def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None 
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
     args = read_config(folder)
+    check_size(args, folder, _shard_files(folder))
     if dtype is not None:
         args.dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
     model = Gemma4(args)
@@ -300,4 +370,8 @@ def load_tokenizer(folder: str | Path | None = None):
         from kselect.gemma4.tokenizer import build_tokenizer
 
         return build_tokenizer()
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exception: one line
+        first = (str(e).strip().splitlines() or [e.__class__.__name__])[0][:300]
+        raise CheckpointError(f"{path}: not a usable tokenizer.json ({first})") from e

@@ -12,17 +12,13 @@ from typing import Any
 
 import torch
 
-SLIDING = "sliding_attention"
-FULL = "full_attention"
+from kselect.kernels.dtypes import TORCH_DTYPES, is_fp8
+from kselect.selector.vocab import LAYER_TYPE
 
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+SLIDING = LAYER_TYPE["sliding_window"]
+FULL = LAYER_TYPE["full_attention"]
+
+_DTYPES = {n: d for n, d in TORCH_DTYPES.items() if not is_fp8(d)}  # model dtypes
 
 
 def torch_dtype(name: str | torch.dtype) -> torch.dtype:

@@ -41,8 +41,8 @@ from torch import nn
 from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
 from kselect.gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
-
-_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+from kselect.kernels.dtypes import dtype_name
+from kselect.selector.vocab import is_fp8
 
 
 class DrafterError(ValueError):
@@ -167,7 +167,7 @@ class DrafterArgs:
             partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
             use_ordered_embeddings=bool(d.get("use_ordered_embeddings", False)),
             num_centroids=d.get("num_centroids", 2048), centroid_intermediate_top_k=d.get("centroid_intermediate_top_k", 32),
-            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in _DTYPE_NAME.values() else "bfloat16")
+            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")
         if target is not None:
             args.check_target(target)
         return args
@@ -400,7 +400,8 @@ def draft_inputs(target, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Te
     """[target embedding of `tokens` * sqrt(backbone hidden) (the scale cast to the weight dtype,
     as the target's own embedding), the target's final-normed hidden state] -> [B, 2*backbone]."""
     w = target.embed_tokens.weight
-    emb = F.embedding(tokens, w) * torch.tensor(math.sqrt(w.shape[1]), dtype=w.dtype, device=w.device)
+    scale = float(torch.tensor(math.sqrt(w.shape[1]), dtype=w.dtype))  # a host float: CUDA-graph safe
+    emb = F.embedding(tokens, w) * scale
     return torch.cat([emb, hidden.to(emb.dtype)], dim=-1)
 
 
@@ -438,8 +439,8 @@ def copy_init(drafter: Drafter, target_embedding: torch.Tensor, residual_scale: 
     drafter: the acceptance it gets is measured, never assumed."""
     a = drafter.args
     with torch.no_grad():
-        w = target_embedding.detach().to(torch.float32).cpu()
-        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().cpu()
+        w = target_embedding.detach().to(torch.float32)  # on the target's device (31B: a 262144 x 5376 matmul)
+        p = drafter.pre_projection.weight[:, : a.backbone_hidden_size].detach().float().to(w.device)
         rows = (w * math.sqrt(a.backbone_hidden_size)) @ p.t()  # [V, draft hidden]
         rows = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         drafter.lm_head.weight.copy_(rows.to(drafter.lm_head.weight))
@@ -490,16 +491,20 @@ def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: to
     Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
     config field that does not fit the target."""
     from kselect.gemma4.checkpoint import (  # one reader for target and drafter checkpoints
-        CheckpointError, _shard_files, read_config_json, read_safetensors)
+        CheckpointError, _shard_files, precheck, read_config_json, read_safetensors)
 
     folder = Path(folder)
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
+    try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from None
     try:
         args = DrafterArgs.from_hf_config(d, target)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise DrafterError(f"{cfg}: not a usable gemma4_assistant config: {type(e).__name__}: {e}") from e
     if dtype is not None:
-        args.dtype = _DTYPE_NAME[dtype]
+        args.dtype = dtype_name(dtype)
     drafter = Drafter(args)
     try:
         files = _shard_files(folder)
@@ -620,32 +625,39 @@ class DraftKVBinding:
                 self.scales_mode[kind] = "none"
             self.params[kind] = p
 
+    def used(self, kind: str, positions: list[int], written: list[int]) -> list[int]:
+        """Cached tokens a draft step of a `kind` layer reads, per sequence (see `kv_view`)."""
+        if self.kv_view == "committed":
+            return list(positions)
+        if kind == FULL:
+            return [min(p + 1, w) for p, w in zip(positions, written)]
+        return list(written)
+
     def context(self, seqs: list[int], positions: list[int], written: list[int], device) -> DraftContext:
         """Metadata for one draft step: sequence seqs[i] drafts at positions[i] (= its committed
         length P); `written[i]` = positions its last target pass wrote (>= P; only the hf view reads it)."""
         b = len(seqs)
         cu = torch.arange(b + 1, dtype=torch.int32, device=device)
+        metas = {}
+        for kind in self.kinds:
+            used = self.used(kind, positions, written)
+            metas[kind] = AttentionMetadata(
+                cu_seqlens_q=cu, seqused_k=torch.tensor(used, dtype=torch.int32, device=device),
+                block_table=self.cache.groups[kind].block_table(seqs).to(device),
+                max_seqlen_q=1, max_seqlen_k=max(used))
+        return self.static_context(torch.tensor(positions, dtype=torch.long, device=device), metas)
+
+    def static_context(self, positions: torch.Tensor, metas: dict[str, AttentionMetadata]) -> DraftContext:
+        """A draft context over given metadata (a CUDA graph's static buffers, or one step's)."""
         groups = {}
         for kind in self.kinds:
-            gc = self.cache.groups[kind]
-            if self.kv_view == "committed":
-                used = list(positions)
-            elif kind == FULL:
-                used = [min(p + 1, w) for p, w in zip(positions, written)]
-            else:
-                used = list(written)
-            meta = AttentionMetadata(
-                cu_seqlens_q=cu, seqused_k=torch.tensor(used, dtype=torch.int32, device=device),
-                block_table=gc.block_table(seqs).to(device),
-                max_seqlen_q=1, max_seqlen_k=max(used))
-            k, v = gc.kv(self.layer[kind])
-            groups[kind] = DraftGroupStep(k, v, self.backends[kind], meta, self.params[kind])
-        pos = torch.tensor(positions, dtype=torch.long, device=device)
-        return DraftContext(positions=pos, groups=groups)
+            k, v = self.cache.groups[kind].kv(self.layer[kind])
+            groups[kind] = DraftGroupStep(k, v, self.backends[kind], metas[kind], self.params[kind])
+        return DraftContext(positions=positions, groups=groups)
 
 
 def _kv_name(gc) -> str:
-    return {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}.get(gc.dtype) or _DTYPE_NAME[gc.dtype]
+    return dtype_name(gc.dtype)
 
 
 def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None = None) -> dict:
@@ -658,7 +670,7 @@ def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None 
     if out:
         return out
     for kind, g in target_groups.items():
-        fp8 = g.kv_cache_dtype.startswith("fp8")
+        fp8 = is_fp8(g.kv_cache_dtype)
         scales = ("copied_from_target" if copy_scales else "unit") if fp8 else "none"
         out[kind] = g.model_copy(update=dict(draft=True, reads_from=(), kv_scales=scales))
     return out

@@ -1,21 +1,22 @@
 """Batched generation over the paged KV cache, each group's attention on its selected backend.
 
-`Engine.extend(seqs, tokens)` is the one forward path: it appends tokens to sequences (a prompt
-for prefill, one token for decode, several for chunked prefill), writes their K/V into the paged
-caches and returns logits. `generate` does greedy or seeded temperature/top-k sampling over a
-batch and reports prefill and decode tokens/s. On CUDA, decode runs as a CUDA graph when every
-group's backend `supports_cuda_graphs()` (checked against an eager step at capture time; any
-mismatch or capture error falls back to eager with a warning). With graphs, `generate` keeps the
-tokens on the device (the graph computes cache slots from its positions and block tables), so the
-decode loop has no per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps); its times are
-CUDA events. A captured graph is kept across `reset()` (static inputs are reloaded before use).
+The engine ties three parts together: the sequences (gemma4/sequence.py: committed and pending
+tokens, image spans), the paged cache and its block bookkeeping (gemma4/kv_cache.py on
+gemma4/block_manager.py), and the model runner (gemma4/model_runner.py: metadata, eager and
+captured forwards). `Engine.extend(seqs, tokens)` is the one forward path: it appends tokens to
+sequences (a prompt for prefill, one token for decode, several for chunked prefill or a
+speculative verify pass), writes their K/V and returns logits. `generate` does greedy or seeded
+temperature/top-k sampling over a batch and reports prefill and decode tokens/s.
 
-Vision mode (`mm_spans`, HF `use_bidirectional_attention="vision"`): per sequence, [start, end)
-token ranges of image placeholders, given with the step that prefills them (a span must lie wholly
-inside one step) and kept for the sequence's later steps. As in HF, only sliding-attention layers
-see them (full-attention layers stay causal): a span query sees the span's later tokens too, limited
-on the past side only by the window (key > query - W). They reach the backend as
-`AttentionMetadata.mm_prefix` of the sliding group.
+Speculative decoding (gemma4/speculative.py) uses a public API: `reserve` blocks up front,
+`extend(..., commit=False)` writes a verify pass as pending tokens, `commit` accepts a prefix of
+them, `rollback` shortens a sequence.
+
+On CUDA, decode runs as a CUDA graph when every group's backend `supports_cuda_graphs()` (checked
+against an eager step at capture time; any mismatch or capture error falls back to eager with a
+warning). `generate` keeps the tokens on the device, so with graphs the decode loop has no
+per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps; eager checks every step). A
+captured graph is kept across `reset()` (static inputs are reloaded before use).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata
+from kselect.backends.base import AttentionBackend
 from kselect.backends.registry import make_backend
-from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
 from kselect.gemma4.decode_graph import DecodeGraph
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
-from kselect.gemma4.model import Gemma4, GroupStep, StepContext
+from kselect.gemma4.model import Gemma4
+from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
+from kselect.gemma4.sampling import max_rel_error, sample
+from kselect.gemma4.sequence import SequenceTable, StepBatch
+from kselect.kernels.dtypes import dtype_name
+from kselect.selector.vocab import is_fp8 as is_fp8_name
 from kselect.selector.selection import GroupSelection, Selection
 
-_DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
 
 
@@ -49,56 +53,13 @@ def model_groups(selection: Selection | dict) -> dict[str, GroupSelection]:
     return {GROUP_TO_LAYER_TYPE[g.kind]: g for g in selection.groups if not g.draft}
 
 
-def simple_selection(
-    args: Gemma4Args,
-    *,
-    backend: str = "TORCH_REFERENCE",
-    kv_block_size: int | dict[str, int] = 16,
-    kv_cache_dtype: str = "auto",
-    kv_scales: str = "unit",
-    kernel_block_size: int | dict[str, int] | None = None,
-) -> Selection:
-    """A hand-made selection (tests, the numerics reference): same backend for every group.
-
-    `kv_block_size` / `kernel_block_size` may be given per layer type ({sliding_attention: 16, ...}).
-    """
-    kv_name = _DTYPE_NAME[args.torch_dtype] if kv_cache_dtype in (None, "auto") else kv_cache_dtype
-    fp8 = kv_name.startswith("fp8")
-    groups = []
-    for kind in (SLIDING, FULL):
-        layers = args.layers_of(kind)
-        if not layers:
-            continue
-        bs = kv_block_size[kind] if isinstance(kv_block_size, dict) else kv_block_size
-        kb = kernel_block_size[kind] if isinstance(kernel_block_size, dict) else kernel_block_size
-        groups.append(GroupSelection(
-            kind=LAYER_TYPE_TO_GROUP[kind],
-            layers=tuple(layers),
-            reads_from=tuple(sorted({args.kv_source(i) for i in layers if args.is_kv_shared(i)})),
-            head_size=args.layer_head_dim(layers[0]),
-            num_kv_heads=args.num_kv_heads(layers[0]),
-            sliding_window=args.sliding_window if kind == SLIDING else None,
-            backend=backend,
-            flash_attn_version=None,
-            kernel_block_size=kb or bs,
-            kv_block_size=bs,
-            kv_cache_dtype=kv_name,
-            quant_query=False,
-            descale="k_v" if fp8 else "none",
-            kv_scales=kv_scales if fp8 else "none",
-            mm_prefix=False,
-        ))
-    bs0 = min(g.kv_block_size for g in groups)
-    return Selection(environment={"platform": "manual", "model": args.name}, block_size=bs0, groups=tuple(groups))
-
-
 def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelection]:
     """The same groups (block sizes, KV dtype) on the TORCH_REFERENCE backend."""
     out = {}
     for kind, g in groups.items():
         out[kind] = g.model_copy(update=dict(
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
-            quant_query=False, descale="k_v" if g.kv_cache_dtype.startswith("fp8") else "none"))
+            quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none"))
     return out
 
 
@@ -126,23 +87,28 @@ class GenerationResult:
         return self.decode_tokens / self.decode_s if self.decode_s > 0 else float("nan")
 
 
-def sample(logits: torch.Tensor, temperature: float = 0.0, top_k: int = 0,
-           generator: torch.Generator | None = None) -> torch.Tensor:
-    """[B, V] -> [B] next tokens: argmax at temperature 0, else softmax(logits/T) over the top-k."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    x = logits.float() / temperature
-    if top_k and top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[:, -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    probs = torch.softmax(x, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+class Clock:
+    """Marks on the device's timeline (CUDA events: no sync until `seconds`), or the host's on CPU."""
 
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.marks: list = []
 
-def max_rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max |b| (b is the reference)."""
-    a, b = a.float(), b.float()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+    def mark(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """Seconds between consecutive marks."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
 # ---------------------------------------------------------------------------- engine
@@ -178,21 +144,34 @@ class Engine:
                                   model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
         if kv_scales:
             self.cache.set_scales(kv_scales)
-        self.seq_lens: dict[int, int] = {}
-        self.mm_spans: dict[int, list[tuple[int, int]]] = {}  # vision mode: image spans per sequence
+        self.sequences = SequenceTable(max_seqs)
+        self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device)
         on_cuda = self.device.type == "cuda"
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
         self._graphs: dict[int, DecodeGraph] = {}
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
         self.notes: list[str] = []
-        self.static_paths = False  # tests: run the CUDA-graph-safe code paths eagerly (e.g. on CPU)
 
     # -------------------------------------------------------------- bookkeeping
+    @property
+    def seq_lens(self) -> dict[int, int]:
+        """Committed tokens per sequence (a copy: change them through extend / commit / rollback)."""
+        return self.sequences.lengths()
+
+    @property
+    def mm_spans(self) -> dict[int, list[tuple[int, int]]]:
+        """Image spans per sequence (a copy)."""
+        return self.sequences.spans()
+
+    @property
+    def graphs_captured(self) -> bool:
+        """Whether decode steps run as captured CUDA graphs (one has been captured, none failed)."""
+        return bool(self._graphs) and self.use_graphs
+
     def reset(self) -> None:
         self.cache.release_all()
-        self.seq_lens.clear()
-        self.mm_spans.clear()
+        self.sequences.clear()
         self._epoch += 1  # captured graphs stay; their static inputs are reloaded before the next replay
 
     def backend_names(self) -> dict[str, str]:
@@ -204,121 +183,96 @@ class Engine:
             out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__}{build})"
         return out
 
-    def _metadata(self, seqs: list[int], qlens: list[int], kvlens: list[int], width: int | None = None):
-        dev = self.device
-        # only spans holding a query of this step change anything (decode steps lie after every span)
-        spans = [[(a, e) for a, e in self.mm_spans.get(s, []) if e > k - q] for s, q, k in zip(seqs, qlens, kvlens)]
-        n_spans = max(map(len, spans), default=0)
-        mm = None
-        if n_spans:  # [B, S, 2] absolute [start, end), padded with -1
-            mm = torch.full((len(seqs), n_spans, 2), -1, dtype=torch.int32)
-            for i, sp in enumerate(spans):
-                if sp:
-                    mm[i, :len(sp)] = torch.tensor(sp, dtype=torch.int32)
-            mm = mm.to(dev)
-        cu = torch.zeros(len(seqs) + 1, dtype=torch.int32)
-        cu[1:] = torch.cumsum(torch.tensor(qlens, dtype=torch.int32), 0)
-        used = torch.tensor(kvlens, dtype=torch.int32)
-        metas, slots = {}, {}
-        starts = [k - q for k, q in zip(kvlens, qlens)]
-        for kind, gc in self.cache.groups.items():
-            bt = gc.block_table(seqs, width)
-            metas[kind] = AttentionMetadata(
-                cu_seqlens_q=cu.to(dev), seqused_k=used.to(dev), block_table=bt.to(dev),
-                max_seqlen_q=max(qlens), max_seqlen_k=max(kvlens),
-                mm_prefix=mm if kind == SLIDING else None)  # HF: full-attention layers stay causal
-            slots[kind] = gc.slot_mapping(seqs, starts, qlens).to(dev)
-        return metas, slots
+    # -------------------------------------------------------------- sequence API (speculative decoding)
+    def reserve(self, seq: int, num_tokens: int) -> None:
+        """Make room for `seq` to hold `num_tokens` tokens (a new sequence starts empty): blocks are
+        allocated now in every group without a window (static block tables for CUDA graphs; windowed
+        groups allocate as they go, reusing what they give back)."""
+        if num_tokens > self.max_seq_len:
+            raise ValueError(f"sequence {seq} would have {num_tokens} tokens > max_seq_len={self.max_seq_len}")
+        self.sequences.get_or_add(seq)
+        self.cache.reserve(seq, num_tokens)
 
-    def _far_span_queries(self, seqs, qlens, starts, meta: AttentionMetadata) -> list:
-        """Sliding group: image-span queries q with span end e > q + W (HF lets them see span keys up to
-        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 (the
-        bottom-right position of a 1-token query over e keys) with window_left = e-1 - (q-W+1): keys
-        [q-W+1, e-1], exactly HF's set. Grouped by e - q (one backend call per group and sliding
-        layer; none unless a span is longer than the window)."""
-        w = self.args.sliding_window
-        groups: dict[int, list[tuple[int, int, int]]] = {}
-        row0 = 0
-        for i, (s, n, p0) in enumerate(zip(seqs, qlens, starts)):
-            for a, e in self.mm_spans.get(s, []):
-                for qp in range(max(a, p0), min(e - w, p0 + n)):
-                    groups.setdefault(e - qp, []).append((row0 + qp - p0, i, e))
-            row0 += n
-        out = []
-        for d, items in sorted(groups.items()):
-            rows = torch.tensor([r for r, _, _ in items], dtype=torch.long, device=self.device)
-            ends = torch.tensor([e for _, _, e in items], dtype=torch.int32)
-            bidx = torch.tensor([i for _, i, _ in items], dtype=torch.long, device=self.device)
-            m = AttentionMetadata(
-                cu_seqlens_q=torch.arange(len(items) + 1, dtype=torch.int32).to(self.device),
-                seqused_k=ends.to(self.device), block_table=meta.block_table[bidx], max_seqlen_q=1,
-                max_seqlen_k=int(ends.max()))
-            out.append((rows, m, d + w - 2))
-        return out
+    def commit(self, seq: int, num_tokens: int) -> None:
+        """Accept the first `num_tokens` pending tokens of `seq` (written by `extend(..., commit=False)`);
+        the rest are dropped (their slots stay allocated and the next pass overwrites them)."""
+        s = self.sequences[seq]
+        if not 0 <= num_tokens <= s.pending:
+            raise ValueError(f"cannot commit {num_tokens} tokens of sequence {seq}: it has {s.pending} pending")
+        s.length += num_tokens
+        self._epoch += 1
 
-    def _context(self, positions, metas, slots, kv_amax=None) -> StepContext:
-        groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
-        ctx = StepContext(positions=positions, groups=groups, kv_amax=kv_amax)
-        if self.static_paths:
-            ctx.extra["static"] = True
-        return ctx
+    def rollback(self, seq: int, length: int) -> None:
+        """Keep the first `length` committed tokens of `seq` (the rest are dropped)."""
+        s = self.sequences[seq] if seq in self.sequences else None
+        have = s.length if s is not None else 0
+        if not 0 < length <= have:
+            raise ValueError(f"cannot roll sequence {seq} back to {length} (it has {have})")
+        if not self.cache.can_resume_at(seq, length):
+            raise ValueError(f"cannot roll sequence {seq} back to {length}: its sliding-window cache already "
+                             "gave back blocks that position's window reads")
+        s.length = length
+        self._epoch += 1
+
+    def release(self, seq: int) -> None:
+        """Forget `seq` and give its blocks back."""
+        self.cache.release(seq)
+        self.sequences.remove(seq)
 
     # -------------------------------------------------------------- the forward path
     @torch.inference_mode()
     def extend(self, seqs: list[int], tokens: list[list[int]], *, all_logits: bool = False,
-               kv_amax: dict | None = None,
-               mm_spans: list[list[tuple[int, int]]] | None = None) -> torch.Tensor | list[torch.Tensor]:
+               kv_amax: dict | None = None, mm_spans: list[list[tuple[int, int]]] | None = None,
+               commit: bool = True) -> torch.Tensor | list[torch.Tensor]:
         """Append tokens[i] to sequence seqs[i] (new sequences start empty); run one forward.
 
         mm_spans[i]: image spans [start, end) (absolute token positions) of sequence i inside the tokens
-        appended now; they stay attached to the sequence for its later steps.
-        Returns the last-token logits [B, V], or with all_logits a list of [len_i, V].
+        appended now; they stay attached to the sequence for its later steps. commit=False: the tokens
+        are pending (see `commit`). Returns the last-token logits [B, V], or with all_logits a list of
+        [len_i, V].
         """
-        hidden, qlens = self.extend_hidden(seqs, tokens, kv_amax=kv_amax, mm_spans=mm_spans)
+        hidden, qlens = self.extend_hidden(seqs, tokens, kv_amax=kv_amax, mm_spans=mm_spans, commit=commit)
         if all_logits:
-            return list(self.model.compute_logits(hidden).split(qlens))
+            return list(self.runner.logits(hidden).split(qlens))
         last = torch.tensor(qlens).cumsum(0) - 1
-        return self.model.compute_logits(hidden[last.to(self.device)])
+        return self.runner.logits(hidden[last.to(self.device)])
 
     @torch.inference_mode()
     def extend_hidden(self, seqs: list[int], tokens: list[list[int]], *, kv_amax: dict | None = None,
-                      mm_spans: list[list[tuple[int, int]]] | None = None) -> tuple[torch.Tensor, list[int]]:
+                      mm_spans: list[list[tuple[int, int]]] | None = None,
+                      commit: bool = True) -> tuple[torch.Tensor, list[int]]:
         """`extend`'s forward: the final-normed hidden states of every new token [sum n_i, H], and n_i."""
         if len(seqs) != len(tokens) or any(len(t) == 0 for t in tokens):
             raise ValueError("extend needs one non-empty token list per sequence")
-        qlens = [len(t) for t in tokens]
+        batch = self.begin_step(seqs, [len(t) for t in tokens])
+        if mm_spans is not None:
+            self._add_spans(seqs, batch.starts, batch.kvlens, mm_spans)
+        hidden = self.runner.forward(batch, tokens, self.sequences.spans(), kv_amax=kv_amax)
+        self.end_step(batch, commit=commit)
+        return hidden, batch.qlens
+
+    def begin_step(self, seqs: list[int], qlens: list[int]) -> StepBatch:
+        """Check a step (seqs[i] appends qlens[i] tokens after its committed ones) and give its
+        sequences the blocks it writes (trimming windowed groups first). For runners that bypass
+        `extend` (captured speculative passes); `end_step` records what it wrote."""
         if self.max_step_tokens and max(qlens) > self.max_step_tokens:
             raise ValueError(f"a step of {max(qlens)} tokens for one sequence > max_step_tokens="
                              f"{self.max_step_tokens}: prefill long prompts with Engine.prefill (chunks)")
-        starts = [self.seq_lens.get(s, 0) for s in seqs]
-        kvlens = [p + n for p, n in zip(starts, qlens)]
-        for s, p0, n in zip(seqs, starts, kvlens):
+        batch = StepBatch(list(seqs), [self.sequences.length(s) for s in seqs], list(qlens))
+        for s, p0, n in zip(seqs, batch.starts, batch.kvlens):
             if n > self.max_seq_len:
                 raise ValueError(f"sequence {s} would have {n} tokens > max_seq_len={self.max_seq_len}")
-            if s not in self.seq_lens and len(self.seq_lens) >= self.max_seqs:
-                raise ValueError(f"more than max_seqs={self.max_seqs} sequences")
+            self.sequences.get_or_add(s)
             self.cache.step(s, p0, n)
-        if mm_spans is not None:
-            self._add_spans(seqs, starts, kvlens, mm_spans)
-        ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
-        pos = torch.cat([torch.arange(p, p + n) for p, n in zip(starts, qlens)]).to(self.device)
-        metas, slots = self._metadata(seqs, qlens, kvlens)
-        ctx = self._context(pos, metas, slots, kv_amax)
-        if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
-            ctx.groups[SLIDING].far = self._far_span_queries(seqs, qlens, starts, metas[SLIDING])
-        try:
-            hidden = self.model(ids, ctx)
-        except NotImplementedError as e:  # e.g. FLASH_ATTN adapters: no mm-prefix spans, never go causal
-            if metas.get(SLIDING) is None or metas[SLIDING].mm_prefix is None:
-                raise
-            g = self.groups[SLIDING]
-            raise MultimodalUnsupportedError(
-                f"image spans need bidirectional mm-prefix attention, which the backend selected for "
-                f"{LAYER_TYPE_TO_GROUP[SLIDING]} ({g.backend}) cannot do: {e}") from e
+        return batch
+
+    def end_step(self, batch: StepBatch, *, commit: bool = True) -> None:
+        """After a step's forward: its tokens are written; committed, or pending (see `commit`)."""
         self._epoch += 1
-        for s, n in zip(seqs, kvlens):
-            self.seq_lens[s] = n
-        return hidden, qlens
+        for s, p0, n in zip(batch.seqs, batch.starts, batch.qlens):
+            seq = self.sequences[s]
+            seq.written = p0 + n
+            seq.length = p0 + n if commit else p0
 
     def _add_spans(self, seqs, starts, kvlens, mm_spans) -> None:
         if len(mm_spans) != len(seqs):
@@ -331,8 +285,7 @@ class Engine:
                                      f"step [{p0}, {n}) (a bidirectional span is prefilled in one step)")
                 if j and a < sp[j - 1][1]:
                     raise ValueError(f"sequence {s}: image spans {sp[j - 1]} and {(a, e)} overlap")
-            if sp:
-                self.mm_spans[s] = self.mm_spans.get(s, []) + sp
+            self.sequences[s].mm_spans.extend(sp)
 
     def prefill(self, seqs: list[int], prompts: list[list[int]],
                 mm_spans: list[list[tuple[int, int]]] | None = None) -> torch.Tensor:
@@ -340,7 +293,7 @@ class Engine:
         is never cut: a chunk ends before it, or takes it whole). Returns the last-token logits [B, V]."""
         if not self.max_step_tokens or max(map(len, prompts)) <= self.max_step_tokens:
             return self.extend(seqs, prompts, mm_spans=mm_spans)
-        base = [self.seq_lens.get(s, 0) for s in seqs]
+        base = [self.sequences.length(s) for s in seqs]
         spans = mm_spans or [[] for _ in seqs]
         cuts = [chunk_ends(len(p), b, sp, self.max_step_tokens) for p, b, sp in zip(prompts, base, spans)]
         last: dict[int, torch.Tensor] = {}
@@ -357,12 +310,17 @@ class Engine:
         return torch.stack([last[i] for i in range(len(seqs))])
 
     @torch.inference_mode()  # graphs captured by generate() hold inference tensors
-    def decode(self, seqs: list[int], tokens: list[int]) -> torch.Tensor:
-        """One decode step: tokens[i] appended to seqs[i]. Returns [B, V] logits."""
+    def decode(self, seqs: list[int], tokens: list[int] | torch.Tensor) -> torch.Tensor:
+        """One decode step: tokens[i] (a host list or a device tensor) appended to seqs[i]. Returns [B, V]."""
+        return self._decode(seqs, tokens).clone()
+
+    def _decode(self, seqs: list[int], tokens) -> torch.Tensor:
+        """`decode` without the copy: a graph's logits are valid until its next replay."""
         out = self._try_graph(seqs, tokens)
         if out is not None:
-            return out.clone()
-        return self.extend(seqs, [[t] for t in tokens])
+            return out
+        host = tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens
+        return self.extend(seqs, [[t] for t in host])
 
     def _try_graph(self, seqs: list[int], tokens) -> torch.Tensor | None:
         """The graph's logits (valid until its next replay), or None when graphs are off or fail."""
@@ -373,10 +331,14 @@ class Engine:
         except Exception as e:  # capture problems must never change results: fall back
             self.use_graphs = False
             self._graphs.clear()
-            msg = f"CUDA graph decode disabled ({type(e).__name__}: {e}); running eager"
-            warnings.warn(msg)
-            self.notes.append(msg)
+            self.note_fallback("CUDA graph decode", e)
             return None
+
+    def note_fallback(self, what: str, e: Exception) -> None:
+        """A captured path that failed and now runs eager: a warning, and a note in the next results."""
+        msg = f"{what} disabled ({type(e).__name__}: {e}); running eager"
+        warnings.warn(msg)
+        self.notes.append(msg)
 
     # -------------------------------------------------------------- calibration
     @torch.inference_mode()
@@ -386,7 +348,7 @@ class Engine:
         fp8 = {g.dtype for g in self.cache.groups.values() if g.fp8}
         if not fp8:
             raise ValueError("calibration needs an FP8 kv cache")
-        mdt = _DTYPE_NAME[self.model.dtype]
+        mdt = dtype_name(self.model.dtype)
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
                  for k, g in reference_groups(self.groups).items()}
         calib = Engine(self.model, plain, max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),
@@ -418,92 +380,50 @@ class Engine:
         """Generate for a batch. All sequences decode in lock step (finished ones keep a stable batch
         shape; their extra tokens are dropped). `forced`: teacher-force these continuations instead
         of sampling (the numerics check replays a run on another backend). `mm_spans`: image spans
-        per prompt (see `extend`); decode steps are causal (they lie after every span)."""
+        per prompt (see `extend`); decode steps are causal (they lie after every span).
+
+        Tokens (and logits) stay on the device until the end; the loop waits for the device only to
+        ask whether every sequence has finished: every step eager, every EOS_CHECK_EVERY steps with
+        graphs (same tokens either way; decode_tokens counts the steps actually run)."""
         if len(prompts) > self.max_seqs:
             raise ValueError(f"{len(prompts)} prompts > max_seqs={self.max_seqs}")
-        self.reset()
-        eos = self.args.eos_token_id if eos_token_id is None else eos_token_id
-        gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
-        seqs = list(range(len(prompts)))
         total = max(len(p) for p in prompts) + max_new_tokens
         if total > self.max_seq_len:
             raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={self.max_seq_len}")
-        for s, p in zip(seqs, prompts):  # reserve blocks up front: static block tables for graphs
-            self.cache.reserve(s, len(p) + max_new_tokens)
-        if self.use_graphs:
-            return self._generate_on_device(seqs, prompts, max_new_tokens, temperature, top_k, gen, eos,
-                                            stop_at_eos, return_logits, forced, mm_spans)
-        logs: list[torch.Tensor] = []
-
-        picked: list[list[int]] = []
-
-        def pick(logits: torch.Tensor, step: int) -> list[int]:
-            if return_logits:
-                logs.append(logits.float().cpu())
-            if forced is not None:
-                toks = [f[step] for f in forced]
-            else:
-                toks = sample(logits, temperature, top_k, gen).tolist()
-            picked.append(toks)
-            return toks
-
-        _sync(self.device)
-        t0 = time.perf_counter()
-        nxt = pick(self.prefill(seqs, prompts, mm_spans=mm_spans), 0)
-        _sync(self.device)
-        t1 = time.perf_counter()
-        out = [[t] for t in nxt]
-        done = [stop_at_eos and t == eos for t in nxt]
-        steps = 0
-        for step in range(1, max_new_tokens):
-            if all(done):
-                break
-            nxt = pick(self.decode(seqs, nxt), step)
-            steps += 1
-            for i, t in enumerate(nxt):
-                if not done[i]:
-                    out[i].append(t)
-                    done[i] = stop_at_eos and t == eos
-        _sync(self.device)
-        t2 = time.perf_counter()
-        return GenerationResult(
-            tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
-            prefill_s=t1 - t0, decode_s=t2 - t1, logits=logs if return_logits else None, steps=picked,
-            cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
-
-    def _generate_on_device(self, seqs, prompts, max_new_tokens, temperature, top_k, gen, eos, stop_at_eos,
-                            return_logits, forced, mm_spans=None) -> GenerationResult:
-        """`generate` with graph decode: tokens (and logits) stay on the device until the end, so the
-        loop never waits for the GPU except for an EOS check every EOS_CHECK_EVERY steps. Same tokens,
-        EOS handling and `steps` as the host loop; decode_tokens counts the steps actually run."""
+        self.reset()
         dev = self.device
+        eos = self.args.eos_token_id if eos_token_id is None else eos_token_id
+        gen = torch.Generator(device=dev).manual_seed(seed) if temperature > 0 else None
+        seqs = list(range(len(prompts)))
+        for s, p in zip(seqs, prompts):  # reserve blocks up front: static block tables for graphs
+            self.reserve(s, len(p) + max_new_tokens)
         forced_t = (torch.tensor(forced, dtype=torch.long).T.contiguous().to(dev)
                     if forced is not None else None)  # [steps, B]
         logs: list[torch.Tensor] = []
         toks: list[torch.Tensor] = []
+        finished = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
 
         def pick(logits: torch.Tensor, step: int) -> torch.Tensor:
             if return_logits:
                 logs.append(logits.to(torch.float32, copy=True))
             nxt = forced_t[step] if forced_t is not None else sample(logits, temperature, top_k, gen)
             toks.append(nxt)
+            finished.logical_or_(nxt == eos)
             return nxt
 
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-        ev[0].record()
+        check_every = EOS_CHECK_EVERY if self.use_graphs else 1
+        clock = Clock(dev)
+        clock.mark()
         nxt = pick(self.prefill(seqs, prompts, mm_spans=mm_spans), 0)
-        ev[1].record()
+        clock.mark()
         steps = 0
         for step in range(1, max_new_tokens):
-            if stop_at_eos and step % EOS_CHECK_EVERY == 0 and bool((torch.stack(toks) == eos).any(0).all()):
+            if stop_at_eos and step % check_every == 0 and bool(finished.all()):
                 break
-            logits = self._try_graph(seqs, nxt)
-            if logits is None:  # graphs failed: eager (host tokens)
-                logits = self.extend(seqs, [[t] for t in nxt.tolist()])
-            nxt = pick(logits, step)
+            nxt = pick(self._decode(seqs, nxt), step)
             steps += 1
-        ev[2].record()
-        torch.cuda.synchronize(dev)
+        clock.mark()
+        prefill_s, decode_s = clock.seconds()
         rows = torch.stack(toks).tolist()  # [1 + steps, B]
         out = [[t] for t in rows[0]]
         done = [stop_at_eos and t == eos for t in rows[0]]
@@ -518,44 +438,36 @@ class Engine:
                     done[i] = stop_at_eos and t == eos
         return GenerationResult(
             tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
-            prefill_s=ev[0].elapsed_time(ev[1]) / 1e3, decode_s=ev[1].elapsed_time(ev[2]) / 1e3,
+            prefill_s=prefill_s, decode_s=decode_s,
             logits=[x.cpu() for x in logs[:used]] if return_logits else None, steps=rows[:used],
-            cuda_graphs=bool(self._graphs) and self.use_graphs, notes=list(self.notes))
+            cuda_graphs=self.graphs_captured, notes=list(self.notes))
 
     # -------------------------------------------------------------- CUDA graphs
     def _decode_graph(self, seqs: list[int], tokens) -> torch.Tensor:
         """tokens: host list or device tensor [B]. Returns the graph's output buffer (not a copy)."""
         b = len(seqs)
         g = self._graphs.get(b)
-        starts = [self.seq_lens[s] for s in seqs]
+        starts = [self.sequences.length(s) for s in seqs]
         for s, p in zip(seqs, starts):
             if p + 1 > self.max_seq_len:
                 raise ValueError(f"sequence {s} exceeds max_seq_len")
             self.cache.step(s, p, p + 1)
         if g is None or g.seqs != seqs:
-            g = DecodeGraph(self, seqs)
-            logits, replayed = g.capture(tokens, starts)
+            g = DecodeGraph(self.runner, seqs, self.max_seq_len)
+            logits, replayed = g.capture_step(tokens, starts)
             err = max_rel_error(replayed, logits)
             if not math.isfinite(err) or err > 1e-3:
                 raise RuntimeError(f"graph replay differs from the eager step (max rel err {err:.2e})")
             self._graphs[b] = g
-        elif g.state == (self._epoch, starts) and not self._tables_changed(g):
+        elif g.state == (self._epoch, starts) and not g.tables_changed():
             logits = g.advance(tokens)  # device-side +1 on positions/lengths: no host copies
         else:
-            logits = g.replay(tokens, starts)
+            logits = g.replay_step(tokens, starts)
         for s, p in zip(seqs, starts):
-            self.seq_lens[s] = p + 1
+            seq = self.sequences.get_or_add(s)
+            seq.length = seq.written = p + 1
         g.state = (self._epoch, [p + 1 for p in starts])
         return logits
-
-    def _tables_changed(self, g: DecodeGraph) -> bool:
-        return g.table_version != self.cache.version() or any(
-            len(gc.tables.get(s, ())) != g.table_lens[k][r] for k, gc in self.cache.groups.items()
-            for r, s in enumerate(g.seqs))
-
-
-class MultimodalUnsupportedError(RuntimeError):
-    """Image spans were given but a selected backend has no mm-prefix (bidirectional span) support."""
 
 
 def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> list[int]:
@@ -578,10 +490,5 @@ def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> li
     return ends
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-__all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "simple_selection", "reference_groups", "model_groups", "sample",
-           "max_rel_error", "chunk_ends"]
+__all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "reference_groups", "model_groups",
+           "sample", "max_rel_error", "chunk_ends", "Clock"]

@@ -1,48 +1,31 @@
-"""Paged KV cache: one cache per KV-cache group (sliding vs full attention).
+"""Paged KV cache tensors: one cache per KV-cache group (sliding vs full attention).
 
-Each group has its own kv block size (from its `GroupSelection`), block allocator and block
-tables; per KV-producing layer it holds `k`/`v` tensors [num_blocks, kv_block_size, Hkv, D]
+Each group has its own kv block size (from its `GroupSelection`); its block allocator, block
+tables and sliding-window trimming are gemma4/block_manager.py's. Per KV-producing layer it holds `k`/`v` tensors [num_blocks, kv_block_size, Hkv, D]
 (FlashAttention's paged NHD layout) in the model dtype or FP8 (e4m3 / e5m2) with per-layer
 K/V scales (dequant = stored * scale): `unit` (1.0) or `calibrated` (amax / fp8_max from a
 calibration prefill). KV-shared layers own no cache: they read their producer's tensors and scales.
 
-Sliding-window groups keep only the blocks a window can still read: before a step whose first
-query sits at position `start`, every block wholly before `start - (W - 1)` goes back to the pool
-and its table entry points at a reserved, all-zero null block (tables stay positional; a kernel
-that reads a few keys before the window, masked, reads zeros). Such a group is sized for its peak,
+Sliding-window groups keep only the blocks a window can still read (the block manager gives the
+rest back; a kernel that reads a few keys before the window, masked, reads the all-zero null
+block). Such a group is sized for its peak,
 W - 1 + the longest step per sequence (`step_tokens`: the prefill chunk), when that is below the
 full length.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kselect.backends.base import LayerParams
+from kselect.gemma4.block_manager import BlockManager, GroupBlocks, group_blocks
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
 from kselect.kernels.cache_ops import quantize, write_kv
+from kselect.kernels.dtypes import is_fp8, kv_torch_dtype  # noqa: F401 - re-exported
+from kselect.selector.vocab import KIND_OF_LAYER_TYPE, LAYER_TYPE
 
-GROUP_TO_LAYER_TYPE = {"sliding_window": SLIDING, "full_attention": FULL}
-LAYER_TYPE_TO_GROUP = {v: k for k, v in GROUP_TO_LAYER_TYPE.items()}
-
-FP8_KV = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-PLAIN_KV = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def kv_torch_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
-    if name in (None, "auto"):
-        return model_dtype
-    if name in FP8_KV:
-        return FP8_KV[name]
-    if name in PLAIN_KV:
-        return PLAIN_KV[name]
-    raise ValueError(f"unsupported kv cache dtype {name!r} (expected one of {sorted({**FP8_KV, **PLAIN_KV})})")
-
-
-def is_fp8(dtype: torch.dtype) -> bool:
-    return dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+GROUP_TO_LAYER_TYPE = LAYER_TYPE  # selector group kind -> HF layer type (the selector's vocabulary)
+LAYER_TYPE_TO_GROUP = KIND_OF_LAYER_TYPE
 
 
 def scales_from_amax(amax: dict[int, tuple[float, float]], fp8: torch.dtype) -> dict[int, tuple[float, float]]:
@@ -52,19 +35,14 @@ def scales_from_amax(amax: dict[int, tuple[float, float]], fp8: torch.dtype) -> 
     return {i: (max(float(k), tiny) / fmax, max(float(v), tiny) / fmax) for i, (k, v) in amax.items()}
 
 
-class CacheFullError(RuntimeError):
-    pass
-
-
-class GroupCache:
-    """The paged cache of one group: tensors per producer layer, a block allocator, block tables."""
+class GroupCache(GroupBlocks):
+    """The paged cache of one group: tensors per producer layer on top of its block bookkeeping."""
 
     def __init__(self, args: Gemma4Args, group, num_blocks: int, device, model_dtype: torch.dtype,
                  window: int | None = None):
+        super().__init__(group.kind, group.kv_block_size, num_blocks, window)
         self.group = group
-        self.window = window  # W tokens (a query at p reads keys p-W+1 .. p); None = keep every block
         self.kind = GROUP_TO_LAYER_TYPE[group.kind]
-        self.block_size = int(group.kv_block_size)
         self.dtype = kv_torch_dtype(group.kv_cache_dtype, model_dtype)
         self.fp8 = is_fp8(self.dtype)
         layers = args.layers_of(self.kind)
@@ -76,7 +54,6 @@ class GroupCache:
                 f"{group.kind} group selection has head_size={group.head_size}, num_kv_heads="
                 f"{group.num_kv_heads} but the model's {self.kind} layers have {self.head_dim}/{self.num_kv_heads}"
             )
-        self.num_blocks = num_blocks
         self.device = torch.device(device)
         shape = (num_blocks, self.block_size, self.num_kv_heads, self.head_dim)
         self.k = {i: torch.zeros(shape, dtype=self.dtype, device=self.device) for i in self.producers}
@@ -85,11 +62,6 @@ class GroupCache:
         self.k_scale = {i: one() for i in self.producers}
         self.v_scale = {i: one() for i in self.producers}
         self._params: dict[tuple[int, int], LayerParams] = {}
-        self.null_block = 0 if window else None  # never handed out, never written: stays zero
-        self.free_blocks = list(range(num_blocks - 1, 0 if window else -1, -1))
-        self.tables: dict[int, list[int]] = {}
-        self.trimmed: dict[int, int] = {}  # per sequence: leading table entries given back (null)
-        self.version = 0  # bumped whenever trim() rewrites table entries (CUDA graphs reload tables)
 
     # -------------------------------------------------------------- tensors
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor,
@@ -128,78 +100,8 @@ class GroupCache:
                 self.k_scale[i].fill_(float(ks))
                 self.v_scale[i].fill_(float(vs))
 
-    # -------------------------------------------------------------- blocks
-    def blocks_needed(self, num_tokens: int) -> int:
-        return math.ceil(num_tokens / self.block_size)
 
-    def ensure(self, seq: int, num_tokens: int) -> None:
-        table = self.tables.setdefault(seq, [])
-        need = self.blocks_needed(num_tokens) - len(table)
-        if need > len(self.free_blocks):
-            raise CacheFullError(
-                f"{self.group.kind} KV cache is full: sequence {seq} needs {need} more blocks of "
-                f"{self.block_size} tokens, {len(self.free_blocks)} free of {self.num_blocks}"
-            )
-        for _ in range(need):
-            table.append(self.free_blocks.pop())
-
-    def release(self, seq: int) -> None:
-        self.free_blocks.extend(b for b in reversed(self.tables.pop(seq, [])) if b != self.null_block)
-        self.trimmed.pop(seq, None)
-
-    def trim(self, seq: int, start: int) -> None:
-        """Before a step whose queries begin at `start`: give back the blocks no window can reach again."""
-        if not self.window or seq not in self.tables:
-            return
-        table = self.tables[seq]
-        dead = min(max(0, start - (self.window - 1)) // self.block_size, len(table))
-        done = self.trimmed.get(seq, 0)
-        if dead <= done:
-            return
-        for i in range(done, dead):
-            self.free_blocks.append(table[i])
-            table[i] = self.null_block
-        self.trimmed[seq] = dead
-        self.version += 1
-
-    def kept_from(self, seq: int) -> int:
-        """First position whose keys are still cached (0 unless trimmed)."""
-        return self.trimmed.get(seq, 0) * self.block_size
-
-    def blocks_in_use(self) -> int:
-        return self.num_blocks - len(self.free_blocks) - (self.null_block is not None)
-
-    def block_table(self, seqs: list[int], width: int | None = None) -> torch.Tensor:
-        width = width or max(1, max(len(self.tables.get(s, [])) for s in seqs))
-        bt = torch.zeros(len(seqs), width, dtype=torch.int32)
-        for r, s in enumerate(seqs):
-            t = self.tables.get(s, [])
-            bt[r, : len(t)] = torch.tensor(t, dtype=torch.int32)
-        return bt
-
-    def slot_mapping(self, seqs: list[int], starts: list[int], counts: list[int]) -> torch.Tensor:
-        """Flat slots (block * block_size + offset) for tokens starts[i] .. starts[i]+counts[i]-1 of seqs[i]."""
-        out = []
-        for s, p0, n in zip(seqs, starts, counts):
-            t = torch.tensor(self.tables[s], dtype=torch.int64)
-            pos = torch.arange(p0, p0 + n, dtype=torch.int64)
-            out.append(t[pos // self.block_size] * self.block_size + pos % self.block_size)
-        return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
-
-
-def group_blocks(block_size: int, max_tokens: int, max_seqs: int, window: int | None = None,
-                 step_tokens: int | None = None) -> int:
-    """Blocks a group's pool needs: every token (each sequence may waste one partly filled block),
-    or for a window of W tokens at most the blocks over [start - (W-1), start + step) per sequence,
-    plus the null block."""
-    nb = math.ceil(max_tokens / block_size) + max_seqs
-    if not window:
-        return nb
-    peak = math.ceil((window - 1 + (step_tokens or max_tokens)) / block_size) + 1
-    return min(nb, max_seqs * peak) + 1
-
-
-class PagedKVCache:
+class PagedKVCache(BlockManager):
     """All groups' caches for one model. `selection_groups`: layer type -> GroupSelection.
 
     max_tokens: tokens over all sequences; step_tokens: the most tokens one sequence adds in one
@@ -217,42 +119,9 @@ class PagedKVCache:
             nb = group_blocks(g.kv_block_size, max_tokens, max_seqs, window, step_tokens)
             self.groups[kind] = GroupCache(args, g, nb, device, model_dtype, window=window)
 
-    def step(self, seq: int, start: int, end: int) -> None:
-        """Blocks for a step writing positions [start, end): trim windowed groups, then allocate."""
-        for g in self.groups.values():
-            g.trim(seq, start)
-            g.ensure(seq, end)
-
-    def reserve(self, seq: int, num_tokens: int) -> None:
-        """Allocate up front (static tables for CUDA graphs), except in windowed groups, which
-        allocate as they go so that trimmed blocks are reused."""
-        for g in self.groups.values():
-            if not g.window:
-                g.ensure(seq, num_tokens)
-
-    def can_resume_at(self, seq: int, pos: int) -> bool:
-        """Whether a step starting at `pos` still finds every key its windows reach (not trimmed)."""
-        return all(not g.window or g.kept_from(seq) <= max(0, pos - (g.window - 1)) for g in self.groups.values())
-
-    def version(self) -> int:
-        return sum(g.version for g in self.groups.values())
-
     @property
     def fp8(self) -> bool:
         return any(g.fp8 for g in self.groups.values())
-
-    def ensure(self, seq: int, num_tokens: int) -> None:
-        for g in self.groups.values():
-            g.ensure(seq, num_tokens)
-
-    def release(self, seq: int) -> None:
-        for g in self.groups.values():
-            g.release(seq)
-
-    def release_all(self) -> None:
-        for g in self.groups.values():
-            for s in list(g.tables):
-                g.release(s)
 
     def set_scales(self, scales: dict[int, tuple[float, float]]) -> None:
         for g in self.groups.values():

@@ -39,7 +39,7 @@ class GroupStep:
     # Vision mode, sliding layers: image-span queries whose span reaches more than window_left keys
     # ahead. HF limits span keys by the window on the past side only, the backends' window is
     # symmetric: each entry (query rows [n], metadata, window_left) recomputes those rows as one
-    # causal query at the span's last position with a widened window (see Engine._far_span_queries).
+    # causal query at the span's last position with a widened window (see ModelRunner.far_span_queries).
     far: list = field(default_factory=list)
 
 
@@ -49,7 +49,7 @@ class StepContext:
     groups: dict[str, GroupStep]  # keyed by layer type: sliding_attention / full_attention
     # Calibration: when a dict, every KV-producing layer records (amax|K|, amax|V|) here.
     kv_amax: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
-    extra: dict = field(default_factory=dict)
+    static: bool = False  # CUDA-graph-safe code paths: no host syncs (set by gemma4/model_runner.py)
 
 
 # ---------------------------------------------------------------------------- building blocks
@@ -204,7 +204,7 @@ class Attention(nn.Module):
             v = self.v_norm(v_raw)
             if ctx.kv_amax is not None:
                 ctx.kv_amax[self.layer] = (k.detach().abs().amax().float(), v.detach().abs().amax().float())
-            g.cache.write(self.layer, k, v, g.slot_mapping, static=bool(ctx.extra.get("static")))
+            g.cache.write(self.layer, k, v, g.slot_mapping, static=ctx.static)
         k_cache, v_cache = g.cache.kv(self.kv_source)
         o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(self.kv_source, self.window_left))
         for rows, meta, window_left in g.far:
@@ -245,7 +245,7 @@ class DecoderLayer(nn.Module):
         y = self.mlp(self.pre_feedforward_layernorm(h))
         if self.moe:  # the expert block also reads the pre-MLP residual h
             w, idx = self.router(h)
-            y2 = self.experts(self.pre_feedforward_layernorm_2(h), w, idx, bool(ctx.extra.get("static")))
+            y2 = self.experts(self.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
             y = self.post_feedforward_layernorm_1(y) + self.post_feedforward_layernorm_2(y2)
         h = h + self.post_feedforward_layernorm(y)
         if self.ple_dim:
@@ -257,12 +257,19 @@ class DecoderLayer(nn.Module):
 # ---------------------------------------------------------------------------- the model
 
 
+COMPUTE_MODES = ("auto", "unfused", "triton", "compile")
+
+
 class Gemma4(nn.Module):
-    """The text decoder with a tied LM head (HF `Gemma4TextModel` + `lm_head` tied to the embedding)."""
+    """The text decoder with a tied LM head (HF `Gemma4TextModel` + `lm_head` tied to the embedding).
+
+    On CUDA, forward runs gemma4/fused.py (fused q/k/v and gate/up GEMMs, Triton norm/rope/KV-write/GeGLU
+    kernels); on CPU the modules below, which are also the reference the fused kernels are tested against."""
 
     def __init__(self, args: Gemma4Args):
         super().__init__()
         self.args = args
+        self.compute = "auto"  # see set_compute
         h, L = args.hidden_size, args.num_hidden_layers
         self.embed_tokens = nn.Embedding(args.vocab_size, h)
         self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(L))
@@ -317,14 +324,36 @@ class Gemma4(nn.Module):
         ctx = self.per_layer_projection_norm(ctx.view(t, L, p))
         return (ctx + tok.view(t, L, p)) * 2.0**-0.5
 
+    def rope_tables(self, positions: torch.Tensor, kind: str, dtype: torch.dtype):
+        """(cos, sin) [T, head_dim] of one layer type, computed once per step."""
+        return rope_cos_sin(positions, self.sliding_inv_freq if kind == SLIDING else self.full_inv_freq, dtype)
+
+    def set_compute(self, mode: str) -> "Gemma4":
+        """How forward computes: "auto" (fused Triton kernels on CUDA, the plain modules elsewhere),
+        "unfused" (the plain modules everywhere), "triton" (gemma4/fused.py with kernels/ Triton
+        kernels, CUDA or Triton's interpreter), "compile" (the same fused regions through torch.compile)."""
+        if mode not in COMPUTE_MODES:
+            raise ValueError(f"compute mode {mode!r}: use one of {', '.join(COMPUTE_MODES)}")
+        self.compute = mode
+        return self
+
+    def compute_mode(self, ctx: StepContext) -> str:
+        mode = self.compute
+        if mode == "auto":
+            mode = "triton" if self.embed_tokens.weight.is_cuda else "unfused"
+        return "unfused" if ctx.kv_amax is not None else mode  # calibration records amax in the modules
+
     def forward(self, input_ids: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, hidden]."""
+        mode = self.compute_mode(ctx)
+        if mode != "unfused":
+            from kselect.gemma4 import fused
+
+            return fused.forward(self, input_ids, ctx, fused.ops_for(mode))
         x = self._embed(input_ids)
         ple = self._per_layer_inputs(input_ids, x) if self.ple_dim else None
-        rope = {
-            SLIDING: rope_cos_sin(ctx.positions, self.sliding_inv_freq, x.dtype),
-            FULL: rope_cos_sin(ctx.positions, self.full_inv_freq, x.dtype),
-        }
+        rope = {SLIDING: self.rope_tables(ctx.positions, SLIDING, x.dtype),
+                FULL: self.rope_tables(ctx.positions, FULL, x.dtype)}
         for i, layer in enumerate(self.layers):
             cos, sin = rope[self.args.layer_types[i]]
             x = layer(x, cos, sin, ctx, None if ple is None else ple[:, i])

@@ -12,35 +12,37 @@ One round, for every unfinished sequence of a batch (unequal lengths; varlen thr
             token after it. Sampled: standard rejection sampling (accept d_j with probability
             min(1, p_j(d_j)/q_j(d_j)), else resample from norm(max(p_j - q_j, 0)); a bonus token
             from p_k when all are accepted), seeded by `seed`.
-4. roll back the rejected positions: the sequence length becomes P + accepted + 1; the slots of
-            the rejected tokens stay allocated and are overwritten by the next verification (no
-            block is freed mid-generation; a finished sequence releases its blocks).
+4. commit   the accepted prefix: the verify pass wrote its k+1 tokens as pending
+            (`Engine.extend(..., commit=False)`), `Engine.commit` keeps [last] + accepted drafts;
+            the slots of the rejected tokens stay allocated and are overwritten by the next
+            verification (no block is freed mid-generation; a finished sequence releases its blocks).
 
 The next round drafts from the target's hidden state at the last accepted position and the
 embedding of the token the target emitted after it.
+
+CUDA graphs (greedy, when the engine runs graphs): a round replays two captured steps, the k draft steps (gemma4/spec_graphs.py `DraftGraph`) and the verify
+pass (`VerifyGraph`); draft tokens go from one to the other on the device, and the round waits for
+the device once, for the accepted counts. Between the two the engine trims and allocates blocks
+for the verify pass exactly as an eager round does. A captured round always drafts k tokens: where
+a sequence's budget keeps fewer, the extra drafts are dropped as if never proposed (blocks are
+reserved for k more positions). Sampled rounds, and rounds within k + 1 of max_seq_len, run
+eagerly; results are the same either way (the captured steps are checked against an eager run at
+capture).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from kselect.gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
-from kselect.gemma4.engine import chunk_ends
+from kselect.gemma4.engine import Clock, chunk_ends
+from kselect.gemma4.sampling import probs_of, sample
+from kselect.gemma4.spec_graphs import SpecGraphs
 
 
-# ---------------------------------------------------------------------------- sampling helpers
-
-
-def probs_of(logits: torch.Tensor, temperature: float, top_k: int = 0) -> torch.Tensor:
-    """[.., V] logits -> fp32 probabilities of softmax(logits / T) restricted to the top-k (0 = all)."""
-    x = logits.float() / temperature
-    if top_k and top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    return torch.softmax(x, dim=-1)
+# ---------------------------------------------------------------------------- acceptance
 
 
 def accept_greedy(target_logits: torch.Tensor, drafts: list[int]) -> tuple[list[int], int]:
@@ -124,6 +126,12 @@ class SpecResult:
     target_passes: int  # batched verification forwards
     draft_passes: int  # batched drafter forwards
     proposals: list[list[list[int]]] | None = None  # per sequence, per round: the draft tokens
+    graph_rounds: int = 0  # rounds run as captured draft + verify steps
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.graph_rounds > 0
 
     @property
     def decode_tok_s(self) -> float:
@@ -148,7 +156,7 @@ class SpeculativeDecoder:
         self.draft_groups = draft_groups_of(selection, engine.groups, copy_scales=copy_scales)
         self.binding = DraftKVBinding(engine.args, drafter.args, engine.cache, self.draft_groups, engine.groups,
                                       backends=draft_backends, copy_scales=copy_scales, kv_view=kv_view)
-        self.written: dict[int, int] = {}  # per sequence: positions its last target pass wrote
+        self.graphs = SpecGraphs(self)
         self.target_passes = 0
         self.draft_passes = 0
 
@@ -163,26 +171,15 @@ class SpeculativeDecoder:
     # -------------------------------------------------------------- target
     @torch.inference_mode()
     def target_forward(self, seqs: list[int], tokens: list[list[int]],
-                       mm_spans: list[list[tuple[int, int]]] | None = None):
+                       mm_spans: list[list[tuple[int, int]]] | None = None, *, commit: bool = True):
         """Append tokens[i] to seqs[i] in the target's cache (one varlen forward; image spans as in
-        Engine.extend). Returns per sequence (logits [n_i, V], final-normed hidden [n_i, H])."""
+        Engine.extend; commit=False: as pending tokens, see Engine.commit). Returns per sequence
+        (logits [n_i, V], final-normed hidden [n_i, H])."""
         eng = self.engine
-        hidden, qlens = eng.extend_hidden(seqs, tokens, mm_spans=mm_spans)
-        logits = eng.model.compute_logits(hidden)
-        for s in seqs:
-            self.written[s] = eng.seq_lens[s]
+        hidden, qlens = eng.extend_hidden(seqs, tokens, mm_spans=mm_spans, commit=commit)
+        logits = eng.runner.logits(hidden)
         self.target_passes += 1
         return list(logits.split(qlens)), list(hidden.split(qlens))
-
-    def rollback(self, seq: int, length: int) -> None:
-        """Keep the first `length` cached tokens of `seq` (the rest were rejected drafts)."""
-        eng = self.engine
-        if not 0 < length <= eng.seq_lens.get(seq, 0):
-            raise ValueError(f"cannot roll sequence {seq} back to {length} (it has {eng.seq_lens.get(seq, 0)})")
-        if not eng.cache.can_resume_at(seq, length):
-            raise ValueError(f"cannot roll sequence {seq} back to {length}: its sliding-window cache already "
-                             "gave back blocks that position's window reads")
-        eng.seq_lens[seq] = length
 
     # -------------------------------------------------------------- drafter
     @torch.inference_mode()
@@ -203,8 +200,8 @@ class SpeculativeDecoder:
             return drafts, None if temperature <= 0 else [None] * b, [None] * b if return_logits else None
         cur = torch.tensor(tokens, dtype=torch.long, device=self.device)
         h = torch.stack([x.reshape(-1) for x in hidden]).to(self.device)
-        positions = [eng.seq_lens[s] for s in seqs]
-        written = [self.written.get(s, p) for s, p in zip(seqs, positions)]
+        positions = [eng.sequences.length(s) for s in seqs]
+        written = [max(eng.sequences[s].written, p) for s, p in zip(seqs, positions)]
         for j in range(max(counts)):
             act = [i for i in range(b) if counts[i] > j]
             ctx = self.binding.context([seqs[i] for i in act], [positions[i] for i in act],
@@ -263,8 +260,6 @@ class SpeculativeDecoder:
         """Speculative generation for a batch. Greedy (temperature 0) emits exactly the target's greedy
         tokens; sampled decoding emits the target's sampling distribution (seeded). `mm_spans`: image
         spans per prompt (vision mode), as in Engine.generate."""
-        from kselect.gemma4.engine import sample
-
         eng = self.engine
         k = int(num_speculative_tokens or self.k)
         self._check(prompts, max_new_tokens)
@@ -272,38 +267,53 @@ class SpeculativeDecoder:
             raise ValueError(f"a verify step writes num_speculative_tokens + 1 = {k + 1} tokens > the engine's "
                              f"max_step_tokens={eng.max_step_tokens}")
         eng.reset()
-        self.written.clear()
         self.target_passes = self.draft_passes = 0
         eos = eng.args.eos_token_id if eos_token_id is None else eos_token_id
         gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
         seqs = list(range(len(prompts)))
         for s, p in zip(seqs, prompts):  # every position a round may write: < len(p) + max_new_tokens
-            eng.cache.reserve(s, len(p) + max_new_tokens)
+            # (+ k with graphs: captured rounds always draft k, also when the budget keeps fewer)
+            eng.reserve(s, min(eng.max_seq_len, len(p) + max_new_tokens + (k if self.graphs.enabled else 0)))
         stats = SpecStats()
         props: list[list[list[int]]] = [[] for _ in seqs]
+        notes0 = len(eng.notes)
+        graph_rounds = 0
 
-        _sync(self.device)
-        t0 = time.perf_counter()
+        clock = Clock(self.device)
+        clock.mark()
         logits, hidden = self._prefill(seqs, prompts, mm_spans)
         first = sample(torch.stack([lg[-1] for lg in logits]), temperature, top_k, gen).tolist()
-        _sync(self.device)
-        t1 = time.perf_counter()
+        clock.mark()
         out = [[t] for t in first]
         last = list(first)
         h_prev = [hd[-1] for hd in hidden]
         done = [max_new_tokens <= 1 or (stop_at_eos and t == eos) for t in first]
         for s in seqs:
             if done[s]:
-                eng.cache.release(s)
+                eng.release(s)
         while not all(done):
             act = [s for s in seqs if not done[s]]
             counts = [max(0, min(k, max_new_tokens - len(out[s]) - 1)) for s in act]
-            drafts, qprobs, _ = self.propose(act, [last[s] for s in act], [h_prev[s] for s in act], counts,
-                                             temperature=temperature, top_k=top_k, generator=gen)
-            starts = [eng.seq_lens[s] for s in act]
-            vlogits, vhidden = self.target_forward(act, [[last[s]] + drafts[i] for i, s in enumerate(act)])
+            rnd = None
+            room = max(eng.sequences.length(s) for s in act) + k + 1 <= eng.max_seq_len
+            if temperature <= 0 and room and self.graphs.enabled:
+                rnd = self.graphs.round(act, [last[s] for s in act], [h_prev[s] for s in act], k)
+                graph_rounds += rnd is not None
+            if rnd is not None:  # drafts beyond a sequence's budget: dropped, as if never proposed
+                drafts, emitted_at, vhidden = rnd
+                drafts = [d[:c] for d, c in zip(drafts, counts)]
+                self.target_passes += 1
+                self.draft_passes += k
+            else:
+                drafts, qprobs, _ = self.propose(act, [last[s] for s in act], [h_prev[s] for s in act], counts,
+                                                 temperature=temperature, top_k=top_k, generator=gen)
+                vlogits, vhidden = self.target_forward(act, [[last[s]] + drafts[i] for i, s in enumerate(act)],
+                                                       commit=False)
             for i, s in enumerate(act):
-                if temperature <= 0:
+                if rnd is not None:
+                    toks = emitted_at[i][: counts[i] + 1]
+                    n = min(len(emitted_at[i]) - 1, counts[i])
+                elif temperature <= 0:
                     toks, n = accept_greedy(vlogits[i], drafts[i])
                 else:
                     p = probs_of(vlogits[i], temperature, top_k)
@@ -316,18 +326,19 @@ class SpeculativeDecoder:
                 if record:
                     props[s].append(list(drafts[i]))
                 out[s].extend(toks)
-                self.rollback(s, starts[i] + len(toks))  # bonus/last + accepted drafts are now cached
+                eng.commit(s, len(toks))  # [last] + the accepted drafts are now cached
                 last[s] = toks[-1]
                 h_prev[s] = vhidden[i][len(toks) - 1]
                 if len(out[s]) >= max_new_tokens or (stop_at_eos and toks[-1] == eos):
                     done[s] = True
-                    eng.cache.release(s)
-        _sync(self.device)
-        t2 = time.perf_counter()
+                    eng.release(s)
+        clock.mark()
+        prefill_s, decode_s = clock.seconds()
         return SpecResult(
             tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=sum(len(o) - 1 for o in out),
-            prefill_s=t1 - t0, decode_s=t2 - t1, stats=stats, target_passes=self.target_passes - 1,
-            draft_passes=self.draft_passes, proposals=props if record else None)
+            prefill_s=prefill_s, decode_s=decode_s, stats=stats, target_passes=self.target_passes - 1,
+            draft_passes=self.draft_passes, proposals=props if record else None, graph_rounds=graph_rounds,
+            notes=eng.notes[notes0:])
 
 
 # ---------------------------------------------------------------------------- reporting
@@ -386,11 +397,6 @@ def report_mtp(cfg, selection, engine, prompts: list[list[int]], plain, *, max_n
 
 
 LAYER_TO_GROUP = {"sliding_attention": "sliding_window", "full_attention": "full_attention"}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 __all__ = ["SpeculativeDecoder", "SpecResult", "SpecStats", "accept_greedy", "rejection_sample", "probs_of"]

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import torch
 
-_FP8_NAMES = {
-    "fp8": torch.float8_e4m3fn,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "fp8_e5m2": torch.float8_e5m2,
-    "float8_e5m2": torch.float8_e5m2,
-}
-
+from .dtypes import TORCH_DTYPES, is_fp8
 
 def fp8_dtype(name: str) -> torch.dtype:
-    try:
-        return _FP8_NAMES[name]
-    except KeyError:
-        raise ValueError(f"not an fp8 kv-cache dtype: {name!r} (use fp8, fp8_e4m3 or fp8_e5m2)") from None
+    dt = TORCH_DTYPES.get(name)
+    if dt is None or not is_fp8(dt):
+        raise ValueError(f"not an fp8 kv-cache dtype: {name!r} (use fp8, fp8_e4m3 or fp8_e5m2)")
+    return dt
 
 
 def _scale_like(scale, x: torch.Tensor) -> torch.Tensor:
@@ -42,15 +35,26 @@ def quantize_query(q: torch.Tensor, q_scale, dtype: torch.dtype = torch.float8_e
     return quantize(q, q_scale, dtype)
 
 
+def _use_triton(x: torch.Tensor) -> bool:
+    return x.is_cuda
+
+
 def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
-    """Store k/v [T, Hkv, D] at flat slots (block * block_size + offset); slot < 0 = padding, skipped."""
+    """Store k/v [T, Hkv, D] at flat slots (block * block_size + offset); slot < 0 = padding, skipped.
+
+    On CUDA one Triton kernel skips padding slots itself (no device-to-host sync: kernels/kv_write.py);
+    elsewhere PyTorch indexing, which drops the padding rows first."""
     slots = slot_mapping.to(device=k.device, dtype=torch.long)
+    if _use_triton(k):
+        from kselect.kernels.kv_write import write_kv_triton
+
+        return write_kv_triton(k, v, k_cache, v_cache, slots, k_scale, v_scale)
     keep = slots >= 0
     if not bool(keep.all()):
         slots, k, v = slots[keep], k[keep], v[keep]
     for x, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
         flat = cache.view(-1, cache.shape[2], cache.shape[3])
-        if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        if is_fp8(cache.dtype):
             # index_put is not implemented for float8 on every device: write the bytes.
             flat.view(torch.uint8)[slots] = quantize(x, scale, cache.dtype).view(torch.uint8)
         else:

@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import torch
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-def is_fp8(dtype: torch.dtype) -> bool:
-    return dtype in FP8_DTYPES
+from .dtypes import FP8_DTYPES, is_fp8  # noqa: F401 - re-exported
 
 
 def descale_rows(descale: torch.Tensor | None, batch: int, hkv: int, device) -> torch.Tensor:

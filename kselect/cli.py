@@ -16,7 +16,7 @@ COMMANDS = {
     "sweep": ("kselect.selector.sweep", "a Hydra multirun of selections"),
     "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
     "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
-    "conformance": ("kselect.kernels.conformance", "run claims on this machine's kernels"),
+    "conformance": ("kselect.conformance", "run claims on this machine's kernels"),
     "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
 }
 
@@ -28,6 +28,8 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--debug":  # `kselect --debug <command> ...`: the command's own flag
+        argv = [*argv[1:2], "--debug", *argv[2:]]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         sys.exit(0 if argv else 2)

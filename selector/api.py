@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
 from .errors import ConfigError, KSelectError, format_validation_error
+from .guard import check_conf_tree, check_overrides
 from .resolve import resolve
 from .schema import KSelectConfig
 
@@ -26,7 +27,15 @@ __all__ = ["CONF_DIR", "compose", "compose_raw", "validate", "resolve", "select"
 
 
 def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> dict:
-    """Hydra compose -> a plain dict (interpolations resolved). Raises ConfigError."""
+    """Hydra compose -> a plain dict. Raises KSelectError naming the override or file.
+
+    The conf tree and the overrides are checked first (guard.py): no code, no interpolations,
+    no names outside conf/, bounded YAML."""
+    overrides = list(overrides)
+    if not Path(conf_dir).is_dir():
+        raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
+    check_overrides(overrides, conf_dir)
+    check_conf_tree(conf_dir)
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
@@ -44,12 +53,13 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
     return data
 
 
-def validate(data: dict) -> KSelectConfig:
-    """Validate a composed dict; `platform.name: auto` is detected here."""
+def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
+    """Validate a composed dict; `platform.name: auto` is detected here, keeping the
+    `platform.*` keys that `overrides` (the command line) or an overlay set."""
     if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
-        from .detect import detect_platform  # noqa: PLC0415 - torch only for auto
+        from .detect import auto_platform  # noqa: PLC0415 - torch only for auto
 
-        data = {**data, "platform": detect_platform()}
+        data = {**data, "platform": auto_platform(data["platform"], overrides, Path(conf_dir))}
     try:
         return KSelectConfig.model_validate(data)
     except ValidationError as e:
@@ -57,7 +67,7 @@ def validate(data: dict) -> KSelectConfig:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
-    return validate(compose_raw(overrides, conf_dir))
+    return validate(compose_raw(overrides, conf_dir), overrides, conf_dir)
 
 
 def select(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR):

@@ -5,10 +5,6 @@ from __future__ import annotations
 from .schema import BlockSpec, MultipleOf
 
 
-def describe(blocks: list[BlockSpec]) -> str:
-    return "[" + ", ".join(f"MultipleOf({b.multiple_of})" if isinstance(b, MultipleOf) else str(b) for b in blocks) + "]"
-
-
 def supports(blocks: list[BlockSpec], size: int) -> bool:
     """A block size a backend accepts: int entries are divisors too (hybrid blocks)."""
     if not blocks:

@@ -8,14 +8,17 @@ claim at Gemma-4's head sizes, for the backends kselect implements.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from . import blocks as blk
 from .api import compose
 from .cli import run_cli
-from .conformance import claims_for, path_id
-from .errors import SelectionError
-from .resolve import resolve
+from .conformance import claims_for
+from .errors import KSelectError, SelectionError
+from .records import ClaimRun
+from .resolve import resolve, resolve_path
+from .vocab import Claim, parse_claim
 
 IMPLEMENTED = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "TORCH_REFERENCE")
 MODELS = ("gemma4_tiny", "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
@@ -51,10 +54,54 @@ def declared_claims(platform_overrides: list[str], heads=(256, 512)) -> set[str]
             feats = ["causal"] + [f"page{n}" for n in pages if blk.supports(cap.kernel_block_sizes, n)]
             feats += [f for f, on in (("window", cap.sliding_window), ("mm_prefix", cap.mm_prefix), ("sinks", cap.sinks)) if on]
             for dt in dts:
-                out |= {f"{path_id(name, v)}:{dt}:d{h}:{f}" for f in feats}
+                out |= {Claim(name, v, dt, h, f).id for f in feats}
                 if dt == "fp8" and cap.quant_query:
-                    out.add(f"{path_id(name, v)}:fp8:d{h}:quant_query")
+                    out.add(Claim(name, v, "fp8", h, "quant_query").id)
     return out
+
+
+def claim_runs(ids: list[str], platform_overrides: list[str] | tuple[str, ...] = ("platform=auto",)) -> dict[str, ClaimRun]:
+    """How to run each claim (descale mode, page size) on `platform`, read from the selection of a
+    stand-alone group on the claim's kernel path (under the base rules, else each overlay of
+    OVERLAYS). Raises ValueError for a malformed id."""
+    return {cid: _claim_run(parse_claim(cid), tuple(platform_overrides)) for cid in ids}
+
+
+def _claim_run(c: Claim, platform: tuple[str, ...]) -> ClaimRun:
+    over = [*platform, f"model.dtype={c.model_dtype}", f"kv_cache={c.kv_cache_dtype or 'auto'}", f"attention.backend={c.backend}"]
+    over += [f"attention.flash_attn_version={c.version}"] * bool(c.version) + [f"kv_cache.block_size={c.page}"] * bool(c.page)
+    over += ["model.multimodal=true"] * (c.feature == "mm_prefix")
+    kind = "sliding_window" if c.feature == "window" else "full_attention"
+    # a preset with layers of the claim's head size, as rules keyed on model shapes expect
+    model = next((m for m in MODELS if c.head in _heads(m)), "gemma4_tiny")
+    over.append(f"model={model}")
+    for ov in OVERLAYS:
+        try:
+            cfg = _compose((*over, f"overlay={ov}"))
+            g = resolve_path(cfg, kind, c.head)
+        except KSelectError:
+            continue
+        cap = cfg.capabilities[c.backend]
+        descale = "q_k_v" if c.feature == "quant_query" else g.descale  # the feature is a quantized q
+        return ClaimRun(claim=c.id, descale=descale, page=g.kernel_block_size, per_head_scales=cap.per_head_quant_scales,
+                        source=" ".join((*over, f"overlay={ov}")))  # fmt: skip
+    cap = _compose(tuple(platform)).capabilities.get(c.backend)
+    if cap is None:
+        raise ValueError(f"claim {c.id}: no backend {c.backend} in the capabilities")
+    descale = "q_k_v" if c.feature == "quant_query" else ("k_v" if c.fp8 else "none")
+    page = c.page or blk.preferred(cap.kernel_block_sizes, 16)
+    return ClaimRun(claim=c.id, descale=descale, page=page, per_head_scales=cap.per_head_quant_scales, source=f"capabilities.{c.backend}")
+
+
+@functools.lru_cache(maxsize=None)
+def _heads(model: str) -> set[int]:
+    m = _compose(("platform=cpu", f"model={model}")).model
+    return {m.head_dim, m.global_head_dim}
+
+
+@functools.lru_cache(maxsize=256)
+def _compose(overrides: tuple[str, ...]):
+    return compose(list(overrides))
 
 
 def main(argv: list[str]) -> int:
@@ -63,7 +110,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-__all__ = ["claims_for", "declared_claims", "selection_claims"]
+__all__ = ["claim_runs", "claims_for", "declared_claims", "selection_claims"]
 
 if __name__ == "__main__":
     run_cli(main)

@@ -17,13 +17,15 @@ class ConfigError(KSelectError):
 
 
 class SelectionError(KSelectError):
-    """No valid backend, an invalid pin, or block sizes that cannot be unified."""
+    """No valid backend, an invalid pin, or block sizes that cannot be unified: a
+    `records.Failure` and the candidates' `records.Rejection`s, rendered as the message."""
 
-    def __init__(self, message: str, rejected: dict[str, list[str]] | None = None):
-        self.rejected = rejected or {}
-        lines = [message]
+    def __init__(self, failure: Any, rejected: dict[str, list[Any]] | None = None):
+        self.failure = failure
+        self.rejected = {k: tuple(v) for k, v in (rejected or {}).items()}
+        lines = [failure.text]
         for name, reasons in self.rejected.items():
-            lines.append(f"  {name}: {'; '.join(reasons)}")
+            lines.append(f"  {name}: {'; '.join(r.text for r in reasons)}")
         super().__init__("\n".join(lines))
 
 

@@ -10,19 +10,77 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from .cli import run_cli
-from .errors import KSelectError
+from .errors import KSelectError, format_validation_error
+from .files import FileError, read_text
 from .matrix import cli_args
+from .vocab import group_id
+
+
+class JobRecord(BaseModel):
+    """What `kselect sweep` writes per job (selection.json); anything else is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    overrides: list[str]
+    outcome: Literal["ok", "invalid", "config error"]
+    selection: dict | None = None
+    error: str | None = None
+    job: dict
+    sweep: dict
+
+    @model_validator(mode="after")
+    def _shape(self) -> JobRecord:
+        if not isinstance(self.job.get("num"), int) or isinstance(self.job.get("num"), bool):
+            raise ValueError("job.num must be an integer")
+        if not isinstance(self.sweep.get("id"), str) or not isinstance(self.sweep.get("jobs"), int):
+            raise ValueError("sweep must hold id (a string) and jobs (an integer): written by kselect sweep")
+        if (self.outcome == "ok") != (self.selection is not None):
+            raise ValueError("selection is present exactly when outcome is 'ok'")
+        groups = (self.selection or {}).get("groups", [])
+        need = {"kind", "draft", "backend", "kv_block_size", "quant_query", "warnings"}
+        if not isinstance(groups, list) or any(not isinstance(g, dict) or not need <= set(g) for g in groups):
+            raise ValueError(f"selection.groups must be a list of groups with {sorted(need)}")
+        return self
 
 
 def load_jobs(root: Path) -> list[dict]:
+    """Every job of ONE complete sweep under root; mixed sweeps or missing jobs are errors."""
     jobs = []
-    for p in root.rglob("selection.json"):
-        rec = json.loads(p.read_text())
+    for p in sorted(root.rglob("selection.json")):
+        text = read_text(p, "a job record written by kselect sweep", limit=64 << 20)
+        try:
+            rec = JobRecord.model_validate(json.loads(text)).model_dump(exclude_none=True)
+        except json.JSONDecodeError as e:
+            raise FileError(f"{p}: not valid JSON ({e}); expected a job record written by kselect sweep") from None
+        except ValidationError as e:
+            raise FileError(f"{p}: {format_validation_error(e).removeprefix('invalid config: ')}") from None
         rec["_dir"] = str(p.parent.relative_to(root)) or "."
         jobs.append(rec)
-    return sorted(jobs, key=lambda r: (r.get("job", {}).get("num") if r.get("job", {}).get("num") is not None else 1 << 30, r["_dir"]))
+    sweeps = sorted({j["sweep"]["id"] for j in jobs})
+    if len(sweeps) > 1:
+        raise KSelectError(f"gather: {root} mixes jobs of {len(sweeps)} sweeps ({', '.join(s[:8] for s in sweeps)}); "
+                           "allowed: one sweep per directory (gather each sweep's own hydra.sweep.dir)")
+    if jobs:
+        want = jobs[0]["sweep"]["jobs"]
+        nums = [j["job"]["num"] for j in jobs]
+        missing = sorted(set(range(want)) - set(nums))
+        extra = sorted({n for n in nums if nums.count(n) > 1 or not 0 <= n < want})
+        if missing or extra:
+            raise KSelectError(
+                f"gather: {root}: sweep of {want} jobs, found {len(jobs)}"
+                + (f"; missing job(s) {_nums(missing)}" if missing else "")
+                + (f"; repeated or unexpected job(s) {_nums(extra)}" if extra else "")
+                + " (a job that failed or is still running?)"
+            )
+    return sorted(jobs, key=lambda r: (r["job"]["num"], r["_dir"]))
+
+
+def _nums(ns: list[int]) -> str:
+    return ", ".join(map(str, ns[:10])) + (f" and {len(ns) - 10} more" if len(ns) > 10 else "")
 
 
 def _group_cell(g: dict) -> str:
@@ -34,17 +92,17 @@ def rows(jobs: list[dict]) -> tuple[list[str], list[list[str]], list[tuple[str, 
     kinds: list[str] = []
     for j in jobs:
         for g in j.get("selection", {}).get("groups", []):
-            name = f"draft:{g['kind']}" if g["draft"] else g["kind"]
+            name = group_id(g["kind"], g["draft"])
             if name not in kinds:
                 kinds.append(name)
     header = ["job", "overrides", "outcome", "block"] + kinds + ["quant_q", "warnings"]
     out, notes = [], []
     for j in jobs:
         sel = j.get("selection") or {}
-        groups = {(f"draft:{g['kind']}" if g["draft"] else g["kind"]): g for g in sel.get("groups", [])}
-        warns = [(n, w) for n, g in groups.items() for w in g["warnings"]] + [("model", w) for w in sel.get("warnings", [])]
+        groups = {group_id(g["kind"], g["draft"]): g for g in sel.get("groups", [])}
+        warns = [w for g in groups.values() for w in g["warnings"]] + list(sel.get("warnings", []))
         num = str(j.get("job", {}).get("num", j["_dir"]))
-        notes += [(num, f"{n}: {w}") for n, w in warns]
+        notes += [(num, f"{w['group']}: {w['text']}") for w in warns]  # a record's text, rendered when it was written
         if j["outcome"] != "ok":
             notes.append((num, f"{j['outcome']}: {j.get('error', '').splitlines()[0] if j.get('error') else ''}"))
         out.append(
@@ -81,6 +139,8 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 2
     root = Path(argv[0])
     args = cli_args(argv[1:], {"format": "table"}, "kselect gather")
+    if args["format"] not in ("table", "markdown", "json"):
+        raise KSelectError(f"gather: format={args['format']!r}; allowed: table, markdown, json")
     if not root.is_dir():
         raise KSelectError(f"gather: {root} is not a directory")
     jobs = load_jobs(root)

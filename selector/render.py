@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 
-from .resolve import _ranges
 from .selection import GroupSelection, Selection
+from .texts import layer_ranges
 
 COLUMNS = ("group", "layers", "head", "backend", "fa", "kernel_blk", "kv_blk", "kv_dtype", "quant_q", "descale", "kv_scales")
 
 
 def group_name(g: GroupSelection) -> str:
-    return f"draft:{g.kind}" if g.draft else g.kind
+    return g.id
 
 
 def row(g: GroupSelection) -> tuple[str, ...]:
-    layers = f"{len(g.layers)} ({_ranges(list(g.layers))})"
+    layers = f"{len(g.layers)} ({layer_ranges(list(g.layers))})"
     if g.reads_from:
         layers += f" <- {list(g.reads_from)}"
     return (
@@ -49,12 +49,12 @@ def table(sel: Selection, verbose: bool = False) -> str:
         out.append(f"{group_name(g)}:")
         out += [f"  why: {r}" for r in g.reasons]
         for name, reasons in g.rejected.items():
-            out.append(f"  rejected {name}: {'; '.join(reasons)}")
+            out.append(f"  rejected {name}: {'; '.join(r.text for r in reasons)}")
         if verbose:
             out.append(f"  trace: {' -> '.join(g.trace)}")
-            out += [f"  claim {c.claim}: {c.status}{(' (' + c.detail + ')') if c.detail else ''}" for c in g.claims]
-        out += [f"  WARNING: {w}" for w in g.warnings]
-    out += [f"WARNING: {w}" for w in sel.warnings]
+            out += [f"  claim {c.text}" for c in g.claims]
+        out += [f"  WARNING: {w.text}" for w in g.warnings]
+    out += [f"WARNING: {w.text}" for w in sel.warnings]
     return "\n".join(out)
 
 
@@ -74,14 +74,14 @@ def markdown(sel: Selection) -> str:
     out.append("| " + " | ".join(COLUMNS) + " |")
     out.append("|" + "---|" * len(COLUMNS))
     out += ["| " + " | ".join(row(g)) + " |" for g in sel.groups]
-    notes = [(group_name(g), w) for g in sel.groups for w in g.warnings] + [("", w) for w in sel.warnings]
+    notes = [(group_name(g), w.text) for g in sel.groups for w in g.warnings] + [("", w.text) for w in sel.warnings]
     if notes:
         out.append("")
         out += [f"- :warning: {('**' + n + '**: ') if n else ''}{w}" for n, w in notes]
     rej = [(group_name(g), n, r) for g in sel.groups for n, r in g.rejected.items()]
     if rej:
         out += ["", "<details><summary>rejected backends</summary>", ""]
-        out += [f"- {gn}: **{n}**: {'; '.join(r)}" for gn, n, r in rej]
+        out += [f"- {gn}: **{n}**: {'; '.join(x.text for x in r)}" for gn, n, r in rej]
         out += ["", "</details>"]
     return "\n".join(out)
 
@@ -107,7 +107,7 @@ def vllm_args(sel: Selection) -> str:
     if not e["multimodal"]:
         args.append("--language-model-only")
     # warnings as shell comments after the command: still copy-pasteable, never lost
-    notes = [f"# WARNING {group_name(g)}: {w}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w}" for w in sel.warnings]
+    notes = [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w.text}" for w in sel.warnings]
     return "vllm serve <model> " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
 
 

@@ -9,49 +9,21 @@ Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from . import blocks as blk
 from .conformance import claim_checks
+from .candidates import Choice, Group, choose_backend, fa_version, group_facts, validate
 from .errors import SelectionError
+from .records import Failure, OrphanRule, RuleWarning
 from .rulebook import RuleBook, rulebook
-from .schema import BlockSpec, Capability, KSelectConfig
+from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
-
-KV_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
-
-
-@dataclass
-class Group:
-    """A KV-cache layer group of the model, before selection."""
-
-    kind: str
-    layers: tuple[int, ...]
-    head_size: int
-    num_kv_heads: int
-    window: int | None
-    draft: bool = False
-    reads_from: tuple[int, ...] = ()
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Choice:
-    backend: str
-    version: int | None
-    kernel_blocks: list[BlockSpec]
-    facts: dict
-    trace: list[str]
-    reasons: list[str]
-    rejected: dict[str, list[str]]
-    warnings: list[str]
-
+from .texts import layer_ranges
+from .vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8, resolve_kv_dtype
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     book = book or rulebook(cfg)
     facts = base_facts(cfg)
     model_trace: list[str] = []
-    model_reasons: list[str] = []
 
     # 1. Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins.
     for c in book.matching("model", facts):
@@ -60,7 +32,6 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         if c.rule.set.backend is not None:
             facts["pin.backend"] = c.rule.set.backend
         model_trace.append(c.id)
-        model_reasons.append(f"{c.rule.reason} [{c.id}]")
 
     # 2. MTP: do draft layers dequantize with the target's K/V scales?
     copy = False
@@ -78,16 +49,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
 
     # 3. Cache block size: user's, else the preferred size of the first layer's backend.
     first = next(i for i, g in enumerate(groups) if 0 in g.layers)
-    if cfg.kv_cache.block_size is not None:
-        block_size = cfg.kv_cache.block_size
-        model_trace.append("pin.kv_cache.block_size")
-    else:
-        ch = choices[first]
-        block_size = blk.preferred(ch.kernel_blocks, 16)
-        for c in book.matching("preferred_block", ch.facts):
-            block_size = max(block_size, c.rule.preferred_block_size_min)
-            model_trace.append(c.id)
-            model_reasons.append(f"preferred block {block_size}: {c.rule.reason} [{c.id}]")
+    block_size = cache_block(cfg, book, choices[first], model_trace)
 
     # 4. KV block per group: full layers take the cache block; sliding-window layers the
     #    smallest kernel block of their backend (vLLM's _largest_kernel_block_within, no budget).
@@ -107,7 +69,8 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if cfg.spec_decode.method == "mtp":
         out.extend(draft_groups(cfg, book, facts, out, kv_dtype, copy))
 
-    warnings = [f"overlay disabled rule '{r}', which no config defines (no effect)" for r in book.orphans]
+    _check_fa_pin(cfg, out)
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
     env = environment_summary(cfg, facts)
     return Selection(
         environment=env,
@@ -116,6 +79,39 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+
+
+def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
+    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+    v = cfg.attention.flash_attn_version
+    if v is None or any(g.flash_attn_version is not None for g in groups):
+        return
+    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
+
+
+def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:
+    """The cache block size: the user's, else the preferred size of `ch`'s backend (raised by
+    `preferred_block` rules)."""
+    if cfg.kv_cache.block_size is not None:
+        trace.append("pin.kv_cache.block_size")
+        return cfg.kv_cache.block_size
+    block_size = blk.preferred(ch.kernel_blocks, 16)
+    for c in book.matching("preferred_block", ch.facts):
+        block_size = max(block_size, c.rule.preferred_block_size_min)
+        trace.append(c.id)
+    return block_size
+
+
+def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: int = 1) -> GroupSelection:
+    """One stand-alone layer group of `kind` with `head_size`, resolved under cfg's rules and pins
+    (the conformance runner takes a claim's descale mode and page size from it). Raises
+    SelectionError when no backend, or not the pinned one, is valid for it."""
+    book = rulebook(cfg)
+    window = cfg.model.sliding_window if kind == "sliding_window" else None
+    g = Group(kind, (0,), head_size, num_kv_heads, window)
+    ch = choose_backend(cfg, book, base_facts(cfg), g)
+    kvb = blk.smallest(ch.kernel_blocks) if window and cfg.kv_cache.block_size is None else cache_block(cfg, book, ch, [])
+    return finish_group(cfg, book, g, ch, kvb, resolved_kv_dtype(cfg))
 
 
 # ---------------------------------------------------------------- facts
@@ -152,19 +148,28 @@ def base_facts(cfg: KSelectConfig) -> dict:
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:
-    d = cfg.kv_cache.dtype
-    if d == "auto":
-        return cfg.model.dtype
-    return "fp8_e4m3" if d == "fp8" else d
+    return resolve_kv_dtype(cfg.kv_cache.dtype, cfg.model.dtype)
 
 
 def target_groups(cfg: KSelectConfig) -> list[Group]:
-    m = cfg.model
+    """The target model's layer groups (cached per model section: matrix cells share them)."""
+    hit = _GROUPS.get(id(cfg.model))
+    if hit is None or hit[0] is not cfg.model:
+        if len(_GROUPS) > 256:
+            _GROUPS.clear()
+        hit = _GROUPS[id(cfg.model)] = (cfg.model, _target_groups(cfg.model))
+    return list(hit[1])
+
+
+_GROUPS: dict[int, tuple] = {}
+
+
+def _target_groups(m) -> tuple[Group, ...]:
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     groups = []
-    for kind, ltype in (("sliding_window", "sliding_attention"), ("full_attention", "full_attention")):
-        layers = tuple(i for i, t in enumerate(types) if t == ltype)
+    for kind in GROUP_KINDS:
+        layers = tuple(i for i, t in enumerate(types) if t == LAYER_TYPE[kind])
         if not layers:
             continue
         sliding = kind == "sliding_window"
@@ -178,144 +183,9 @@ def target_groups(cfg: KSelectConfig) -> list[Group]:
         shared = [i for i in layers if i >= first_shared]
         producers = [i for i in layers if i < first_shared]
         if shared:
-            g.notes.append(f"layers {_ranges(shared)} reuse the cache of layer {producers[-1]} (KV sharing)")
+            g.notes.append(f"layers {layer_ranges(shared)} reuse the cache of layer {producers[-1]} (KV sharing)")
         groups.append(g)
-    return groups
-
-
-def group_facts(facts: dict, g: Group) -> dict:
-    f = dict(facts)
-    f["group.kind"] = g.kind
-    f["group.head_size"] = g.head_size
-    f["group.num_kv_heads"] = g.num_kv_heads
-    f["group.sliding_window"] = g.window is not None
-    f["group.draft"] = g.draft
-    return f
-
-
-# ---------------------------------------------------------------- FlashAttention version
-
-
-def fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | None, list[str]]:
-    """Apply the `fa_version` rules in order; each matching rule overrides the last."""
-    key = ("fa_version", head, tuple(map(facts.get, book.reads("fa_version"))))  # fa.* facts: reset below
-    version, trace = book.memo(key, lambda: _fa_version(book, facts, head))
-    return version, list(trace)
-
-
-def _fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | None, tuple[str, ...]]:
-    f = dict(facts)
-    f["fa.head_size"] = head
-    f["fa.version"] = None
-    trace = []
-    for c in book.stage("fa_version"):
-        if c.pred(f):
-            v = c.rule.flash_attn_version
-            f["fa.version"] = f.get(v.from_) if hasattr(v, "from_") else v
-            trace.append(c.id)
-    return f["fa.version"], tuple(trace)
-
-
-# ---------------------------------------------------------------- backend choice
-
-
-def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) -> Choice:
-    f = group_facts(facts, g)
-    uses_fa = any(cap.flash_attn for cap in book.capabilities.values())
-    fa_trace: list[str] = []
-    if uses_fa:
-        f["fa.version"], fa_trace = fa_version(book, f, g.head_size)
-        f["fa.version_default"], _ = fa_version(book, f, None)
-        f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-    pin = cfg.attention.backend_per_kind.get(g.kind) or f["pin.backend"]
-    if pin is not None and g.kind in cfg.attention.backend_per_kind:
-        pin_src = f"attention.backend_per_kind.{g.kind}"
-    elif pin is not None and cfg.attention.backend != "auto":
-        pin_src = "attention.backend"
-    else:
-        pin_src = "model forcing"
-    if pin is not None:
-        reasons, kblocks, ktrace, cf = validate(book, f, pin)
-        if reasons:
-            raise SelectionError(
-                f"Selected backend {pin} (from {pin_src}) is not valid for the {g.kind} group "
-                f"(head {g.head_size}). No fallback for an explicit backend.",
-                {pin: reasons},
-            )
-        trace = [f"builtin.pin:{pin}"] + ktrace
-        why = [f"{pin} pinned by {pin_src}; validated alone (no fallback)"]
-        return _choice(book, cf, pin, kblocks, trace + (fa_trace if book.capabilities[pin].flash_attn else []), why, {}, [])
-
-    prio_rules = book.matching("priority", f)
-    if not prio_rules:
-        raise SelectionError(f"no priority rule matches platform {f['platform.name']} (device {f['platform.device']})")
-    prio = prio_rules[-1]
-    rejected: dict[str, list[str]] = {}
-    for name in prio.rule.priority:
-        reasons, kblocks, ktrace, cf = validate(book, f, name)
-        if reasons:
-            rejected[name] = reasons
-            continue
-        trace = [prio.id] + ktrace + (fa_trace if book.capabilities[name].flash_attn else [])
-        why = [f"{name} is the first valid backend of {prio.rule.priority} ({prio.rule.reason}) [{prio.id}]"]
-        warns = []
-        if cfg.kv_cache.block_size is not None:
-            blocked = [n for n, r in rejected.items() if len(r) == 1 and r[0].startswith("block_size not supported")]
-            if blocked:
-                warns.append(f"kv_cache.block_size={cfg.kv_cache.block_size} precluded higher-priority backend(s) {blocked}")
-        return _choice(book, cf, name, kblocks, trace, why, rejected, warns)
-    raise SelectionError(
-        f"No valid attention backend for the {g.kind} group (head {g.head_size}) on {f['platform.name']} "
-        f"with model {f['model.name']} {f['model.dtype']}, kv_cache {f['kv.dtype']}. Reasons:",
-        rejected,
-    )
-
-
-def _choice(book, cf, name, kblocks, trace, why, rejected, warns) -> Choice:
-    cap = book.capabilities[name]
-    version = cf.get("fa.version") if cap.flash_attn else None
-    if cap.flash_attn:
-        why.append(f"FlashAttention version {version} for head {cf['group.head_size']}")
-    return Choice(name, version, kblocks, cf, trace, why, rejected, warns)
-
-
-def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockSpec], list[str], dict]:
-    """vLLM's validate_configuration as data: capability checks, then `reject` rules.
-    Returns (reasons, kernel block sizes, trace, candidate facts)."""
-    cap: Capability = book.capabilities[name]
-    cf = dict(f)
-    cf["candidate.backend"] = name
-    kblocks, trace = list(cap.kernel_block_sizes), []
-    for c in book.matching("kernel_block", cf):
-        kblocks = list(c.rule.kernel_block_sizes)
-        trace.append(c.id)
-    tag = f"cap.{name}"
-    r: list[str] = []
-    device, cc = cf["platform.device"], (cf["platform.cc_major"], cf["platform.cc_minor"])
-    if device not in cap.devices:
-        r.append(f"device {device} not supported [{tag}.devices]")
-    if cap.package and not cf[f"platform.packages.{cap.package}"]:
-        r.append(f"ImportError: {cap.package} is not installed on this platform [{tag}.package]")
-    if not cap.head_sizes.allows(cf["group.head_size"]):
-        r.append(f"head_size not supported [{tag}.head_sizes]")
-    if cf["model.dtype"] not in cap.dtypes:
-        r.append(f"dtype not supported [{tag}.dtypes]")
-    if cf["kv.dtype"] not in cap.kv_cache_dtypes:
-        r.append(f"kv_cache_dtype not supported [{tag}.kv_cache_dtypes]")
-    if cf["kv.block_size"] is not None and not blk.supports(kblocks, cf["kv.block_size"]):
-        r.append(f"block_size not supported (kernel blocks {blk.describe(kblocks)}) [{tag}.kernel_block_sizes]")
-    if cf["model.multimodal"] and not cf["group.draft"] and not cap.mm_prefix:
-        r.append(f"partial multimodal token full attention not supported [{tag}.mm_prefix]")
-    if cc[0] is not None and (
-        (cap.min_compute_capability and cc < tuple(cap.min_compute_capability))
-        or (cap.max_compute_capability and cc > tuple(cap.max_compute_capability))
-    ):
-        r.append(f"compute capability not supported [{tag}.compute_capability]")
-    if cf["group.sliding_window"] and not cap.sliding_window:
-        r.append(f"sliding window not supported [{tag}.sliding_window]")
-    for c in book.matching("reject", cf):
-        r.append(f"{c.rule.reason} [{c.id}]")
-    return r, kblocks, trace, cf
+    return tuple(groups)
 
 
 # ---------------------------------------------------------------- blocks, quant-query, descales
@@ -335,20 +205,18 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
             ch.trace.append("builtin.page_unify")
             ch.reasons.append(f"kv block {b} -> {b * (largest // page)} to match the largest page ({largest} bytes)")
         else:
-            raise SelectionError(
-                f"cannot unify KV page sizes: the {g.kind} page ({page} bytes) does not divide the largest ({largest} bytes)"
-            )
+            raise SelectionError(Failure(code="page_unify", group=g.kind, page=page, largest_page=largest))
     return out
 
 
 def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: int, kv_dtype: str) -> GroupSelection:
     kb = blk.kernel_block_for(kvb, ch.kernel_blocks)
     if kb is None:
-        raise SelectionError(f"No common block size for {kvb}: {ch.backend} kernel blocks {blk.describe(ch.kernel_blocks)}")
+        raise SelectionError(Failure(code="no_common_block", kv_block=kvb, backend=ch.backend, kernel_blocks=tuple(ch.kernel_blocks)))
     if kb != kvb:
         ch.trace.append("builtin.kernel_block_divides_kv_block")
         ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
-    quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
+    quantized = is_fp8(kv_dtype)
     qq = quantized and book.capabilities[ch.backend].quant_query
     for c in book.matching("quant_query", ch.facts):
         qq = quantized and c.rule.quant_query
@@ -361,7 +229,7 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
             ch.trace.append(c.id)
             ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
     for c in book.matching("warning", ch.facts):
-        ch.warnings.append(f"{c.rule.reason} [{c.id}]")
+        ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
     scales = cfg.kv_cache.scales if quantized else "none"
     return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales)
 
@@ -385,13 +253,13 @@ def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, 
         kv_scales=scales,
         mm_prefix=cfg.model.multimodal and not g.draft,
     )
-    claims, claim_warnings = claim_checks(cfg.platform, fields, cfg.model.dtype)
+    claims, claim_warnings = claim_checks(cfg.platform, fields, cfg.model.dtype, group_id(g.kind, g.draft))
     return GroupSelection(
         **fields,
         rejected={k: tuple(v) for k, v in ch.rejected.items()},
         trace=tuple(ch.trace),
         reasons=tuple(ch.reasons + g.notes),
-        warnings=tuple(ch.warnings + claim_warnings),
+        warnings=tuple(ch.warnings) + claim_warnings,
         claims=claims,
     )
 
@@ -406,7 +274,8 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     out = []
-    for kind, ltype in (("sliding_window", "sliding_attention"), ("full_attention", "full_attention")):
+    for kind in GROUP_KINDS:
+        ltype = LAYER_TYPE[kind]
         layers = tuple(i for i, t in enumerate(m.drafter.layer_types) if t == ltype)
         if not layers:
             continue
@@ -420,10 +289,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
         reasons, kblocks, ktrace, cf = validate(book, f, target.backend)
         if reasons:
-            raise SelectionError(
-                f"MTP draft {kind} layers must run on the target's backend {target.backend}, which is not valid for them.",
-                {target.backend: reasons},
-            )
+            raise SelectionError(Failure(code="draft_backend_invalid", group=kind, backend=target.backend), {target.backend: reasons})
         ch = Choice(
             target.backend,
             target.flash_attn_version,
@@ -434,7 +300,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             {},
             [],
         )
-        quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
+        quantized = is_fp8(kv_dtype)
         scales = ("copied_from_target" if copy else "unit") if quantized else "none"
         gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype)
         out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))
@@ -466,17 +332,3 @@ def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
         "effective_pins": {"backend": facts["pin.backend"], "flash_attn_version": facts["pin.flash_attn_version"]},
         "overlays": list(cfg.overlays),
     }
-
-
-def _ranges(xs: list[int]) -> str:
-    xs = sorted(xs)
-    out, start, prev = [], xs[0], xs[0]
-    for x in xs[1:] + [None]:
-        if x is not None and x == prev + 1:
-            prev = x
-            continue
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-        if x is not None:
-            start = prev = x
-    return ",".join(out)
-

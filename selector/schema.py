@@ -4,24 +4,21 @@ Hydra composes plain YAML; these models validate the result after
 `OmegaConf.to_container(resolve=True)`. Unknown keys and wrong values fail with the
 key, the bad value and the allowed values (see `errors.format_validation_error`).
 """
-
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-ModelDtype = Literal["bfloat16", "float16", "float32"]
-KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
-LayerType = Literal["sliding_attention", "full_attention"]
-GroupKindName = Literal["sliding_window", "full_attention"]
-Device = Literal["cuda", "rocm", "xpu", "cpu"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from .schema_rules import (  # noqa: F401 - re-exported: the schema is one import
+    EFFECT_FIELDS, STAGE_EFFECT, BlockSpec, Capability, FromFact, HeadSizes, ModelForcing, MultipleOf, Rule, RuleEntry,
+    Stage, Tombstone,
+)
+from .schema_types import (  # noqa: F401 - re-exported
+    CC, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, RULE_ID,
+    Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict,
+)
+from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
 
 # ---------------------------------------------------------------- environment
 
@@ -37,15 +34,23 @@ class Packages(Strict):
 
 
 class Platform(Strict):
-    name: str
+    name: Name
     vendor: Literal["nvidia", "amd", "intel", "cpu"]
     device: Device
-    compute_capability: tuple[int, int] | None = None
-    gpu_model: str | None = None  # key of measured conformance data, e.g. nvidia_h200
+    compute_capability: CC | None = None
+    gpu_model: GpuModel | None = None  # key of measured conformance data, e.g. nvidia_h200 (a file name in conf/conformance/)
     packages: Packages = Packages()
 
     @model_validator(mode="after")
     def _cc_for_gpu(self) -> Platform:
+        devices = {"nvidia": "cuda", "amd": "rocm", "intel": "xpu", "cpu": "cpu"}
+        if devices[self.vendor] != self.device:
+            raise ValueError(
+                f"platform.device={self.device!r} does not match platform.vendor={self.vendor!r}; "
+                f"allowed pairs: {', '.join(f'{v}/{d}' for v, d in devices.items())}"
+            )
+        if self.device == "cpu" and any(self.packages.model_dump().values()):
+            raise ValueError("platform.packages: kernel packages need a GPU; allowed on device 'cpu': all false")
         if self.device == "cuda" and self.compute_capability is None:
             raise ValueError("platform.compute_capability is required for device 'cuda' (e.g. [9, 0])")
         if self.device == "cpu" and self.compute_capability is not None:
@@ -54,14 +59,14 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    layer_types: list[LayerType]
+    hidden_size: Int(1, MAX_HIDDEN)
+    intermediate_size: Int(1, MAX_INTERMEDIATE)
+    num_hidden_layers: Int(1, MAX_LAYERS)
+    num_attention_heads: Int(1, MAX_HEADS)
+    layer_types: list[LayerType] = Field(max_length=MAX_LAYERS)
     use_ordered_embeddings: bool = False
-    num_centroids: int = Field(default=2048, gt=0)
-    centroid_intermediate_top_k: int = Field(default=32, gt=0)
+    num_centroids: Int(1, MAX_VOCAB) = 2048
+    centroid_intermediate_top_k: Int(1, MAX_VOCAB) = 32
 
     @model_validator(mode="after")
     def _layers(self) -> Drafter:
@@ -76,38 +81,38 @@ class Drafter(Strict):
 class ModelConfig(Strict):
     """A Gemma-4 text decoder (field names follow HF's Gemma4TextConfig)."""
 
-    name: str
+    name: Name
     architecture: Literal["gemma4"]
     dtype: ModelDtype
     multimodal: bool = False
     checkpoint: str | None = None
-    vocab_size: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_hidden_layers: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    num_global_key_value_heads: int | None = Field(default=None, gt=0)
-    head_dim: int = Field(gt=0)
-    global_head_dim: int = Field(gt=0)
-    sliding_window: int = Field(gt=0)
-    full_attention_every: int | None = Field(default=None, gt=0)
-    layer_types: list[LayerType] | None = None
-    final_logit_softcapping: float | None = None
-    rms_norm_eps: float = Field(default=1e-6, gt=0)
-    max_position_embeddings: int = Field(gt=0)
-    rope_theta_sliding: float = Field(default=10000.0, gt=0)
-    rope_theta_full: float = Field(default=1e6, gt=0)
-    partial_rotary_factor_full: float = Field(default=0.25, gt=0, le=1)
-    hidden_size_per_layer_input: int = Field(default=0, ge=0)
-    vocab_size_per_layer_input: int = Field(default=0, ge=0)
-    num_kv_shared_layers: int = Field(default=0, ge=0)
+    vocab_size: Int(1, MAX_VOCAB)
+    hidden_size: Int(1, MAX_HIDDEN)
+    intermediate_size: Int(1, MAX_INTERMEDIATE)
+    num_hidden_layers: Int(1, MAX_LAYERS)
+    num_attention_heads: Int(1, MAX_HEADS)
+    num_key_value_heads: Int(1, MAX_HEADS)
+    num_global_key_value_heads: Int(1, MAX_HEADS) | None = None
+    head_dim: Int(1, MAX_HEAD_DIM)
+    global_head_dim: Int(1, MAX_HEAD_DIM)
+    sliding_window: Int(1, MAX_POSITIONS)
+    full_attention_every: Int(1, MAX_LAYERS) | None = None
+    layer_types: list[LayerType] | None = Field(default=None, max_length=MAX_LAYERS)
+    final_logit_softcapping: Float(0, 1e6) | None = None
+    rms_norm_eps: Float(0, 1) = 1e-6
+    max_position_embeddings: Int(1, MAX_POSITIONS)
+    rope_theta_sliding: Float(0, 1e12) = 10000.0
+    rope_theta_full: Float(0, 1e12) = 1e6
+    partial_rotary_factor_full: Float(0, 1) = 0.25
+    hidden_size_per_layer_input: Int(0, MAX_HIDDEN) = 0
+    vocab_size_per_layer_input: Int(0, MAX_VOCAB) = 0
+    num_kv_shared_layers: Int(0, MAX_LAYERS) = 0
     use_double_wide_mlp: bool = False
     attention_k_eq_v: bool = False
     enable_moe_block: bool = False
-    num_experts: int | None = None
-    top_k_experts: int | None = None
-    moe_intermediate_size: int | None = None
+    num_experts: Int(1, MAX_EXPERTS) | None = None
+    top_k_experts: Int(1, MAX_EXPERTS) | None = None
+    moe_intermediate_size: Int(1, MAX_INTERMEDIATE) | None = None
     drafter: Drafter | None = None
 
     @model_validator(mode="after")
@@ -125,6 +130,20 @@ class ModelConfig(Strict):
             raise ValueError("model.num_attention_heads must be a multiple of model.num_key_value_heads")
         if self.enable_moe_block and not (self.num_experts and self.top_k_experts and self.moe_intermediate_size):
             raise ValueError("model.enable_moe_block needs num_experts, top_k_experts and moe_intermediate_size")
+        if self.enable_moe_block and self.top_k_experts > self.num_experts:
+            raise ValueError(f"model.top_k_experts={self.top_k_experts} exceeds model.num_experts={self.num_experts}")
+        if self.attention_k_eq_v and self.num_global_key_value_heads and self.num_attention_heads % self.num_global_key_value_heads:
+            raise ValueError("model.num_attention_heads must be a multiple of model.num_global_key_value_heads")
+        types = self.resolved_layer_types()
+        first_shared = self.num_hidden_layers - self.num_kv_shared_layers
+        for t in sorted(set(types[first_shared:])):
+            if t not in types[:first_shared]:
+                raise ValueError(
+                    f"model.num_kv_shared_layers={self.num_kv_shared_layers}: the shared layers reuse the cache of an "
+                    f"earlier {t} layer, but the first {first_shared} layers have none (layer types from "
+                    + ("model.layer_types" if self.layer_types is not None else f"model.full_attention_every={self.full_attention_every}")
+                    + f"); allowed: at least one {t} layer before layer {first_shared}"
+                )
         return self
 
     def resolved_layer_types(self) -> list[str]:
@@ -144,24 +163,24 @@ class ModelConfig(Strict):
 class KVCache(Strict):
     dtype: KVDtype = "auto"
     scales: Literal["unit", "calibrated"] = "unit"
-    block_size: int | None = Field(default=None, ge=1, le=1024)
+    block_size: Int(1, 1024) | None = None
 
     @model_validator(mode="after")
     def _scales_need_fp8(self) -> KVCache:
-        if self.scales == "calibrated" and self.dtype not in FP8_KV:
+        if self.scales == "calibrated" and not is_fp8(self.dtype):
             raise ValueError(
-                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV)}), got {self.dtype!r}"
+                f"kv_cache.scales='calibrated' needs an FP8 kv_cache.dtype (one of {list(FP8_KV_DTYPES)}), got {self.dtype!r}"
             )
         return self
 
     @property
     def quantized(self) -> bool:
-        return self.dtype in FP8_KV
+        return is_fp8(self.dtype)
 
 
 class SpecDecode(Strict):
     method: Literal["none", "mtp"] = "none"
-    num_speculative_tokens: int = Field(default=0, ge=0, le=16)
+    num_speculative_tokens: Int(0, 16) = 0
     # null: decided by the rules (stage `spec`); true/false: a user pin.
     copy_target_kv_scales: bool | None = None
 
@@ -177,131 +196,7 @@ class SpecDecode(Strict):
 class AttentionPins(Strict):
     backend: str = "auto"
     flash_attn_version: Literal[2, 3, 4] | None = None
-    backend_per_kind: dict[GroupKindName, str] = {}
-
-
-# ---------------------------------------------------------------- capabilities
-
-
-class MultipleOf(Strict):
-    multiple_of: int = Field(gt=0, le=4096)
-
-
-BlockSpec = Annotated[int, Field(gt=0, le=4096)] | MultipleOf
-
-
-class HeadSizes(Strict):
-    multiple_of: int = Field(default=1, gt=0)
-    min: int = Field(default=1, gt=0)
-    max: int | None = None
-    only: list[int] | None = None
-
-    def allows(self, h: int) -> bool:
-        if self.only is not None:
-            return h in self.only
-        return h % self.multiple_of == 0 and h >= self.min and (self.max is None or h <= self.max)
-
-
-class Capability(Strict):
-    """What a backend declares it supports (vLLM's ClassVars and predicates, as data)."""
-
-    description: str = ""
-    devices: list[Device]
-    package: Literal["fa2", "fa3", "fa4", "flashinfer", "triton"] | None = None
-    dtypes: list[ModelDtype]
-    kv_cache_dtypes: list[str]
-    head_sizes: HeadSizes = HeadSizes()
-    kernel_block_sizes: list[BlockSpec] = Field(default=[MultipleOf(multiple_of=1)], min_length=1)
-    min_compute_capability: tuple[int, int] | None = None
-    max_compute_capability: tuple[int, int] | None = None
-    sliding_window: bool = False
-    mm_prefix: bool = False
-    sinks: bool = False
-    quant_query: bool = False
-    per_head_quant_scales: bool = False  # FP8 descales per (sequence, KV head), not only per layer
-    flash_attn: bool = False  # resolves a FlashAttention version per layer group
-
-
-# ---------------------------------------------------------------- rules
-
-Stage = Literal[
-    "model", "fa_version", "priority", "reject", "kernel_block",
-    "preferred_block", "quant_query", "descale", "spec", "warning",
-]  # fmt: skip
-
-# The effect field each stage needs (reject/warning rules need only their reason).
-STAGE_EFFECT: dict[str, str | None] = {
-    "model": "set",
-    "fa_version": "flash_attn_version",
-    "priority": "priority",
-    "reject": None,
-    "kernel_block": "kernel_block_sizes",
-    "preferred_block": "preferred_block_size_min",
-    "quant_query": "quant_query",
-    "descale": "descale",
-    "spec": "copy_target_kv_scales",
-    "warning": None,
-}
-EFFECT_FIELDS = tuple(f for f in STAGE_EFFECT.values() if f)
-
-
-class ModelForcing(Strict):
-    flash_attn_version: Literal[2, 3, 4] | None = None
-    backend: str | None = None
-
-
-class FromFact(Strict):
-    from_: str = Field(alias="from")
-
-
-class Rule(Strict):
-    stage: Stage
-    reason: str = Field(min_length=1)
-    when: dict[str, Any] = {}
-    order: int = 0  # evaluation order inside a stage; ties keep declaration order
-    enabled: bool = True
-    set: ModelForcing | None = None
-    flash_attn_version: Literal[2, 3, 4] | FromFact | None = None
-    priority: list[str] | None = None
-    kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
-    preferred_block_size_min: int | None = Field(default=None, gt=0)
-    quant_query: bool | None = None
-    descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
-    copy_target_kv_scales: bool | None = None
-
-    @model_validator(mode="after")
-    def _one_effect(self) -> Rule:
-        wanted = STAGE_EFFECT[self.stage]
-        given = [f for f in EFFECT_FIELDS if f in self.model_fields_set]
-        extra = [f for f in given if f != wanted]
-        if extra:
-            raise ValueError(f"stage '{self.stage}' takes no {extra}; its effect is {wanted or 'the reason alone'}")
-        if wanted and wanted not in self.model_fields_set:
-            raise ValueError(f"stage '{self.stage}' needs the effect field '{wanted}'")
-        if wanted and wanted != "flash_attn_version" and getattr(self, wanted) is None:
-            raise ValueError(f"stage '{self.stage}': '{wanted}' must not be null")
-        if self.priority is not None and not self.priority:
-            raise ValueError("priority must list at least one backend")
-        return self
-
-
-class Tombstone(Strict):
-    """`{enabled: false}` on its own: an overlay disabling a rule that may not exist."""
-
-    enabled: Literal[False]
-
-
-def _rule_or_tombstone(v: Any) -> str:
-    if isinstance(v, dict):
-        return "tombstone" if set(v) == {"enabled"} and v["enabled"] is False else "rule"
-    return "tombstone" if isinstance(v, Tombstone) else "rule"
-
-
-RuleEntry = Annotated[
-    Annotated[Rule, Tag("rule")] | Annotated[Tombstone, Tag("tombstone")],
-    Discriminator(_rule_or_tombstone),
-]
-
+    backend_per_kind: dict[GroupKind, str] = {}
 
 # ---------------------------------------------------------------- the whole config
 
@@ -325,23 +220,45 @@ class KSelectConfig(Strict):
             raise ValueError("capabilities must declare at least one backend")
         return v
 
+    @field_validator("rules")
+    @classmethod
+    def _addressable_ids(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # a rule id is one Hydra key segment, so `rules.<id>.enabled=false` is one override
+        bad = [rid for rid in v if not RULE_ID.fullmatch(rid)]
+        if bad:
+            raise ValueError(
+                f"rule id(s) {bad} cannot be addressed from the command line; an id is letters, digits, "
+                "'_' and '-' (namespace-name, e.g. 'fa-kv_dtype_version_gate'), no '.'"
+            )
+        return v
+
     @model_validator(mode="after")
-    def _pins_exist(self) -> KSelectConfig:
+    def _cross_sections(self) -> KSelectConfig:
+        self.check_cross_sections()
+        self._check_rules_name_backends()
+        return self
+
+    def _check_rules_name_backends(self) -> None:
         names = sorted(self.capabilities)
-        pins = {"attention.backend": self.attention.backend}
-        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
-        for key, b in pins.items():
-            if b != "auto" and b not in self.capabilities:
-                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         for rid, r in self.rules.items():
             for b in (r.priority or []) if isinstance(r, Rule) else []:
                 if b not in self.capabilities:
                     raise ValueError(f"rules.{rid}.priority names unknown backend {b!r}; allowed: {names}")
             if isinstance(r, Rule) and r.set and r.set.backend and r.set.backend not in self.capabilities:
                 raise ValueError(f"rules.{rid}.set.backend={r.set.backend!r} is not a backend; allowed: {names}")
+
+    def check_cross_sections(self) -> None:
+        """Checks that span the environment sections (pins name backends, MTP needs a drafter).
+        Raises ValueError. Validation runs them; the matrix runs them on configs it assembles
+        with model_copy (rules and capabilities come from one validated config there)."""
+        names = sorted(self.capabilities)
+        pins = {"attention.backend": self.attention.backend}
+        pins |= {f"attention.backend_per_kind.{k}": b for k, b in self.attention.backend_per_kind.items()}
+        for key, b in pins.items():
+            if b != "auto" and b not in self.capabilities:
+                raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
-        return self
 
     def active_rules(self) -> dict[str, Rule]:
         return {rid: r for rid, r in self.rules.items() if isinstance(r, Rule) and r.enabled}

@@ -9,26 +9,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-GroupKind = Literal["sliding_window", "full_attention"]
+from .records import ClaimCheck, Rejection, Warning
+from .vocab import GroupKind, group_id
+
 # How FP8 descales reach the kernel:
 #   none        no quantized KV
 #   q_k_v       q is quantized to FP8 too (quant-query), q/k/v descales passed (FA3, Triton)
 #   k_v         K/V descales only, q stays in the model dtype (the reference, Triton)
 #   kv_dequant  K/V dequantized inside the kernel, q unquantized (vLLM FA4 fork on SM90)
 Descale = Literal["none", "q_k_v", "k_v", "kv_dequant"]
-Verification = Literal["verified", "refuted", "unverified", "not_applicable"]
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClaimCheck(Frozen):
-    """One capability claim a selected kernel path relies on, and what hardware said."""
-
-    claim: str  # e.g. "FLASH_ATTN/v4/fp8_kv/d256/window"
-    status: Verification
-    detail: str = ""
 
 
 class GroupSelection(Frozen):
@@ -48,19 +41,28 @@ class GroupSelection(Frozen):
     descale: Descale
     kv_scales: Literal["none", "unit", "calibrated", "copied_from_target"]
     mm_prefix: bool
-    rejected: dict[str, tuple[str, ...]] = {}
+    rejected: dict[str, tuple[Rejection, ...]] = {}
     trace: tuple[str, ...] = ()  # rule ids that fired, in order
     reasons: tuple[str, ...] = ()  # human text: why this backend/version/block
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Warning, ...] = ()
     claims: tuple[ClaimCheck, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """`sliding_window`, `draft:full_attention`, ... (vocab.group_id)."""
+        return group_id(self.kind, self.draft)
 
 
 class Selection(Frozen):
     environment: dict  # a short summary of what was resolved (platform, model, kv, spec, pins, overlays)
     block_size: int  # the cache manager block size (vLLM cache_config.block_size)
     groups: tuple[GroupSelection, ...]
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Warning, ...] = ()
     trace: tuple[str, ...] = ()  # model-level rule ids (forcing, preferred block, spec)
+
+    def all_warnings(self) -> list[Warning]:
+        """Every warning, the groups' in order, then the selection-level ones (each names its group)."""
+        return [w for g in self.groups for w in g.warnings] + list(self.warnings)
 
     def group(self, kind: GroupKind, draft: bool = False) -> GroupSelection:
         for g in self.groups:

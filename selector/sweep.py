@@ -35,7 +35,10 @@ Defaults for a site can live in a Hydra config (`conf/hydra/launcher/<site>.yaml
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import hydra
@@ -43,7 +46,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from .api import CONF_DIR, validate
+from .cli import run_cli, strip_debug
 from .errors import KSelectError, SelectionError
+from .files import atomic_write
+from .guard import SWEEP_HYDRA_KEYS, check_conf_tree, check_overrides
 from .matrix import load_matrix
 from .render import as_dict
 from .resolve import resolve
@@ -75,7 +81,7 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     """Resolve one composed config; never raises for a bad cell."""
     record: dict = {"overrides": list(overrides)}
     try:
-        kcfg = validate(OmegaConf.to_container(cfg, resolve=True))
+        kcfg = validate(OmegaConf.to_container(cfg, resolve=True), overrides)
         sel = resolve(kcfg)
         record.update(outcome="ok", selection=as_dict(sel))
     except SelectionError as e:
@@ -85,28 +91,67 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     return record
 
 
+SWEEP_ENV = "KSELECT_SWEEP"  # "<sweep id>:<number of jobs>", set by main for every job
+FLAGS = ("-m", "--multirun")  # Hydra's other flags (--config-dir, --experimental-rerun, ...) are refused
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     record = run_job(cfg, list(hc.overrides.task))
     record["job"] = {"num": hc.job.num, "launcher": hc.runtime.choices.get("hydra/launcher")}
+    sweep_id, _, jobs = os.environ.get(SWEEP_ENV, ":").partition(":")
+    record["sweep"] = {"id": sweep_id or None, "jobs": int(jobs) if jobs.isdigit() else None}
     out = Path(hc.runtime.output_dir)
-    (out / "selection.json").write_text(json.dumps(record, indent=2) + "\n")
+    prev = out / "selection.json"
+    if prev.exists():  # never mix two sweeps in one job directory: the second one is refused
+        raise KSelectError(f"sweep: {prev} already exists (another sweep wrote there); allowed: a new hydra.sweep.dir")
+    atomic_write(prev, json.dumps(record, indent=2) + "\n")
     groups = record.get("selection", {}).get("groups", [])
     summary = ", ".join(f"{g['kind']}={g['backend']}" for g in groups if not g["draft"]) or record.get("error", "").split("\n")[0]
     print(f"[kselect job {hc.job.num}] {' '.join(record['overrides'])}: {record['outcome']}: {summary}")
 
 
-def main() -> None:
-    argv = []
-    for a in sys.argv[1:]:
+def plan(argv: list[str]) -> tuple[list[str], int]:
+    """Check the command line; return it (matrix= expanded) and the number of jobs it launches."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # noqa: PLC0415
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415
+
+    out: list[str] = []
+    for a in argv:
         if a.startswith("matrix="):
-            argv += matrix_overrides(a.split("=", 1)[1])
+            out += matrix_overrides(a.split("=", 1)[1])
+        elif a.startswith("-") and a not in FLAGS:
+            raise KSelectError(f"sweep: option {a!r} is not supported; allowed: -m/--multirun and key=value overrides")
         else:
-            argv.append(a)
-    sys.argv[1:] = argv
+            out.append(a)
+    overrides = [a for a in out if a not in FLAGS]
+    check_conf_tree(CONF_DIR)
+    check_overrides(overrides, CONF_DIR, SWEEP_HYDRA_KEYS)
+    try:
+        jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    except Exception as e:  # noqa: BLE001 - a malformed sweep: Hydra's message, one paragraph
+        raise KSelectError(f"sweep: {' '.join(overrides)}: {' '.join(str(e).split())}") from None
+    if not any(o.startswith("hydra.sweep.dir=") for o in overrides):
+        out.append(f"hydra.sweep.dir=multirun/{time.strftime('%Y-%m-%d/%H-%M-%S')}-{uuid.uuid4().hex[:8]}")
+    else:
+        d = Path(next(o for o in overrides if o.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+        if d.is_dir() and any(d.rglob("selection.json")):
+            raise KSelectError(f"sweep: hydra.sweep.dir={d} already holds a sweep's selection.json files; allowed: a new or empty directory")
+    return out, len(jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = strip_debug(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    args, jobs = plan(argv)
+    os.environ[SWEEP_ENV] = f"{uuid.uuid4().hex}:{jobs}"
+    sys.argv[1:] = args
     _job()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

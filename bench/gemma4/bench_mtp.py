@@ -17,7 +17,13 @@ folder), else seeded tiny drafters with the preset's `drafter:` shapes (`random`
    acceptance statistics).
 
 Greedy runs also check that speculative output == plain output. Random prompts of --prompt-len
-tokens; one warm-up, then the median of --repeats timed runs. Writes bench_mtp.json and
+tokens; one warm-up, then the median of --repeats timed runs. Both modes run as CUDA graphs where
+the engine can (speculative greedy: captured draft steps and verify pass, gemma4/spec_graphs.py).
+
+Speed-up as a function of acceptance: a round costs the same whatever is accepted (fixed shapes),
+so from the measured plain step time t and round time r the speed-up at a per-draft acceptance
+probability a is E(a) * t / r with E(a) = 1 + a + ... + a^k tokens a round (independent
+acceptances). Break-even: E(a) = r / t. `--no-fp8` skips part 2. Writes bench_mtp.json and
 bench_mtp.md into --out and prints the tables.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,11 +41,12 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 from kselect.kernels.tolerances import rel_err  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 
 def _median_runs(fn, repeats: int):
@@ -50,7 +58,7 @@ def _median_runs(fn, repeats: int):
 
 def run_cell(label, cfg, sel, model, drafters, prompts, calib, opts):
     """Plain and speculative decoding on one selection. Returns rows."""
-    max_len = max(map(len, prompts)) + opts.new
+    max_len = max(map(len, prompts)) + opts.new + opts.k  # room for the k drafts of a captured round
     eng = Engine(model, sel, max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
                  cuda_graphs=False if opts.no_cuda_graphs else None)
     scales = None
@@ -62,25 +70,56 @@ def run_cell(label, cfg, sel, model, drafters, prompts, calib, opts):
         return eng.generate(prompts, 2 if warmup else opts.new, stop_at_eos=False, **gen_kw)
 
     plain, plain_tps = _median_runs(plain_run, opts.repeats)
+    step_ms = plain.decode_s / max(1, opts.new - 1) * 1e3  # one lock-step decode step of the batch
     rows = [dict(cell=label, mode="plain", drafter="-", draft_kv_scales="-", decode_tok_s=plain_tps,
                  speedup=1.0, acceptance_rate=None, mean_accepted_length=1.0, target_passes=opts.new - 1,
-                 identical=None, cuda_graphs=plain.cuda_graphs)]
+                 identical=None, cuda_graphs=plain.cuda_graphs, step_ms=step_ms)]
     for name, drafter in drafters:
         sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=opts.k)
 
-        def spec_run(warmup, sd=sd):
-            return sd.generate(prompts, 2 if warmup else opts.new, stop_at_eos=False, **gen_kw)
+        def spec_run(warmup, sd=sd):  # the warm-up runs whole rounds: it captures the graphs
+            return sd.generate(prompts, min(opts.new, 2 * opts.k + 2) if warmup else opts.new, stop_at_eos=False,
+                               **gen_kw)
 
         res, tps = _median_runs(spec_run, opts.repeats)
         st = res.stats
-        rows.append(dict(
+        round_ms = res.decode_s / max(1, res.target_passes) * 1e3  # one batched draft + verify round
+        rows.append(dict(round_ms=round_ms, graph_rounds=res.graph_rounds, notes=res.notes,
+                         curve=acceptance_curve(opts.k, step_ms, round_ms),
             cell=label, mode="speculative", drafter=name,
             draft_kv_scales="/".join(sorted(set(sd.scales_mode.values()))), decode_tok_s=tps,
             speedup=tps / plain_tps, acceptance_rate=st.acceptance_rate, mean_accepted_length=st.mean_accepted_length,
             target_passes=res.target_passes, acceptance_at=st.to_dict()["acceptance_at"],
-            identical=(res.tokens == plain.tokens) if opts.temperature <= 0 else None, cuda_graphs=False,
+            identical=(res.tokens == plain.tokens) if opts.temperature <= 0 else None, cuda_graphs=res.cuda_graphs,
             draft_logit_rel_err=None))
     return rows, eng, scales
+
+
+def tokens_per_round(a: float, k: int) -> float:
+    """Expected tokens a round emits when each draft is accepted with probability a (independently)."""
+    return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def acceptance_for(target_len: float, k: int) -> float | None:
+    """The per-draft acceptance a with tokens_per_round(a) = target_len (None: out of reach)."""
+    if target_len <= 1:
+        return 0.0
+    if target_len > k + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tokens_per_round(mid, k) < target_len else (lo, mid)
+    return hi
+
+
+def acceptance_curve(k: int, step_ms: float, round_ms: float) -> dict:
+    """Speed-up over plain decoding as a function of the per-draft acceptance a, from measured times."""
+    ratio = round_ms / step_ms
+    return dict(round_over_step=ratio, break_even_mean_len=ratio, break_even_acceptance=acceptance_for(ratio, k),
+                mean_len_for_1_6x=1.6 * ratio, acceptance_for_1_6x=acceptance_for(1.6 * ratio, k),
+                speedup_at={f"{a:.1f}": tokens_per_round(a, k) / ratio for a in
+                            (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)})
 
 
 def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) -> float:
@@ -96,9 +135,7 @@ def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) 
     fp8 = Engine(model, sel_fp8, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
     fp8.calibrate(calib)
     sd = SpeculativeDecoder(fp8, drafter, sel_fp8, num_speculative_tokens=1)
-    for s, p in enumerate(prompts):
-        fp8.cache.ensure(s, len(p))
-        fp8.seq_lens[s] = sd.written[s] = len(p)
+    sd.target_forward(list(range(n)), prompts)  # lengths and blocks; the K/V are replaced below
     for kind, g in fp8.cache.groups.items():
         src = plain.cache.groups[kind]
         for i in g.producers:
@@ -110,6 +147,7 @@ def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) 
 
 def markdown(meta, rows) -> str:
     lines = [f"# Gemma-4 MTP speculative decoding ({meta['model']}, {meta['device']})", "",
+             f"commit {meta['commit']}; {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}", "",
              f"batch {meta['batch']}, prompt {meta['prompt_len']} tokens, {meta['new']} new tokens, k={meta['k']}, "
              f"{'greedy' if meta['temperature'] <= 0 else 'T=' + str(meta['temperature'])}; median of "
              f"{meta['repeats']} runs; {meta['when']}", "",
@@ -124,10 +162,28 @@ def markdown(meta, rows) -> str:
                      f"{r['decode_tok_s']:,.0f} | {r['speedup']:.2f}x | {acc} | {r['mean_accepted_length']:.2f} | "
                      f"{r['target_passes']} | {same} | {err} |")
     lines += ["", "acceptance = accepted / proposed drafts; mean len = tokens per verification pass and sequence "
-              "(1 + accepted); plain decoding may run as CUDA graphs, speculative decoding runs eager. "
-              "Seeded `random` drafters accept almost nothing; the `copy` init proposes the last token again "
-              "(a heuristic, not a trained drafter). Draft logit err: one draft step over the FP8 cache vs over a "
-              "model-dtype cache with the same K/V.", ""]
+              "(1 + accepted). Seeded `random` drafters accept almost nothing; the `copy` init proposes the last "
+              "token again (a heuristic, not a trained drafter). Draft logit err: one draft step over the FP8 cache "
+              "vs over a model-dtype cache with the same K/V.", ""]
+    spec = [r for r in rows if r["mode"] == "speculative" and r.get("curve")]
+    if spec:
+        alphas = list(spec[0]["curve"]["speedup_at"])
+        lines += ["## Speed-up as a function of acceptance", "",
+                  "From the measured times: plain step t, speculative round r (k draft steps + one verify pass; "
+                  "its cost does not depend on what is accepted). Speed-up at per-draft acceptance a = "
+                  "(1 + a + ... + a^k) * t / r.", "",
+                  "| cell | drafter | graphs | plain step ms | round ms | r/t = break-even mean len | break-even a | "
+                  "a for 1.6x | " + " | ".join(f"a={a}" for a in alphas) + " |",
+                  "|---|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(alphas)]
+        step = {r["cell"]: r["step_ms"] for r in rows if r["mode"] == "plain"}
+        for r in spec:
+            c = r["curve"]
+            fmt = lambda x: "out of reach" if x is None else f"{x:.2f}"  # noqa: E731
+            lines.append(f"| {r['cell']} | {r['drafter']} | {'yes' if r['cuda_graphs'] else 'no'} | "
+                         f"{step[r['cell']]:.2f} | {r['round_ms']:.2f} | {c['break_even_mean_len']:.2f} | "
+                         f"{fmt(c['break_even_acceptance'])} | {fmt(c['acceptance_for_1_6x'])} | "
+                         + " | ".join(f"{v:.2f}x" for v in c["speedup_at"].values()) + " |")
+        lines.append("")
     if meta.get("warnings"):
         lines += ["selector warnings:", ""] + [f"- {w}" for w in meta["warnings"]] + [""]
     return "\n".join(lines)
@@ -167,13 +223,13 @@ def main(argv: list[str]) -> int:
     base = [o for o in overrides if not o.startswith(("kv_cache", "spec_decode.copy_target_kv_scales"))]
     label = f"kv {cfg.kv_cache.dtype}/{cfg.kv_cache.scales}"
     rows, _, _ = run_cell(label, cfg, sel, model, drafters, prompts, calib, opts)
-    warnings = sorted({w for gr in sel.groups for w in gr.warnings if "mtp." in w})
+    warnings = sorted({w.text for gr in sel.groups for w in gr.warnings if (w.rule or "").startswith("mtp-")})
     if not opts.no_fp8:
         plain_sel = select(base + ["kv_cache=auto"])[1]
         for copy in (True, False):
             cell = base + ["kv_cache=fp8", "kv_cache.scales=calibrated", f"spec_decode.copy_target_kv_scales={str(copy).lower()}"]
             c_cfg, c_sel = select(cell)
-            warnings += sorted({w for gr in c_sel.groups for w in gr.warnings if "mtp." in w})
+            warnings += sorted({w.text for gr in c_sel.groups for w in gr.warnings if (w.rule or "").startswith("mtp-")})
             lab = f"kv fp8/calibrated, draft scales {'copied' if copy else 'unit'}"
             r, _, scales = run_cell(lab, c_cfg, c_sel, model, drafters, prompts, calib, opts)
             for row in r:
@@ -182,18 +238,35 @@ def main(argv: list[str]) -> int:
                     row["draft_logit_rel_err"] = draft_logit_error(model, d, c_sel, plain_sel, prompts, calib, opts)
                 row["k_scale_range"] = [min(s[0] for s in scales.values()), max(s[0] for s in scales.values())]
             rows += r
-    meta = dict(model=cfg.model.name, source=source, device=str(model.device), batch=opts.batch,
+    meta = dict(versions=_versions(), commit=os.environ.get("KSELECT_COMMIT", "unknown"), model=cfg.model.name, source=source, device=str(model.device), batch=opts.batch,
                 prompt_len=opts.prompt_len, new=opts.new, k=opts.k, temperature=opts.temperature, repeats=opts.repeats,
                 when=time.strftime("%Y-%m-%d %H:%M:%S"), environment=sel.environment, overrides=overrides,
                 warnings=sorted(set(warnings)))
     opts.out.mkdir(parents=True, exist_ok=True)
-    (opts.out / "bench_mtp.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2, default=str))
+    atomic_write(opts.out / "bench_mtp.json", json.dumps(dict(meta=meta, rows=rows), indent=2, default=str))
     md = markdown(meta, rows)
-    (opts.out / "bench_mtp.md").write_text(md)
+    atomic_write(opts.out / "bench_mtp.md", md)
     print(md)
     bad = [r for r in rows if r["identical"] is False]
     return 1 if bad else 0
 
 
+def _versions() -> dict:
+    out = dict(torch=torch.__version__, cuda=torch.version.cuda)
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name()
+    return out
+
+
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -41,9 +41,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
               "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
@@ -320,8 +321,8 @@ class Report:
         out.mkdir(parents=True, exist_ok=True)
 
     def save(self):
-        (self.out / "e2e.json").write_text(json.dumps(self.data, indent=1, default=str))
-        (self.out / "e2e.md").write_text(render_md(self.data))
+        atomic_write((self.out / "e2e.json"), json.dumps(self.data, indent=1, default=str))
+        atomic_write((self.out / "e2e.md"), render_md(self.data))
 
 
 def _f(x, fmt=",.0f"):
@@ -576,4 +577,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

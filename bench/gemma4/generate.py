@@ -17,8 +17,9 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -51,10 +52,12 @@ def main(argv: list[str]) -> int:
         rows.append(dict(batch=b, prompt_len=opts.prompt_len, new_tokens=opts.new, prefill_tok_s=r.prefill_tok_s,
                          decode_tok_s=r.decode_tok_s, cuda_graphs=r.cuda_graphs, backends=eng.backend_names()))
     if opts.json:
-        opts.json.write_text(json.dumps(dict(model=cfg.model.name, device=str(model.device),
+        atomic_write(opts.json, json.dumps(dict(model=cfg.model.name, device=str(model.device),
                                              environment=sel.environment, rows=rows), indent=2, default=str))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

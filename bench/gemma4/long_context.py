@@ -25,9 +25,10 @@ import torch
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.__main__ import build_model, select  # noqa: E402
+from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 
 def _sync(device) -> None:
@@ -76,7 +77,7 @@ def run(cfg, sel, model, opts) -> dict:
     out = dict(model=cfg.model.name, dtype=str(model.dtype).removeprefix("torch."), kv=cfg.kv_cache.dtype,
                backends=eng.backend_names(), context=opts.context, new=opts.new, prefill_chunk=opts.prefill_chunk,
                prefill_tok_s=opts.context / (t1 - t0), decode_tok_s=opts.new / max(t2 - t1, 1e-9),
-               cuda_graphs=bool(eng._graphs) and eng.use_graphs, pools=pools(eng, seq_len), notes=list(eng.notes))
+               cuda_graphs=eng.graphs_captured, pools=pools(eng, seq_len), notes=list(eng.notes))
     if dev.type == "cuda":
         out["peak_allocated_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
     if opts.check:
@@ -119,9 +120,11 @@ def main(argv: list[str]) -> int:
               f"({'ok' if c['ok'] else 'ABOVE'} the {c['bar']:g} bar)")
     if opts.json:
         opts.json.parent.mkdir(parents=True, exist_ok=True)
-        opts.json.write_text(json.dumps(dict(res, source=source, overrides=overrides), indent=1))
+        atomic_write(opts.json, json.dumps(dict(res, source=source, overrides=overrides), indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    from kselect.gemma4.__main__ import cli
+
+    cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from kselect.selector.files import atomic_write
+
 sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 
@@ -319,8 +321,7 @@ def main():
             torch.cuda.synchronize()
         del sets
         torch.cuda.empty_cache()
-        with open(os.path.join(args.out, "bench.json"), "w") as f:  # partial results survive a timeout
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        atomic_write(os.path.join(args.out, "bench.json"), json.dumps(dict(meta=meta, rows=rows), indent=1))  # partial results survive a timeout
     write_md(args.out, meta, rows)
     print(f"done in {time.time() - t0:.0f}s -> {args.out}")
 
@@ -337,9 +338,10 @@ def write_md(out, meta, rows):
                      f"{f(r.get('ms'), 4)} | {f(r.get('tflops'), 0)} | {f(r.get('gbs'), 0)} | "
                      f"{f(r.get('gbs_graph'), 0)} | {r.get('pct_copy', '')} | {r.get('rel_err', '')} | "
                      f"{r.get('note', '')} |")
-    with open(os.path.join(out, "bench.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    atomic_write(os.path.join(out, "bench.md"), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    from kselect.selector.cli import run_script
+
+    run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -93,12 +93,15 @@ def main():
         k = (r["case"], r["dtype"])
         if "gbs" in r and (k not in best or r["gbs"] > best[k]["gbs"]):
             best[k] = r
-    with open(os.path.join(args.out, "tune.json"), "w") as f:
-        json.dump(dict(meta=dict(copy_gbs=copy), rows=rows, best=list(best.values())), f, indent=1)
+    from kselect.selector.files import atomic_write
+
+    atomic_write(os.path.join(args.out, "tune.json"), json.dumps(dict(meta=dict(copy_gbs=copy), rows=rows, best=list(best.values())), indent=1))
     for v in best.values():
         print(f"BEST {v['case']} {v['dtype']}: {v['ms']} ms {v['gbs']} GB/s = {v['pct_copy']}% of copy "
               f"(BLOCK_N {v['block_n']}, {v['warps']} warps, {v['stages']} stages, asm {v['asm']}, splits {v['splits']})")
 
 
 if __name__ == "__main__":
-    main()
+    from kselect.selector.cli import run_script
+
+    run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

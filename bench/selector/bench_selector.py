@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from kselect.selector.files import atomic_write  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
@@ -109,8 +110,8 @@ def main() -> int:
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_selector.json").write_text(json.dumps({"meta": meta, "results": r}, indent=2) + "\n")
-    (out / "bench_selector.md").write_text(markdown(meta, r))
+    atomic_write((out / "bench_selector.json"), json.dumps({"meta": meta, "results": r}, indent=2) + "\n")
+    atomic_write((out / "bench_selector.md"), markdown(meta, r))
     print(markdown(meta, r))
     return 0
 
@@ -146,4 +147,6 @@ def markdown(meta: dict, r: dict) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from kselect.selector.cli import run_script
+
+    run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

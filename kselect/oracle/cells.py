@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass
 
+from kselect.selector.vocab import group_id
+
 # capability -> kselect platform preset (conf/platform/<name>.yaml)
 PLATFORMS = {"8.0": "sm80", "8.9": "sm89", "9.0": "sm90", "10.0": "sm100", "12.0": "sm120"}
 MODELS = ("gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
@@ -73,6 +75,4 @@ def grid(ccs=tuple(PLATFORMS), models=MODELS, kv_dtypes=KV_DTYPES, multimodal=(F
             for c, m, k, mm, fa, b, s in itertools.product(ccs, models, kv_dtypes, multimodal, fa_pins, backends, spec)]
 
 
-def group_key(kind: str, draft: bool) -> str:
-    """How a record names a KV-cache group: 'sliding_window', 'draft:full_attention', ..."""
-    return f"draft:{kind}" if draft else kind
+group_key = group_id  # how a record names a KV-cache group (the selector's vocabulary)

@@ -50,3 +50,31 @@ def hf_twin(model):
 def hf_logits(hf, tokens: list[int]) -> torch.Tensor:
     with torch.no_grad():
         return hf(torch.tensor([tokens])).logits[0].float()
+
+
+def simple_selection(args: Gemma4Args, *, backend: str = "TORCH_REFERENCE", kv_block_size=16,
+                     kv_cache_dtype: str = "auto", kv_scales: str = "unit", kernel_block_size=None):
+    """A hand-made selection: the same backend for every group. `kv_block_size` / `kernel_block_size`
+    may be given per layer type ({sliding_attention: 16, ...})."""
+    from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP
+    from kselect.selector.selection import GroupSelection, Selection
+
+    names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+    kv_name = names[args.torch_dtype] if kv_cache_dtype in (None, "auto") else kv_cache_dtype
+    fp8 = kv_name.startswith("fp8")
+    groups = []
+    for kind in (S, F):
+        layers = args.layers_of(kind)
+        if not layers:
+            continue
+        bs = kv_block_size[kind] if isinstance(kv_block_size, dict) else kv_block_size
+        kb = kernel_block_size[kind] if isinstance(kernel_block_size, dict) else kernel_block_size
+        groups.append(GroupSelection(
+            kind=LAYER_TYPE_TO_GROUP[kind], layers=tuple(layers),
+            reads_from=tuple(sorted({args.kv_source(i) for i in layers if args.is_kv_shared(i)})),
+            head_size=args.layer_head_dim(layers[0]), num_kv_heads=args.num_kv_heads(layers[0]),
+            sliding_window=args.sliding_window if kind == S else None, backend=backend, flash_attn_version=None,
+            kernel_block_size=kb or bs, kv_block_size=bs, kv_cache_dtype=kv_name, quant_query=False,
+            descale="k_v" if fp8 else "none", kv_scales=kv_scales if fp8 else "none", mm_prefix=False))
+    bs0 = min(g.kv_block_size for g in groups)
+    return Selection(environment={"platform": "manual", "model": args.name}, block_size=bs0, groups=tuple(groups))

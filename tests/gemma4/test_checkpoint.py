@@ -14,7 +14,8 @@ from g4_helpers import HF_RTOL, hf_logits
 from kselect.gemma4.checkpoint import (BUNDLED_TOKENIZER, CheckpointError, build_random, load_checkpoint,
                                load_tokenizer, save_checkpoint)
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
-from kselect.gemma4.engine import Engine, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, max_rel_error
+from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted((ROOT / "conf" / "model").glob("gemma4_*.yaml"))

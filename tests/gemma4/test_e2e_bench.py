@@ -3,19 +3,16 @@ graph-decode bookkeeping (device-resident tokens, in-graph slots, graph reuse) e
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import math
-import sys
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from kselect.gemma4.engine import Engine, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, max_rel_error
+from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,49 +138,7 @@ def test_decode_intensity_is_gqa_ratio():
 
 
 # ---------------------------------------------------------------------------- graph decode, emulated
-class _FakeGraph:
-    """Stands in for torch.cuda.CUDAGraph on CPU: replay re-runs the captured step's `_run` into its
-    static output, so any stale device-side state (ids, positions, lengths, slots) shows."""
-
-    def __init__(self):
-        self.dg = None
-
-    def replay(self):
-        self.dg.out.copy_(self.dg._run())
-
-
-class _FakeCapture:
-    def __init__(self, g):
-        self.g = g
-
-    def __enter__(self):
-        self.g.dg = sys._getframe(1).f_locals["self"]  # the DecodeGraph being captured
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _FakeEvent:
-    def __init__(self, enable_timing=False):
-        self.t = 0.0
-
-    def record(self):
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, other):
-        return (other.t - self.t) * 1e3
-
-
-@pytest.fixture
-def fake_cuda_graphs(monkeypatch):
-    stream = SimpleNamespace(wait_stream=lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
-    monkeypatch.setattr(torch.cuda, "graph", _FakeCapture)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: stream)
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: stream)
-    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+# (the fake_cuda_graphs fixture is in conftest.py)
 
 
 @pytest.mark.parametrize("kv", ["auto", "fp8"])

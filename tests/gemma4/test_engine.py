@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kselect.gemma4.engine import Engine, sample, simple_selection
+from kselect.gemma4.engine import Engine, sample
+from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,7 +134,7 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
     sel = simple_selection(model.args, kv_block_size=32, kv_cache_dtype=kv)
     ref = Engine(model, sel, max_seqs=4, max_seq_len=64).generate(prompts, 6, return_logits=True)
     e = Engine(model, sel, max_seqs=4, max_seq_len=64)
-    e.static_paths = True
+    e.runner.static_paths = True
     got = e.generate(prompts, 6, return_logits=True)
     assert got.tokens == ref.tokens
     from kselect.gemma4.engine import max_rel_error
@@ -164,7 +165,7 @@ def test_cuda_graph_decode_matches_eager(step):
     """Decode crosses the window (16) and several kv blocks, so the sliding group gives blocks back and
     takes new ones while graphs replay (tables reloaded); with chunks of 8 its pool is small."""
     from kselect.selector.api import compose, resolve
-    from kselect.gemma4.__main__ import build_model
+    from kselect.gemma4.build import build_model
 
     cfg = compose([])
     sel = resolve(cfg)

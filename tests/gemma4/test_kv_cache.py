@@ -9,8 +9,9 @@ from kselect.backends.registry import make_backend
 from g4_helpers import BASE, EMBED_STD
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.config import Gemma4Args
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups, simple_selection
-from kselect.gemma4.kv_cache import CacheFullError
+from kselect.gemma4.engine import Engine, max_rel_error, model_groups
+from g4_helpers import simple_selection  # noqa: E402
+from kselect.gemma4.block_manager import CacheFullError
 from kselect.kernels.cache_ops import quantize
 
 S, F = "sliding_attention", "full_attention"

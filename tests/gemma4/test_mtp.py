@@ -21,7 +21,8 @@ from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
 from kselect.gemma4.drafter import (DrafterArgs, DrafterError, build_random_drafter, draft_groups_of, load_drafter,
                             save_drafter, target_kv_layer)
-from kselect.gemma4.engine import Engine, model_groups, simple_selection
+from kselect.gemma4.engine import Engine, model_groups
+from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, accept_greedy, rejection_sample
 from kselect.kernels.tolerances import rel_err
 from kselect.selector.api import compose, resolve
@@ -188,35 +189,49 @@ def test_greedy_speculative_is_token_identical_to_greedy(target, copy_drafter, m
         assert set(sd.scales_mode.values()) == {"unit"}
 
 
-def test_rollback_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_prompts):
-    """After every round each sequence's cached length is prompt + emitted - 1 (the last emitted token
-    is not cached yet); rejected slots stay allocated; finished sequences release their blocks."""
+def test_commit_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_prompts):
+    """Every verify pass writes its k+1 tokens as pending and commits the accepted prefix: after each
+    round a sequence's committed length is prompt + emitted - 1 (the last emitted token is not cached
+    yet); rejected slots stay allocated; finished sequences release their blocks."""
     sel = simple_selection(target.args, kv_block_size=16)
     eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     seen, partial = [], []
-    orig = sd.rollback
+    orig = eng.commit
 
-    def spy(seq, length):
-        before = eng.seq_lens[seq]
-        orig(seq, length)
-        seen.append((seq, before, length))
-        if before - length not in (0, 1):
-            partial.append(before - length)
+    def spy(seq, n):
+        s = eng.sequences[seq]
+        length, pending = s.length, s.pending
+        orig(seq, n)
+        assert eng.sequences[seq].length == length + n and eng.sequences[seq].written == length + pending
+        seen.append((seq, length + n))
+        if pending - n not in (0, 1):
+            partial.append(pending - n)
 
-    sd.rollback = spy
+    eng.commit = spy
     free0 = {k: len(g.free_blocks) for k, g in eng.cache.groups.items()}
     res = sd.generate(mtp_prompts, max_new_tokens=N_NEW)
-    assert partial  # some rounds rolled back rejected drafts
+    assert partial  # some rounds dropped rejected drafts
     last = {}
-    for seq, before, length in seen:
-        assert length <= before
+    for seq, length in seen:
+        assert length >= last.get(seq, 0)
         last[seq] = length
     for s, p in enumerate(mtp_prompts):
         assert last[s] == len(p) + len(res.tokens[s]) - 1
     assert {k: len(g.free_blocks) for k, g in eng.cache.groups.items()} == free0  # all released
     with pytest.raises(ValueError, match="cannot roll"):
-        sd.rollback(0, 10_000)
+        eng.rollback(0, 10_000)
+    eng.reset()
+    sd.target_forward([0], [mtp_prompts[0]])
+    sd.target_forward([0], [[5, 6, 7]], commit=False)
+    n = len(mtp_prompts[0])
+    assert (eng.seq_lens[0], eng.sequences[0].pending) == (n, 3)
+    with pytest.raises(ValueError, match="cannot commit 4 tokens of sequence 0: it has 3 pending"):
+        eng.commit(0, 4)
+    eng.commit(0, 2)
+    assert (eng.seq_lens[0], eng.sequences[0].written) == (n + 2, n + 3)
+    eng.rollback(0, n)
+    assert eng.seq_lens[0] == n
 
 
 def test_eos_and_budget_truncation(target, copy_drafter, mtp_prompts):
@@ -354,9 +369,7 @@ def _fp8_copy(target, drafter, sel, prompts, eng32):
     eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
     eng.calibrate(prompts)
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=1)
-    for s, p in enumerate(prompts):
-        eng.cache.ensure(s, len(p))
-        eng.seq_lens[s] = sd.written[s] = len(p)
+    sd.target_forward(list(range(len(prompts))), prompts)  # lengths and blocks; the K/V are replaced below
     for kind, g in eng.cache.groups.items():
         src = eng32.cache.groups[kind]
         assert g.tables == src.tables  # same blocks: fresh allocators, same requests
@@ -417,17 +430,17 @@ def test_calibrated_fp8_draft_scales(target, random_drafter, mtp_prompts, k_gain
         f"(unit {err_unit:.3f} vs copied {err_copied:.3f})")
 
     # the selector's warning for this cell: present exactly when the draft scales are not copied
-    warn = "mtp.unit_scales_on_calibrated_fp8"
+    warn = "mtp-unit_scales_on_calibrated_fp8"
     for sel, copied_ in ((unit_sel, False), (pr_sel, True), (pin_sel, True),
                          (selection(*base, "overlay=[pr48666]", "spec_decode.copy_target_kv_scales=false"), False)):
         for g in sel.groups:
             if g.draft:
                 assert (g.kv_scales == "copied_from_target") == copied_
-                assert any(warn in w for w in g.warnings) == (not copied_)
+                assert any(w.rule == warn for w in g.warnings) == (not copied_)
             else:
-                assert not any(warn in w for w in g.warnings)
+                assert not any(w.rule == warn for w in g.warnings)
     for sel in (selection("kv_cache=fp8_e4m3", "kv_cache.scales=unit"), selection()):
-        assert not any(warn in w for g in sel.groups for w in g.warnings)  # unit FP8 / bf16: unaffected
+        assert not any(w.rule == warn for g in sel.groups for w in g.warnings)  # unit FP8 / bf16: unaffected
 
 
 def test_unit_fp8_cache_is_unaffected_by_the_scale_choice(target, random_drafter, mtp_prompts):

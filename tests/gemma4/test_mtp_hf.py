@@ -21,7 +21,8 @@ import torch
 from g4_helpers import EMBED_STD, hf_twin, make_args
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, hf_state_dict
-from kselect.gemma4.engine import Engine, simple_selection
+from kselect.gemma4.engine import Engine
+from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder
 
 S, F = "sliding_attention", "full_attention"

@@ -17,7 +17,8 @@ import torch
 
 from g4_helpers import EMBED_STD, HF_RTOL, make_args
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error
+from g4_helpers import simple_selection  # noqa: E402
 
 W = 8  # sliding window of the tiny configs
 # seq 0: a span shorter than the window and one longer; seq 1: text only; seq 2: one long span
@@ -107,12 +108,14 @@ def test_long_span_needs_past_only_window(mm, batch):
     model, hf, cfg = mm
     prompts, cont = batch
     from kselect.backends.base import AttentionMetadata
+    from kselect.gemma4.model_runner import ModelRunner
+    from kselect.gemma4.sequence import StepBatch
 
     eng = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=48)
-    eng.mm_spans = {0: SPANS[0], 2: SPANS[2]}
     meta = AttentionMetadata(cu_seqlens_q=None, seqused_k=None, block_table=torch.arange(8).view(2, 4),
                              max_seqlen_q=0, max_seqlen_k=0)
-    far = eng._far_span_queries([0, 2], [LENS[0], LENS[2]], [0, 0], meta)
+    far = eng.runner.far_span_queries(StepBatch([0, 2], [0, 0], [LENS[0], LENS[2]]), {0: SPANS[0], 2: SPANS[2]},
+                                      meta)
     rows = sorted(r for idx, _, _ in far for r in idx.tolist())
     # seq 0 span (9, 22): queries 9..13; seq 2 span (4, 17) (rows start at 24): queries 4..8
     assert rows == list(range(9, 14)) + [24 + q for q in range(4, 9)]
@@ -123,12 +126,12 @@ def test_long_span_needs_past_only_window(mm, batch):
             assert e - 1 - wl == q - W + 1
     # the symmetric window alone would differ from HF on those sequences: drop the widened queries
     ours = run_engine(model, prompts, cont)
-    orig = Engine._far_span_queries
+    orig = ModelRunner.far_span_queries
     try:
-        Engine._far_span_queries = lambda self, *a: []
+        ModelRunner.far_span_queries = lambda self, *a: []
         sym = run_engine(model, prompts, cont)
     finally:
-        Engine._far_span_queries = orig
+        ModelRunner.far_span_queries = orig
     for s in (0, 2):
         ref = hf_logits(hf, cfg, prompts[s] + cont[s], SPANS[s])
         assert max_rel_error(ours[s], ref) < HF_RTOL < max_rel_error(sym[s], ref)

@@ -16,7 +16,8 @@ from g4_helpers import HF_RTOL, hf_logits
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.config import SLIDING, Gemma4Args
 from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
-from kselect.gemma4.engine import Engine, chunk_ends, max_rel_error, simple_selection
+from kselect.gemma4.engine import Engine, chunk_ends, max_rel_error
+from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,8 +124,8 @@ def test_speculative_decoding_on_a_windowed_cache():
     eng.reset()
     eng.prefill([0], [prompts[0]])  # last chunk starts at 42: block 0 (< 42 - 15) is gone
     with pytest.raises(ValueError, match="gave back blocks"):
-        sd.rollback(0, 20)
-    sd.rollback(0, 44)
+        eng.rollback(0, 20)
+    eng.rollback(0, 44)
 
 
 def test_main_job_prefill_chunk():

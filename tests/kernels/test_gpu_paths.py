@@ -4,6 +4,7 @@ Skips without CUDA, on a non-SM90 GPU (FlashAttention paths), or when a path's p
 (the reason names the package). Tolerances: kernels/tolerances.py.
 """
 
+import functools
 import os
 from unittest import mock
 
@@ -14,10 +15,17 @@ from kselect.backends import BackendUnavailableError, make_backend
 from kselect.backends.fixtures import layer_of, make_group, meta_of
 from kselect.kernels.cache_ops import quantize_query
 from kselect.kernels.cases import make_case
-from kselect.kernels.conformance import per_head_scales
 from kselect.kernels.tolerances import rel_err, tolerance
+from kselect.selector.api import compose
 
 pytestmark = pytest.mark.gpu
+
+
+@functools.lru_cache(maxsize=None)
+def per_head_scales(backend: str) -> bool:
+    """capabilities.<backend>.per_head_quant_scales (declarations do not depend on the platform)."""
+    cap = compose(["platform=cpu"]).capabilities.get(backend)
+    return bool(cap and cap.per_head_quant_scales)
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 SM90 = torch.cuda.get_device_capability()[0] == 9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from kselect.selector import conformance
 
@@ -25,7 +26,8 @@ def fake_conformance(tmp_path, monkeypatch):
     monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
 
     def write(gpu_model: str, claims: str) -> str:
-        (tmp_path / f"{gpu_model}.yaml").write_text(f"gpu: {gpu_model}\nclaims:\n{claims}")
+        n = len(yaml.safe_load(f"claims:\n{claims}")["claims"] or {})
+        (tmp_path / f"{gpu_model}.yaml").write_text(f"gpu: {gpu_model}\nclaim_count: {n}\nclaims:\n{claims}")
         conformance.load.cache_clear()
         return gpu_model
 

@@ -68,8 +68,8 @@ def test_rule_unknown_fact_names_the_key():
 
 def test_priority_names_unknown_backend():
     d = copy.deepcopy(BASE)
-    d["rules"]["priority.cuda"]["priority"] = ["FLASH_ATTN", "NOPE"]
-    with pytest.raises(KSelectError, match="rules.priority.cuda.priority names unknown backend 'NOPE'"):
+    d["rules"]["priority-cuda"]["priority"] = ["FLASH_ATTN", "NOPE"]
+    with pytest.raises(KSelectError, match="rules.priority-cuda.priority names unknown backend 'NOPE'"):
         validate(d)
 
 

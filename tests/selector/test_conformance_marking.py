@@ -22,15 +22,25 @@ def test_pr48666_sliding_claim_refuted(h200_data, sel):
     status = {c.claim: c.status for c in sw.claims}
     assert status["FLASH_ATTN_v4:fp8:d256:window"] == "refuted"
     assert status["FLASH_ATTN_v4:fp8:d256:page64"] == "unverified"
-    assert any(w.startswith("REFUTED on nvidia_h200: FLASH_ATTN_v4:fp8:d256:window") for w in sw.warnings)
+    refuted = [w for w in sw.warnings if w.code == "claims_refuted"]
+    assert [(w.gpu, w.group, [c.claim for c in w.claims]) for w in refuted] == [
+        ("nvidia_h200", "sliding_window", ["FLASH_ATTN_v4:fp8:d256:window"])
+    ]
+    assert refuted[0].claims[0].rel_err == 1.2 and refuted[0].claims[0].note == "wrong output"
     assert {c.claim: c.status for c in full.claims}["FLASH_ATTN_v4:fp8:d512:causal"] == "verified"
-    assert not any("REFUTED" in w for w in full.warnings)
+    assert not any(w.code == "claims_refuted" for w in full.warnings)
 
 
 def test_no_data_means_unverified(sel):
     s = sel("platform=sm100", "model=gemma4_31b")
     assert all(c.status == "unverified" for g in s.groups for c in g.claims)
-    assert all(any("unverified on sm100" in w for w in g.warnings) for g in s.groups)
+    assert all(any(w.code == "claims_unverified" and w.gpu == "sm100" for w in g.warnings) for g in s.groups)
+
+
+def test_a_claim_never_run_for_a_missing_package_is_unverified(fake_conformance, sel):
+    fake_conformance("nvidia_h200", "  'FLASHINFER:fp8:d512:causal': {status: unavailable, detail: 'ImportError: no flashinfer'}\n")
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
+    assert {c.claim: c.status for c in s.group("full_attention").claims}["FLASHINFER:fp8:d512:causal"] == "unverified"
 
 
 def test_claim_ids_follow_the_selection(sel):

@@ -13,6 +13,7 @@ import pytest
 
 from kselect.selector.api import CONF_DIR
 from kselect.selector.diff import collapse, diff_results, render, render_rect
+from kselect.selector.diff_render import detail
 from kselect.selector.diff import main as diff_main
 from kselect.selector.errors import KSelectError
 from kselect.selector.matrix import load_matrix, resolve_named
@@ -33,14 +34,17 @@ def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
     d = _diff((), ("pr48666",))
     block = next(b for b in d.blocks if b.title == "all groups: TRITON_ATTN -> FLASH_ATTN v4")
     assert block.kind == "selection"
+    [line] = block.key
+    assert (line.groups, [(c.field, c.a, c.b) for c in line.changes]) == (("*",), [("backend", "TRITON_ATTN", "FLASH_ATTN v4")])
     assert block.patterns == ["sm90 × kv=fp8|fp8_e4m3 × multimodal=true × pin=auto"]
-    details = dict(block.details)
+    details = {detail(c): w for c, w in block.details}
     assert "all groups: quant_query true -> false, descale q_k_v -> kv_dequant" in details
     assert details["cache block 16 -> 64"] == ""
     assert details["draft:sliding_window, draft:full_attention: kv scales unit -> copied_from_target"] == "spec=mtp"
-    assert "+pr48666.sm90_fa4_fp8_kernel_block_64" in block.rules
-    assert "FLASH_ATTN no longer rejected by fa.fp8_kv_combination" in block.rules
-    assert "FLASHINFER no longer rejected by cap.FLASHINFER.mm_prefix" in block.rules
+    rules = {(r.event, r.rule, r.backend) for r in block.rules}
+    assert ("fired", "pr48666-sm90_fa4_fp8_kernel_block_64", None) in rules
+    assert ("no_longer_rejected", "fa-fp8_kv_combination", "FLASH_ATTN") in rules
+    assert ("no_longer_rejected", "cap.FLASHINFER.mm_prefix", "FLASHINFER") in rules
     text = render(d, "table")
     assert "TRITON_ATTN -> FLASH_ATTN v4" in text and "where: sm90 × kv=fp8|fp8_e4m3 × multimodal=true × pin=auto" in text
 
@@ -48,10 +52,10 @@ def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
 def test_invalid_and_warnings_come_first():
     d = _diff((), ("pr48666",))
     kinds = [b.kind for b in d.blocks]
-    assert kinds[0] == "became invalid"
-    assert kinds.index("new warning") < kinds.index("selection")
-    assert kinds == sorted(kinds, key=["became invalid", "invalid (error changed)", "new warning", "became valid",
-                                       "selection", "warning gone"].index)  # fmt: skip
+    assert kinds[0] == "became_invalid"
+    assert kinds.index("new_warning") < kinds.index("selection")
+    assert kinds == sorted(kinds, key=["became_invalid", "error_changed", "new_warning", "became_valid",
+                                       "selection", "warning_gone"].index)  # fmt: skip
 
 
 def test_revert_is_the_exact_inverse_cell_by_cell():
@@ -62,23 +66,16 @@ def test_revert_is_the_exact_inverse_cell_by_cell():
         assert f.cell == r.cell
         assert f.changed == r.changed
         assert (f.warnings_added, f.warnings_removed) == (r.warnings_removed, r.warnings_added), f.cell.id
-        if f.outcome == "became invalid":
-            assert r.outcome == "became valid"
-        inverse = _invert(f.backend + f.lines)
-        assert sorted(inverse) == sorted(r.backend + r.lines), f.cell.id
+        if f.outcome == "became_invalid":
+            assert r.outcome == "became_valid"
+        assert set(_invert(f.backend + f.lines)) == set(r.backend + r.lines), f.cell.id
 
 
 def _invert(lines):
-    out = []
-    for line in lines:
-        who, _, changes = line.rpartition(": ") if ": " in line else ("", "", line)
-        inv = []
-        for ch in changes.split(", "):
-            head, _, tail = ch.rpartition(" -> ")
-            name, _, old = head.rpartition(" ")
-            inv.append(f"{name + ' ' if name else ''}{tail} -> {old}")
-        out.append(f"{who}: {', '.join(inv)}" if who else ", ".join(inv))
-    return out
+    """The change lines of the way back: every field change swapped, added groups removed."""
+    swap = {"group_added": "group_removed", "group_removed": "group_added", None: None}
+    return [line.model_copy(update={"changes": tuple(c.model_copy(update={"a": c.b, "b": c.a}) for c in line.changes),
+                                    "event": swap[line.event]}) for line in lines]  # fmt: skip
 
 
 def test_no_change_is_empty_and_check_passes():

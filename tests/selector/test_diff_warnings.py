@@ -1,5 +1,5 @@
 """Warnings a reviewer must see, in every output format and in diffs:
-MTP drafts keeping unit scales on a calibrated FP8 target (`mtp.unit_scales_on_calibrated_fp8`),
+MTP drafts keeping unit scales on a calibrated FP8 target (`mtp-unit_scales_on_calibrated_fp8`),
 a user block size that excluded a higher-priority backend, and unverified / refuted hardware
 claims (`[conformance]`)."""
 
@@ -14,6 +14,7 @@ from hydra import initialize_config_dir
 
 from kselect.selector.api import CONF_DIR, compose
 from kselect.selector.diff import diff_results, render as render_diff
+from kselect.selector.diff_render import detail
 from kselect.selector.gather import markdown as gather_markdown
 from kselect.selector.gather import table as gather_table
 from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
@@ -22,7 +23,7 @@ from kselect.selector.resolve import resolve
 from kselect.selector.sweep import run_job
 
 SM90 = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
-MTP_UNIT = "mtp.unit_scales_on_calibrated_fp8"
+MTP_UNIT = "mtp-unit_scales_on_calibrated_fp8"
 BLOCK = "kv_cache.block_size=16 precluded higher-priority backend(s) ['FLASH_ATTN']"
 CASES = {
     "mtp": (SM90 + ["kv_cache.scales=calibrated", "spec_decode=mtp"], MTP_UNIT),
@@ -93,9 +94,9 @@ def test_diffs_show_new_warnings_first(fmt):
     if fmt == "json":
         blocks = json.loads(back)["blocks"]
         mtp = next(b for b in blocks if MTP_UNIT in b["title"])
-        assert mtp["kind"] == "new warning" and mtp["cells"] == ["sm90-gemma4_31b-fp8-calib-mtp", "sm90-gemma4_31b-fp8-calib-mtp-bs16"]
+        assert mtp["kind"] == "new_warning" and mtp["cells"] == ["sm90-gemma4_31b-fp8-calib-mtp", "sm90-gemma4_31b-fp8-calib-mtp-bs16"]
         kinds = [b["kind"] for b in blocks]
-        assert kinds.index("new warning") < kinds.index("selection")
+        assert kinds.index("new_warning") < kinds.index("selection")
     else:
         assert fwd.index(BLOCK) < fwd.index("FLASHINFER -> FLASH_ATTN v4")
 
@@ -103,9 +104,12 @@ def test_diffs_show_new_warnings_first(fmt):
 def test_refuted_claims_lead_the_warnings_of_a_diff(refuted_gpu):
     spec = _matrix({"auto": {"platform.gpu_model": refuted_gpu}})
     d = _diff(spec, (), ("pr48666",))
-    warn = [b for b in d.blocks if b.kind == "new warning"]
+    warn = [b for b in d.blocks if b.kind == "new_warning"]
+    assert warn[0].key == ("claims_refuted", refuted_gpu)
+    first = warn[0].details[0][0]
+    assert (first.group, [c.claim for c in first.claims]) == ("full_attention", ["FLASH_ATTN_v4:fp8:d512:causal"])
     assert warn[0].title == f"REFUTED on {refuted_gpu}: hardware claims of the selected kernels [conformance]"
-    assert warn[0].details[0][0].startswith("full_attention: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31")
+    assert detail(first).startswith("full_attention: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31")
     assert "REFUTED on fake_h200" in render_diff(d, "markdown")
 
 
@@ -116,5 +120,5 @@ def test_sweep_jobs_and_gather_show_warnings(tmp_path):
     rec = run_job(cfg, overrides)
     rec["job"] = {"num": 0}
     rec["_dir"] = "0"
-    assert any(MTP_UNIT in w for g in rec["selection"]["groups"] for w in g["warnings"])
+    assert any(w["rule"] == MTP_UNIT and w["code"] == "rule" for g in rec["selection"]["groups"] for w in g["warnings"])
     assert MTP_UNIT in gather_table(tmp_path, [rec]) and MTP_UNIT in gather_markdown(tmp_path, [rec])

@@ -49,9 +49,9 @@ def test_a_rule_change_shows_in_the_golden_text(tmp_path):
     conf = tmp_path / "conf"
     shutil.copytree(CONF_DIR, conf)
     ov = conf / "overlay" / "pr53175.yaml"
-    key = "  pr53175.sm90_fp8_mm_prefix_requires_triton:\n"
+    key = "  pr53175-sm90_fp8_mm_prefix_requires_triton:\n    stage: reject\n    enabled: true\n"
     assert key in ov.read_text()
-    ov.write_text(ov.read_text().replace(key, key + "    enabled: false\n"))
+    ov.write_text(ov.read_text().replace(key, key.replace("true", "false")))
     spec = load_matrix("golden")
     changed = matrix_text(resolve_cells(expand(spec, ("pr53175",)), conf), "matrix golden, overlays ['pr53175']", claims=False)
     committed = (SNAPSHOTS / "test_golden_matrix[pr53175].txt").read_text()

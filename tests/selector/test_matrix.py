@@ -125,7 +125,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
     [r] = resolve_cells([cell], conf_dir=conf)
     assert r.config.platform.packages.fa4 is False
     assert r.selection == resolve(compose(cell.overrides(), conf))
-    assert {g.backend for g in r.selection.groups} == {"TRITON_ATTN"}  # gemma4.force_triton_without_fa4
+    assert {g.backend for g in r.selection.groups} == {"TRITON_ATTN"}  # gemma4-force_triton_without_fa4
 
 
 def test_one_compose_per_overlay_set(monkeypatch):

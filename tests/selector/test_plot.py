@@ -36,7 +36,7 @@ def test_matrix_picture_with_filter_and_warnings(tmp_path):
     assert main(["matrix=golden", "where.platform=sm90", "where.kv_cache=fp8", "where.model=gemma4_31b", f"out={out}"]) == 0
     page = out.with_suffix(".html").read_text()
     # the MTP unit-scales warning and the cells relying on unverified claims are on the page
-    assert "mtp.unit_scales_on_calibrated_fp8" in page
+    assert "mtp-unit_scales_on_calibrated_fp8" in page
     assert "rely on hardware claims not yet verified" in page
     assert "class='mk'>!</div>" in page
     _png_size(out.with_suffix(".png").read_bytes())

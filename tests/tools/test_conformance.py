@@ -1,11 +1,14 @@
-"""kernels.conformance on CPU: claim parsing, verdicts, and the CLI on a few reference/Triton claims."""
+"""The conformance runner (kselect/conformance.py) on CPU: claim parsing, run parameters from the
+selector, verdicts, and the CLI on a few reference/Triton claims."""
 
 import pytest
 import torch
 import yaml
 
-from kselect.kernels import conformance
-from kselect.kernels.conformance import check_claim, parse_claim
+from kselect import conformance
+from kselect.conformance import check_claim
+from kselect.selector.claims import claim_runs
+from kselect.selector.vocab import parse_claim
 
 
 def test_parse():
@@ -43,29 +46,31 @@ def test_refuted_and_unsupported(monkeypatch):
     r = check_claim("TORCH_REFERENCE:bf16:d64:causal", "cpu")
     assert r == dict(status="unsupported", rel_err=None, detail="RuntimeError: mha_fwd: head dim unsupported")
     r = check_claim("FLASHINFER:bf16:d64:causal", "cpu")
-    assert r["status"] == "unsupported" and r["detail"].startswith("unavailable:")
+    assert r["status"] == "unavailable" and "flashinfer" in r["detail"].lower()
 
 
 def test_cli_writes_yaml(tmp_path):
     claims = tmp_path / "claims.yaml"
     claims.write_text("- TORCH_REFERENCE:bf16:d64:window\n- TRITON_ATTN:fp32:d64:page32\n")
     out = tmp_path / "res" / "conf.yaml"
-    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert doc["gpu"] == "cpu-ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
+    assert doc["gpu"] == "cpu_ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claims"}
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
 
 
 def test_families_and_parallel_cli(tmp_path):
-    ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal", "nope"]
-    assert conformance.families(ids) == [[ids[0], ids[2]], [ids[1]], ["nope"]]
+    ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal",
+           "FLASHINFER:bf16:d64:causal"]
+    assert conformance.families(ids + ["nope"]) == [[ids[0], ids[2]], [ids[1]], [ids[3]], ["nope"]]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     doc = yaml.safe_load(out.read_text())
     assert list(doc["claims"]) == ids  # input order, although families finish in any order
     assert [doc["claims"][i]["status"] for i in ids] == ["verified", "verified", "verified", "unsupported"]
+    assert doc["claim_count"] == 4
 
 
 ABORTING_FA3 = '''
@@ -88,7 +93,7 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
     monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")
     ids = ["FLASH_ATTN_v3:fp32:d64:causal", "FLASH_ATTN_v3:fp32:d64:window", "TORCH_REFERENCE:fp32:d64:causal"]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu-ci", "--device", "cpu",
+    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     claims = yaml.safe_load(out.read_text())["claims"]
     assert claims[ids[0]] == dict(status="refuted", rel_err=None, detail=conformance.DIED)
@@ -100,6 +105,25 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
                                               ("NOT_DECLARED", False)])
 def test_fp8_cases_use_the_declared_scale_granularity(backend, per_head):
     """capabilities.<backend>.per_head_quant_scales decides [B, Hkv] descales vs one per layer."""
-    assert conformance.per_head_scales(backend) is per_head
-    cases = conformance._cases(parse_claim(f"{backend}:fp8:d64:causal"), "cpu", 16)
+    claim = f"{backend}:fp8:d64:causal"
+    if backend == "NOT_DECLARED":
+        with pytest.raises(ValueError, match="no backend NOT_DECLARED"):
+            claim_runs([claim], ["platform=sm90"])
+        return
+    run = claim_runs([claim], ["platform=sm90"])[claim]
+    assert run.per_head_scales is per_head
+    cases = conformance._cases(parse_claim(claim), run, "cpu")
     assert all(c.k_descale.dim() == (2 if per_head else 0) for c in cases)
+
+
+def test_run_parameters_come_from_the_selection_of_the_path():
+    """FA4's FP8 path on SM90 exists only under #48666, whose rules dequantize K/V in the kernel on
+    64-token pages; FA3 quantizes q; a quant_query claim runs with quantized q by definition."""
+    runs = claim_runs(["FLASH_ATTN_v4:fp8:d256:window", "FLASH_ATTN_v3:fp8:d256:causal", "FLASHINFER:fp8:d512:page32",
+                       "TRITON_ATTN:fp8:d256:quant_query", "FLASH_ATTN_v4:bf16:d512:causal"], ["platform=sm90"])  # fmt: skip
+    assert (runs["FLASH_ATTN_v4:fp8:d256:window"].descale, runs["FLASH_ATTN_v4:fp8:d256:window"].page) == ("kv_dequant", 64)
+    assert "overlay=[pr48666]" in runs["FLASH_ATTN_v4:fp8:d256:window"].source
+    assert runs["FLASH_ATTN_v3:fp8:d256:causal"].descale == "q_k_v"
+    assert (runs["FLASHINFER:fp8:d512:page32"].descale, runs["FLASHINFER:fp8:d512:page32"].page) == ("k_v", 32)
+    assert runs["TRITON_ATTN:fp8:d256:quant_query"].descale == "q_k_v"
+    assert runs["FLASH_ATTN_v4:bf16:d512:causal"].descale == "none"

@@ -1,0 +1,200 @@
+"""The fused forward of the Gemma-4 decoder (CUDA): the same maths as gemma4/model.py's modules in
+fewer, larger kernels. Per layer:
+
+    qkv  = xn @ [Wq; Wk; Wv]                  one GEMM (weights concatenated once, module weights become views)
+    q    = qkv_norm_rope_write(qkv)           one kernel: q/k/v norms, rope, paged KV write (FP8 included)
+    o    = attention(q, cache) @ Wo           the selected backend, one GEMM
+    h, z = h + norm(o), norm'(h)              one kernel
+    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel
+    x', xn' = (h + norm(y)) * s, norm''(x')   one kernel; norm'' is the next layer's input norm (or the
+                                              final norm), so every layer starts from a normed input
+    (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel and one more add-norm kernel)
+
+No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
+`ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
+written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
+other in bench/gemma4/fusion.py. MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kselect.gemma4.config import FULL, SLIDING
+
+
+# ---------------------------------------------------------------------------- weights, once
+def _concat_linears(linears: list[nn.Linear]) -> torch.Tensor:
+    """One [sum out, in] weight whose row blocks the modules' weights become views of (no extra memory)."""
+    ws = [m.weight for m in linears]
+    base = ws[0]
+    rows = 0
+    storage = base.untyped_storage().data_ptr()
+    for w in ws:  # already aliased: consecutive row blocks of one buffer (adjacent allocations are not)
+        if (w.untyped_storage().data_ptr() != storage or not w.is_contiguous()
+                or w.data_ptr() != base.data_ptr() + rows * base.stride(0) * base.element_size()):
+            break
+        rows += w.shape[0]
+    else:
+        return torch.as_strided(base, (rows, base.shape[1]), (base.stride(0), 1))
+    cat = torch.cat([w.detach() for w in ws])
+    r = 0
+    for m, w in zip(linears, ws):
+        m.weight = nn.Parameter(cat[r:r + w.shape[0]], requires_grad=w.requires_grad)
+        r += w.shape[0]
+    return cat
+
+
+@torch.no_grad()
+def prepare(model) -> None:
+    """Concatenate q/k/v and gate/up weights (idempotent; redone if the weights moved, e.g. `.to()`)."""
+    with torch.inference_mode(False):
+        for layer in model.layers:
+            a = layer.self_attn
+            parts = [a.q_proj] if a.kv_shared else [a.q_proj, a.k_proj] + ([a.v_proj] if a.v_proj is not None else [])
+            a.qkv_weight = _concat_linears(parts)
+            layer.mlp.gate_up_weight = _concat_linears([layer.mlp.gate_proj, layer.mlp.up_proj])
+
+
+# ---------------------------------------------------------------------------- fused-region implementations
+class TritonOps:
+    name = "triton"
+
+    def __init__(self):
+        from kselect.kernels import gelu_mul, qkv_rope, rms_norm
+
+        self.rms_norm = rms_norm.rms_norm
+        self.add_rms_norm = rms_norm.add_rms_norm
+        self.gelu_mul = gelu_mul.gelu_tanh_mul
+        self.qkv = qkv_rope.qkv_norm_rope_write
+
+
+def _t_norm(x, w, eps):
+    xf = x.float()
+    out = xf * torch.pow(xf.pow(2).mean(-1, keepdim=True) + eps, -0.5)
+    return (out * w.float() if w is not None else out).to(x.dtype)
+
+
+def _t_add_norm(y, res, wa, eps, scalar, wb):
+    s = res + _t_norm(y, wa, eps)
+    if scalar is not None:
+        s = s * scalar
+    return s, (_t_norm(s, wb, eps) if wb is not None else None)
+
+
+def _t_gelu_mul(gate, up):
+    return F.gelu(gate, approximate="tanh") * up
+
+
+def _t_rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos[:, None, :] + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin[:, None, :]
+
+
+def _t_qkv(qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_eq_v):
+    t = qkv.shape[0]
+    q = _t_rope(_t_norm(qkv[:, :hq * d].view(t, hq, d), qw, eps), cos, sin)
+    if not hkv:
+        return q, None, None
+    k_raw = qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)
+    v_raw = k_raw if k_eq_v else qkv[:, (hq + hkv) * d:].view(t, hkv, d)
+    return q, _t_rope(_t_norm(k_raw, kw, eps), cos, sin), _t_norm(v_raw, None, eps)
+
+
+class CompiledOps:
+    """The fused regions as PyTorch ops under torch.compile (inductor generates the kernels).
+    The KV write after the compiled norm+rope is kernels/kv_write (one more kernel per KV layer)."""
+
+    name = "compile"
+
+    def __init__(self):
+        import torch._dynamo
+
+        from kselect.kernels.kv_write import write_kv_triton
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        if hasattr(torch._dynamo.config, "recompile_limit"):
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+        c = lambda f: torch.compile(f, fullgraph=True, dynamic=False)  # noqa: E731
+        self.rms_norm = c(_t_norm)
+        self._add_norm = c(_t_add_norm)
+        self.gelu_mul = c(_t_gelu_mul)
+        self._qkv = c(_t_qkv)
+        self._write = write_kv_triton
+
+    def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
+        return self._add_norm(y, res, wa, eps, scalar, w_b)
+
+    def qkv(self, qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_cache=None, v_cache=None, slot_mapping=None,
+            k_scale=None, v_scale=None, k_eq_v=False):
+        q, k, v = self._qkv(qkv, hq, hkv if k_cache is not None else 0, d, qw, kw, cos, sin, eps, k_eq_v)
+        if k_cache is not None:
+            self._write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        return q
+
+
+_OPS: dict[str, object] = {}
+
+
+def ops_for(name: str):
+    if name not in _OPS:
+        _OPS[name] = {"triton": TritonOps, "compile": CompiledOps}[name]()
+    return _OPS[name]
+
+
+# ---------------------------------------------------------------------------- the forward
+def _attention(ops, a, xn, cos, sin, ctx):
+    t = xn.shape[0]
+    g = ctx.groups[a.kind]
+    eps = a.q_norm.eps
+    qkv = F.linear(xn, a.qkv_weight)
+    if a.kv_shared:
+        q = ops.qkv(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps)
+    else:
+        kc, vc = g.cache.kv(a.layer)
+        p = g.cache.layer_params(a.layer, a.window_left)
+        q = ops.qkv(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps, kc, vc,
+                    g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None)
+    k_cache, v_cache = g.cache.kv(a.kv_source)
+    o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(a.kv_source, a.window_left))
+    for rows, meta, window_left in g.far:
+        o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
+    return F.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
+
+
+def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
+    eps = layer.input_layernorm.eps
+    o = _attention(ops, layer.self_attn, xn, cos, sin, ctx)
+    h, z = ops.add_rms_norm(o, x, layer.post_attention_layernorm.weight, eps, None, layer.pre_feedforward_layernorm.weight)
+    mlp = layer.mlp
+    i = mlp.gate_proj.weight.shape[0]
+    gu = F.linear(z, mlp.gate_up_weight)
+    y = F.linear(ops.gelu_mul(gu[:, :i], gu[:, i:]), mlp.down_proj.weight)
+    if layer.moe:  # unfused: the expert block reads the pre-MLP residual h
+        w, idx = layer.router(h)
+        y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
+        y = layer.post_feedforward_layernorm_1(y) + layer.post_feedforward_layernorm_2(y2)
+    if layer.ple_dim:
+        h, _ = ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps)
+        p = ops.gelu_mul(F.linear(h, layer.per_layer_input_gate.weight), ple)
+        y = F.linear(p, layer.per_layer_projection.weight)
+        return ops.add_rms_norm(y, h, layer.post_per_layer_input_norm.weight, eps, layer.layer_scalar, next_norm)
+    return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
+
+
+def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
+    """Gemma4.forward with fused regions: input_ids [T] -> final-normed hidden states [T, hidden]."""
+    prepare(model)
+    x = model._embed(input_ids)
+    ple = model._per_layer_inputs(input_ids, x) if model.ple_dim else None
+    rope = {SLIDING: model.rope_tables(ctx.positions, SLIDING, x.dtype),
+            FULL: model.rope_tables(ctx.positions, FULL, x.dtype)}
+    layers = model.layers
+    xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+    for i, layer in enumerate(layers):
+        cos, sin = rope[model.args.layer_types[i]]
+        nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else model.norm.weight
+        x, xn = _layer(ops, layer, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt)
+    return xn

@@ -1,0 +1,137 @@
+"""The model runner: turns a step (which sequences append which tokens where) into attention
+metadata over the paged cache and runs the model, eagerly or from CUDA-graph static buffers.
+
+It owns no sequence state (gemma4/engine.py does) and no allocation policy (gemma4/block_manager.py):
+it reads the block tables the cache holds. Eager steps (`forward`) build metadata on the host; a
+captured step (`static_forward`) reads positions and tables from device buffers the graph owns
+and computes its cache slots on the device, with the model's capture-safe code paths.
+
+Vision mode (`spans`, HF `use_bidirectional_attention="vision"`): per sequence, [start, end) token
+ranges of image placeholders. As in HF, only sliding-attention layers see them (full-attention
+layers stay causal): a span query sees the span's later tokens too, limited on the past side only by
+the window (key > query - W). They reach the backend as `AttentionMetadata.mm_prefix` of the
+sliding group.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kselect.backends.base import AttentionBackend, AttentionMetadata
+from kselect.gemma4.config import SLIDING
+from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, PagedKVCache
+from kselect.gemma4.model import Gemma4, GroupStep, StepContext
+from kselect.gemma4.sequence import StepBatch
+
+
+class MultimodalUnsupportedError(RuntimeError):
+    """Image spans were given but a selected backend has no mm-prefix (bidirectional span) support."""
+
+
+class ModelRunner:
+    def __init__(self, model: Gemma4, cache: PagedKVCache, backends: dict[str, AttentionBackend], groups: dict,
+                 device: torch.device):
+        self.model, self.cache, self.backends, self.groups, self.device = model, cache, backends, groups, device
+        self.static_paths = False  # tests: run the CUDA-graph-safe code paths eagerly (e.g. on CPU)
+
+    # -------------------------------------------------------------- metadata
+    def metadata(self, batch: StepBatch, spans: dict[int, list[tuple[int, int]]] | None = None,
+                 width: int | None = None) -> tuple[dict[str, AttentionMetadata], dict[str, torch.Tensor]]:
+        """Per group: the step's attention metadata and the flat cache slots of its new tokens."""
+        dev, seqs, qlens, kvlens = self.device, batch.seqs, batch.qlens, batch.kvlens
+        spans = spans or {}
+        # only spans holding a query of this step change anything (decode steps lie after every span)
+        live = [[(a, e) for a, e in spans.get(s, []) if e > k - q] for s, q, k in zip(seqs, qlens, kvlens)]
+        n_spans = max(map(len, live), default=0)
+        mm = None
+        if n_spans:  # [B, S, 2] absolute [start, end), padded with -1
+            mm = torch.full((len(seqs), n_spans, 2), -1, dtype=torch.int32)
+            for i, sp in enumerate(live):
+                if sp:
+                    mm[i, :len(sp)] = torch.tensor(sp, dtype=torch.int32)
+            mm = mm.to(dev)
+        cu = torch.zeros(len(seqs) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(qlens, dtype=torch.int32), 0)
+        used = torch.tensor(kvlens, dtype=torch.int32)
+        metas, slots = {}, {}
+        for kind, gc in self.cache.groups.items():
+            bt = gc.block_table(seqs, width)
+            metas[kind] = AttentionMetadata(
+                cu_seqlens_q=cu.to(dev), seqused_k=used.to(dev), block_table=bt.to(dev),
+                max_seqlen_q=max(qlens), max_seqlen_k=max(kvlens),
+                mm_prefix=mm if kind == SLIDING else None)  # HF: full-attention layers stay causal
+            slots[kind] = gc.slot_mapping(seqs, batch.starts, qlens).to(dev)
+        return metas, slots
+
+    def far_span_queries(self, batch: StepBatch, spans: dict[int, list[tuple[int, int]]],
+                         meta: AttentionMetadata) -> list:
+        """Sliding group: image-span queries q with span end e > q + W (HF lets them see span keys up to
+        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 (the
+        bottom-right position of a 1-token query over e keys) with window_left = e-1 - (q-W+1): keys
+        [q-W+1, e-1], exactly HF's set. Grouped by e - q (one backend call per group and sliding
+        layer; none unless a span is longer than the window)."""
+        w = self.model.args.sliding_window
+        groups: dict[int, list[tuple[int, int, int]]] = {}
+        row0 = 0
+        for i, (s, n, p0) in enumerate(zip(batch.seqs, batch.qlens, batch.starts)):
+            for a, e in spans.get(s, []):
+                for qp in range(max(a, p0), min(e - w, p0 + n)):
+                    groups.setdefault(e - qp, []).append((row0 + qp - p0, i, e))
+            row0 += n
+        out = []
+        for d, items in sorted(groups.items()):
+            rows = torch.tensor([r for r, _, _ in items], dtype=torch.long, device=self.device)
+            ends = torch.tensor([e for _, _, e in items], dtype=torch.int32)
+            bidx = torch.tensor([i for _, i, _ in items], dtype=torch.long, device=self.device)
+            m = AttentionMetadata(
+                cu_seqlens_q=torch.arange(len(items) + 1, dtype=torch.int32).to(self.device),
+                seqused_k=ends.to(self.device), block_table=meta.block_table[bidx], max_seqlen_q=1,
+                max_seqlen_k=int(ends.max()))
+            out.append((rows, m, d + w - 2))
+        return out
+
+    def context(self, positions: torch.Tensor, metas: dict, slots: dict, *, static: bool = False,
+                kv_amax: dict | None = None) -> StepContext:
+        """The model's step context. `static`: the capture-safe code paths (no host syncs)."""
+        groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
+        return StepContext(positions=positions, groups=groups, kv_amax=kv_amax, static=static or self.static_paths)
+
+    # -------------------------------------------------------------- forwards
+    def forward(self, batch: StepBatch, tokens: list[list[int]], spans: dict | None = None,
+                kv_amax: dict | None = None) -> torch.Tensor:
+        """Eager step: write the new tokens' K/V, return their final-normed hidden states [sum n_i, H]."""
+        ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
+        pos = torch.cat([torch.arange(p, p + n) for p, n in zip(batch.starts, batch.qlens)]).to(self.device)
+        metas, slots = self.metadata(batch, spans)
+        ctx = self.context(pos, metas, slots, kv_amax=kv_amax)
+        if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
+            ctx.groups[SLIDING].far = self.far_span_queries(batch, spans or {}, metas[SLIDING])
+        try:
+            return self.model(ids, ctx)
+        except NotImplementedError as e:  # e.g. FLASH_ATTN adapters: no mm-prefix spans, never go causal
+            if metas.get(SLIDING) is None or metas[SLIDING].mm_prefix is None:
+                raise
+            g = self.groups[SLIDING]
+            raise MultimodalUnsupportedError(
+                f"image spans need bidirectional mm-prefix attention, which the backend selected for "
+                f"{LAYER_TYPE_TO_GROUP[SLIDING]} ({g.backend}) cannot do: {e}") from e
+
+    def static_forward(self, ids: torch.Tensor, positions: torch.Tensor, metas: dict,
+                       slots: dict) -> torch.Tensor:
+        """A capture-safe step from static device buffers: `slots` are filled here from `positions`
+        and each group's block table, then the model runs its static code paths. Hidden [T, H]."""
+        for k, gc in self.cache.groups.items():
+            bs = gc.block_size
+            per_seq = positions.numel() // metas[k].block_table.shape[0]  # tokens per sequence (equal)
+            seq_of = torch.arange(positions.numel(), device=positions.device) // per_seq
+            blk = metas[k].block_table[seq_of, torch.div(positions, bs, rounding_mode="floor")]
+            slots[k].copy_(blk.long() * bs + positions % bs)
+        return self.model(ids, self.context(positions, metas, slots, static=True))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.compute_logits(hidden)
+
+    def prepare_replay(self, metas: dict, seqused: list[int], tables: dict[str, torch.Tensor]) -> None:
+        """Backends that plan on the host (FLASHINFER) re-plan for the values in a graph's static buffers."""
+        for k, be in self.backends.items():
+            be.prepare_replay(metas[k], seqused, tables[k])

@@ -1,0 +1,85 @@
+"""RMSNorm, and Gemma's sandwich "norm, add the residual, scale, norm again", as one Triton kernel.
+
+    rms_norm(x, w)                          -> norm(x) * w
+    add_rms_norm(y, res, w_a, scalar, w_b)  -> s = (res + norm(y) * w_a) * scalar,  n = norm(s) * w_b
+
+norm(x) = x * (mean(x^2) + eps)^-0.5 over the last dim, in fp32. The weights stay in their stored
+dtype and are widened in registers (no per-call cast kernel). Every intermediate the unfused
+PyTorch code rounds to the activation dtype (the normed value, the sum, the scaled sum) is rounded
+here too, so the result differs from it only by the fp32 reduction order.
+One program per row. Runs in Triton's interpreter on CPU tensors (tests).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kselect.kernels.triton_round import round_like
+
+
+@triton.jit
+def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, outb_ptr,
+                         D, stride_y, stride_res, stride_out, stride_outb, eps,
+                         HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
+                         HAS_WB: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < D
+    dt = out_ptr.dtype.element_ty
+    y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
+    n = y * tl.rsqrt(tl.sum(y * y, axis=0) / D + eps)
+    if HAS_WA:
+        n = n * tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = round_like(n, out_ptr)
+    if HAS_RES:
+        r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
+        s = round_like(r + s, out_ptr)
+    if HAS_SCALAR:
+        s = round_like(s * tl.load(scalar_ptr).to(tl.float32), out_ptr)
+    tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
+    if HAS_WB:
+        m = s * tl.rsqrt(tl.sum(s * s, axis=0) / D + eps)
+        m = m * tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(outb_ptr + row * stride_outb + offs, round_like(m, out_ptr).to(dt), mask=mask)
+
+
+def row_warps(block: int) -> int:
+    """Warps per row program (bench/gemma4/fusion_tune.py measures the alternatives)."""
+    return max(1, min(16, block // 512))
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    x = x.reshape(-1, x.shape[-1])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _launch(y, res, w_a, scalar, w_b, eps, want_b):
+    shape = y.shape
+    y2 = _rows(y)
+    rows, d = y2.shape
+    out = torch.empty(rows, d, dtype=y.dtype, device=y.device)
+    outb = torch.empty_like(out) if want_b else out
+    res2 = _rows(res) if res is not None else y2
+    block = triton.next_power_of_2(d)
+    if rows:
+        _add_rms_norm_kernel[(rows,)](
+            y2, res2, w_a if w_a is not None else y2, scalar if scalar is not None else y2,
+            w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
+            outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
+            HAS_SCALAR=scalar is not None, HAS_WB=w_b is not None, BLOCK=block,
+            num_warps=row_warps(block))
+    return out.view(shape), (outb.view(shape) if want_b else None)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """x [..., D] -> x * rsqrt(mean(x^2) + eps) [* weight], in x's dtype."""
+    return _launch(x, None, weight, None, None, eps, False)[0]
+
+
+def add_rms_norm(y: torch.Tensor, res: torch.Tensor, w_a: torch.Tensor | None, eps: float,
+                 scalar: torch.Tensor | None = None,
+                 w_b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(s, n): s = (res + rms_norm(y, w_a)) [* scalar]; n = rms_norm(s, w_b) when w_b is given, else None."""
+    return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None)

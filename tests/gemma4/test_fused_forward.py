@@ -1,0 +1,83 @@
+"""gemma4/fused.py (concatenated projections + the kernels/ Triton ops) against the unfused modules
+and HF. On CPU the Triton kernels run in the interpreter (fp32); on the GPU in bf16 (marked gpu)."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from g4_helpers import HF_RTOL, hf_logits, simple_selection  # noqa: E402
+from kselect.gemma4 import fused  # noqa: E402
+from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
+from kselect.kernels import rms_norm  # noqa: E402
+
+if not torch.cuda.is_available() and type(rms_norm._add_rms_norm_kernel).__name__ != "InterpretedFunction":
+    pytest.skip("no GPU, and kernels were imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
+
+
+def run(model, mode, prompts, cont):
+    old = model.compute
+    model.set_compute(mode)
+    try:
+        eng = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64)
+        seqs = list(range(len(prompts)))
+        out = [torch.cat(eng.extend(seqs, prompts, all_logits=True))]
+        for step in range(len(cont[0])):
+            out.append(eng.decode(seqs, [c[step] for c in cont]))
+        return torch.cat(out)
+    finally:
+        model.set_compute(old)
+
+
+def test_fused_equals_unfused_and_hf(models):
+    """The "all" config has every feature (PLE, KV sharing, K=V, MoE); short prompts, past the window
+    of 8, keep the interpreter fast."""
+    model, hf = models["all"]
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 512, (n,), generator=g).tolist() for n in (10, 9)]
+    cont = [torch.randint(3, 512, (2,), generator=g).tolist() for _ in prompts]
+    want = run(model, "unfused", prompts, cont)
+    got = run(model, "triton", prompts, cont)
+    assert max_rel_error(got, want) < 1e-5  # fp32: the same maths up to reduction order
+    ref = torch.cat([hf_logits(hf, p) for p in prompts])
+    n = ref.shape[0]
+    assert max_rel_error(got[:n], ref) < HF_RTOL
+    # the decode steps against HF's full forward over each sequence
+    for step in range(2):
+        rows = got[n + step * len(prompts): n + (step + 1) * len(prompts)]
+        for s, p in enumerate(prompts):
+            full = hf_logits(hf, p + cont[s][:step + 1])[-1:]
+            assert max_rel_error(rows[s:s + 1], full) < HF_RTOL
+
+
+def test_concatenated_weights_are_views(models):
+    model, _ = models["all"]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fused.prepare(model)
+    fused.prepare(model)  # idempotent: no second copy
+    a = model.layers[0].self_attn
+    assert a.q_proj.weight.data_ptr() == a.qkv_weight.data_ptr()
+    assert a.k_proj.weight.data_ptr() == a.qkv_weight[a.q_proj.weight.shape[0]:].data_ptr()
+    m = model.layers[0].mlp
+    assert m.up_proj.weight.data_ptr() == m.gate_up_weight[m.gate_proj.weight.shape[0]:].data_ptr()
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_unknown_compute_mode(models):
+    with pytest.raises(ValueError, match="compute mode 'fast'"):
+        models["edge"][0].set_compute("fast")
+
+
+def test_cpu_auto_is_unfused(models):
+    from kselect.gemma4.model import StepContext
+
+    model, _ = models["edge"]
+    ctx = StepContext(positions=torch.zeros(1, dtype=torch.long), groups={})
+    assert model.compute_mode(ctx) == ("triton" if model.device.type == "cuda" else "unfused")
+    ctx.kv_amax = {}
+    assert model.compute_mode(ctx) == "unfused"  # calibration records amax in the modules

@@ -127,9 +127,13 @@ def main(argv=None) -> int:
     # one run per distinct (capability, model, command)
     uniq: dict[tuple, dict] = {}
     members: dict[tuple, list[str]] = {}
+    export_refused: dict[str, list[str]] = {}
     for c in cells:
         e = exports.get(c.key)
         if e is None:
+            continue
+        if e["command"] is None:
+            export_refused.setdefault(re.sub(r"'[^']*'", "'…'", e["refused"])[:300], []).append(c.key)
             continue
         toks = command_tokens(e["command"])
         k = (c.cc, c.model, tuple(toks))
@@ -161,10 +165,14 @@ def main(argv=None) -> int:
              f"EngineArgs and chain; bench/vllm/vllm_chain.py)", "",
              f"{len(exports)} of {len(cells)} oracle cells selected by kselect; {len(uniq)} distinct commands.", "",
              "| outcome | cells |", "|---|---:|"]
+    n_exp_ref = sum(len(v) for v in export_refused.values())
     lines += [f"| accepted, reproduced | {per_cell['reproduced']} |", f"| accepted, different | {per_cell['different']} |",
-              f"| refused | {per_cell['refused']} |", "", "## By reason", ""]
+              f"| refused by vLLM | {per_cell['refused']} |", f"| export refused by kselect (one line, no command) | {n_exp_ref} |",
+              "", "## By reason", ""]
     for (outcome, detail), ks in sorted(reasons.items(), key=lambda t: (t[0][0] != "reproduced", -len(t[1]))):
         lines.append(f"- **{outcome}** ({len(ks)} cells){': ' + detail if detail else ''}  \n  e.g. `{ks[0]}`")
+    for reason, ks in sorted(export_refused.items(), key=lambda t: -len(t[1])):
+        lines.append(f"- **export refused** ({len(ks)} cells): {reason}  \n  e.g. `{ks[0]}`")
     for suffix, body in ((".md", "\n".join(lines) + "\n"),
                          (".jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))):
         tmp = out.with_name(out.name + suffix + ".tmp")

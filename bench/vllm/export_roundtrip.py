@@ -37,8 +37,7 @@ FIELDS = ("backend", "fa_version", "kernel_block")
 def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple[dict, dict]:
     """(vLLM's result in the oracle's record shape, notes on what was substituted)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     import vllm_chain
@@ -55,9 +54,11 @@ def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple
                 spec["model"] = str(drafter)
                 argv[i + 1] = json.dumps(spec)
     argv += ["--skip-tokenizer-init", "--load-format", "dummy"]
+    # `vllm serve`'s parser as ServeSubcommand.subparser_init builds it (without importing the
+    # API server that module starts)
     parser = FlexibleArgumentParser(prog="vllm")
     sub = parser.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(sub)
+    make_arg_parser(sub.add_parser("serve", usage="vllm serve [model_tag] [options]"))
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -120,8 +121,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--cc", nargs="*", default=None)
+    p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
+    p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
     a = p.parse_args(argv)
     cells = [c for c in grid() if a.cc is None or c.cc in a.cc]
+    if a.cells_from:
+        from kselect.oracle.compare import load_records
+
+        have = {r["key"] for r in load_records(a.cells_from)}
+        cells = [c for c in cells if c.key in have]
     t0 = time.perf_counter()
     exports = kselect_exports(cells, a.rules)
     # one run per distinct (capability, model, command)
@@ -140,6 +148,11 @@ def main(argv=None) -> int:
         if k not in uniq:
             uniq[k] = {"cc": c.cc, "model": c.model, "tokens": toks, "command": e["command"], "kselect": e["groups"]}
         members.setdefault(k, []).append(c.key)
+    if a.limit is not None and a.limit < len(uniq):
+        import random
+
+        keep = set(random.Random(0).sample(sorted(uniq), a.limit))
+        uniq = {k: v for k, v in uniq.items() if k in keep}
     by_cc: dict[str, list[dict]] = {}
     for k, item in uniq.items():
         by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
@@ -163,7 +176,8 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"Command: `python bench/vllm/export_roundtrip.py --rules {a.rules}` (vLLM 0.33.0's `vllm serve` parser, "
              f"EngineArgs and chain; bench/vllm/vllm_chain.py)", "",
-             f"{len(exports)} of {len(cells)} oracle cells selected by kselect; {len(uniq)} distinct commands.", "",
+             f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "
+             f"(the counts below are cells: each cell counts with its command's outcome).", "",
              "| outcome | cells |", "|---|---:|"]
     n_exp_ref = sum(len(v) for v in export_refused.values())
     lines += [f"| accepted, reproduced | {per_cell['reproduced']} |", f"| accepted, different | {per_cell['different']} |",

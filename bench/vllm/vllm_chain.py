@@ -37,6 +37,7 @@ STAGES = ("engine_config", "selection", "layer_init", "draft_init", "block_size"
 
 DEVICE_NAMES = {(8, 0): "NVIDIA A100-SXM4-80GB", (8, 9): "NVIDIA L40S", (9, 0): "NVIDIA H200",
                 (10, 0): "NVIDIA B200", (12, 0): "NVIDIA GeForce RTX 5090"}
+SM_COUNTS = {(8, 0): 108, (8, 9): 142, (9, 0): 132, (10, 0): 148, (12, 0): 170}
 _CC: tuple[int, int] | None = None
 _RECORDED: list[dict] = []
 
@@ -66,9 +67,14 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     def get_device_name(cls, device_id: int = 0):
         return DEVICE_NAMES.get(_CC, f"NVIDIA GPU sm{_CC[0]}{_CC[1]}")
 
+    def num_compute_units(cls, device_id: int = 0):
+        return SM_COUNTS.get(_CC, 132)
+
     cuda.NonNvmlCudaPlatform.get_device_capability = classmethod(get_device_capability)
-    # only error messages (TRITON_ATTN's FP8 refusal) print the device name
+    # the device's name and SM count: only an error message (TRITON_ATTN's FP8 refusal) prints
+    # the name; the SM count sizes TRITON_ATTN's decode split on SM120 (never the selection)
     cuda.NonNvmlCudaPlatform.get_device_name = classmethod(get_device_name)
+    cuda.NonNvmlCudaPlatform.num_compute_units = classmethod(num_compute_units)
     platforms._current_platform = cuda.NonNvmlCudaPlatform()
     # no pinned host memory without a CUDA driver: the backends' host buffers are plain
     import vllm.utils.torch_utils as torch_utils

@@ -81,9 +81,13 @@ def main(argv=None) -> int:
     p.add_argument("--fa", nargs="*", default=["-", "3", "4"])
     p.add_argument("--backend", nargs="*", default=list(BACKEND_PINS))
     p.add_argument("--spec", nargs="*", default=list(SPEC))
+    p.add_argument("--keys", default=None, help="a file of cell keys: run only these")
     a = p.parse_args(argv)
     cells = grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, multimodal=[m == "1" for m in a.mm],
                  fa_pins=[None if f == "-" else int(f) for f in a.fa], backends=a.backend, spec=a.spec)
+    if a.keys:
+        want = set(Path(a.keys).read_text().split())
+        cells = [c for c in cells if c.key in want]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {}

@@ -12,7 +12,7 @@ CELLS = [Cell("9.0", "gemma4_31b", "auto", False, None, "auto", "none"),
 
 
 def _records_from_kselect(ks):
-    """Oracle-shaped records that say exactly what kselect says (rules=base)."""
+    """Oracle-shaped records that say exactly what kselect says (the config's default rules)."""
     recs = []
     for c in CELLS:
         k = ks[c.key]
@@ -32,8 +32,8 @@ def test_grid_is_the_issue_grid():
 
 
 def test_identical_records_agree_everywhere():
-    ks = kselect_records(CELLS, rules="base")
-    rep = compare(_records_from_kselect(ks), rules="base", kselect=ks)
+    ks = kselect_records(CELLS, rules=None)
+    rep = compare(_records_from_kselect(ks), rules=None, kselect=ks)
     assert rep.disagreements == []
     assert all(rep.rate(f) == 1.0 for f in FIELDS)
     assert rep.checks["error"] == len(CELLS)
@@ -41,12 +41,12 @@ def test_identical_records_agree_everywhere():
 
 
 def test_wrong_record_is_reported_on_its_field():
-    ks = kselect_records(CELLS, rules="base")
+    ks = kselect_records(CELLS, rules=None)
     recs = _records_from_kselect(ks)
     bad = copy.deepcopy(recs)
     bad[0]["groups"]["full_attention"]["kernel_block"] = 4096
     bad[1]["groups"]["draft:sliding_window"]["backend"] = "NOT_A_BACKEND"
-    rep = compare(bad, rules="base", kselect=ks)
+    rep = compare(bad, rules=None, kselect=ks)
     got = {(d.key, d.field, d.group) for d in rep.disagreements}
     assert got == {(CELLS[0].key, "kernel_block", "full_attention"),
                    (CELLS[1].key, "backend", "draft:sliding_window")}
@@ -61,12 +61,12 @@ def test_wrong_record_is_reported_on_its_field():
 
 
 def test_error_mismatch_both_ways():
-    ks = kselect_records(CELLS, rules="base")
+    ks = kselect_records(CELLS, rules=None)
     recs = _records_from_kselect(ks)
     recs[0]["error"] = {"stage": "layer_init", "type": "ValueError", "message": "native FP8 requires SM89+"}
     ks2 = copy.deepcopy(ks)
     ks2[CELLS[1].key] = {"groups": {}, "error": "no valid backend", "block_size": None}
-    rep = compare(recs, rules="base", kselect=ks2)
+    rep = compare(recs, rules=None, kselect=ks2)
     errs = {d.key: d for d in rep.disagreements if d.field == "error"}
     assert set(errs) == {CELLS[0].key, CELLS[1].key}
     assert "layer_init" in errs[CELLS[0].key].cause and "kselect selects" in errs[CELLS[0].key].cause

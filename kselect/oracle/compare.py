@@ -43,7 +43,13 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     from kselect.selector.resolve import resolve
 
     builder = _RulesBuilder(rules, conf_dir)
-    builder.composed((), ())  # an unknown rules option fails here, once, not as a refusal per cell
+    if rules:  # an unknown rules option fails here, once, not as a refusal per cell
+        from kselect.selector.api import CONF_DIR
+        from kselect.selector.errors import KSelectError as _Err
+
+        opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
+        if rules not in opts:
+            raise _Err(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
     out: dict[str, dict] = {}
     for c in cells:
         try:
@@ -83,28 +89,29 @@ def _first_line(s: str) -> str:
 
 
 def _rules_builder_cls():
+    import sys
+
     from kselect.selector.matrix import Builder
 
     class RulesBuilder(Builder):
-        """The matrix builder with a `rules=` option composed in (default: the config's)."""
+        """The matrix builder with a `rules=` option composed in (default: the config's). Its
+        composes are its own (the shared cache is keyed without the rules option)."""
 
         def __init__(self, rules, conf_dir):
             super().__init__(*([conf_dir] if conf_dir else []))
             self.rules = rules
+            self._composed = {}
 
-        def composed(self, overlays, groups, rules=None):
-            rules = rules or self.rules
-            key = ("rules", rules, tuple(overlays), tuple(groups))
-            if key not in self._composed:
-                from kselect.selector.api import compose_raw
-
-                over = [f"~{g}" for g in groups]
-                if rules:
-                    over.append(f"rules={rules}")
-                if overlays:
-                    over.append(f"overlay=[{','.join(overlays)}]")
-                self._composed[key] = compose_raw(over, self.conf_dir)
-            return self._composed[key]
+        def composed(self, *args, **kwargs):
+            if not self.rules:
+                return super().composed(*args, **kwargs)
+            mod = sys.modules[Builder.__module__]
+            plain = mod.compose_raw
+            mod.compose_raw = lambda overrides=(), *a, **k: plain([*overrides, f"rules={self.rules}"], *a, **k)
+            try:
+                return super().composed(*args, **kwargs)
+            finally:
+                mod.compose_raw = plain
 
     return RulesBuilder
 

@@ -17,8 +17,10 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) 
 
     render = _renderer()
 
+    from kselect.oracle.compare import kselect_records
+
+    kselect_records([], rules, conf_dir)  # checks the rules option
     builder = _RulesBuilder(rules, conf_dir)
-    builder.composed((), ())
     out = {}
     for c in cells:
         try:

@@ -10,7 +10,9 @@ A Hydra app (structured config `kselect_diff`): a and b are the two sides, each 
 a.overlay unless given); matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), repo (the git repository,
 default this checkout), conf_path (conf/ inside it), limit (patterns shown per block, default
-8; json lists every cell). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value.
+8; json lists every cell). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
+(`objective=<name>` composed into every cell of that side; b.objective follows a.objective):
+which selections an objective moves, e.g. `b.objective=latency`.
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -31,23 +33,24 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .api import CONF_DIR
 from hydra.core.config_store import ConfigStore
 
-from .api import CONF_DIR
 from .app import compose_args, run_app
 from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
 from .diff_render import render, rendered_sorted, warning_order
 from .diff_sources import Source, check_conf_rel, git_conf, parse_source  # noqa: F401 - the diff's public names
 from .errors import KSelectError
+from .perf import perf_dir
 from .matrix import Builder, Cell, CellResult, MatrixSpec, expand, load_matrix, resolve_cells
 from .patterns import collapse, render_rect
 from .records import ClaimsWarning, Warning
 from .vocab import parse_group_id
 
-__all__ = ["CellDiff", "Block", "MatrixDiff", "collapse", "diff_cell", "diff_overlays", "diff_results", "render", "render_rect", "run_diff"]
+__all__ = ["CellDiff", "Block", "MatrixDiff", "collapse", "diff_cell", "diff_results", "render", "render_rect", "run_diff"]
 
 # ---------------------------------------------------------------- what is compared
 
@@ -61,6 +64,8 @@ GROUP_FIELDS = (
     ("kv_scales", lambda g: g.kv_scales),
     ("mm_prefix", lambda g: "true" if g.mm_prefix else "false"),
     ("layers", lambda g: ",".join(map(str, g.layers))),
+    ("prefill_backend", lambda g: (g.prefill.backend + (f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version
+                                                        else "")) if g.prefill else "same"),
 )
 FIELD_IDS = tuple(f for f, _ in GROUP_FIELDS)
 
@@ -320,6 +325,20 @@ def _warning_rank(b: Block) -> int:
     return WARNING_RANK.get(b.key[0], 1) if b.warning else 0
 
 
+def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
+    ra, rb = _resolve_side(a, spec), _resolve_side(b, spec)
+    la = a.label + (f" objective={a.objective}" if a.objective else "")
+    lb = b.label + (f" objective={b.objective}" if b.objective else "")
+    return diff_results(spec, ra, rb, la, lb)
+
+
+def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:
+    """One side: its conf/ (a git revision's measured perf data too), its overlays and objective."""
+    extra = [f"objective={src.objective}"] if src.objective else []
+    with perf_dir(src.conf_dir / "perf"):
+        return resolve_cells(expand(spec, src.overlays), builder=Builder(src.conf_dir, extra), desc=f"diff: {src.label}")
+
+
 def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
            name_conf: bool = False) -> Source:
     """One side; its label names the conf only when the sides read different ones."""
@@ -333,12 +352,6 @@ def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: Exit
     raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
 
 
-def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
-    ra = resolve_cells(expand(spec, a.overlays), builder=Builder(a.conf_dir), desc=f"diff: a {a.label}")
-    rb = resolve_cells(expand(spec, b.overlays), builder=Builder(b.conf_dir), desc=f"diff: b {b.label}")
-    return diff_results(spec, ra, rb, a.label, b.label)
-
-
 def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec = "default", conf_dir: Path = CONF_DIR) -> MatrixDiff:
     """Two overlay sets of one conf directory (kselect plot, tests, notebooks)."""
     spec = matrix if isinstance(matrix, MatrixSpec) else load_matrix(matrix, conf_dir)
@@ -350,12 +363,13 @@ def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec =
 class SideArgs:
     conf: str = "worktree"  # worktree | git:<rev> (read with git archive)
     overlay: list[str] = field(default_factory=list)
+    objective: str = ""  # objective=<name> composed into every cell of this side
 
 
 @dataclass
 class DiffArgs:
     a: SideArgs = field(default_factory=SideArgs)
-    b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}"))  # type: ignore[arg-type]
+    b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}", objective="${a.objective}"))  # type: ignore[arg-type]
     matrix: str = "default"
     format: str = "table"  # table | markdown | json
     check: bool = False
@@ -370,6 +384,9 @@ RENAMED = {
     "b": "write b.overlay=[...] for an overlay set and b.conf=git:<rev> for a revision of conf/",
     "overlays": "write a.overlay=[...] (b.overlay follows a.overlay unless given)",
     "conf": "write conf_path=<conf/ inside the repository>",
+    "objective": "write a.objective=<name> (b.objective follows a.objective unless given)",
+    "a_objective": "write a.objective=<name>",
+    "b_objective": "write b.objective=<name>",
 }
 
 
@@ -386,6 +403,7 @@ def task(cfg) -> int:
         two = cfg.a.conf != cfg.b.conf
         a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)
         b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
+        a, b = replace(a, objective=cfg.a.objective), replace(b, objective=cfg.b.objective)
         spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
         d = run_diff(a, b, spec)
     print(render(d, cfg.format, cfg.limit))

@@ -72,9 +72,10 @@ class Builder:
             if overlays:
                 over.append(f"overlay=[{','.join(overlays)}]")
             avail = {g: sorted(p.stem for p in (self.conf_dir / g).glob("*.yaml")) for g in options}
-            missing = [f"{g}={n}" for g, names in options.items() for n in names if n not in avail[g]]
+            missing = [(g, n) for g, names in options.items() for n in sorted(names) if n not in avail[g]]
             if missing:
-                raise MatrixError(f"matrix names {', '.join(missing)}, which {self.conf_dir} lacks; available: {avail}")
+                g, n = missing[0]
+                raise MatrixError(f"matrix names {g}={n!r}, which {self.conf_dir} lacks; available: {', '.join(avail[g])}")
             if len(self._composed) > 32:
                 self._composed.clear()
             try:

@@ -132,8 +132,10 @@ def test_one_compose_per_overlay_set(monkeypatch):
     import kselect.selector.matrix as m
 
     calls = []
-    real = m.compose_raw
-    monkeypatch.setattr(m, "compose_raw", lambda *a, **k: calls.append(a) or real(*a, **k))
+    from kselect.selector import configs
+
+    real = configs.compose_raw
+    monkeypatch.setattr(configs, "compose_raw", lambda *a, **k: calls.append(a) or real(*a, **k))
     cells = expand(load_matrix("smoke"))
     b = Builder()
     resolve_cells([c.with_overlays(ov) for ov in ((), ("pr48666",)) for c in cells], builder=b)

@@ -59,7 +59,7 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
     for kind, g in groups.items():
         out[kind] = g.model_copy(update=dict(
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
-            quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none"))
+            quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none", prefill=None))
     return out
 
 
@@ -139,13 +139,18 @@ class Engine:
         self.device = torch.device(device) if device is not None else model.device
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
+        # per phase (objective selections): a group's prefill steps may run another backend over the same
+        # paged cache (the selector made its kv block and dtype agree); decode steps and graphs use `backends`
+        self.prefill_backends = {kind: make_backend(g.prefill) if g.prefill is not None and backends is None
+                                 else self.backends[kind] for kind, g in self.groups.items()}
         self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
         self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
                                   model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
         if kv_scales:
             self.cache.set_scales(kv_scales)
         self.sequences = SequenceTable(max_seqs)
-        self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device)
+        self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device,
+                                  prefill_backends=self.prefill_backends)
         on_cuda = self.device.type == "cuda"
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
@@ -181,6 +186,10 @@ class Engine:
             fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
             build = f", {b.kernel_build}" if b.kernel_build else ""
             out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__}{build})"
+            p = self.prefill_backends[k]
+            if p is not b:
+                pfa = f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version else ""
+                out[LAYER_TYPE_TO_GROUP[k]] += f"; prefill {g.prefill.backend}{pfa} ({type(p).__name__})"
         return out
 
     # -------------------------------------------------------------- sequence API (speculative decoding)

@@ -30,8 +30,11 @@ class MultimodalUnsupportedError(RuntimeError):
 
 class ModelRunner:
     def __init__(self, model: Gemma4, cache: PagedKVCache, backends: dict[str, AttentionBackend], groups: dict,
-                 device: torch.device):
+                 device: torch.device, prefill_backends: dict[str, AttentionBackend] | None = None):
         self.model, self.cache, self.backends, self.groups, self.device = model, cache, backends, groups, device
+        # eager steps with more than one query token per sequence (prefill, chunks, verify passes) run here
+        # (per-phase selections); decode steps and captured graphs run `backends`
+        self.prefill_backends = prefill_backends or backends
         self.static_paths = False  # tests: run the CUDA-graph-safe code paths eagerly (e.g. on CPU)
 
     # -------------------------------------------------------------- metadata
@@ -91,9 +94,11 @@ class ModelRunner:
         return out
 
     def context(self, positions: torch.Tensor, metas: dict, slots: dict, *, static: bool = False,
-                kv_amax: dict | None = None) -> StepContext:
-        """The model's step context. `static`: the capture-safe code paths (no host syncs)."""
-        groups = {k: GroupStep(self.cache.groups[k], self.backends[k], metas[k], slots[k]) for k in metas}
+                kv_amax: dict | None = None, prefill: bool = False) -> StepContext:
+        """The model's step context. `static`: the capture-safe code paths (no host syncs); `prefill`:
+        the groups' prefill backends (per-phase selections)."""
+        bes = self.prefill_backends if prefill else self.backends
+        groups = {k: GroupStep(self.cache.groups[k], bes[k], metas[k], slots[k]) for k in metas}
         return StepContext(positions=positions, groups=groups, kv_amax=kv_amax, static=static or self.static_paths)
 
     # -------------------------------------------------------------- forwards
@@ -103,7 +108,7 @@ class ModelRunner:
         ids = torch.tensor([t for ts in tokens for t in ts], dtype=torch.long, device=self.device)
         pos = torch.cat([torch.arange(p, p + n) for p, n in zip(batch.starts, batch.qlens)]).to(self.device)
         metas, slots = self.metadata(batch, spans)
-        ctx = self.context(pos, metas, slots, kv_amax=kv_amax)
+        ctx = self.context(pos, metas, slots, kv_amax=kv_amax, prefill=max(batch.qlens) > 1)
         if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
             ctx.groups[SLIDING].far = self.far_span_queries(batch, spans or {}, metas[SLIDING])
         try:

@@ -15,8 +15,10 @@ COMMANDS = {
     "plot": ("kselect.selector.plot", "a diff as a PNG + HTML grid"),
     "sweep": ("kselect.selector.sweep", "a Hydra multirun of selections"),
     "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
+    "explain": ("kselect.selector.explain", "is FP8 KV faster than bf16 here? measured time, capacity, numerics per group"),
     "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
     "conformance": ("kselect.conformance", "run claims on this machine's kernels"),
+    "perf": ("kselect.perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
     "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
 }
 

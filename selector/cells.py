@@ -27,7 +27,7 @@ MATRIX_DIR = CONF_DIR / "matrix"
 AXES = ("platform", "model", "dtype", "kv_cache", "scales", "spec_decode", "multimodal", "pin")
 GROUP_AXES = ("platform", "model", "kv_cache", "spec_decode")
 FIELD_AXES = {"dtype": ("model", "dtype"), "multimodal": ("model", "multimodal"), "scales": ("kv_cache", "scales")}
-SECTIONS = ("platform", "model", "kv_cache", "spec_decode", "attention")
+SECTIONS = ("platform", "model", "kv_cache", "spec_decode", "attention", "objective")
 
 
 class MatrixError(KSelectError):

@@ -23,10 +23,11 @@ from pydantic import BaseModel, ValidationError
 from .api import CONF_DIR, compose_raw
 from .cells import FIELD_AXES, GROUP_AXES, SECTIONS, Cell, MatrixError, hydra_value
 from .errors import KSelectError, format_validation_error
-from .schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Platform, SpecDecode
+from .schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Objective, Platform, SpecDecode
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {
     "platform": Platform, "model": ModelConfig, "kv_cache": KVCache, "spec_decode": SpecDecode, "attention": AttentionPins,
+    "objective": Objective,
 }  # fmt: skip
 OPTIONS = "__matrix"  # where one compose holds every option of the group axes
 
@@ -58,24 +59,25 @@ def _fingerprint(conf_dir: Path) -> tuple:
 class Builder:
     """Turns cells into validated configs; one per conf directory (the worktree, a git revision)."""
 
-    def __init__(self, conf_dir: Path | str = CONF_DIR):
+    def __init__(self, conf_dir: Path | str = CONF_DIR, extra: Sequence[str] = ()):
+        """extra: Hydra overrides composed into every cell (e.g. `objective=latency` for a diff side)."""
+        self.extra = tuple(extra)
         self.conf_dir = Path(conf_dir)
         self._composed = _COMPOSED  # shared by builders: keyed by the conf files' names, sizes and mtimes
 
     def composed(self, overlays: Sequence[str], options: dict[str, Sequence[str]]) -> dict:
         """One Hydra compose for an overlay set: rules, capabilities, attention, every option of
         `options` ({group: names}) under OPTIONS, and the overlays' writes into those groups."""
-        key = (_fingerprint(self.conf_dir), tuple(overlays), tuple((g, tuple(sorted(n))) for g, n in options.items()))
+        key = (_fingerprint(self.conf_dir), self.extra, tuple(overlays), tuple((g, tuple(sorted(n))) for g, n in options.items()))
         if key not in self._composed:
-            over = [f"~{g}" for g in options]
+            over = [f"~{g}" for g in options] + list(self.extra)
             over += [f"+{g}@{OPTIONS}.{g}.{name}={name}" for g, names in options.items() for name in sorted(names)]
             if overlays:
                 over.append(f"overlay=[{','.join(overlays)}]")
             avail = {g: sorted(p.stem for p in (self.conf_dir / g).glob("*.yaml")) for g in options}
-            missing = [(g, n) for g, names in options.items() for n in sorted(names) if n not in avail[g]]
+            missing = [f"{g}={n!r}" for g, names in options.items() for n in names if n not in avail[g]]
             if missing:
-                g, n = missing[0]
-                raise MatrixError(f"matrix names {g}={n!r}, which {self.conf_dir} lacks; available: {', '.join(avail[g])}")
+                raise MatrixError(f"matrix names {', '.join(missing)}, which {self.conf_dir} lacks; available: {avail}")
             if len(self._composed) > 32:
                 self._composed.clear()
             try:
@@ -88,7 +90,7 @@ class Builder:
 
     def _one_by_one(self, overlays: Sequence[str], options: dict[str, Sequence[str]]) -> dict:
         ov = [f"overlay=[{','.join(overlays)}]"] if overlays else []
-        raw = compose_raw([*(f"~{g}" for g in options), *ov], self.conf_dir)
+        raw = compose_raw([*(f"~{g}" for g in options), *ov, *self.extra], self.conf_dir)
         raw[OPTIONS] = {g: {n: compose_raw([f"{g}={n}", *ov], self.conf_dir)[g] for n in names} for g, names in options.items()}
         return raw
 
@@ -119,6 +121,8 @@ class Builder:
                 data = _deep_merge(raw[OPTIONS][s][name], raw.get(s) or {})
             else:
                 data = raw.get(s)
+                if data is None and s == "objective":
+                    data = {}  # a conf/ revision from before the objective key: faithful selection
                 if data is None:
                     raise MatrixError(f"the composed config has no {s!r} section")
             for a, (sec, f) in FIELD_AXES.items():
@@ -144,6 +148,7 @@ class Builder:
                 ("kv_cache", cell.kv_cache, cell.scales, cell.pin),
                 ("spec_decode", cell.spec_decode, cell.pin),
                 ("attention", cell.pin),
+                ("objective", cell.pin),
             )
             update = {}
             for s, key in zip(SECTIONS, keys):

@@ -9,7 +9,9 @@ Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `g
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
 source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell).
+limit (patterns shown per block, default 8; json lists every cell), objective / a_objective /
+b_objective (`objective=<name>` composed into every cell of both / one side: which selections an
+objective moves, e.g. `a='[]' b='[]' b_objective=latency`).
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -22,14 +24,15 @@ invalid and warnings that newly appear come first. The diff holds typed outcomes
 
 A git revision is read with `git archive <rev> conf` into a temporary directory and composed
 from there (`compose_raw(conf_dir=...)`); the selector code, the matrix declaration and the
-conformance data are the worktree's.
+conformance data are the worktree's; measured perf data (conf/perf/, read by objectives) are each
+side's, so `a=git:HEAD~1 b=worktree objective=latency` shows which selections new measurements move.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .api import CONF_DIR
@@ -38,6 +41,7 @@ from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDe
 from .diff_render import render, rendered_sorted, warning_order
 from .diff_sources import Source, check_conf_rel, git_conf, parse_source  # noqa: F401 - the diff's public names
 from .errors import KSelectError
+from .perf import perf_dir
 from .matrix import Builder, Cell, CellResult, MatrixSpec, cli_args, expand, load_matrix, parse_overlays, resolve_cells
 from .patterns import collapse, render_rect
 from .records import ClaimsWarning, Warning
@@ -57,6 +61,8 @@ GROUP_FIELDS = (
     ("kv_scales", lambda g: g.kv_scales),
     ("mm_prefix", lambda g: "true" if g.mm_prefix else "false"),
     ("layers", lambda g: ",".join(map(str, g.layers))),
+    ("prefill_backend", lambda g: (g.prefill.backend + (f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version
+                                                        else "")) if g.prefill else "same"),
 )
 FIELD_IDS = tuple(f for f, _ in GROUP_FIELDS)
 
@@ -317,13 +323,21 @@ def _warning_rank(b: Block) -> int:
 
 
 def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
-    ra = resolve_cells(expand(spec, a.overlays), builder=Builder(a.conf_dir))
-    rb = resolve_cells(expand(spec, b.overlays), builder=Builder(b.conf_dir))
-    return diff_results(spec, ra, rb, a.label, b.label)
+    ra, rb = _resolve_side(a, spec), _resolve_side(b, spec)
+    la = a.label + (f" objective={a.objective}" if a.objective else "")
+    lb = b.label + (f" objective={b.objective}" if b.objective else "")
+    return diff_results(spec, ra, rb, la, lb)
+
+
+def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:
+    """One side: its conf/ (a git revision's measured perf data too), its overlays and objective."""
+    extra = [f"objective={src.objective}"] if src.objective else []
+    with perf_dir(src.conf_dir / "perf"):
+        return resolve_cells(expand(spec, src.overlays), builder=Builder(src.conf_dir, extra))
 
 
 DEFAULTS = {"a": "[]", "b": "[]", "matrix": "default", "format": "table", "check": False, "overlays": "[]",
-            "repo": "", "conf": "conf", "limit": 8}  # fmt: skip
+            "repo": "", "conf": "conf", "limit": 8, "objective": "", "a_objective": "", "b_objective": ""}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -343,6 +357,8 @@ def main(argv: list[str]) -> int:
         ov = parse_overlays(args["overlays"])
         a = parse_source(args["a"], ov, repo, stack, args["conf"])
         b = parse_source(args["b"], ov, repo, stack, args["conf"])
+        a = replace(a, objective=args["a_objective"] or args["objective"])
+        b = replace(b, objective=args["b_objective"] or args["objective"])
         spec = load_matrix(args["matrix"], repo / args["conf"])
         d = run_diff(a, b, spec)
     print(render(d, args["format"], args["limit"]))

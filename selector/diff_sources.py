@@ -20,6 +20,7 @@ class Source:
     label: str
     conf_dir: Path
     overlays: tuple[str, ...]
+    objective: str = ""  # "": as composed (conf/config.yaml: vllm); else objective=<name> for every cell
 
 
 def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:
@@ -60,7 +61,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         if sha.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", sha.stdout.strip()):
-            raise KSelectError(f"diff: git:{rev}: not a commit in {repo} (git rev-parse --verify found none)")
+            raise KSelectError(f"diff: git archive {rev}: not a commit in {repo} (git rev-parse --verify found none)")
         p = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha.stdout.strip(), "--", conf_rel],
                            capture_output=True, timeout=300)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as e:

@@ -134,7 +134,7 @@ def filter_spec(spec: MatrixSpec, where: dict[str, list]) -> MatrixSpec:
         unknown = [x for x in vals if str(x).lower() not in {str(v).lower() for v in have}]
         if unknown or not conv:
             raise KSelectError(f"plot: where.{axis}={','.join(map(str, vals))}: {', '.join(map(str, unknown)) or 'nothing'} "
-                               f"is not a value of the axis; allowed: {', '.join(map(str, have))}")
+                               f"matches none of the axis values; allowed: {', '.join(map(str, have))}")
         if axis == "pin":
             pins = {k: v for k, v in pins.items() if k in conv}
         else:

@@ -114,8 +114,24 @@ class ClaimsWarning(Record):
     claims: tuple[ClaimCheck, ...]
 
 
-Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning, Field(discriminator="code")]
-WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_precluded": 1, "claims_unverified": 2}
+class ObjectiveWarning(Record):
+    """An objective (selector/objective.py) could not use measured data: a candidate no measurement
+    covers (left out, never guessed), no measured choice at all (vLLM's kept), or nothing to choose."""
+
+    code: Literal["objective_no_measurement", "objective_kept_vllm", "objective_all_pinned"]
+    group: str
+    rule: None = None
+    objective: str
+    backend: str | None = None
+    phase: str | None = None
+    shape: str | None = None  # e.g. "B1 x 8192 (d256, bf16, 16 KV heads)"
+    gpu: str | None = None
+
+
+Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning | ObjectiveWarning,
+                    Field(discriminator="code")]
+WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_precluded": 1, "claims_unverified": 2,
+                "objective_no_measurement": 2, "objective_kept_vllm": 1, "objective_all_pinned": 2}
 
 
 # ---------------------------------------------------------------- no selection

@@ -48,6 +48,8 @@ def table(sel: Selection, verbose: bool = False) -> str:
     for g in sel.groups:
         out.append(f"{group_name(g)}:")
         out += [f"  why: {r}" for r in g.reasons]
+        if g.prefill:
+            out.append(f"  prefill on: {phase_line(g)}")
         for name, reasons in g.rejected.items():
             out.append(f"  rejected {name}: {'; '.join(r.text for r in reasons)}")
         if verbose:
@@ -58,10 +60,23 @@ def table(sel: Selection, verbose: bool = False) -> str:
     return "\n".join(out)
 
 
+def phase_line(g: GroupSelection) -> str:
+    p = g.prefill
+    fa = f" v{p.flash_attn_version}" if p.flash_attn_version else ""
+    return (f"{p.backend}{fa} (kernel block {p.kernel_block_size} over the same kv block {p.kv_block_size}, "
+            f"{p.kv_cache_dtype}, descale {p.descale}); decode on {g.backend}"
+            f"{f' v{g.flash_attn_version}' if g.flash_attn_version else ''}")
+
+
 def as_dict(sel: Selection) -> dict:
     d = sel.model_dump(mode="json")
     for g in d["groups"]:
         g["rejected"] = {k: list(v) for k, v in g["rejected"].items()}
+        for key in ("measured", "prefill"):  # objective=vllm: the output stays what it was
+            if not g[key]:
+                del g[key]
+        if g.get("prefill"):
+            g["prefill"] = {k: v for k, v in g["prefill"].items() if k not in ("measured", "prefill")}
     return d
 
 
@@ -75,6 +90,11 @@ def markdown(sel: Selection) -> str:
     out.append("|" + "---|" * len(COLUMNS))
     out += ["| " + " | ".join(row(g)) + " |" for g in sel.groups]
     notes = [(group_name(g), w.text) for g in sel.groups for w in g.warnings] + [("", w.text) for w in sel.warnings]
+    measured = [(group_name(g), m.text()) for g in sel.groups for m in g.measured]
+    measured += [(group_name(g), "prefill on " + phase_line(g)) for g in sel.groups if g.prefill]
+    if measured:
+        out.append("")
+        out += [f"- **{n}**: {t}" for n, t in measured]
     if notes:
         out.append("")
         out += [f"- :warning: {('**' + n + '**: ') if n else ''}{w}" for n, w in notes]
@@ -107,8 +127,32 @@ def vllm_args(sel: Selection) -> str:
     if not e["multimodal"]:
         args.append("--language-model-only")
     # warnings as shell comments after the command: still copy-pasteable, never lost
-    notes = [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w.text}" for w in sel.warnings]
+    notes = [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
+    notes += [f"# measured {group_name(g)}: {m.text()}" for g in targets for m in g.measured]
+    notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w.text}" for w in sel.warnings]
     return "vllm serve <model> " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
+
+
+def per_phase_losses(sel: Selection) -> list[str]:
+    """Per-phase choices vLLM cannot express (one backend per layer kind for every step): what the
+    nearest vLLM command above (the decode backends) loses."""
+    out = []
+    for g in sel.groups:
+        if g.draft or not g.prefill:
+            continue
+        pre = next((m for m in g.measured if m.phase == "prefill"), None)
+        same = pre.figure_of(_label(g)) if pre else None
+        lost = ""
+        if pre and pre.chosen and same:
+            lost = (f"; it loses the measured prefill gain: {pre.chosen.backend} {pre.chosen.ms:.4g} ms vs "
+                    f"{same.backend} {same.ms:.4g} ms per layer at {pre.point}")
+        out.append(f"{group_name(g)} prefills on {_label(g.prefill)} and decodes on {_label(g)} (per-phase backends); "
+                   f"the command above runs both phases on {_label(g)}{lost}")
+    return out
+
+
+def _label(g: GroupSelection) -> str:
+    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
 
 
 def render(sel: Selection, output: str, verbose: bool = False) -> str:

@@ -22,6 +22,10 @@ from .vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     book = book or rulebook(cfg)
+    if cfg.objective.name != "vllm":  # selection by measurement, over resolutions of this function
+        from .objective import apply_objective  # noqa: PLC0415 - objective imports resolve
+
+        return apply_objective(cfg, book)
     facts = base_facts(cfg)
     model_trace: list[str] = []
 

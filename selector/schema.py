@@ -49,8 +49,6 @@ class Platform(Strict):
                 f"platform.device={self.device!r} does not match platform.vendor={self.vendor!r}; "
                 f"allowed pairs: {', '.join(f'{v}/{d}' for v, d in devices.items())}"
             )
-        if self.device == "cpu" and any(self.packages.model_dump().values()):
-            raise ValueError("platform.packages: kernel packages need a GPU; allowed on device 'cpu': all false")
         if self.device == "cuda" and self.compute_capability is None:
             raise ValueError("platform.compute_capability is required for device 'cuda' (e.g. [9, 0])")
         if self.device == "cpu" and self.compute_capability is not None:
@@ -198,6 +196,25 @@ class AttentionPins(Strict):
     flash_attn_version: Literal[2, 3, 4] | None = None
     backend_per_kind: dict[GroupKind, str] = {}
 
+# ---------------------------------------------------------------- objective
+
+
+class OperatingPoint(Strict):
+    batch: int = Field(gt=0, le=4096)
+    context: int = Field(gt=0, le=1 << 22)  # decode: cached tokens per sequence; prefill: prompt tokens
+
+
+class Objective(Strict):
+    """What the selection optimizes: `vllm` = vLLM's rules alone (faithful); the others choose among the
+    backends the rules find valid and conformance verified, by measured time (selector/objective.py)."""
+
+    name: Literal["vllm", "latency", "throughput", "capacity"] = "vllm"
+    decode: OperatingPoint = OperatingPoint(batch=1, context=8192)
+    prefill: OperatingPoint = OperatingPoint(batch=1, context=4096)
+    per_phase: bool = True  # a group may prefill on one backend and decode on another
+    tie: float = Field(default=0.03, ge=0, lt=1)  # within this fraction of the fastest: priority order decides
+
+
 # ---------------------------------------------------------------- the whole config
 
 
@@ -209,6 +226,7 @@ class KSelectConfig(Strict):
     attention: AttentionPins
     capabilities: dict[str, Capability]
     rules: dict[str, RuleEntry]
+    objective: Objective = Objective()
     overlays: dict[str, str] = {}  # applied overlays, in order -> one-line description
     output: Literal["table", "json", "markdown", "vllm"] = "table"
     verbose: bool = False

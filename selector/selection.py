@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from .measured import PhaseEvidence
 from .records import ClaimCheck, Rejection, Warning
 from .vocab import GroupKind, group_id
 
@@ -46,6 +47,10 @@ class GroupSelection(Frozen):
     reasons: tuple[str, ...] = ()  # human text: why this backend/version/block
     warnings: tuple[Warning, ...] = ()
     claims: tuple[ClaimCheck, ...] = ()
+    # objective != vllm: the measured figures behind the choice, per phase, and the group's prefill
+    # path when it differs from this (decode) one over the same paged cache (selector/objective.py)
+    measured: tuple[PhaseEvidence, ...] = ()
+    prefill: GroupSelection | None = None
 
     @property
     def id(self) -> str:

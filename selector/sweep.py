@@ -128,6 +128,9 @@ def plan(argv: list[str]) -> tuple[list[str], int]:
     overrides = [a for a in out if a not in FLAGS]
     check_conf_tree(CONF_DIR)
     check_overrides(overrides, CONF_DIR, SWEEP_HYDRA_KEYS)
+    for o in overrides:
+        if "@" in o.split("=", 1)[0]:
+            raise KSelectError(f"sweep: {o}: package overrides (group@package) are not supported; allowed: group=option, key=value")
     try:
         jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
     except Exception as e:  # noqa: BLE001 - a malformed sweep: Hydra's message, one paragraph

@@ -24,6 +24,10 @@ WARNING_PHRASE = {
     "block_size_precluded": "kv_cache.block_size={block_size} precluded higher-priority backend(s) {backends}",
     "claims_refuted": "REFUTED on {gpu}: {claims} [conformance]",
     "claims_unverified": "unverified on {gpu}: {claims} [conformance]",
+    "objective_no_measurement": "objective {objective}: {backend} left out of {phase}: no measurement covers {shape} [perf]",
+    "objective_kept_vllm": "objective {objective}: no combination of backends is valid, verified and measured on {gpu}; "
+    "kept vLLM's selection (no guess) [perf]",
+    "objective_all_pinned": "objective {objective}: every group is pinned; nothing to choose",
 }
 CLAIM_RUN = "{claim}: page {page}, descale {descale} (from {source})"
 RULE_PHRASE = "{reason} [{rule}]"  # a reject or warning rule: its declared reason and id
@@ -80,6 +84,8 @@ def render(r: Any) -> str:
         return WARNING_PHRASE[code].format(block_size=r.block_size, backends=list(r.backends))
     if code in ("claims_refuted", "claims_unverified"):
         return WARNING_PHRASE[code].format(gpu=r.gpu, claims=claims_list(code, r.claims))
+    if code.startswith("objective_"):
+        return WARNING_PHRASE[code].format(**{k: getattr(r, k) for k in type(r).model_fields})
     if code == "orphan_rule":
         return WARNING_PHRASE[code].format(rule=r.rule)
     if code == "rule":
@@ -113,6 +119,7 @@ FIELD_LABEL = {
     "mm_prefix": "mm_prefix",
     "layers": "layers",
     "cache_block": "cache block",
+    "prefill_backend": "prefill backend",
 }
 ALL_GROUPS_LABEL = "all groups"
 GROUP_EVENT = {"group_added": "group added", "group_removed": "group removed"}

@@ -47,7 +47,10 @@ from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 
 SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
-              "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
+              "pin_triton": ["attention.backend=TRITON_ATTN"],  # same-run baselines: one backend for every group
+              "pin_flashinfer": ["attention.backend=FLASHINFER"], "pin_fa": ["attention.backend=FLASH_ATTN"],
+              # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
+              "latency": ["objective=latency"], "throughput": ["objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"
@@ -117,12 +120,16 @@ def describe(groups) -> dict:
         out[g.kind] = dict(backend=f"{g.backend}{fa}", kernel_block=g.kernel_block_size, kv_block=g.kv_block_size,
                            kv_dtype=g.kv_cache_dtype, quant_query=g.quant_query, descale=g.descale,
                            head_size=g.head_size, kv_heads=g.num_kv_heads, layers=len(g.layers))
+        if g.prefill is not None:  # objective selections: prefill on another backend over the same cache
+            p = g.prefill
+            out[g.kind]["prefill_backend"] = p.backend + (f" v{p.flash_attn_version}" if p.flash_attn_version else "")
     return out
 
 
 def signature(groups) -> tuple:
     return tuple(sorted((k, g.backend, g.flash_attn_version, g.kernel_block_size, g.kv_block_size, g.kv_cache_dtype,
-                         g.quant_query, g.descale, g.kv_scales) for k, g in groups.items()))
+                         g.quant_query, g.descale, g.kv_scales,
+                         signature({k: g.prefill}) if g.prefill is not None else None) for k, g in groups.items()))
 
 
 def capacity(args, groups, model_dtype, budget_gib: float, prefill_chunk: int = 2048) -> dict:
@@ -351,7 +358,8 @@ def render_md(d: dict) -> str:
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in d["selections"]:
         g = s.get("groups", {})
-        be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}" if k in g else "")  # noqa: E731
+        be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}"  # noqa: E731
+                        + (f" (prefill {g[k]['prefill_backend']})" if g[k].get("prefill_backend") else "") if k in g else "")
         n = s.get("numerics") or {}
         num = (f"{_f(n.get('max_rel_err'), '.2e')} ({_f(n.get('prefill_rel_err'), '.1e')} / "
                f"{_f(n.get('decode_rel_err'), '.1e')})" if n else "")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -67,9 +66,9 @@ def fa_available() -> bool:
 def save(out: Path, data: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("fusion.json", json.dumps(data, indent=1, default=str)), ("fusion.md", render(data))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        from kselect.selector.files import atomic_write
+
+        atomic_write(out / name, text)
 
 
 def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:

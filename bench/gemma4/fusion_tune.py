@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from e2e import environment, time_engine  # noqa: E402
 
 from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq  # noqa: E402
 from kselect.kernels import qkv_rope, rms_norm  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
 
 WARPS = (2, 4, 8, 16, 32)
 
@@ -79,9 +79,7 @@ def main(argv):
     data = dict(environment=env, warps=warps_table(), diagnose=diagnose(), decode=[])
     print(json.dumps(data["warps"], indent=1), json.dumps(data["diagnose"], indent=1), flush=True)
     if o.no_decode:
-        tmp = o.out / ".tune.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1, default=str))
-        os.replace(tmp, o.out / "tune.json")
+        atomic_write(o.out / "tune.json", json.dumps(data, indent=1, default=str))
         return 0
     best = {r["d"]: min(WARPS, key=lambda nw: r[f"w{nw}_us"]) for r in data["warps"] if r["t"] == 1}
 
@@ -104,9 +102,7 @@ def main(argv):
         data["decode"].append(dict(variant=label, decode_tok_s=r["decode_tok_s"], ms_per_step=r["decode_ms_per_step"]))
         print(label, f"{r['decode_tok_s']:.2f} tok/s", flush=True)
     rms_norm.row_warps = default
-    tmp = o.out / ".tune.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, o.out / "tune.json")
+    atomic_write(o.out / "tune.json", json.dumps(data, indent=1, default=str))
     return 0
 
 

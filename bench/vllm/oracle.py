@@ -15,6 +15,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import random
 import sys
 import tempfile
 import time
@@ -66,13 +67,13 @@ def _key(cell: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from kselect.oracle.cells import BACKEND_PINS, FA_PINS, KV_DTYPES, MODELS, PLATFORMS, SPEC, grid
+    from kselect.oracle.cells import BACKEND_PINS, KV_DTYPES, MODELS, PLATFORMS, SPEC, grid
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True, help="vLLM's extracted Python sources (setup.sh prints it)")
-    p.add_argument("--out", required=True, help="JSONL to write (atomically)")
+    p.add_argument("--out", required=True, help="JSONL to write; cells already in it are kept (resume)")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--chunk", type=int, default=60, help="cells per worker process")
+    p.add_argument("--chunk", type=int, default=150, help="cells per worker process (one capability each)")
     p.add_argument("--cc", nargs="*", default=list(PLATFORMS))
     p.add_argument("--model", nargs="*", default=list(MODELS))
     p.add_argument("--kv", nargs="*", default=list(KV_DTYPES))
@@ -80,34 +81,63 @@ def main(argv=None) -> int:
     p.add_argument("--fa", nargs="*", default=["-", "3", "4"])
     p.add_argument("--backend", nargs="*", default=list(BACKEND_PINS))
     p.add_argument("--spec", nargs="*", default=list(SPEC))
+    p.add_argument("--keys", default=None, help="a file of cell keys: run only these")
     a = p.parse_args(argv)
     cells = grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, multimodal=[m == "1" for m in a.mm],
                  fa_pins=[None if f == "-" else int(f) for f in a.fa], backends=a.backend, spec=a.spec)
-    assert set(FA_PINS) >= {c.fa for c in cells}
-    by_cc: dict[str, list[dict]] = {}
-    for c in cells:
-        by_cc.setdefault(c.cc, []).append(c.to_dict())
-    root = tempfile.mkdtemp(prefix="kselect_oracle_models_")
-    tasks = [(a.src, cc, cs[i:i + a.chunk], root) for cc, cs in by_cc.items() for i in range(0, len(cs), a.chunk)]
-    t0 = time.perf_counter()
+    if a.keys:
+        want = set(Path(a.keys).read_text().split())
+        cells = [c for c in cells if c.key in want]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
+    done = {}
+    if out.exists():
+        for line in out.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done[r["key"]] = line
+    todo = [c for c in cells if c.key not in done]
+    # every chunk a seeded random sample of one capability, chunks round-robin over capabilities:
+    # a run stopped early still covers every axis evenly
+    rng = random.Random(0)
+    by_cc: dict[str, list[dict]] = {}
+    for c in todo:
+        by_cc.setdefault(c.cc, []).append(c.to_dict())
+    chunks = {cc: [cs[i:i + a.chunk] for i in range(0, len(cs), a.chunk)]
+              for cc, cs in ((cc, rng.sample(cs, len(cs))) for cc, cs in by_cc.items())}
+    root = tempfile.mkdtemp(prefix="kselect_oracle_models_")
+    tasks = []
+    for i in range(max((len(v) for v in chunks.values()), default=0)):
+        tasks += [(a.src, cc, v[i], root) for cc, v in chunks.items() if i < len(v)]
+    t0 = time.perf_counter()
     n = 0
+    print(f"{len(cells)} cells, {len(done)} already in {out}, {len(todo)} to run in {len(tasks)} chunks",
+          file=sys.stderr, flush=True)
     ctx = mp.get_context("spawn")
-    with ctx.Pool(a.jobs, maxtasksperchild=1) as pool, tmp.open("w") as f:
+    with ctx.Pool(a.jobs, maxtasksperchild=1) as pool, out.open("a") as f:
         for recs in pool.imap_unordered(_worker, tasks):
             for r in recs:
                 f.write(json.dumps(r, sort_keys=True) + "\n")
+            f.flush()
             n += len(recs)
-            print(f"\r{n}/{len(cells)} cells, {time.perf_counter() - t0:.0f} s", end="", file=sys.stderr, flush=True)
-    # stable order: the grid's
-    order = {c.key: i for i, c in enumerate(cells)}
-    lines = sorted(tmp.read_text().splitlines(), key=lambda line: order[json.loads(line)["key"]])
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)
-    print(f"\n{n} cells in {time.perf_counter() - t0:.0f} s -> {out}", file=sys.stderr)
+            print(f"{n}/{len(todo)} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    _sort_in_grid_order(out, cells)
+    print(f"{n} cells in {time.perf_counter() - t0:.0f} s -> {out}", file=sys.stderr)
     return 0
+
+
+def _sort_in_grid_order(out: Path, cells) -> None:
+    from kselect.oracle.cells import Cell
+
+    order = {c.key: i for i, c in enumerate(cells)}
+    recs = {}
+    for line in out.read_text().splitlines():
+        if line.strip():
+            recs[json.loads(line)["key"]] = line
+    keys = sorted(recs, key=lambda k: (order.get(k, len(order)), k))
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(recs[k] + "\n" for k in keys))
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ if [ ! -f "$VENV/.done" ]; then
   PIP_CONSTRAINT="" "$VENV/bin/pip" install -q torch==2.13.0 'transformers>=5.16.1,<5.21' 'triton~=3.8.0' \
     regex cachetools psutil numpy requests tqdm py-cpuinfo msgspec cloudpickle einops pyzmq blake3 \
     sentencepiece protobuf cbor2 aiohttp openai openai-harmony pillow pybase64 uvloop prometheus_client \
-    xgrammar fastapi partial-json-parser llguidance \
+    xgrammar fastapi partial-json-parser llguidance uvicorn prometheus-fastapi-instrumentator \
     hydra-core omegaconf 'pydantic>=2' pyyaml
   "$VENV/bin/pip" install -q --no-deps -e "$CHECKOUT"
   touch "$VENV/.done"

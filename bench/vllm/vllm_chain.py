@@ -28,6 +28,8 @@ import types
 from pathlib import Path
 
 STUBS = Path(__file__).resolve().parent / "stubs"
+# metadata builders allocate their device buffers here (meta: shapes only, no memory)
+BUILDER_DEVICE = "meta"
 KV_MEMORY_BYTES = 100 * 2**30  # what the KV planner may use; selection does not depend on it
 STAGES = ("engine_config", "selection", "layer_init", "draft_init", "block_size", "kv_cache_spec",
           "kv_cache_groups", "metadata_builders")
@@ -35,6 +37,7 @@ STAGES = ("engine_config", "selection", "layer_init", "draft_init", "block_size"
 
 DEVICE_NAMES = {(8, 0): "NVIDIA A100-SXM4-80GB", (8, 9): "NVIDIA L40S", (9, 0): "NVIDIA H200",
                 (10, 0): "NVIDIA B200", (12, 0): "NVIDIA GeForce RTX 5090"}
+SM_COUNTS = {(8, 0): 108, (8, 9): 142, (9, 0): 132, (10, 0): 148, (12, 0): 170}
 _CC: tuple[int, int] | None = None
 _RECORDED: list[dict] = []
 
@@ -64,9 +67,14 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     def get_device_name(cls, device_id: int = 0):
         return DEVICE_NAMES.get(_CC, f"NVIDIA GPU sm{_CC[0]}{_CC[1]}")
 
+    def num_compute_units(cls, device_id: int = 0):
+        return SM_COUNTS.get(_CC, 132)
+
     cuda.NonNvmlCudaPlatform.get_device_capability = classmethod(get_device_capability)
-    # only error messages (TRITON_ATTN's FP8 refusal) print the device name
+    # the device's name and SM count: only an error message (TRITON_ATTN's FP8 refusal) prints
+    # the name; the SM count sizes TRITON_ATTN's decode split on SM120 (never the selection)
     cuda.NonNvmlCudaPlatform.get_device_name = classmethod(get_device_name)
+    cuda.NonNvmlCudaPlatform.num_compute_units = classmethod(num_compute_units)
     platforms._current_platform = cuda.NonNvmlCudaPlatform()
     # no pinned host memory without a CUDA driver: the backends' host buffers are plain
     import vllm.utils.torch_utils as torch_utils
@@ -77,6 +85,11 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
     fi_backend._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device: torch.empty(0, dtype=torch.uint8)
+    # weight-reload bookkeeping walks every parameter of the model after construction: no
+    # weights are ever loaded here, and it is most of a cell's time
+    import vllm.model_executor.model_loader.utils as loader_utils
+
+    loader_utils.record_metadata_for_reloading = lambda model: None
     _record_selection(cuda.CudaPlatformBase)
 
 
@@ -217,7 +230,7 @@ def _build(vllm_config, out: dict, _unused) -> None:
         groups = get_global_kv_cache_groups(vllm_config, [specs])
         kv_cfg = get_kv_cache_configs(vllm_config, [specs], [KV_MEMORY_BYTES], groups)[0]
         out["_stage"] = "metadata_builders"
-        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, torch.device("cpu"),
+        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE,
                                                           draft_layer_names=draft_layers)
         out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers)
         out["block_size"] = vllm_config.cache_config.block_size

@@ -129,13 +129,12 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
 
 
 def test_one_compose_per_overlay_set(monkeypatch):
-    import kselect.selector.matrix as m
+    import kselect.selector.configs as m
 
     calls = []
-    from kselect.selector import configs
-
-    real = configs.compose_raw
-    monkeypatch.setattr(configs, "compose_raw", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = m.compose_raw
+    monkeypatch.setattr(m, "compose_raw", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr(m, "_COMPOSED", {})  # composes are shared per process: start from none
     cells = expand(load_matrix("smoke"))
     b = Builder()
     resolve_cells([c.with_overlays(ov) for ov in ((), ("pr48666",)) for c in cells], builder=b)

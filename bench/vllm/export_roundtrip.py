@@ -1,0 +1,200 @@
+"""Export round trip: every cell kselect selects, its `output=vllm` command parsed by vLLM's own
+`vllm serve` argument parser and run through the same chain as the oracle.
+
+    ~/.cache/kselect/vllm/venv-0.33.0/bin/python bench/vllm/export_roundtrip.py \
+        --src ~/.cache/kselect/vllm/src-0.33.0 --rules base --out bench/results/vllm/export_base
+
+Per cell: accepted (the parser, EngineArgs and the chain ran) and reproduced (each group's
+backend, FA version and kernel block equal kselect's), accepted but different, or refused (by
+the parser, the engine config, layer init, ...; the reason recorded). The model folder stands
+for `<model>`; a drafter named in --speculative-config stands for the preset's assistant
+folder; `--skip-tokenizer-init --load-format dummy` are added (no tokenizer, no weights here).
+Cells whose commands are identical on one capability run once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+
+FIELDS = ("backend", "fa_version", "kernel_block")
+
+
+def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple[dict, dict]:
+    """(vLLM's result in the oracle's record shape, notes on what was substituted)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    import vllm_chain
+
+    notes = {}
+    argv = list(tokens)
+    assert argv[:2] == ["vllm", "serve"], argv[:3]
+    argv = ["serve", str(target) if argv[2] == "<model>" else argv[2], *argv[3:]]
+    for i, a in enumerate(argv):
+        if a == "--speculative-config" and i + 1 < len(argv):
+            spec = json.loads(argv[i + 1])
+            if "model" in spec:
+                notes["drafter_named"] = spec["model"]
+                spec["model"] = str(drafter)
+                argv[i + 1] = json.dumps(spec)
+    argv += ["--skip-tokenizer-init", "--load-format", "dummy"]
+    # `vllm serve`'s parser as ServeSubcommand.subparser_init builds it (without importing the
+    # API server that module starts)
+    parser = FlexibleArgumentParser(prog="vllm")
+    sub = parser.add_subparsers(dest="subparser")
+    make_arg_parser(sub.add_parser("serve", usage="vllm serve [model_tag] [options]"))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
+        args.model = args.model_tag or args.model
+        validate_parsed_serve_args(args)
+        engine_args = AsyncEngineArgs.from_cli_args(args)
+    except SystemExit:
+        msg = " ".join(err.getvalue().split())[-400:]
+        return {"groups": {}, "error": {"stage": "parser", "type": "SystemExit", "message": msg}}, notes
+    except Exception as e:  # noqa: BLE001 - recorded
+        return {"groups": {}, "error": {"stage": "parser", "type": type(e).__name__, "message": str(e)[:400]}}, notes
+    return vllm_chain.run_engine_args(engine_args), notes
+
+
+def _worker(task) -> list[dict]:
+    src, cc, items, root = task
+    import vllm_chain
+
+    vllm_chain.boot(src, tuple(int(x) for x in cc.split(".")))
+    from oracle import _preset
+
+    dirs, out = {}, []
+    for item in items:
+        if item["model"] not in dirs:
+            dirs[item["model"]] = vllm_chain.write_model_dirs(_preset(item["model"]), Path(root))
+        target, drafter = dirs[item["model"]]
+        res, notes = _run_command(item["tokens"], target, drafter)
+        out.append({**item, "vllm": {"groups": res["groups"], "error": res["error"]}, "notes": notes})
+    return out
+
+
+def _outcome(item: dict) -> tuple[str, str]:
+    """('reproduced' | 'different' | 'refused', detail)."""
+    v = item["vllm"]
+    if v["error"]:
+        e = v["error"]
+        msg = re.sub(r"/\S+", "<path>", e["message"])
+        msg = re.sub(r"\{.*\}", "{…}", msg)[:200]
+        return "refused", f"{e['stage']}: {e['type']}: {msg}"
+    diffs = []
+    for g, kg in sorted(item["kselect"].items()):
+        vg = v["groups"].get(g)
+        if vg is None:
+            diffs.append(f"{g}: no such group in vLLM")
+            continue
+        diffs += [f"{g}.{f}: kselect {kg[f]!r} vLLM {vg[f]!r}" for f in FIELDS if kg[f] != vg[f]]
+    extra = sorted(set(v["groups"]) - set(item["kselect"]))
+    diffs += [f"{g}: vLLM has it, kselect does not" for g in extra]
+    return ("different", "; ".join(diffs)) if diffs else ("reproduced", "")
+
+
+def main(argv=None) -> int:
+    from kselect.oracle.cells import grid
+    from kselect.oracle.export import command_tokens, kselect_exports
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", required=True)
+    p.add_argument("--rules", default=None)
+    p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--cc", nargs="*", default=None)
+    p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
+    p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
+    a = p.parse_args(argv)
+    cells = [c for c in grid() if a.cc is None or c.cc in a.cc]
+    if a.cells_from:
+        from kselect.oracle.compare import load_records
+
+        have = {r["key"] for r in load_records(a.cells_from)}
+        cells = [c for c in cells if c.key in have]
+    t0 = time.perf_counter()
+    exports = kselect_exports(cells, a.rules)
+    # one run per distinct (capability, model, command)
+    uniq: dict[tuple, dict] = {}
+    members: dict[tuple, list[str]] = {}
+    export_refused: dict[str, list[str]] = {}
+    for c in cells:
+        e = exports.get(c.key)
+        if e is None:
+            continue
+        if e["command"] is None:
+            export_refused.setdefault(re.sub(r"'[^']*'", "'…'", e["refused"])[:300], []).append(c.key)
+            continue
+        toks = command_tokens(e["command"])
+        k = (c.cc, c.model, tuple(toks))
+        if k not in uniq:
+            uniq[k] = {"cc": c.cc, "model": c.model, "tokens": toks, "command": e["command"], "kselect": e["groups"]}
+        members.setdefault(k, []).append(c.key)
+    if a.limit is not None and a.limit < len(uniq):
+        import random
+
+        keep = set(random.Random(0).sample(sorted(uniq), a.limit))
+        uniq = {k: v for k, v in uniq.items() if k in keep}
+    by_cc: dict[str, list[dict]] = {}
+    for k, item in uniq.items():
+        by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
+    root = tempfile.mkdtemp(prefix="kselect_export_models_")
+    tasks = [(a.src, cc, items[i:i + 150], root) for cc, items in by_cc.items() for i in range(0, len(items), 150)]
+    print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules}); "
+          f"{len(uniq)} distinct commands in {len(tasks)} chunks", file=sys.stderr, flush=True)
+    results = []
+    with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
+        for rs in pool.imap_unordered(_worker, tasks):
+            results += rs
+            print(f"{len(results)}/{len(uniq)} commands, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    per_cell = Counter()
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for item in results:
+        outcome, detail = _outcome(item)
+        item["outcome"], item["detail"] = outcome, detail
+        per_cell[outcome] += len(item["cells"])
+        reasons.setdefault((outcome, detail), []).extend(item["cells"])
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"Command: `python bench/vllm/export_roundtrip.py --rules {a.rules}` (vLLM 0.33.0's `vllm serve` parser, "
+             f"EngineArgs and chain; bench/vllm/vllm_chain.py)", "",
+             f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "
+             f"(the counts below are cells: each cell counts with its command's outcome).", "",
+             "| outcome | cells |", "|---|---:|"]
+    n_exp_ref = sum(len(v) for v in export_refused.values())
+    lines += [f"| accepted, reproduced | {per_cell['reproduced']} |", f"| accepted, different | {per_cell['different']} |",
+              f"| refused by vLLM | {per_cell['refused']} |", f"| export refused by kselect (one line, no command) | {n_exp_ref} |",
+              "", "## By reason", ""]
+    for (outcome, detail), ks in sorted(reasons.items(), key=lambda t: (t[0][0] != "reproduced", -len(t[1]))):
+        lines.append(f"- **{outcome}** ({len(ks)} cells){': ' + detail if detail else ''}  \n  e.g. `{ks[0]}`")
+    for reason, ks in sorted(export_refused.items(), key=lambda t: -len(t[1])):
+        lines.append(f"- **export refused** ({len(ks)} cells): {reason}  \n  e.g. `{ks[0]}`")
+    for suffix, body in ((".md", "\n".join(lines) + "\n"),
+                         (".jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))):
+        tmp = out.with_name(out.name + suffix + ".tmp")
+        tmp.write_text(body)
+        os.replace(tmp, out.with_name(out.name + suffix))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

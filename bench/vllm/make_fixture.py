@@ -1,0 +1,68 @@
+"""Pick the CI fixture from the oracle's records: every disagreement class of the rules vLLM
+0.33.0 differs from (default post_pr52987, the rules the issue measured as `base`), a few cells
+each, then a seeded sample over capability x spec-decode x vision mode, 100-200 cells.
+
+    python bench/vllm/make_fixture.py bench/results/vllm/oracle_0_33_0.jsonl.gz \
+        tests/vllm/fixtures/vllm_0_33_0_sample.jsonl --classes-of post_pr52987
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+KEEP = ("key", "cell", "groups", "error", "block_size")
+GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query", "impl", "layers")
+
+
+def main(argv=None) -> int:
+    from kselect.oracle.compare import classes, compare, load_records
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("records")
+    p.add_argument("out")
+    p.add_argument("--classes-of", action="append", default=None, help="rules whose disagreement classes to cover")
+    p.add_argument("--per-class", type=int, default=3)
+    p.add_argument("--total", type=int, default=150)
+    a = p.parse_args(argv)
+    recs = {r["key"]: r for r in load_records(a.records)}
+    rng = random.Random(0)
+    chosen: list[str] = []
+    for rules in a.classes_of or ["post_pr52987"]:
+        rep = compare(list(recs.values()), rules=rules)
+        for _f, _cause, ds in classes(rep):
+            keys = sorted({d.key for d in ds})
+            for k in rng.sample(keys, min(a.per_class, len(keys))):
+                if k not in chosen:
+                    chosen.append(k)
+    strata: dict[tuple, list[str]] = {}
+    for k, r in recs.items():
+        c = r["cell"]
+        strata.setdefault((c["cc"], c["spec"], c["multimodal"], bool(r["error"])), []).append(k)
+    pool = [sorted(v) for _, v in sorted(strata.items())]
+    while len(chosen) < a.total and any(pool):
+        for keys in pool:
+            rest = [k for k in keys if k not in chosen]
+            if rest and len(chosen) < a.total:
+                chosen.append(rng.choice(rest))
+            keys[:] = rest
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for k in sorted(chosen):
+        r = {f: recs[k][f] for f in KEEP}
+        r["groups"] = {g: {f: v[f] for f in GROUP_KEEP if f in v} for g, v in r["groups"].items()}
+        lines.append(json.dumps(r, sort_keys=True))
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, out)
+    print(f"{len(chosen)} cells -> {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

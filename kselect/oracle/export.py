@@ -1,0 +1,58 @@
+"""kselect's `output=vllm` rendering per oracle cell, for the export round trip
+(bench/vllm/export_roundtrip.py parses each command with vLLM's own CLI parser). No torch."""
+
+from __future__ import annotations
+
+import shlex
+
+from kselect.oracle.cells import Cell
+
+
+def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
+    """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
+    cell kselect selects (a command, or the export's one-line refusal)."""
+    from kselect.oracle.compare import _RulesBuilder, _matrix_cell
+    from kselect.selector.errors import KSelectError
+    from kselect.selector.resolve import resolve
+
+    render = _renderer()
+
+    from kselect.oracle.compare import kselect_records
+
+    kselect_records([], rules, conf_dir)  # checks the rules option
+    builder = _RulesBuilder(rules, conf_dir)
+    out = {}
+    for c in cells:
+        try:
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            sel = resolve(cfg)
+        except KSelectError:
+            continue
+        try:
+            command, refused = render(cfg, sel), None
+        except KSelectError as e:
+            command, refused = None, str(e).split("\n")[0]
+        groups = {(f"draft:{g.kind}" if g.draft else g.kind): {
+            "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size}
+            for g in sel.groups}
+        out[c.key] = {"command": command, "refused": refused, "groups": groups}
+    return out
+
+
+def _renderer():
+    """The checkout's `output=vllm` rendering: `vllm_command(cfg, sel)` where the export
+    re-resolves the config, else the older `vllm_args(sel)`."""
+    try:
+        from kselect.selector.vllm_export import vllm_command
+    except ImportError:
+        from kselect.selector.render import vllm_args
+
+        return lambda cfg, sel: vllm_args(sel)
+    return vllm_command
+
+
+def command_tokens(command: str) -> list[str]:
+    """The argv of an exported `vllm serve ...` command: comment lines (warnings) dropped,
+    backslash continuations joined, shell quoting undone."""
+    lines = [ln for ln in command.splitlines() if not ln.lstrip().startswith("#")]
+    return shlex.split(" ".join(ln.rstrip().removesuffix("\\") for ln in lines))

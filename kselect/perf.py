@@ -1,0 +1,342 @@
+"""`kselect perf`: time the kernel behind every verified conformance claim over shape buckets and
+merge the results into `conf/perf/<gpu_model>.yaml` (schema: selector/perf.py).
+
+    kselect perf --gpu-name nvidia_h200 --models gemma4_31b,gemma4_e4b \\
+        --decode 1x1024,1x8192,16x1024,16x8192,64x1024,64x8192 --prefill 1x512,1x4096 --warm-jobs 8
+
+Targets: for each model's sliding group (its head size, KV heads and window) and full group, every
+kernel path whose conformance claim `<path>:<kv>:d<head>:window` (sliding) or `:causal` (full) is
+verified in conf/conformance/<gpu>.yaml, for each KV dtype. Each target is built like the engine
+builds it (backends.make_backend over a hand-made GroupSelection) and timed per bucket:
+decode = B sequences x 1 new token over C cached tokens; prefill = B fresh prompts of C tokens.
+On CUDA: R rotated input sets (R so they exceed 2x L2) captured as one CUDA graph (FlashInfer
+re-planned through prepare_replay as under the engine's graphs), median of --reps replays. On CPU
+(tests): eager calls timed with perf_counter, graph=false in the entry. Sliding decode allocates
+only the pages the window reaches. `--warm-jobs N` first runs every target once on a tiny shape in
+N processes, so JIT compiles (FlashInfer, FA4, Triton) overlap and land in their disk caches before
+the timed pass, which runs in this process, one kernel at a time. The file is merged and written
+atomically after every target, so a timeout keeps what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata as md
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+from kselect.selector import perf as perfdata
+from kselect.selector.conformance import CONFORMANCE_DIR
+
+L2_BYTES = 50 * 2**20
+_KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+_PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    version: int | None
+    kv: str  # claim dtype: bf16, fp8, ...
+    head: int
+    hq: int
+    hkv: int
+    window: int | None
+
+    @property
+    def path(self) -> str:
+        return f"{self.backend}_v{self.version}" if self.version else self.backend
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv.startswith("fp8")
+
+    @property
+    def page(self) -> int:
+        return 64 if (self.backend, self.version) == ("FLASH_ATTN", 4) else 16  # as the conformance runner
+
+    @property
+    def descale(self) -> str:
+        if not self.fp8:
+            return "none"
+        if self.backend == "FLASH_ATTN":
+            return "q_k_v" if self.version == 3 else "kv_dequant"
+        return "k_v"
+
+    @property
+    def model_dtype(self) -> str:
+        return "bfloat16" if self.fp8 else _KV_NAME[self.kv]
+
+
+def parse_grid(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        b, _, c = item.partition("x")
+        if not (b.isdigit() and c.isdigit()) or int(b) < 1 or int(c) < 1:
+            raise SystemExit(f"kselect perf: bad bucket {item!r}: want <batch>x<context>, e.g. 16x8192")
+        out.append((int(b), int(c)))
+    return out
+
+
+def verified_claims(path: Path) -> set[str]:
+    from kselect.selector.files import load_yaml
+
+    data = load_yaml(path, "a conformance file (kselect conformance)") or {}
+    return {cid for cid, r in (data.get("claims") or {}).items() if (r or {}).get("status") == "verified"}
+
+
+def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
+    """(head, q heads, kv heads, window) of the model's sliding and full groups (conf/model)."""
+    from kselect.selector.api import compose
+
+    m = compose(["platform=cpu", f"model={model}"]).model
+    return [(m.head_dim, m.num_attention_heads, m.num_key_value_heads, m.sliding_window),
+            (m.global_head_dim, m.num_attention_heads, m.global_kv_heads(), None)]
+
+
+def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None) -> list[Target]:
+    out: list[Target] = []
+    for model in models:
+        for head, hq, hkv, window in model_shapes(model):
+            feature = "window" if window else "causal"
+            for cid in sorted(verified):
+                path, kv, d, feat = cid.split(":")
+                if feat != feature or d != f"d{head}" or (kernels and path not in kernels) or (kvs and kv not in kvs):
+                    continue
+                backend, _, ver = path.partition("_v")
+                t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window)
+                if t not in out:
+                    out.append(t)
+    return out
+
+
+# ---------------------------------------------------------------- inputs and timing
+
+
+def make_inputs(t: Target, batch: int, context: int, q_len: int, device: str, seed: int):
+    import torch
+
+    from kselect.backends.base import AttentionMetadata, LayerParams
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    page = t.page
+    npages = -(-context // page)
+    first_real = 0 if t.window is None else max(0, (context - t.window - q_len) // page)
+    real = npages - first_real
+    total = batch * real + 1  # block 0: a shared filler for pages the window never reaches
+    table = torch.zeros(batch, npages, dtype=torch.int32, device=device)
+    table[:, first_real:] = 1 + torch.randperm(batch * real, device=device, generator=g).to(torch.int32).view(batch, real)
+    dtype = getattr(torch, t.model_dtype)
+    shape = (total, page, t.hkv, t.head)
+    k = torch.randn(shape, device=device, dtype=dtype, generator=g)
+    v = torch.randn(shape, device=device, dtype=dtype, generator=g)
+    scales = {}
+    if t.fp8:
+        fp8 = torch.float8_e5m2 if t.kv == "fp8_e5m2" else torch.float8_e4m3fn
+        k, v = (k * 2).to(fp8), (v * 2).to(fp8)
+        one = lambda x: torch.tensor(x, dtype=torch.float32, device=device)  # noqa: E731
+        scales = dict(k_scale=one(0.5), v_scale=one(0.5), q_scale=one(0.125) if t.descale == "q_k_v" else None)
+    q = torch.randn(batch * q_len, t.hq, t.head, device=device, dtype=dtype, generator=g)
+    cu = torch.arange(batch + 1, device=device, dtype=torch.int32) * q_len
+    used = torch.full((batch,), context, device=device, dtype=torch.int32)
+    meta = AttentionMetadata(cu, used, table, q_len, context)
+    layer = LayerParams(t.head ** -0.5, window_left=t.window - 1 if t.window else -1, **scales)
+    nbytes = (k.numel() + v.numel()) * k.element_size() + q.numel() * q.element_size()
+    return dict(q=q, k=k, v=v, meta=meta, layer=layer, bytes=nbytes)
+
+
+def make_target_backend(t: Target):
+    from kselect.backends import make_backend
+    from kselect.backends.fixtures import make_group
+
+    return make_backend(make_group(t.backend, t.version, t.head, _KV_NAME[t.kv], t.page, t.page, t.descale,
+                                   t.hkv, t.window))
+
+
+def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int) -> tuple[float, bool]:
+    """(ms per call, timed as a CUDA graph)."""
+    import torch
+
+    q_len = 1 if phase == "decode" else context
+    first = make_inputs(t, batch, context, q_len, device, seed=0)
+    n_sets = 1 if device == "cpu" else max(1, min(8, math.ceil(2 * L2_BYTES / first["bytes"])))
+    sets = [first] + [make_inputs(t, batch, context, q_len, device, seed=i) for i in range(1, n_sets)]
+    calls = [lambda s=s: be.forward(s["q"], s["k"], s["v"], s["meta"], s["layer"]) for s in sets]
+    if device == "cpu":
+        for c in calls:
+            c()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for c in calls:
+                c()
+            times.append((time.perf_counter() - t0) * 1e3 / len(calls))
+        return statistics.median(times), False
+    graph = be.supports_cuda_graphs()
+    for s in sets:
+        be.prepare_replay(s["meta"], [context] * batch, s["meta"].block_table.cpu())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            for c in calls:
+                c()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for c in calls:
+                c()
+        run = g.replay
+    else:
+        def run():
+            for c in calls:
+                c()
+    run()
+    torch.cuda.synchronize()
+    inner = max(1, 24 // len(calls))
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            run()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / (inner * len(calls)))
+    del sets, calls
+    return statistics.median(times), graph
+
+
+def versions(t: Target) -> dict[str, str]:
+    import torch
+
+    out = {"torch": str(torch.__version__)}
+    if torch.version.cuda:
+        out["cuda"] = str(torch.version.cuda)
+    for pkg in {"triton", _PKG.get(t.path, "")} - {""}:
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    if t.path == "FLASH_ATTN_v3":
+        out["KSELECT_FA3_BUILD"] = os.environ.get("KSELECT_FA3_BUILD", "auto")
+    return out
+
+
+# ---------------------------------------------------------------- warm-up (JIT compiles in parallel)
+
+
+def _warm_one(t: Target, device: str) -> str:
+    try:
+        be = make_target_backend(t)
+        for phase, c in (("decode", 2 * t.page), ("prefill", 2 * t.page)):
+            s = make_inputs(t, 1, c, 1 if phase == "decode" else c, device, 0)
+            be.forward(s["q"], s["k"], s["v"], s["meta"], s["layer"])
+        return "ok"
+    except Exception as e:  # noqa: BLE001 - reported, the timed pass records it
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+
+
+def warm_up(ts: list[Target], device: str, jobs: int) -> None:
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as ex:
+        for t, r in zip(ts, ex.map(_warm_one, ts, [device] * len(ts))):
+            print(f"warm {t.path}:{t.kv}:d{t.head}:{'w' + str(t.window) if t.window else 'full'}: {r}", flush=True)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(prog="kselect perf", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu-name", required=True, help="GPU model key, e.g. nvidia_h200 (conf/conformance/<name>.yaml)")
+    ap.add_argument("--conformance", default=None, help="conformance file (default conf/conformance/<gpu-name>.yaml)")
+    ap.add_argument("--out", default=None, help="perf file (default conf/perf/<gpu-name>.yaml); merged, atomic")
+    ap.add_argument("--models", default="gemma4_31b", help="comma-separated conf/model names whose shapes to time")
+    ap.add_argument("--decode", default="1x1024,1x8192,16x1024,16x8192,64x1024,64x8192", help="BxC buckets")
+    ap.add_argument("--prefill", default="1x512,1x4096", help="BxC buckets (C = prompt tokens)")
+    ap.add_argument("--kernels", default="", help="only these paths (e.g. FLASHINFER,FLASH_ATTN_v4)")
+    ap.add_argument("--kv", default="", help="only these KV dtypes (e.g. bf16,fp8)")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
+    args = ap.parse_args(argv)
+    from kselect.selector.files import safe_name
+
+    safe_name(args.gpu_name, "--gpu-name")  # it names files in conf/
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    conf = Path(args.conformance) if args.conformance else CONFORMANCE_DIR / f"{args.gpu_name}.yaml"
+    if not conf.exists():
+        print(f"kselect perf: no conformance file {conf}: run `kselect conformance` first (only verified claims are timed)",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
+    split = lambda s: {x.strip() for x in s.split(",") if x.strip()} or None  # noqa: E731
+    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv))
+    grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
+    reps = args.reps or (3 if args.device == "cpu" else 10)
+    print(f"{len(ts)} targets x {len(grid)} buckets from {conf}", flush=True)
+    t0 = time.monotonic()
+    if args.warm_jobs > 0 and args.device != "cpu":
+        warm_up(ts, args.device, args.warm_jobs)
+        print(f"warm-up {time.monotonic() - t0:.0f} s", flush=True)
+    header = dict(gpu=args.gpu_name, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
+                  commit=_git_commit(), command="kselect perf " + " ".join(sys.argv[1:] if argv is None else argv))
+    today = header["measured"]
+    for t in ts:
+        if time.monotonic() - t0 > args.budget_s:
+            print(f"budget: skipped {t}", flush=True)
+            continue
+        try:
+            be = make_target_backend(t)
+        except Exception as e:  # noqa: BLE001 - a verified claim whose kernel will not build here: say so
+            print(f"{t.path}:{t.kv}:d{t.head}: cannot build: {type(e).__name__}: {e}", flush=True)
+            continue
+        build = be.kernel_build or t.path
+        entries = {}
+        for phase, b, c in grid:
+            try:
+                ms, graph = time_bucket(be, t, phase, b, c, args.device, reps)
+            except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
+                print(f"{t.path}:{t.kv}:d{t.head} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+                if args.device != "cpu":
+                    torch.cuda.empty_cache()
+                continue
+            e = perfdata.PerfEntry(kernel=t.path, build=build, versions=versions(t), kv=t.kv, head=t.head, window=t.window,
+                                   phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
+                                   ms=float(f"{ms:.4g}"), graph=graph, gpu=args.gpu_name, date=today)
+            entries[e.bucket] = e
+            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}", flush=True)
+            if args.device != "cpu":
+                torch.cuda.empty_cache()
+        if entries:
+            perfdata.merge_write(out, header, entries)
+    print(f"wrote {out} ({time.monotonic() - t0:.0f} s)", flush=True)
+    return 0
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

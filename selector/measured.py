@@ -1,0 +1,48 @@
+"""Typed records of the measured figures behind an objective's choice (selector/objective.py).
+
+Human text is rendered from these (selector/render.py), never parsed back.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Figure(_Frozen):
+    """One backend's measured time at the objective's operating point."""
+
+    backend: str  # label, e.g. "FLASH_ATTN v4"
+    ms: float  # per layer call, at the nearest measured bucket
+    bucket: str  # conf/perf/<gpu>.yaml entry id
+
+    def text(self) -> str:
+        return f"{self.backend} {self.ms:.4g} ms [{self.bucket}]"
+
+
+class PhaseEvidence(_Frozen):
+    phase: Literal["prefill", "decode"]
+    objective: str
+    point: str  # "B1 x 8192"
+    backend: str  # the backend this phase runs on (label)
+    chosen: Figure | None  # None: no measurement covered it (the choice was kept, not guessed)
+    runner_up: Figure | None = None
+    vllm: Figure | None = None  # vLLM's choice for this group, when it differs from the chosen one
+    others: tuple[Figure, ...] = ()  # every other verified, measured candidate, fastest first
+    why: str
+
+    def figure_of(self, backend: str) -> Figure | None:
+        return next((f for f in (self.chosen, *self.others) if f and f.backend == backend), None)
+
+    def text(self) -> str:
+        parts = [f"{self.phase} ({self.objective}, {self.point}): {self.chosen.text() if self.chosen else self.backend + ' (no measurement)'}"]
+        if self.runner_up:
+            parts.append(f"runner-up {self.runner_up.text()}")
+        if self.vllm:
+            parts.append(f"vLLM's choice {self.vllm.text()}")
+        return "; ".join(parts) + f" — {self.why}"

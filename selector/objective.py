@@ -1,0 +1,278 @@
+"""Selection by measurement: `objective=latency|throughput|capacity`.
+
+vLLM's rules say which backends are valid; conformance (conf/conformance/<gpu>.yaml) says which
+of their kernel paths hardware verified; conf/perf/<gpu>.yaml says how fast each one ran. An
+objective chooses, per layer group and per phase, the fastest candidate that is valid AND
+verified, at the operating point of conf/objective/<name>.yaml, from the measured bucket nearest
+the group's shape (selector/perf.py). It never chooses an unverified kernel, and never guesses:
+a candidate without a covering measurement is left out with a warning; a group with none keeps
+vLLM's choice.
+
+How: every combination of per-group backends is resolved by the rules themselves, as per-group
+pins (`attention.backend_per_kind`), so block sizes, page unification, quant-query, descales and
+claim checks are exactly what the rules give that combination. Decode decides the cache layout
+(sum over groups of layers x measured ms at the decode point); each group's prefill backend is
+then chosen among the backends whose resolution with that same cache block gives the same KV
+block and dtype (one paged cache, two kernels); a backend that cannot read that layout is refused
+with the reason. Within `tie` of the fastest, vLLM's priority order decides, so a choice only
+moves away from vLLM's for a measured gain. `capacity` first switches a model-dtype cache to FP8
+when every group has a verified, measured FP8 path.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from . import perf
+from .errors import SelectionError
+from .measured import Figure, PhaseEvidence
+from .records import ObjectiveWarning
+from .resolve import base_facts, resolve, resolved_kv_dtype
+from .rulebook import RuleBook
+from .schema import KSelectConfig
+from .selection import GroupSelection, Selection
+from .vocab import KV_BYTES, MODEL_GROUP, claim_dtype, path_id
+
+
+def label(g: GroupSelection) -> str:
+    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+
+
+def kv_tag(g: GroupSelection, model_dtype: str) -> str:
+    return claim_dtype(g.kv_cache_dtype, model_dtype)
+
+
+def verified(g: GroupSelection) -> bool:
+    return bool(g.claims) and all(c.status == "verified" for c in g.claims)
+
+
+def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
+    pt = getattr(cfg.objective, phase)
+    e = perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
+                     g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads)
+    return Figure(backend=label(g), ms=e.ms, bucket=e.bucket) if e else None
+
+
+def point(cfg: KSelectConfig, phase: str) -> str:
+    pt = getattr(cfg.objective, phase)
+    return f"B{pt.batch} x {pt.context}"
+
+
+@dataclass
+class Search:
+    """What the search saw for one config: per kind, per backend name, why it was left out."""
+
+    cfg: KSelectConfig
+    data: perf.PerfFile | None
+    priority: list[str]
+    kinds: list[str]
+    free: list[str]  # kinds the objective may choose (not pinned by the user)
+    left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
+    unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
+    scored: list[tuple[float, tuple, Selection]] = field(default_factory=list)
+
+    def out(self, kind: str, name: str, why: str) -> None:
+        self.left_out.setdefault(kind, {}).setdefault(name, why)
+
+    def no_data(self, g: GroupSelection, phase: str) -> None:
+        shape = (f"{point(self.cfg, phase)} (d{g.head_size}, {kv_tag(g, self.cfg.model.dtype)}, "
+                 f"{g.num_kv_heads} KV heads{f', window {g.sliding_window}' if g.sliding_window else ''})")
+        w = ObjectiveWarning(code="objective_no_measurement", group=g.kind, objective=self.cfg.objective.name,
+                             backend=label(g), phase=phase, shape=shape)
+        self.unmeasured.setdefault(g.kind, {}).setdefault(f"{phase}:{label(g)}", w)
+
+
+def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
+    faithful_cfg = with_objective(cfg, "vllm")
+    faithful = resolve(faithful_cfg, book)
+    obj = cfg.objective.name
+    notes: list[str] = []
+    if obj == "capacity" and not cfg.kv_cache.quantized:
+        fp8_cfg = cfg.model_copy(update={"kv_cache": cfg.kv_cache.model_copy(update={"dtype": "fp8"})})
+        s8 = search(fp8_cfg, book)
+        if s8.scored:
+            gain = KV_BYTES[resolved_kv_dtype(cfg)] / KV_BYTES["fp8_e4m3"]
+            errs = _claim_errors(s8.scored[0][2])
+            notes.append(f"capacity: an fp8_e4m3 cache holds {gain:.1f}x the tokens of {resolved_kv_dtype(cfg)} "
+                         f"(numerics cost, max rel err vs the fp32 reference in conformance: {errs})")
+            cfg, faithful = fp8_cfg, resolve(with_objective(fp8_cfg, "vllm"), book)
+        else:
+            notes.append(f"capacity: kept the {resolved_kv_dtype(cfg)} cache: no verified, measured FP8 path for every group "
+                         f"on {cfg.platform.gpu_model or cfg.platform.name}")
+    s = search(cfg, book)
+    return finish(cfg, book, s, faithful, notes)
+
+
+def with_objective(cfg: KSelectConfig, name: str) -> KSelectConfig:
+    return cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"name": name})})
+
+
+def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None) -> KSelectConfig:
+    att = cfg.attention.model_copy(update={"backend_per_kind": {**cfg.attention.backend_per_kind, **kinds}})
+    upd = {"attention": att, "objective": cfg.objective.model_copy(update={"name": "vllm"})}
+    if block is not None:
+        upd["kv_cache"] = cfg.kv_cache.model_copy(update={"block_size": block})
+    return cfg.model_copy(update=upd)
+
+
+def search(cfg: KSelectConfig, book: RuleBook) -> Search:
+    """Resolve every combination of per-group backends; keep those whose groups are all verified and
+    measured at the decode point, scored by sum(layers x ms)."""
+    prio = book.matching("priority", base_facts(cfg))
+    priority = list(prio[-1].rule.priority) if prio else []
+    faithful = resolve(with_objective(cfg, "vllm"), book)
+    kinds = [g.kind for g in faithful.groups if not g.draft]
+    user_pinned = cfg.attention.backend != "auto"
+    free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]
+    s = Search(cfg, perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None, priority, kinds, free)
+    for combo in itertools.product(*(priority for _ in free)):
+        pins = dict(zip(free, combo))
+        try:
+            sel = resolve(pinned(cfg, pins), book) if pins else faithful
+        except SelectionError as e:
+            for k, n in pins.items():
+                if n in e.rejected or f"for the {k} group" in str(e):
+                    why = [r.text for r in e.rejected.get(n, ())] or [str(e).splitlines()[0]]
+                    s.out(k, n, "not valid: " + "; ".join(why))
+            continue
+        figs, ok = {}, True
+        for g in (g for g in sel.groups if not g.draft):
+            if not verified(g):
+                bad = [c.claim for c in g.claims if c.status != "verified"] or ["no claims checked"]
+                s.out(g.kind, label(g), f"not verified on {cfg.platform.gpu_model or cfg.platform.name}: {', '.join(bad)}")
+                ok = False
+                continue
+            f = figure(s.data, g, cfg, "decode")
+            if f is None:
+                s.no_data(g, "decode")
+                ok = False
+                continue
+            figs[g.kind] = (f.ms, len(g.layers), label(g))
+        if ok:
+            s.scored.append((figs, tuple(priority.index(n) for n in combo), sel))
+    # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
+    # step total (layers x ms) decides, and equal totals go to vLLM's priority order
+    best: dict[str, float] = {}
+    for figs, _, _ in s.scored:
+        for k, (ms, _, _) in figs.items():
+            best[k] = min(best.get(k, ms), ms)
+    eff = lambda figs: sum((best[k] if ms <= best[k] * (1 + cfg.objective.tie) else ms) * n  # noqa: E731
+                           for k, (ms, n, _) in figs.items())
+    s.scored = [(eff(figs), rank, sel) for figs, rank, sel in s.scored]
+    s.scored.sort(key=lambda x: (round(x[0], 9), x[1]))
+    return s
+
+
+def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, notes: list[str]) -> Selection:
+    obj = cfg.objective.name
+    where = cfg.platform.gpu_model or cfg.platform.name
+    sel_warnings = list(faithful.warnings)
+    if not s.free:
+        sel_warnings.append(ObjectiveWarning(code="objective_all_pinned", group=MODEL_GROUP, objective=obj))
+        chosen = faithful
+    elif not s.scored:
+        sel_warnings.append(ObjectiveWarning(code="objective_kept_vllm", group=MODEL_GROUP, objective=obj, gpu=where))
+        chosen = faithful
+    else:
+        chosen = s.scored[0][2]
+    groups = []
+    for g in chosen.groups:
+        if g.draft or g.kind not in s.free:
+            groups.append(g)
+            continue
+        fg = next(x for x in faithful.groups if x.kind == g.kind and not x.draft)
+        dec = _decode_evidence(cfg, s, g, fg)
+        pre_g, pre = _prefill(cfg, book, s, chosen, g, fg)
+        warns = list(s.unmeasured.get(g.kind, {}).values())
+        refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
+        trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
+        not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()
+                      if k != label(g)]
+        reasons = [*notes, dec.text(), pre.text(), *refused, *not_chosen]
+        own_pin = f"{g.backend} pinned by attention.backend_per_kind.{g.kind}"
+        base = tuple(f"{g.backend} chosen by objective {obj} among the valid, verified, measured candidates "
+                     f"(resolved as a per-group pin: validated alone)" if r.startswith(own_pin) else r for r in g.reasons)
+        groups.append(g.model_copy(update={
+            "trace": g.trace + tuple(trace), "reasons": base + tuple(reasons),
+            "warnings": g.warnings + tuple(warns), "measured": (pre, dec),
+            "prefill": pre_g if pre_g is not None and label(pre_g) != label(g) else None}))
+    env = {**chosen.environment, "objective": obj}
+    return chosen.model_copy(update={"groups": tuple(groups), "environment": env, "warnings": tuple(sel_warnings),
+                                     "trace": chosen.trace + (f"objective.{obj}",)})
+
+
+def _others(s: Search, kind: str, phase: str, chosen_label: str) -> list[Figure]:
+    """Every other verified, measured backend's figure for this group (from the scored combinations)."""
+    seen: dict[str, Figure] = {}
+    for _, _, sel in s.scored:
+        g = next(x for x in sel.groups if x.kind == kind and not x.draft)
+        if label(g) != chosen_label and label(g) not in seen:
+            f = figure(s.data, g, s.cfg, phase)
+            if f:
+                seen[label(g)] = f
+    return sorted(seen.values(), key=lambda f: f.ms)
+
+
+def _decode_evidence(cfg, s: Search, g: GroupSelection, fg: GroupSelection) -> PhaseEvidence:
+    obj = cfg.objective.name
+    f = figure(s.data, g, cfg, "decode") if s.scored else None
+    others = _others(s, g.kind, "decode", label(g))
+    vf = figure(s.data, fg, cfg, "decode") if label(fg) != label(g) else None
+    if f is None:
+        why = "kept vLLM's choice: no valid, verified, measured alternative"
+    elif others and others[0].ms < f.ms:
+        why = f"within {cfg.objective.tie:.0%} of the fastest: vLLM's priority order decides"
+    else:
+        why = "fastest verified candidate"
+    return PhaseEvidence(phase="decode", objective=obj, point=point(cfg, "decode"), backend=label(g), chosen=f,
+                         runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why)
+
+
+def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: GroupSelection):
+    """The prefill backend of group g over g's cache layout (same KV block and dtype)."""
+    obj = cfg.objective.name
+    pins = {x.kind: x.backend for x in chosen.groups if not x.draft and x.kind in s.free}
+    cands: list[tuple[float, int, GroupSelection, Figure]] = []
+    for rank, name in enumerate(s.priority):
+        try:
+            sel = resolve(pinned(cfg, {**pins, g.kind: name}, chosen.block_size), book)
+        except SelectionError:
+            continue  # not valid for this group: already said for decode
+        p = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
+        if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
+            s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
+                  f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
+            continue
+        if not verified(p):
+            continue
+        f = figure(s.data, p, cfg, "prefill")
+        if f is None:
+            s.no_data(p, "prefill")
+            continue
+        same = 0 if label(p) == label(g) else 1
+        cands.append((f.ms, same * 1000 + rank, p, f))
+    if not cands or not cfg.objective.per_phase:
+        f = figure(s.data, g, cfg, "prefill")
+        why = "per_phase off: prefill on the decode backend" if cands else "no verified, measured prefill alternative: the decode backend"
+        return None, PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(g),
+                                   chosen=f, why=why)
+    best = min(c[0] for c in cands)
+    near = [c for c in cands if c[0] <= best * (1 + cfg.objective.tie)]
+    ms, _, p, f = min(near, key=lambda c: c[1])  # ties: the decode backend (one kernel), then priority
+    others = sorted((c[3] for c in cands if label(c[2]) != label(p)), key=lambda x: x.ms)
+    vf = figure(s.data, fg, cfg, "prefill") if label(fg) != label(p) else None
+    why = "fastest verified over the decode cache layout" if ms == best else \
+        f"within {cfg.objective.tie:.0%} of the fastest: the decode backend / priority order decides"
+    ev = PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(p), chosen=f,
+                       runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why)
+    clean = p.model_copy(update={"measured": (), "prefill": None})
+    return clean, ev
+
+
+def _claim_errors(sel: Selection) -> str:
+    out = []
+    for g in (g for g in sel.groups if not g.draft):
+        errs = [c.rel_err for c in g.claims if c.rel_err is not None]
+        out.append(f"{g.kind} {label(g)} {max(errs):.2g}" if errs else f"{g.kind} {label(g)} n/a")
+    return ", ".join(out)

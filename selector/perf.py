@@ -1,0 +1,142 @@
+"""Measured kernel performance per GPU: `conf/perf/<gpu_model>.yaml`, beside conf/conformance/.
+
+`kselect perf` (kselect/perf.py) times the kernel behind every verified conformance claim over
+shape buckets and writes one entry per bucket; the `objective` key (selector/objective.py)
+reads them. No torch here: the selector only reads and merges the data.
+
+Bucket id: `<path>:<kv>:d<head>:<w<window>|full>:<phase>:b<batch>:c<context>:h<hq>x<hkv>`, e.g.
+`FLASHINFER:fp8:d256:w1024:decode:b64:c8192:h32x16`; path and kv as in conformance claim ids.
+decode = one new token per sequence over `context` cached tokens; prefill = a fresh prompt of
+`context` tokens per sequence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError, format_validation_error
+from .files import atomic_write, load_yaml
+
+PERF_DIR = Path(__file__).resolve().parent.parent / "conf" / "perf"
+Phase = Literal["prefill", "decode"]
+PHASES: tuple[Phase, ...] = ("prefill", "decode")
+COVER = 4.0  # a bucket covers a shape when its batch and context are each within this factor
+
+
+class PerfEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kernel: str  # path id: FLASHINFER, FLASH_ATTN_v4, ...
+    build: str  # the library build that ran (e.g. "flash-attn-4", "vllm.vllm_flash_attn (FA4 fork)")
+    versions: dict[str, str] = {}  # torch, triton, cuda, the kernel package
+    kv: str  # bf16 | fp16 | fp32 | fp8 | fp8_e5m2 (claim dtype)
+    head: int = Field(gt=0)
+    window: int | None = Field(default=None, gt=0)
+    phase: Phase
+    batch: int = Field(gt=0)
+    context: int = Field(gt=0)
+    num_q_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    page: int = Field(gt=0)
+    ms: float = Field(gt=0)  # per call (one layer), median
+    graph: bool  # timed as a CUDA-graph replay
+    gpu: str
+    date: str
+
+    @property
+    def bucket(self) -> str:
+        return bucket_id(self.kernel, self.kv, self.head, self.window, self.phase, self.batch, self.context,
+                         self.num_q_heads, self.num_kv_heads)
+
+
+class PerfFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu: str
+    torch: str = ""
+    measured: str = ""
+    commit: str = ""
+    command: str = ""
+    entries: dict[str, PerfEntry] = {}
+
+
+def bucket_id(kernel, kv, head, window, phase, batch, context, hq, hkv) -> str:
+    w = f"w{window}" if window else "full"
+    return f"{kernel}:{kv}:d{head}:{w}:{phase}:b{batch}:c{context}:h{hq}x{hkv}"
+
+
+# ---------------------------------------------------------------- where the data lives
+
+_DIR: contextvars.ContextVar[Path] = contextvars.ContextVar("kselect_perf_dir", default=PERF_DIR)
+
+
+@contextlib.contextmanager
+def perf_dir(path: Path | str):
+    """Read perf data from `path` inside the block (the diff reads each side's conf/perf)."""
+    token = _DIR.set(Path(path))
+    try:
+        yield
+    finally:
+        _DIR.reset(token)
+
+
+_CACHE: dict[Path, tuple[float, PerfFile | None]] = {}
+
+
+def load(gpu_model: str, directory: Path | str | None = None) -> PerfFile | None:
+    path = Path(directory or _DIR.get()) / f"{gpu_model}.yaml"
+    if not path.exists():
+        return None
+    mtime = path.stat().st_mtime
+    hit = _CACHE.get(path)
+    if hit and hit[0] == mtime:
+        return hit[1]
+    try:
+        data = PerfFile.model_validate(load_yaml(path, "a perf file (kselect perf)"))
+    except ValidationError as e:
+        raise ConfigError(str(path), "invalid", format_validation_error(e)) from None
+    for key, entry in data.entries.items():
+        if key != entry.bucket:
+            raise ConfigError(f"{path}: entries.{key}", key, f"the entry's own bucket id {entry.bucket!r}", "key")
+    _CACHE[path] = (mtime, data)
+    return data
+
+
+def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry]) -> PerfFile:
+    """Merge `entries` into the file at `path` (new buckets win) and write it atomically."""
+    path = Path(path)
+    old = load(path.stem, path.parent) if path.exists() else None
+    merged = dict(old.entries) if old else {}
+    merged.update(entries)
+    doc = PerfFile(**header, entries=dict(sorted(merged.items())))
+    atomic_write(path, yaml.safe_dump(doc.model_dump(mode="json"), sort_keys=False))
+    return doc
+
+
+# ---------------------------------------------------------------- lookup
+
+
+def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int | None, phase: str,
+            batch: int, context: int, num_kv_heads: int) -> PerfEntry | None:
+    """The measured bucket nearest the shape (log distance over batch and context) among entries of the
+    same kernel path, KV dtype, head size, KV heads, window and phase; None when there is none or the
+    nearest lies more than COVER away in batch or context (no guess: another head count or window is
+    other work, not a nearby point)."""
+    if data is None:
+        return None
+    best, best_d = None, math.inf
+    for e in data.entries.values():
+        if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads) != (kernel, kv, head, phase, window, num_kv_heads):
+            continue
+        ratios = [abs(math.log(e.batch / batch)), abs(math.log(e.context / context))]
+        if max(ratios) > math.log(COVER):
+            continue
+        d = sum(ratios)
+        if d < best_d or (d == best_d and best is not None and e.bucket < best.bucket):
+            best, best_d = e, d
+    return best

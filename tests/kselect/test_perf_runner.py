@@ -1,0 +1,64 @@
+"""`kselect perf` on CPU: times verified claims' kernels (TORCH_REFERENCE, eager) into a valid, merged perf file."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from kselect import perf as runner
+from kselect.selector import perf
+
+
+@pytest.fixture
+def conformance_file(tmp_path):
+    claims = {
+        "TORCH_REFERENCE:bf16:d64:window": {"status": "verified"},  # gemma4_tiny sliding: d64, window 16
+        "TORCH_REFERENCE:bf16:d128:causal": {"status": "verified"},  # full: d128
+        "TORCH_REFERENCE:fp8:d128:causal": {"status": "refuted"},  # never timed
+        "TORCH_REFERENCE:fp8:d64:causal": {"status": "verified"},  # a feature the sliding group does not use
+    }
+    p = tmp_path / "fake.yaml"
+    p.write_text(yaml.safe_dump({"gpu": "fake", "claim_count": len(claims), "claims": claims}))
+    return p
+
+
+def run(tmp_path, conf, *extra):
+    out = tmp_path / "perf" / "fake.yaml"
+    rc = runner.main(["--gpu-name", "fake", "--conformance", str(conf), "--out", str(out), "--models", "gemma4_tiny",
+                      "--device", "cpu", "--reps", "1", *extra])
+    assert rc == 0
+    return out
+
+
+def test_runner_writes_one_valid_entry_per_verified_target_and_bucket(tmp_path, conformance_file):
+    out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16")
+    data = perf.load("fake", out.parent)
+    assert sorted(data.entries) == [
+        "TORCH_REFERENCE:bf16:d128:full:decode:b1:c32:h4x1", "TORCH_REFERENCE:bf16:d128:full:prefill:b1:c16:h4x1",
+        "TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2", "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"]
+    e = data.entries["TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2"]
+    assert e.ms > 0 and not e.graph and e.gpu == "fake" and e.date and "torch" in e.versions
+    assert (e.kernel, e.kv, e.head, e.window, e.page, e.num_q_heads) == ("TORCH_REFERENCE", "bf16", 64, 16, 16, 4)
+    assert data.command.startswith("kselect perf --gpu-name fake") and data.torch
+    # merged: a second run with another bucket keeps the first run's entries; written atomically (no temp left)
+    run(tmp_path, conformance_file, "--decode", "2x64", "--prefill", "", "--kv", "bf16")
+    merged = perf.load("fake", out.parent)
+    assert len(merged.entries) == 6 and "TORCH_REFERENCE:bf16:d128:full:decode:b2:c64:h4x1" in merged.entries
+    assert [p.name for p in out.parent.iterdir()] == ["fake.yaml"]
+
+
+def test_bad_bucket_and_missing_conformance_are_refused(tmp_path, conformance_file, capsys):
+    with pytest.raises(SystemExit, match="bad bucket '1y2'"):
+        run(tmp_path, conformance_file, "--decode", "1y2")
+    assert runner.main(["--gpu-name", "nope", "--conformance", str(tmp_path / "none.yaml"), "--device", "cpu"]) == 2
+    assert "run `kselect conformance` first" in capsys.readouterr().err
+
+
+def test_a_perf_file_whose_key_lies_is_refused(tmp_path):
+    from kselect.selector.errors import ConfigError
+
+    e = perf.PerfEntry(kernel="X", build="X", kv="bf16", head=64, phase="decode", batch=1, context=8, num_q_heads=1,
+                       num_kv_heads=1, page=16, ms=1.0, graph=False, gpu="g", date="d")
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump({"gpu": "g", "entries": {"wrong": e.model_dump(mode="json")}}))
+    with pytest.raises(ConfigError, match="the entry's own bucket id"):
+        perf.load("g", tmp_path)

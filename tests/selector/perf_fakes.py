@@ -1,0 +1,40 @@
+"""A fake GPU for objective tests: conformance verdicts and perf buckets written to a temp dir."""
+
+from __future__ import annotations
+
+import itertools
+
+import yaml
+
+from kselect.selector import conformance
+from kselect.selector.perf import PerfEntry
+
+GPU = "fake_gpu"
+PATHS = ("FLASH_ATTN_v4", "FLASHINFER", "TRITON_ATTN")
+FEATURES = ("causal", "window", "page16", "page32", "page64")
+
+
+def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=()):
+    claims = {}
+    for path, dt, head, feat in itertools.product(PATHS, ("bf16", "fp8"), (256, 512), FEATURES):
+        cid = f"{path}:{dt}:d{head}:{feat}"
+        if any(cid.startswith(u) for u in unverified):
+            continue  # never run: unverified
+        bad = any(cid.startswith(r) for r in refuted)
+        claims[cid] = {"status": "refuted" if bad else "verified", "rel_err": 0.5 if bad else (0.02 if dt == "fp8" else 0.002)}
+    (tmp / f"{GPU}.yaml").write_text(yaml.safe_dump({"gpu": GPU, "claim_count": len(claims), "claims": claims}))
+    conformance.load.cache_clear()
+
+
+def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None):
+    window = 1024 if head == 256 else None
+    hkv = 16 if head == 256 else 4
+    context = context or (8192 if phase == "decode" else 4096)
+    return PerfEntry(kernel=kernel, build=kernel, versions={"torch": "x"}, kv=kv, head=head, window=window, phase=phase,
+                     batch=batch, context=context, num_q_heads=32, num_kv_heads=hkv, page=16, ms=ms, graph=True,
+                     gpu=GPU, date="2026-11-30")
+
+
+def write_perf(tmp, entries):
+    doc = {"gpu": GPU, "entries": {e.bucket: e.model_dump(mode="json") for e in entries}}
+    (tmp / f"{GPU}.yaml").write_text(yaml.safe_dump(doc))

@@ -1,0 +1,200 @@
+"""objective=latency|throughput|capacity on a fake GPU (perf_fakes.py): the fastest verified kernel per
+group and phase, tie-breaking by vLLM's priority, the missing-data warning, never an unverified kernel."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kselect.selector import conformance, perf
+from kselect.selector.api import compose
+from kselect.selector.render import render
+from kselect.selector.resolve import resolve
+
+from perf_fakes import GPU, entry as E, write_conformance, write_perf
+
+BASE = ["platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]
+# sliding decode: FLASHINFER and TRITON_ATTN within 3% (a tie); full decode: TRITON_ATTN fastest but unverified
+BUCKETS = [
+    E("FLASH_ATTN_v4", 256, "decode", 0.10), E("FLASHINFER", 256, "decode", 0.080), E("TRITON_ATTN", 256, "decode", 0.079),
+    E("FLASH_ATTN_v4", 512, "decode", 0.30), E("FLASHINFER", 512, "decode", 0.25), E("TRITON_ATTN", 512, "decode", 0.10),
+    E("FLASH_ATTN_v4", 256, "prefill", 0.5), E("FLASHINFER", 256, "prefill", 0.9), E("TRITON_ATTN", 256, "prefill", 1.0),
+    E("FLASHINFER", 512, "prefill", 2.0), E("TRITON_ATTN", 512, "prefill", 1.0),
+]
+
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    cdir, pdir = tmp_path / "conformance", tmp_path / "perf"
+    cdir.mkdir()
+    pdir.mkdir()
+    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", cdir)
+
+    def make(buckets=BUCKETS, **conf):
+        write_conformance(cdir, **conf)
+        write_perf(pdir, buckets)
+        return pdir
+
+    with perf.perf_dir(pdir):
+        yield make
+    conformance.load.cache_clear()
+
+
+def run(*over):
+    return resolve(compose([*BASE, *over]))
+
+
+def test_vllm_objective_is_the_faithful_selection(fake_gpu):
+    fake_gpu()
+    a, b = run(), run("objective=vllm")
+    assert a == b and all(not g.measured and g.prefill is None for g in a.groups)
+    assert "objective" not in a.environment and "measured" not in json.loads(render(a, "json"))["groups"][0]
+
+
+def test_latency_picks_fastest_verified_per_group_and_phase(fake_gpu):
+    fake_gpu()
+    sel = run("objective=latency")
+    sw, full = sel.group("sliding_window"), sel.group("full_attention")
+    assert (sw.backend, full.backend) == ("FLASHINFER", "FLASHINFER")  # vLLM's own choice is FLASH_ATTN v4
+    dec = {m.phase: m for m in sw.measured}["decode"]
+    assert dec.chosen.ms == 0.080 and dec.vllm.backend == "FLASH_ATTN v4" and dec.vllm.ms == 0.10
+    assert dec.chosen.bucket == "FLASHINFER:bf16:d256:w1024:decode:b1:c8192:h32x16"
+    # per phase: sliding prefill runs FA4 over FlashInfer's cache layout (same kv block, same dtype)
+    assert sw.prefill is not None and (sw.prefill.backend, sw.prefill.flash_attn_version) == ("FLASH_ATTN", 4)
+    assert sw.prefill.kv_block_size == sw.kv_block_size and sw.prefill.kv_cache_dtype == sw.kv_cache_dtype
+    pre = {m.phase: m for m in sw.measured}["prefill"]
+    assert pre.chosen.ms == 0.5 and pre.runner_up.backend == "FLASHINFER"
+    assert "objective.latency:decode" in sw.trace and sel.environment["objective"] == "latency"
+    text = render(sel, "table")
+    assert "runner-up TRITON_ATTN 0.079 ms" in text and "prefill on: FLASH_ATTN v4" in text
+
+
+def test_tie_within_tolerance_goes_to_vllm_priority(fake_gpu):
+    fake_gpu()
+    dec = {m.phase: m for m in run("objective=latency").group("sliding_window").measured}["decode"]
+    assert dec.backend == "FLASHINFER" and dec.runner_up.backend == "TRITON_ATTN" and dec.runner_up.ms < dec.chosen.ms
+    assert "priority order" in dec.why
+    # no tolerance: the measured 1% wins
+    assert run("objective=latency", "objective.tie=0").group("sliding_window").backend == "TRITON_ATTN"
+
+
+def test_never_an_unverified_kernel(fake_gpu):
+    fake_gpu()  # TRITON_ATTN d512 is the fastest full-layer kernel in the perf file, but conformance never ran it
+    full = run("objective=latency").group("full_attention")
+    assert full.backend == "FLASHINFER"
+    assert any("TRITON_ATTN not chosen: not verified" in r for r in full.reasons)
+    assert all(c.status == "verified" for c in full.claims)
+    # refuted is out too: FLASHINFER refuted everywhere -> TRITON_ATTN sliding, FA4 full
+    fake_gpu(refuted=("FLASHINFER",))
+    sel = run("objective=latency", "objective.tie=0")
+    assert [g.backend for g in sel.groups] == ["TRITON_ATTN", "FLASH_ATTN"]
+    assert all(c.status == "verified" for g in sel.groups for c in g.claims)
+
+
+def test_missing_measurement_warns_and_never_guesses(fake_gpu):
+    fake_gpu(buckets=[b for b in BUCKETS if b.kernel != "FLASHINFER"])
+    sw = run("objective=latency").group("sliding_window")
+    assert sw.backend == "TRITON_ATTN"  # FLASHINFER has no data: left out, not guessed
+    w = next(w for w in sw.warnings if w.code == "objective_no_measurement" and w.backend == "FLASHINFER")
+    assert (w.phase, w.objective) == ("decode", "latency") and w.shape.startswith("B1 x 8192 (d256, bf16, 16 KV heads")
+    assert "FLASHINFER left out of decode: no measurement covers B1 x 8192" in w.text
+    # a shape far from every bucket (batch 256 vs 1): no figure at all, vLLM's choice kept, with a warning
+    sel = run("objective=latency", "objective.decode.batch=256")
+    assert [g.backend for g in sel.groups] == ["FLASH_ATTN", "FLASH_ATTN"]
+    assert any("kept vLLM's selection (no guess)" in w.text for w in sel.warnings)
+
+
+def test_nearest_bucket_and_throughput_point(fake_gpu):
+    fake_gpu(buckets=[*BUCKETS, E("FLASH_ATTN_v4", 256, "decode", 0.2, batch=64), E("FLASHINFER", 256, "decode", 0.5, batch=64),
+                      E("TRITON_ATTN", 256, "decode", 0.6, batch=64), E("FLASHINFER", 512, "decode", 0.9, batch=64),
+                      E("FLASH_ATTN_v4", 512, "decode", 0.95, batch=64)])
+    sel = run("objective=throughput")  # B64: FA4 wins the sliding group, FLASHINFER the full one
+    assert [g.backend for g in sel.groups] == ["FLASH_ATTN", "FLASHINFER"]
+    assert {m.phase: m for m in sel.groups[0].measured}["decode"].chosen.bucket.endswith(":b64:c8192:h32x16")
+    # B32 is nearer B64 than B1 (log distance)
+    assert run("objective=latency", "objective.decode.batch=32").groups[0].backend == "FLASH_ATTN"
+
+
+def test_per_phase_pair_refused_when_layouts_differ(fake_gpu):
+    # FP8 cache: vLLM's FA4-fork FP8 path needs 64-token kernel blocks (pr48666's rule); a FLASHINFER decode cache
+    # of 16-token blocks cannot be read by it for prefill: refused with the reason, never a mixed layout
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"),
+                      E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
+                      E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")])
+    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    for g in sel.groups:
+        if g.prefill is not None:
+            assert (g.prefill.kv_block_size, g.prefill.kv_cache_dtype) == (g.kv_block_size, g.kv_cache_dtype)
+    sw = sel.group("sliding_window")
+    assert sw.backend == "FLASHINFER"
+    assert sw.prefill is None or sw.prefill.kv_block_size == sw.kv_block_size
+
+
+def test_capacity_switches_to_a_verified_fp8_cache(fake_gpu):
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.5, kv="fp8", batch=64),
+                      E("FLASHINFER", 512, "decode", 0.8, kv="fp8", batch=64)])
+    sel = run("objective=capacity")
+    assert {g.kv_cache_dtype for g in sel.groups} == {"fp8_e4m3"}
+    assert any("holds 2.0x the tokens of bfloat16" in r and "rel err" in r for r in sel.groups[0].reasons)
+    assert "--kv-cache-dtype fp8" in render(sel, "vllm")
+    fake_gpu()  # no FP8 measurement: the bf16 cache stays
+    assert {g.kv_cache_dtype for g in run("objective=capacity").groups} == {"bfloat16"}
+
+
+def test_user_pin_is_respected(fake_gpu):
+    fake_gpu()
+    sel = run("objective=latency", "attention.backend=TRITON_ATTN")
+    assert {g.backend for g in sel.groups} == {"TRITON_ATTN"}
+    assert any("every group is pinned" in w.text for w in sel.warnings)
+
+
+def test_vllm_export_names_per_phase_loss(fake_gpu):
+    fake_gpu()
+    text = render(run("objective=latency"), "vllm")
+    assert "--attention-config '{\"backend\":\"FLASHINFER\"}'" in text
+    assert ("# NOT EXPRESSIBLE in vLLM: sliding_window prefills on FLASH_ATTN v4 and decodes on FLASHINFER" in text
+            and "FLASH_ATTN v4 0.5 ms vs FLASHINFER 0.9 ms" in text)
+
+
+def test_explain_answers_the_fp8_question(fake_gpu):
+    from kselect.selector.explain import explain, to_text
+
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
+                      E("FLASHINFER", 256, "prefill", 0.9, kv="fp8")])
+    d = explain(compose(BASE))
+    bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
+    assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
+    dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
+    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16"}
+    assert dec["best_err"] == 0.02
+    text = to_text(d)
+    assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
+    assert "2.0x the tokens" in text and "prefill step: not every group is measured (no guess)" in text
+
+
+def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_path):
+    import shutil
+
+    from kselect.selector.api import CONF_DIR
+    from kselect.selector.diff import Source, run_diff
+    from kselect.selector.matrix import MatrixSpec, resolve_cells, expand
+
+    fake_gpu()
+    spec = MatrixSpec(axes={"platform": ["sm90"], "model": ["gemma4_31b"]},
+                      pins={"vllm": {"platform.gpu_model": GPU}, "latency": {"platform.gpu_model": GPU, "objective.name": "latency"}})
+    a, b = tmp_path / "a" / "conf", tmp_path / "b" / "conf"
+    for d, fi in ((a, 0.080), (b, 0.2)):  # b: new measurements make FLASHINFER's sliding decode slower than FA4
+        shutil.copytree(CONF_DIR, d, ignore=shutil.ignore_patterns("perf"))
+        (d / "perf").mkdir()
+        write_perf(d / "perf", [x if (x.kernel, x.head, x.phase) != ("FLASHINFER", 256, "decode") else E("FLASHINFER", 256, "decode", fi)
+                                for x in BUCKETS])
+    d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
+    moved = [c for c in d.changed if c.selection_changed]
+    assert [c.cell.pin for c in moved] == ["latency"]  # the faithful cell never reads measurements
+    assert [(c.a, c.b) for line in moved[0].backend for c in line.changes if c.field == "backend"] == [("FLASHINFER", "TRITON_ATTN")]
+    # the objective as a matrix axis (pins) and as a diff option
+    cells = {r.cell.pin: r.selection for r in resolve_cells(expand(spec), a)}
+    assert cells["vllm"].group("sliding_window").backend == "FLASH_ATTN" and cells["latency"].group("sliding_window").backend == "FLASHINFER"
+    d2 = run_diff(Source("a", a, ()), Source("a", a, (), objective="latency"), spec)
+    assert {c.cell.pin for c in d2.changed if c.selection_changed} == {"vllm"}

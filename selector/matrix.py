@@ -74,6 +74,7 @@ class MatrixSpec(_Strict):
     pins: dict[str, dict[str, Any]] = {"auto": {}}
     skip: list[SkipRule] = []
     overlays: list[list[str]] = [[]]  # the overlay sets tools use when none are given
+    rules: str | None = None  # the rules option (conf/rules/) cells compose with; null: config.yaml's default
 
     @field_validator("axes")
     @classmethod
@@ -164,6 +165,7 @@ class Cell:
     pin: str = "auto"
     pin_sets: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
     overlays: tuple[str, ...] = ()
+    rules: str | None = None  # not part of the id: one matrix run is under one rules option
 
     @property
     def id(self) -> str:
@@ -214,6 +216,8 @@ class Cell:
         # a pin below a group key (attention.backend_per_kind.full_attention) may name a key the
         # group file lacks: Hydra's ++ sets it either way
         o += [f"{'++' if k.count('.') >= 2 else ''}{k}={_hydra_value(v)}" for k, v in self.pin_sets]
+        if self.rules:
+            o.append(f"rules={self.rules}")
         if self.overlays:
             o.append(f"overlay=[{','.join(self.overlays)}]")
         return o
@@ -241,14 +245,16 @@ def skip_reason(spec: MatrixSpec, cell: Cell) -> str | None:
     return None
 
 
-def expand(spec: MatrixSpec, overlays: Iterable[str] = ()) -> list[Cell]:
-    """Every non-skipped cell, in axis order (platform slowest, pin fastest)."""
+def expand(spec: MatrixSpec, overlays: Iterable[str] = (), rules: str | None = None) -> list[Cell]:
+    """Every non-skipped cell, in axis order (platform slowest, pin fastest), under `rules`
+    (default: the rules the matrix declares, else config.yaml's)."""
     ov = tuple(overlays)
+    rules = rules or spec.rules
     values = [spec.values(a) for a in AXES]
     cells = []
     for combo in itertools.product(*values):
         kw = dict(zip(AXES, combo))
-        cell = Cell(**kw, pin_sets=tuple(spec.pins[kw["pin"]].items()), overlays=ov)
+        cell = Cell(**kw, pin_sets=tuple(spec.pins[kw["pin"]].items()), overlays=ov, rules=rules)
         if skip_reason(spec, cell) is None:
             cells.append(cell)
     ids = [c.id for c in cells]
@@ -312,12 +318,12 @@ class Builder:
             self._files[key] = data
         return self._files[key]
 
-    def composed(self, overlays: Sequence[str], groups: Sequence[str]) -> dict:
-        """compose_raw once per (overlay set, removed groups): rules, capabilities, attention, and
-        the overlays' writes into the removed environment groups (a patch)."""
-        key = (tuple(overlays), tuple(groups))
+    def composed(self, overlays: Sequence[str], groups: Sequence[str], rules: str | None = None) -> dict:
+        """compose_raw once per (rules, overlay set, removed groups): rules, capabilities, attention,
+        and the overlays' writes into the removed environment groups (a patch)."""
+        key = (tuple(overlays), tuple(groups), rules)
         if key not in self._composed:
-            over = [f"~{g}" for g in groups]
+            over = [f"~{g}" for g in groups] + ([f"rules={rules}"] if rules else [])
             if overlays:
                 over.append(f"overlay=[{','.join(overlays)}]")
             self._composed[key] = compose_raw(over, self.conf_dir)
@@ -325,9 +331,9 @@ class Builder:
 
     def configs(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, KSelectConfig]]:
         """(cell, validated config) for each cell; cells of one overlay set share one compose."""
-        by_ov: dict[tuple[str, ...], list[Cell]] = {}
+        by_ov: dict[tuple, list[Cell]] = {}
         for c in cells:
-            by_ov.setdefault(c.overlays, []).append(c)
+            by_ov.setdefault((c.rules, c.overlays), []).append(c)
         done: dict[Cell, KSelectConfig] = {}
         for ov, group in by_ov.items():
             for c, cfg in self._configs_one_set(group, ov):
@@ -335,11 +341,12 @@ class Builder:
         for c in cells:
             yield c, done[c]
 
-    def _configs_one_set(self, cells: list[Cell], overlays: tuple[str, ...]) -> Iterator[tuple[Cell, KSelectConfig]]:
+    def _configs_one_set(self, cells: list[Cell], key: tuple) -> Iterator[tuple[Cell, KSelectConfig]]:
+        rules, overlays = key
         if not cells:
             return
         declared = [g for g in GROUP_AXES if getattr(cells[0], g) is not None]
-        raw = self.composed(overlays, declared)
+        raw = self.composed(overlays, declared, rules)
         sections: dict[tuple, BaseModel] = {}
         cross_ok: set[tuple] = set()
         base: KSelectConfig | None = None
@@ -451,20 +458,21 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
 
 
 def resolve_matrix(
-    spec: MatrixSpec | str, overlays: Iterable[str] = (), conf_dir: Path | str = CONF_DIR, builder: Builder | None = None
+    spec: MatrixSpec | str, overlays: Iterable[str] = (), conf_dir: Path | str = CONF_DIR, builder: Builder | None = None,
+    rules: str | None = None,
 ) -> list[CellResult]:
     """Every cell of the matrix under one overlay set, in matrix order."""
     if not isinstance(spec, MatrixSpec):
         spec = load_matrix(spec)
-    return resolve_cells(expand(spec, overlays), conf_dir, builder)
+    return resolve_cells(expand(spec, overlays, rules), conf_dir, builder)
 
 
 @functools.lru_cache(maxsize=16)
-def resolve_named(name: str, overlays: tuple[str, ...] = ()) -> tuple[CellResult, ...]:
+def resolve_named(name: str, overlays: tuple[str, ...] = (), rules: str | None = None) -> tuple[CellResult, ...]:
     """`resolve_matrix` of a named matrix of this checkout, cached per process (tests share it).
     The cached results live as long as the process, so they are moved out of the cyclic
     collector's sight (gc.freeze): later work does not pay for rescanning them."""
-    out = tuple(resolve_matrix(load_matrix(name), overlays, builder=_shared_builder()))
+    out = tuple(resolve_matrix(load_matrix(name), overlays, builder=_shared_builder(), rules=rules))
     gc.freeze()
     return out
 

@@ -39,12 +39,13 @@ class Group:
 class Choice:
     backend: str
     version: int | None
-    kernel_blocks: list[BlockSpec]
+    kernel_blocks: list[BlockSpec]  # for this group's KV spec (its head size)
     facts: dict
     trace: list[str]
     reasons: list[str]
     rejected: dict[str, list[str]]
     warnings: list[str]
+    model_kernel_blocks: list[BlockSpec] = field(default_factory=list)  # without a spec: model-level head size
 
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
@@ -75,27 +76,37 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
 
     groups = target_groups(cfg)
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
+    for g, ch in zip(groups, choices):
+        layer_init_checks(book, g, ch)
 
-    # 3. Cache block size: user's, else the preferred size of the first layer's backend.
-    first = next(i for i, g in enumerate(groups) if 0 in g.layers)
+    # 3. Cache block size: user's, else the preferred size of the first layer's backend, or
+    #    (rule stage cache_block) one size every distinct backend of the model accepts.
     if cfg.kv_cache.block_size is not None:
         block_size = cfg.kv_cache.block_size
         model_trace.append("pin.kv_cache.block_size")
     else:
-        ch = choices[first]
-        block_size = blk.preferred(ch.kernel_blocks, 16)
-        for c in book.matching("preferred_block", ch.facts):
-            block_size = max(block_size, c.rule.preferred_block_size_min)
+        policy = "first_layer"
+        for c in book.matching("cache_block", facts):
+            policy = c.rule.cache_block
             model_trace.append(c.id)
-            model_reasons.append(f"preferred block {block_size}: {c.rule.reason} [{c.id}]")
+        block_size = cache_block(book, groups, choices, policy, model_trace, model_reasons)
 
-    # 4. KV block per group: full layers take the cache block; sliding-window layers the
-    #    smallest kernel block of their backend (vLLM's _largest_kernel_block_within, no budget).
+    # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
+    #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
+    #    swa_block: the smallest, or the largest whose page fits the cache block's page).
     kv_blocks = []
     for g, ch in zip(groups, choices):
         if g.window is not None:
-            kv_blocks.append(blk.smallest(ch.kernel_blocks))
-            ch.trace.append("builtin.swa_smallest_kernel_block")
+            swa = "smallest"
+            for c in book.matching("swa_block", ch.facts):
+                swa = c.rule.swa_block
+                ch.trace.append(c.id)
+            if swa == "smallest":
+                kv_blocks.append(blk.smallest(ch.kernel_blocks))
+                ch.trace.append("builtin.swa_smallest_kernel_block")
+            else:
+                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
+                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
         else:
             kv_blocks.append(block_size)
     kv_dtype = resolved_kv_dtype(cfg)
@@ -116,6 +127,52 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+
+
+def cache_block(book: RuleBook, groups, choices, policy, trace, reasons) -> int:
+    """The cache manager block without a user block size (vLLM's update_block_size_for_backend)."""
+    order = sorted(range(len(groups)), key=lambda i: min(groups[i].layers))
+    distinct: dict[str, Choice] = {}
+    for i in order:
+        distinct.setdefault(choices[i].backend, choices[i])
+    if policy == "first_layer":
+        distinct = dict([next(iter(distinct.items()))])
+    if len(distinct) == 1:
+        ch = next(iter(distinct.values()))
+        size = blk.preferred(ch.model_kernel_blocks, 16)
+        for c in book.matching("preferred_block", ch.facts):
+            size = max(size, c.rule.preferred_block_size_min)
+            trace.append(c.id)
+            reasons.append(f"preferred block {size}: {c.rule.reason} [{c.id}]")
+        return size
+    size = blk.common(list(ch.model_kernel_blocks for ch in distinct.values()), 16)
+    if size is None:
+        raise SelectionError(
+            "The attention backends share no supported KV cache block size ("
+            + "; ".join(f"{n}: {blk.describe(ch.model_kernel_blocks)}" for n, ch in distinct.items()) + ")"
+        )
+    trace.append("builtin.common_block_over_backends")
+    return size
+
+
+def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
+    """Failures vLLM raises after selection (layer init, block checks, metadata builders),
+    as `init` rules on the chosen backend (and a composite's children): kselect refuses at
+    selection time with vLLM's text; there is no fallback, as in vLLM."""
+    cap = book.capabilities[ch.backend]
+    names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
+    failed: dict[str, list[str]] = {}
+    for name in names:
+        f = dict(ch.facts)
+        f["candidate.backend"] = name
+        hits = [f"{c.rule.reason} [{c.id}]" for c in book.matching("init", f)]
+        if hits:
+            failed[name] = hits
+    if failed:
+        raise SelectionError(
+            f"{ch.backend} selected for the {g.kind} group (head {g.head_size}) fails when vLLM builds the layer:",
+            failed,
+        )
 
 
 # ---------------------------------------------------------------- facts
@@ -190,6 +247,7 @@ def group_facts(facts: dict, g: Group) -> dict:
     f["group.num_kv_heads"] = g.num_kv_heads
     f["group.sliding_window"] = g.window is not None
     f["group.draft"] = g.draft
+    f["candidate.mm_prefix"] = bool(f["model.multimodal"]) and not g.draft  # a composite's causal child: false
     return f
 
 
@@ -235,7 +293,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     else:
         pin_src = "model forcing"
     if pin is not None:
-        reasons, kblocks, ktrace, cf = validate(book, f, pin)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, pin)
         if reasons:
             raise SelectionError(
                 f"Selected backend {pin} (from {pin_src}) is not valid for the {g.kind} group "
@@ -244,7 +302,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
             )
         trace = [f"builtin.pin:{pin}"] + ktrace
         why = [f"{pin} pinned by {pin_src}; validated alone (no fallback)"]
-        return _choice(book, cf, pin, kblocks, trace + (fa_trace if book.capabilities[pin].flash_attn else []), why, {}, [])
+        return _choice(book, cf, pin, kblocks, trace + (fa_trace if book.capabilities[pin].flash_attn else []), why, {}, [], mblocks)
 
     prio_rules = book.matching("priority", f)
     if not prio_rules:
@@ -252,7 +310,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     prio = prio_rules[-1]
     rejected: dict[str, list[str]] = {}
     for name in prio.rule.priority:
-        reasons, kblocks, ktrace, cf = validate(book, f, name)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, name)
         if reasons:
             rejected[name] = reasons
             continue
@@ -263,7 +321,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
             blocked = [n for n, r in rejected.items() if len(r) == 1 and r[0].startswith("block_size not supported")]
             if blocked:
                 warns.append(f"kv_cache.block_size={cfg.kv_cache.block_size} precluded higher-priority backend(s) {blocked}")
-        return _choice(book, cf, name, kblocks, trace, why, rejected, warns)
+        return _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks)
     raise SelectionError(
         f"No valid attention backend for the {g.kind} group (head {g.head_size}) on {f['platform.name']} "
         f"with model {f['model.name']} {f['model.dtype']}, kv_cache {f['kv.dtype']}. Reasons:",
@@ -271,24 +329,25 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     )
 
 
-def _choice(book, cf, name, kblocks, trace, why, rejected, warns) -> Choice:
+def _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks) -> Choice:
     cap = book.capabilities[name]
     version = cf.get("fa.version") if cap.flash_attn else None
     if cap.flash_attn:
         why.append(f"FlashAttention version {version} for head {cf['group.head_size']}")
-    return Choice(name, version, kblocks, cf, trace, why, rejected, warns)
+    if cap.composite:
+        why.append(f"{name} runs {cap.composite.general} for batches with image spans, {cap.composite.causal} for causal batches")
+    return Choice(name, version, kblocks, cf, trace, why, rejected, warns, mblocks)
 
 
-def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockSpec], list[str], dict]:
+def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockSpec], list[str], dict, list[BlockSpec]]:
     """vLLM's validate_configuration as data: capability checks, then `reject` rules.
-    Returns (reasons, kernel block sizes, trace, candidate facts)."""
+    Returns (reasons, kernel blocks for the group's spec, trace, candidate facts, kernel
+    blocks without a spec: what vLLM checks a user block size against and prefers from)."""
     cap: Capability = book.capabilities[name]
     cf = dict(f)
     cf["candidate.backend"] = name
-    kblocks, trace = list(cap.kernel_block_sizes), []
-    for c in book.matching("kernel_block", cf):
-        kblocks = list(c.rule.kernel_block_sizes)
-        trace.append(c.id)
+    kblocks, trace = kernel_blocks(book, cf, name, "group")
+    mblocks, _ = kernel_blocks(book, cf, name, "model")
     tag = f"cap.{name}"
     r: list[str] = []
     device, cc = cf["platform.device"], (cf["platform.cc_major"], cf["platform.cc_minor"])
@@ -298,24 +357,58 @@ def validate(book: RuleBook, f: dict, name: str) -> tuple[list[str], list[BlockS
         r.append(f"ImportError: {cap.package} is not installed on this platform [{tag}.package]")
     if not cap.head_sizes.allows(cf["group.head_size"]):
         r.append(f"head_size not supported [{tag}.head_sizes]")
-    if cf["model.dtype"] not in cap.dtypes:
-        r.append(f"dtype not supported [{tag}.dtypes]")
-    if cf["kv.dtype"] not in cap.kv_cache_dtypes:
-        r.append(f"kv_cache_dtype not supported [{tag}.kv_cache_dtypes]")
-    if cf["kv.block_size"] is not None and not blk.supports(kblocks, cf["kv.block_size"]):
-        r.append(f"block_size not supported (kernel blocks {blk.describe(kblocks)}) [{tag}.kernel_block_sizes]")
-    if cf["model.multimodal"] and not cf["group.draft"] and not cap.mm_prefix:
+    if cap.composite is None:
+        if cf["model.dtype"] not in cap.dtypes:
+            r.append(f"dtype not supported [{tag}.dtypes]")
+        if cf["kv.dtype"] not in cap.kv_cache_dtypes:
+            r.append(f"kv_cache_dtype not supported [{tag}.kv_cache_dtypes]")
+    if cf["kv.block_size"] is not None and not (mblocks and blk.supports(mblocks, cf["kv.block_size"])):
+        r.append(f"block_size not supported (kernel blocks {blk.describe(mblocks)}) [{tag}.kernel_block_sizes]")
+    if cap.composite is None and cf["candidate.mm_prefix"] and not cap.mm_prefix:
         r.append(f"partial multimodal token full attention not supported [{tag}.mm_prefix]")
     if cc[0] is not None and (
         (cap.min_compute_capability and cc < tuple(cap.min_compute_capability))
         or (cap.max_compute_capability and cc > tuple(cap.max_compute_capability))
     ):
         r.append(f"compute capability not supported [{tag}.compute_capability]")
-    if cf["group.sliding_window"] and not cap.sliding_window:
+    if cap.composite is None and cf["group.sliding_window"] and not cap.sliding_window:
         r.append(f"sliding window not supported [{tag}.sliding_window]")
+    if cap.composite is not None:
+        # each child validated alone; only the general (image-span) child sees mm-prefix
+        for child in (cap.composite.general, cap.composite.causal):
+            cfc = dict(f)
+            if child == cap.composite.causal:
+                cfc["candidate.mm_prefix"] = False
+            rc, _, _, _, _ = validate(book, cfc, child)
+            r += [f"{child}: {x}" for x in rc]
     for c in book.matching("reject", cf):
         r.append(f"{c.rule.reason} [{c.id}]")
-    return r, kblocks, trace, cf
+    return r, kblocks, trace, cf, mblocks
+
+
+def kernel_blocks(book: RuleBook, cf: dict, name: str, context: str) -> tuple[list[BlockSpec], list[str]]:
+    """A backend's kernel block sizes. vLLM asks with a group's KV spec (its head size) when it
+    sizes and splits pages, and without one (the model-level head size) when it checks a user
+    block size and picks the preferred one: rules read `kb.head_size` / `kb.fa_version`."""
+    cap = book.capabilities[name]
+    f = dict(cf)
+    f["candidate.backend"] = name
+    f["kb.context"] = context
+    f["kb.head_size"] = f["model.head_size"] if context == "model" else f["group.head_size"]
+    f["kb.fa_version"] = f.get("fa.version_model_head" if context == "model" else "fa.version")
+    if cap.composite is not None:
+        kids = [kernel_blocks(book, cf, child, context)[0] for child in (cap.composite.general, cap.composite.causal)]
+        if cap.composite.kernel_block_sizes is not None:
+            blocks = [b for b in cap.composite.kernel_block_sizes if all(blk.supports(k, b) for k in kids)]
+        else:
+            blocks = blk.intersect(*kids)
+    else:
+        blocks = list(cap.kernel_block_sizes)
+    trace = []
+    for c in book.matching("kernel_block", f):
+        blocks = list(c.rule.kernel_block_sizes)
+        trace.append(c.id)
+    return blocks, trace
 
 
 # ---------------------------------------------------------------- blocks, quant-query, descales
@@ -349,14 +442,12 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
         ch.trace.append("builtin.kernel_block_divides_kv_block")
         ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
     quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
-    qq = quantized and book.capabilities[ch.backend].quant_query
-    for c in book.matching("quant_query", ch.facts):
-        qq = quantized and c.rule.quant_query
-        ch.trace.append(c.id)
-        ch.reasons.append(f"quant_query={qq}: {c.rule.reason} [{c.id}]")
+    qq = quant_query(book, ch, ch.backend, quantized)
     descale = ("q_k_v" if qq else "k_v") if quantized else "none"
+    cap = book.capabilities[ch.backend]
+    df = dict(ch.facts, **{"candidate.backend": cap.composite.causal}) if cap.composite else ch.facts
     if quantized:
-        for c in book.matching("descale", ch.facts):
+        for c in book.matching("descale", df):
             descale = c.rule.descale
             ch.trace.append(c.id)
             ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
@@ -364,6 +455,20 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
         ch.warnings.append(f"{c.rule.reason} [{c.id}]")
     scales = cfg.kv_cache.scales if quantized else "none"
     return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales)
+
+
+def quant_query(book: RuleBook, ch: Choice, name: str, quantized: bool) -> bool:
+    """supports_quant_query_input of the impl; a composite quantizes q only if both children do."""
+    cap = book.capabilities[name]
+    if cap.composite is not None:
+        return all(quant_query(book, ch, child, quantized) for child in (cap.composite.general, cap.composite.causal))
+    f = dict(ch.facts, **{"candidate.backend": name})
+    qq = quantized and cap.quant_query
+    for c in book.matching("quant_query", f):
+        qq = quantized and c.rule.quant_query
+        ch.trace.append(c.id)
+        ch.reasons.append(f"quant_query={qq}{'' if name == ch.backend else ' (' + name + ')'}: {c.rule.reason} [{c.id}]")
+    return qq
 
 
 def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, scales) -> GroupSelection:
@@ -418,7 +523,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             f["fa.version"], _ = fa_version(book, f, g.head_size)
             f["fa.version_default"], _ = fa_version(book, f, None)
             f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-        reasons, kblocks, ktrace, cf = validate(book, f, target.backend)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, target.backend)
         if reasons:
             raise SelectionError(
                 f"MTP draft {kind} layers must run on the target's backend {target.backend}, which is not valid for them.",
@@ -433,6 +538,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             [f"draft layers {list(layers)} read target layer {producer}'s cache on the target's backend"],
             {},
             [],
+            mblocks,
         )
         quantized = kv_dtype in ("fp8_e4m3", "fp8_e5m2")
         scales = ("copied_from_target" if copy else "unit") if quantized else "none"
@@ -465,6 +571,7 @@ def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
         },
         "effective_pins": {"backend": facts["pin.backend"], "flash_attn_version": facts["pin.flash_attn_version"]},
         "overlays": list(cfg.overlays),
+        "rules": cfg.ruleset.name,
     }
 
 

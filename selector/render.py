@@ -33,7 +33,7 @@ def header(sel: Selection) -> str:
     return (
         f"platform {e['platform']} ({e['device']}, cc {cc}, packages: {', '.join(e['packages']) or 'none'})\n"
         f"model {e['model']} {e['dtype']}{' multimodal' if e['multimodal'] else ''}; kv cache {e['kv_cache_dtype']} "
-        f"({e['kv_scales']} scales); spec decode {spec}; overlays {e['overlays'] or '[]'}; cache block {sel.block_size}"
+        f"({e['kv_scales']} scales); spec decode {spec}; rules {e.get('rules')}; overlays {e['overlays'] or '[]'}; cache block {sel.block_size}"
     )
 
 

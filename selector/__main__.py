@@ -14,7 +14,7 @@ def main(argv: list[str]) -> int:
               "  kselect select platform=sm90 kv_cache=fp8 model.multimodal=true overlay=[pr48666] verbose=true")
         return 0
     cfg = compose(argv)
-    print(render(resolve(cfg), cfg.output, cfg.verbose))
+    print(render(resolve(cfg), cfg.output, cfg.verbose, cfg))
     return 0
 
 

@@ -54,6 +54,7 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
+    checkpoint: str | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
     hidden_size: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
     num_hidden_layers: int = Field(gt=0)

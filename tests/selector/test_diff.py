@@ -137,8 +137,8 @@ def conf_repo(tmp_path):
 def test_git_revision_against_worktree(conf_repo, capsys):
     """Editing conf/ in the worktree: the diff against git:HEAD shows exactly its effect."""
     repo = f"repo={conf_repo}"
-    rules = conf_repo / "conf" / "rules" / "base.yaml"
-    rules.write_text("# a comment changes nothing\n" + rules.read_text())
+    rules = conf_repo / "conf" / "rules" / "post_pr52987.yaml"
+    rules.write_text(rules.read_text() + "# a comment changes nothing\n")
     code, out = cli(capsys, "a=git:HEAD", "b=worktree", "matrix=smoke", repo, "check=true")
     assert code == 0 and "no cell changed" in out, out
     caps = conf_repo / "conf" / "capabilities" / "default.yaml"

@@ -170,7 +170,7 @@ def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
             failed[name] = hits
     if failed:
         raise SelectionError(
-            f"{ch.backend} selected for the {g.kind} group (head {g.head_size}) fails when vLLM builds the layer:",
+            f"vLLM fails after selecting {ch.backend} for the {g.kind} group (head {g.head_size}):",
             failed,
         )
 

@@ -9,7 +9,8 @@ Arguments (key=value): a, b (`[overlays]`, `worktree`, `worktree:[overlays]`, `g
 `git:<rev>:[overlays]`), matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), overlays (the overlay set of a
 source that names none, default `[]`), repo (the git repository, default this checkout),
-limit (patterns shown per block, default 8; json lists every cell).
+limit (patterns shown per block, default 8; json lists every cell), rules (both sides under this
+rules option; default: the one the matrix declares, e.g. `rules: post_pr52987`).
 
 Only changed cells are printed, grouped so the pattern shows: cells whose selection changed
 in the same way are collapsed along the matrix axes into products such as
@@ -578,7 +579,7 @@ def render(d: MatrixDiff, fmt: str, limit: int = 8) -> str:
 
 
 DEFAULTS = {"a": "[]", "b": "[]", "matrix": "default", "format": "table", "check": False, "overlays": "[]",
-            "repo": "", "conf": "conf", "limit": 8}  # fmt: skip
+            "repo": "", "conf": "conf", "limit": 8, "rules": ""}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -594,6 +595,8 @@ def main(argv: list[str]) -> int:
         a = parse_source(args["a"], ov, repo, stack, args["conf"])
         b = parse_source(args["b"], ov, repo, stack, args["conf"])
         spec = load_matrix(args["matrix"], repo / args["conf"])
+        if args["rules"]:  # both sides under this rules option (default: the one the matrix declares)
+            spec = spec.model_copy(update={"rules": args["rules"]})
         d = run_diff(a, b, spec)
     print(render(d, args["format"], args["limit"]))
     return 1 if args["check"] and d.changed else 0

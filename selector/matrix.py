@@ -567,12 +567,15 @@ def matrix_text(results: Sequence[CellResult], title: str = "", claims: bool = T
 
 
 def _main(argv: list[str]) -> int:
-    """kselect matrix [matrix=smoke] [overlays=[pr48666]] [format=text|ids|json]: the resolved matrix."""
+    """kselect matrix [matrix=smoke] [overlays=[pr48666]] [rules=vllm_0_33_0] [format=text|ids|json]: the resolved matrix
+    (rules: default, the rules option the matrix declares)."""
     if argv and argv[0] in ("-h", "--help"):
         print(_main.__doc__)
         return 0
-    args = cli_args(argv, {"matrix": "smoke", "overlays": "[]", "format": "text"}, "kselect matrix")
+    args = cli_args(argv, {"matrix": "smoke", "overlays": "[]", "format": "text", "rules": ""}, "kselect matrix")
     spec = load_matrix(args["matrix"])
+    if args["rules"]:
+        spec = spec.model_copy(update={"rules": args["rules"]})
     ov = parse_overlays(args["overlays"])
     if args["format"] == "ids":
         print("\n".join(c.id for c in expand(spec, ov)))
@@ -587,7 +590,7 @@ def _main(argv: list[str]) -> int:
                  "selection": as_dict(r.selection) if r.selection else None} for r in res]  # fmt: skip
         print(json.dumps(rows, indent=2))
     elif args["format"] == "text":
-        print(matrix_text(res, f"matrix {spec.name}, overlays {list(ov)}"), end="")
+        print(matrix_text(res, f"matrix {spec.name}, rules {spec.rules or 'default'}, overlays {list(ov)}"), end="")
     else:
         raise KSelectError(f"matrix: format={args['format']!r}; allowed: text, ids, json")
     return 0

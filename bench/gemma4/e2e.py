@@ -45,8 +45,11 @@ from kselect.gemma4.__main__ import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 
-SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
-              "pin_triton": ["attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
+# base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
+SEED = "rules=post_pr52987"
+SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175": [SEED, "overlay=[pr53175]"],
+              "vllm_0_33_0": ["rules=vllm_0_33_0"],
+              "pin_triton": [SEED, "attention.backend=TRITON_ATTN"]}  # a same-run baseline for another backend
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"

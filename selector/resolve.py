@@ -519,18 +519,22 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
         producer = max(i for i, t in enumerate(types) if t == ltype and i < first_shared)
         g = Group(kind, layers, target.head_size, target.num_kv_heads, target.sliding_window, True, (producer,))
         f = group_facts(facts, g)
-        if book.capabilities[target.backend].flash_attn:
+        # draft layers are text-only: a composite's image-span route never serves them, so they
+        # run its causal child (vLLM 0.33.0's drafts select FLASH_ATTN / FLASHINFER there)
+        comp = book.capabilities[target.backend].composite
+        backend = comp.causal if comp else target.backend
+        if book.capabilities[backend].flash_attn:
             f["fa.version"], _ = fa_version(book, f, g.head_size)
             f["fa.version_default"], _ = fa_version(book, f, None)
             f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, target.backend)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, backend)
         if reasons:
             raise SelectionError(
-                f"MTP draft {kind} layers must run on the target's backend {target.backend}, which is not valid for them.",
-                {target.backend: reasons},
+                f"MTP draft {kind} layers must run on the target's backend {backend}, which is not valid for them.",
+                {backend: reasons},
             )
         ch = Choice(
-            target.backend,
+            backend,
             target.flash_attn_version,
             kblocks,
             cf,

@@ -19,12 +19,15 @@ _IMPLS = {
     ("FLASH_ATTN", 3): "kselect.backends.flash_attn:FlashAttn3Backend",
     ("FLASH_ATTN", 4): "kselect.backends.flash_attn:FlashAttn4Backend",
     ("FLASHINFER", None): "kselect.backends.flashinfer:FlashInferBackend",
+    # vLLM 0.33.0's composites: Triton for batches with image spans, the causal child otherwise
+    ("TRITON_FLASH_ATTN", None): "kselect.backends.composite:CompositeBackend",
+    ("TRITON_FLASHINFER", None): "kselect.backends.composite:CompositeBackend",
 }
 
 
 def _label(group: GroupSelection) -> str:
     v = group.flash_attn_version
-    return group.backend + (f" v{v}" if group.backend == "FLASH_ATTN" else "")
+    return group.backend + (f" v{v}" if group.backend in ("FLASH_ATTN", "TRITON_FLASH_ATTN") else "")
 
 
 def make_backend(group: GroupSelection) -> AttentionBackend:

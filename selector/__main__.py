@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     """In-process `kselect select` (tests, fuzzing): overrides -> guard, compose, validate, resolve."""
     check_renamed("select", argv, RENAMED)
     cfg = compose(argv)
-    print(render(resolve(cfg), cfg.output, cfg.verbose))
+    print(render(resolve(cfg), cfg.output, cfg.verbose, cfg))
     return 0
 
 

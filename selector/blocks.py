@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from .schema import BlockSpec, MultipleOf
 
 
@@ -31,3 +34,43 @@ def kernel_block_for(kv_block: int, blocks: list[BlockSpec]) -> int | None:
             return kv_block
     divisors = [b for b in blocks if isinstance(b, int) and kv_block % b == 0]
     return max(divisors) if divisors else None
+
+
+def largest_within(blocks: list[BlockSpec], cache_block: int) -> int:
+    """vLLM's _largest_kernel_block_within with the page budget of one cache block: int
+    entries and, per MultipleOf, its largest multiple up to the cache block; the largest that
+    fits, else the smallest candidate."""
+    cands = [b for b in blocks if isinstance(b, int)]
+    cands += [max(b.multiple_of, cache_block // b.multiple_of * b.multiple_of) for b in blocks if isinstance(b, MultipleOf)]
+    fitting = [b for b in cands if b <= cache_block]
+    return max(fitting) if fitting else min(cands)
+
+
+def intersect(a: list[BlockSpec], b: list[BlockSpec]) -> list[BlockSpec]:
+    """Kernel blocks two backends sharing one cache both run (a composite's children)."""
+    out: list[BlockSpec] = []
+    for x in a:
+        for y in b:
+            if isinstance(x, MultipleOf) and isinstance(y, MultipleOf):
+                c = MultipleOf(multiple_of=math.lcm(x.multiple_of, y.multiple_of))
+            elif isinstance(x, MultipleOf):
+                c = y if y % x.multiple_of == 0 else None
+            elif isinstance(y, MultipleOf):
+                c = x if x % y.multiple_of == 0 else None
+            else:
+                c = x if x == y else None
+            if c is not None and c not in out:
+                out.append(c)
+    return out
+
+
+def common(per_backend: list[list[BlockSpec]], default: int = 16) -> int | None:
+    """One cache block every backend accepts: the default if all do, else the smallest LCM of
+    one size per backend that all accept (vLLM's _preferred_block_size_for_backends)."""
+    if all(supports(b, default) for b in per_backend):
+        return default
+    sizes = [[s.multiple_of if isinstance(s, MultipleOf) else s for s in b] or [1] for b in per_backend]
+    for cand in sorted({math.lcm(*combo) for combo in itertools.product(*sizes)}):
+        if all(supports(b, cand) for b in per_backend):
+            return cand
+    return None

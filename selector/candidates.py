@@ -38,6 +38,7 @@ class Choice:
     reasons: list[str]
     rejected: dict[str, list[Rejection]]
     warnings: list
+    model_kernel_blocks: list[BlockSpec] = field(default_factory=list)  # without a KV spec: model-level head size
 
 
 def group_facts(facts: dict, g: Group) -> dict:
@@ -47,6 +48,7 @@ def group_facts(facts: dict, g: Group) -> dict:
     f["group.num_kv_heads"] = g.num_kv_heads
     f["group.sliding_window"] = g.window is not None
     f["group.draft"] = g.draft
+    f["candidate.mm_prefix"] = bool(f["model.multimodal"]) and not g.draft  # a composite's causal child: false
     return f
 
 
@@ -94,14 +96,14 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     else:
         pin_src = "model forcing"
     if pin is not None:
-        reasons, kblocks, ktrace, cf = validate(book, f, pin)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, pin)
         if reasons:
             raise SelectionError(
                 Failure(code="pin_invalid", backend=pin, pin_source=pin_src, group=g.kind, head=g.head_size), {pin: reasons}
             )
         trace = [f"builtin.pin:{pin}"] + ktrace
         why = [f"{pin} pinned by {pin_src}; validated alone (no fallback)"]
-        return _choice(book, cf, pin, kblocks, trace + (fa_trace if book.capabilities[pin].flash_attn else []), why, {}, [])
+        return _choice(book, cf, pin, kblocks, trace + (fa_trace if book.capabilities[pin].flash_attn else []), why, {}, [], mblocks)
 
     prio_rules = book.matching("priority", f)
     if not prio_rules:
@@ -109,7 +111,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     prio = prio_rules[-1]
     rejected: dict[str, list[Rejection]] = {}
     for name in prio.rule.priority:
-        reasons, kblocks, ktrace, cf = validate(book, f, name)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, name)
         if reasons:
             rejected[name] = reasons
             continue
@@ -120,7 +122,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
             blocked = tuple(n for n, r in rejected.items() if len(r) == 1 and r[0].code == "block_size")
             if blocked:
                 warns.append(BlockSizePrecluded(group=group_id(g.kind, g.draft), block_size=cfg.kv_cache.block_size, backends=blocked))
-        return _choice(book, cf, name, kblocks, trace, why, rejected, warns)
+        return _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks)
     raise SelectionError(
         Failure(code="no_valid_backend", group=g.kind, head=g.head_size, platform=f["platform.name"], model=f["model.name"],
                 dtype=f["model.dtype"], kv_dtype=f["kv.dtype"]),
@@ -128,47 +130,82 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     )  # fmt: skip
 
 
-def _choice(book, cf, name, kblocks, trace, why, rejected, warns) -> Choice:
+def _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks) -> Choice:
     cap = book.capabilities[name]
     version = cf.get("fa.version") if cap.flash_attn else None
     if cap.flash_attn:
         why.append(f"FlashAttention version {version} for head {cf['group.head_size']}")
-    return Choice(name, version, kblocks, cf, trace, why, rejected, warns)
+    if cap.composite:
+        why.append(f"{name} runs {cap.composite.general} for batches with image spans, {cap.composite.causal} for causal batches")
+    return Choice(name, version, kblocks, cf, trace, why, rejected, warns, mblocks)
 
 
-def validate(book: RuleBook, f: dict, name: str) -> tuple[list[Rejection], list[BlockSpec], list[str], dict]:
+def validate(book: RuleBook, f: dict, name: str) -> tuple[list[Rejection], list[BlockSpec], list[str], dict, list[BlockSpec]]:
     """vLLM's validate_configuration as data: capability checks, then `reject` rules.
-    Returns (reasons, kernel block sizes, trace, candidate facts)."""
+    Returns (reasons, kernel blocks for the group's KV spec, trace, candidate facts, kernel
+    blocks without a spec: what vLLM checks a user block size against and prefers from).
+    A composite validates each child alone (its rejections name the child); only the general
+    (image-span) child sees the mm-prefix requirement."""
     cap: Capability = book.capabilities[name]
     cf = dict(f)
     cf["candidate.backend"] = name
-    kblocks, trace = list(cap.kernel_block_sizes), []
-    for c in book.matching("kernel_block", cf):
-        kblocks = list(c.rule.kernel_block_sizes)
-        trace.append(c.id)
+    kblocks, trace = kernel_blocks(book, cf, name, "group")
+    mblocks, _ = kernel_blocks(book, cf, name, "model")
     r: list[Rejection] = []
     device, cc = cf["platform.device"], (cf["platform.cc_major"], cf["platform.cc_minor"])
+    plain = cap.composite is None
     if device not in cap.devices:
         r.append(rejection("device", name, capability="devices", value=device))
     if cap.package and not cf[f"platform.packages.{cap.package}"]:
         r.append(rejection("package", name, capability="package", value=cap.package))
     if not cap.head_sizes.allows(cf["group.head_size"]):
         r.append(rejection("head_size", name, capability="head_sizes", value=cf["group.head_size"]))
-    if cf["model.dtype"] not in cap.dtypes:
+    if plain and cf["model.dtype"] not in cap.dtypes:
         r.append(rejection("dtype", name, capability="dtypes", value=cf["model.dtype"]))
-    if cf["kv.dtype"] not in cap.kv_cache_dtypes:
+    if plain and cf["kv.dtype"] not in cap.kv_cache_dtypes:
         r.append(rejection("kv_cache_dtype", name, capability="kv_cache_dtypes", value=cf["kv.dtype"]))
-    if cf["kv.block_size"] is not None and not blk.supports(kblocks, cf["kv.block_size"]):
-        r.append(rejection("block_size", name, capability="kernel_block_sizes", value=cf["kv.block_size"], kernel_blocks=tuple(kblocks)))
-    if cf["model.multimodal"] and not cf["group.draft"] and not cap.mm_prefix:
+    if cf["kv.block_size"] is not None and not (mblocks and blk.supports(mblocks, cf["kv.block_size"])):
+        r.append(rejection("block_size", name, capability="kernel_block_sizes", value=cf["kv.block_size"], kernel_blocks=tuple(mblocks)))
+    if plain and cf["candidate.mm_prefix"] and not cap.mm_prefix:
         r.append(rejection("mm_prefix", name, capability="mm_prefix"))
     if cc[0] is not None and (
         (cap.min_compute_capability and cc < tuple(cap.min_compute_capability))
         or (cap.max_compute_capability and cc > tuple(cap.max_compute_capability))
     ):
         r.append(rejection("compute_capability", name, capability="compute_capability", value=cc))
-    if cf["group.sliding_window"] and not cap.sliding_window:
+    if plain and cf["group.sliding_window"] and not cap.sliding_window:
         r.append(rejection("sliding_window", name, capability="sliding_window"))
+    if not plain:
+        for child in (cap.composite.general, cap.composite.causal):
+            cfc = dict(f)
+            if child == cap.composite.causal:
+                cfc["candidate.mm_prefix"] = False
+            r += validate(book, cfc, child)[0]
     for c in book.matching("reject", cf):
         r.append(rejection("rule", name, rule=c.id, reason=c.rule.reason))
-    return r, kblocks, trace, cf
+    return r, kblocks, trace, cf, mblocks
+
+
+def kernel_blocks(book: RuleBook, cf: dict, name: str, context: str) -> tuple[list[BlockSpec], list[str]]:
+    """A backend's kernel block sizes. vLLM asks with a group's KV spec (its head size) when it
+    sizes and splits pages, and without one (the model-level head size) when it checks a user
+    block size and picks the preferred one: rules read `kb.head_size` / `kb.fa_version`."""
+    cap = book.capabilities[name]
+    f = dict(cf)
+    f["candidate.backend"] = name
+    f["kb.context"] = context
+    f["kb.head_size"] = f["model.head_size"] if context == "model" else f["group.head_size"]
+    f["kb.fa_version"] = f.get("fa.version_model_head" if context == "model" else "fa.version")
+    if cap.composite is not None:
+        kids = [kernel_blocks(book, cf, child, context)[0] for child in (cap.composite.general, cap.composite.causal)]
+        if cap.composite.kernel_block_sizes is not None:
+            blocks = [b for b in cap.composite.kernel_block_sizes if all(blk.supports(k, b) for k in kids)]
+        else:
+            blocks = blk.intersect(*kids)
+    else:
+        blocks = list(cap.kernel_block_sizes)
+    trace = []
+    for c in book.matching("kernel_block", f):
+        blocks = list(c.rule.kernel_block_sizes)
+        trace.append(c.id)
+    return blocks, trace

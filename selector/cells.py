@@ -53,6 +53,7 @@ class MatrixSpec(_Strict):
     pins: dict[str, dict[str, Any]] = {"auto": {}}
     skip: list[SkipRule] = []
     overlays: list[list[str]] = [[]]  # the overlay sets tools use when none are given
+    rules: str | None = None  # the rules option (conf/rules/) cells compose with; null: config.yaml's default
 
     @field_validator("axes")
     @classmethod
@@ -150,6 +151,7 @@ class Cell:
     pin: str = "auto"
     pin_sets: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
     overlays: tuple[str, ...] = ()
+    rules: str | None = None  # not part of the id: one matrix run is under one rules option
 
     @property
     def id(self) -> str:
@@ -200,6 +202,8 @@ class Cell:
         # a pin below a group key (attention.backend_per_kind.full_attention) may name a key the
         # group file lacks: Hydra's ++ sets it either way
         o += [f"{'++' if k.count('.') >= 2 else ''}{k}={hydra_value(v)}" for k, v in self.pin_sets]
+        if self.rules:
+            o.append(f"rules={self.rules}")
         if self.overlays:
             o.append(f"overlay=[{','.join(self.overlays)}]")
         return o
@@ -227,14 +231,16 @@ def skip_reason(spec: MatrixSpec, cell: Cell) -> str | None:
     return None
 
 
-def expand(spec: MatrixSpec, overlays: Iterable[str] = ()) -> list[Cell]:
-    """Every non-skipped cell, in axis order (platform slowest, pin fastest)."""
+def expand(spec: MatrixSpec, overlays: Iterable[str] = (), rules: str | None = None) -> list[Cell]:
+    """Every non-skipped cell, in axis order (platform slowest, pin fastest), under `rules`
+    (default: the rules the matrix declares, else config.yaml's)."""
     ov = tuple(overlays)
+    rules = rules or spec.rules
     values = [spec.values(a) for a in AXES]
     cells = []
     for combo in itertools.product(*values):
         kw = dict(zip(AXES, combo))
-        cell = Cell(**kw, pin_sets=tuple(spec.pins[kw["pin"]].items()), overlays=ov)
+        cell = Cell(**kw, pin_sets=tuple(spec.pins[kw["pin"]].items()), overlays=ov, rules=rules)
         if skip_reason(spec, cell) is None:
             cells.append(cell)
     ids = [c.id for c in cells]

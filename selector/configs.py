@@ -94,14 +94,20 @@ class Builder:
         raw[OPTIONS] = {g: {n: compose_raw([f"{g}={n}", *ov], self.conf_dir)[g] for n in names} for g, names in options.items()}
         return raw
 
+    def under_rules(self, rules: str | None) -> Builder:
+        """This builder with a cell's rules option as an extra override (it replaces one in `extra`)."""
+        if not rules:
+            return self
+        return Builder(self.conf_dir, [x for x in self.extra if not x.startswith("rules=")] + [f"rules={rules}"])
+
     def configs(self, cells: Sequence[Cell]) -> Iterator[tuple[Cell, KSelectConfig]]:
         """(cell, validated config) for each cell; cells of one overlay set share one compose."""
-        by_ov: dict[tuple[str, ...], list[Cell]] = {}
+        by_ov: dict[tuple, list[Cell]] = {}
         for c in cells:
-            by_ov.setdefault(c.overlays, []).append(c)
+            by_ov.setdefault((c.rules, c.overlays), []).append(c)
         done: dict[Cell, KSelectConfig] = {}
-        for ov, group in by_ov.items():
-            for c, cfg in self._configs_one_set(group, ov):
+        for (rules, ov), group in by_ov.items():
+            for c, cfg in self.under_rules(rules)._configs_one_set(group, ov):
                 done[c] = cfg
         for c in cells:
             yield c, done[c]

@@ -55,6 +55,10 @@ FACTS: dict[str, str] = {
     "fa.version_default": "FlashAttention version resolved with no head size",
     "fa.version_model_head": "FlashAttention version resolved for the model-level head size",
     "candidate.backend": "the backend being validated / the selected backend",
+    "candidate.mm_prefix": "the candidate must serve the mm-prefix mask (false for drafts and a composite's causal child)",
+    "kb.context": "kernel blocks asked for a group's KV spec (group) or without one (model)",
+    "kb.head_size": "the head size kernel blocks are asked for (group: the group's; model: model-level)",
+    "kb.fa_version": "the FlashAttention version at kb.head_size",
 }
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {

@@ -69,18 +69,20 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
 
 
 def resolve_matrix(
-    spec: MatrixSpec | str, overlays: Iterable[str] = (), conf_dir: Path | str = CONF_DIR, builder: Builder | None = None
+    spec: MatrixSpec | str, overlays: Iterable[str] = (), conf_dir: Path | str = CONF_DIR, builder: Builder | None = None,
+    rules: str | None = None,
 ) -> list[CellResult]:
-    """Every cell of the matrix under one overlay set, in matrix order."""
+    """Every cell of the matrix under one overlay set, in matrix order, under `rules` (default: the
+    rules option the matrix declares)."""
     if not isinstance(spec, MatrixSpec):
         spec = load_matrix(spec)
-    return resolve_cells(expand(spec, overlays), conf_dir, builder)
+    return resolve_cells(expand(spec, overlays, rules), conf_dir, builder)
 
 
 @functools.lru_cache(maxsize=16)
-def resolve_named(name: str, overlays: tuple[str, ...] = ()) -> tuple[CellResult, ...]:
+def resolve_named(name: str, overlays: tuple[str, ...] = (), rules: str | None = None) -> tuple[CellResult, ...]:
     """`resolve_matrix` of a named matrix of this checkout, cached per process (tests share it)."""
-    return tuple(resolve_matrix(load_matrix(name), overlays, builder=_shared_builder()))
+    return tuple(resolve_matrix(load_matrix(name), overlays, builder=_shared_builder(), rules=rules))
 
 
 @functools.lru_cache(maxsize=1)
@@ -177,17 +179,20 @@ class MatrixArgs:
     matrix: str = "smoke"
     overlay: list[str] = field(default_factory=list)
     format: str = "text"  # text | ids | json
+    rules: str = ""  # a rules option for every cell (default: the one the matrix declares)
 
 
 RENAMED = {"overlays": "write overlay=[pr48666,...] (as kselect select does)"}
 
 
 def matrix_task(cfg) -> int:
-    """kselect matrix [matrix=smoke] [overlay=[pr48666]] [format=text|ids|json]: the resolved matrix,
-    one block per cell (a Hydra app, structured config `kselect_matrix`)."""
+    """kselect matrix [matrix=smoke] [overlay=[pr48666]] [rules=vllm_0_33_0] [format=text|ids|json]: the resolved
+    matrix (rules: default, the rules option the matrix declares), one block per cell (a Hydra app, structured config `kselect_matrix`)."""
     if cfg.format not in ("text", "ids", "json"):
         raise KSelectError(f"matrix: format={cfg.format!r}; allowed: text, ids, json")
     spec = load_matrix(cfg.matrix)
+    if cfg.rules:  # every cell under this rules option (default: the one the matrix declares)
+        spec = spec.model_copy(update={"rules": cfg.rules})
     ov = tuple(cfg.overlay)
     if cfg.format == "ids":
         print("\n".join(c.id for c in expand(spec, ov)))
@@ -202,7 +207,7 @@ def matrix_task(cfg) -> int:
                  "selection": as_dict(r.selection) if r.selection else None} for r in res]  # fmt: skip
         print(json.dumps(rows, indent=2))
     else:
-        print(matrix_text(res, f"matrix {spec.name}, overlays {list(ov)}"), end="")
+        print(matrix_text(res, f"matrix {spec.name}, rules {spec.rules or 'default'}, overlays {list(ov)}"), end="")
     return 0
 
 

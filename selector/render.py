@@ -33,7 +33,7 @@ def header(sel: Selection) -> str:
     return (
         f"platform {e['platform']} ({e['device']}, cc {cc}, packages: {', '.join(e['packages']) or 'none'})\n"
         f"model {e['model']} {e['dtype']}{' multimodal' if e['multimodal'] else ''}; kv cache {e['kv_cache_dtype']} "
-        f"({e['kv_scales']} scales); spec decode {spec}; overlays {e['overlays'] or '[]'}; cache block {sel.block_size}"
+        f"({e['kv_scales']} scales); spec decode {spec}; rules {e.get('rules')}; overlays {e['overlays'] or '[]'}; cache block {sel.block_size}"
     )
 
 
@@ -106,33 +106,6 @@ def markdown(sel: Selection) -> str:
     return "\n".join(out)
 
 
-def vllm_args(sel: Selection) -> str:
-    """The vLLM engine arguments that reproduce this selection."""
-    targets = [g for g in sel.groups if not g.draft]
-    e = sel.environment
-    args = [f"--dtype {e['dtype']}", f"--kv-cache-dtype {e['kv_cache_dtype']}", f"--block-size {sel.block_size}"]
-    backends = {g.backend for g in targets}
-    ac: dict = {}
-    if len(backends) == 1:
-        ac["backend"] = backends.pop()
-    else:
-        ac["backend_per_kind"] = {g.kind: g.backend for g in targets}
-    versions = {g.flash_attn_version for g in targets if g.flash_attn_version}
-    if len(versions) == 1:
-        ac["flash_attn_version"] = versions.pop()
-    args.append(f"--attention-config '{json.dumps(ac, separators=(',', ':'))}'")
-    if e["spec_decode"] == "mtp":
-        spec = {"method": "mtp", "num_speculative_tokens": e["num_speculative_tokens"]}
-        args.append(f"--speculative-config '{json.dumps(spec, separators=(',', ':'))}'")
-    if not e["multimodal"]:
-        args.append("--language-model-only")
-    # warnings as shell comments after the command: still copy-pasteable, never lost
-    notes = [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
-    notes += [f"# measured {group_name(g)}: {m.text()}" for g in targets for m in g.measured]
-    notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings] + [f"# WARNING: {w.text}" for w in sel.warnings]
-    return "vllm serve <model> " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
-
-
 def per_phase_losses(sel: Selection) -> list[str]:
     """Per-phase choices vLLM cannot express (one backend per layer kind for every step): what the
     nearest vLLM command above (the decode backends) loses."""
@@ -155,5 +128,12 @@ def _label(g: GroupSelection) -> str:
     return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
 
 
-def render(sel: Selection, output: str, verbose: bool = False) -> str:
-    return {"table": lambda: table(sel, verbose), "json": lambda: to_json(sel), "markdown": lambda: markdown(sel), "vllm": lambda: vllm_args(sel)}[output]()
+def render(sel: Selection, output: str, verbose: bool = False, cfg=None) -> str:
+    """`output=vllm` needs the config the selection came from (the export re-resolves it as vLLM would)."""
+    if output == "vllm":
+        from .vllm_export import vllm_command  # noqa: PLC0415 - the export imports this module
+
+        if cfg is None:
+            raise ValueError("render(output='vllm') needs the KSelectConfig the selection was resolved from")
+        return vllm_command(cfg, sel)
+    return {"table": lambda: table(sel, verbose), "json": lambda: to_json(sel), "markdown": lambda: markdown(sel)}[output]()

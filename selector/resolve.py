@@ -13,7 +13,7 @@ from . import blocks as blk
 from .conformance import claim_checks
 from .candidates import Choice, Group, choose_backend, fa_version, group_facts, validate
 from .errors import SelectionError
-from .records import Failure, OrphanRule, RuleWarning
+from .records import Failure, OrphanRule, RuleWarning, rejection
 from .rulebook import RuleBook, rulebook
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
@@ -50,18 +50,37 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
 
     groups = target_groups(cfg)
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
+    for g, ch in zip(groups, choices):
+        layer_init_checks(book, g, ch)
 
-    # 3. Cache block size: user's, else the preferred size of the first layer's backend.
-    first = next(i for i, g in enumerate(groups) if 0 in g.layers)
-    block_size = cache_block(cfg, book, choices[first], model_trace)
+    # 3. Cache block size: user's, else the preferred size of the first layer's backend, or
+    #    (rule stage cache_block) one size every distinct backend of the model accepts.
+    if cfg.kv_cache.block_size is not None:
+        block_size = cfg.kv_cache.block_size
+        model_trace.append("pin.kv_cache.block_size")
+    else:
+        policy = "first_layer"
+        for c in book.matching("cache_block", facts):
+            policy = c.rule.cache_block
+            model_trace.append(c.id)
+        block_size = model_cache_block(book, groups, choices, policy, model_trace)
 
-    # 4. KV block per group: full layers take the cache block; sliding-window layers the
-    #    smallest kernel block of their backend (vLLM's _largest_kernel_block_within, no budget).
+    # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
+    #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
+    #    swa_block: the smallest, or the largest whose page fits the cache block's page).
     kv_blocks = []
     for g, ch in zip(groups, choices):
         if g.window is not None:
-            kv_blocks.append(blk.smallest(ch.kernel_blocks))
-            ch.trace.append("builtin.swa_smallest_kernel_block")
+            swa = "smallest"
+            for c in book.matching("swa_block", ch.facts):
+                swa = c.rule.swa_block
+                ch.trace.append(c.id)
+            if swa == "smallest":
+                kv_blocks.append(blk.smallest(ch.kernel_blocks))
+                ch.trace.append("builtin.swa_smallest_kernel_block")
+            else:
+                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
+                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
         else:
             kv_blocks.append(block_size)
     kv_dtype = resolved_kv_dtype(cfg)
@@ -93,13 +112,56 @@ def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
     raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
 
 
+def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice], policy: str, trace: list[str]) -> int:
+    """The cache manager block without a user block size (vLLM's update_block_size_for_backend):
+    the preferred size of the first layer's backend, or (policy common_over_backends) one size
+    every distinct backend of the model accepts."""
+    order = sorted(range(len(groups)), key=lambda i: min(groups[i].layers))
+    distinct: dict[str, Choice] = {}
+    for i in order:
+        distinct.setdefault(choices[i].backend, choices[i])
+    if policy == "first_layer" or len(distinct) == 1:
+        return preferred_block(book, choices[order[0]], trace)
+    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], 16)
+    if size is None:
+        raise SelectionError(
+            Failure(code="no_common_cache_block"),
+            {n: [rejection("block_size", n, capability="kernel_block_sizes", kernel_blocks=tuple(ch.model_kernel_blocks))]
+             for n, ch in distinct.items()},
+        )  # fmt: skip
+    trace.append("builtin.common_block_over_backends")
+    return size
+
+
+def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
+    """Failures vLLM raises after selection (layer init, block checks, metadata builders), as
+    `init` rules on the chosen backend (and a composite's children): kselect refuses at
+    selection time with vLLM's text; there is no fallback, as in vLLM."""
+    cap = book.capabilities[ch.backend]
+    names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
+    failed = {}
+    for name in names:
+        f = dict(ch.facts)
+        f["candidate.backend"] = name
+        hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason) for c in book.matching("init", f)]
+        if hits:
+            failed[name] = hits
+    if failed:
+        raise SelectionError(Failure(code="init_failure", backend=ch.backend, group=g.kind, head=g.head_size), failed)
+
+
 def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:
-    """The cache block size: the user's, else the preferred size of `ch`'s backend (raised by
-    `preferred_block` rules)."""
+    """The cache block size of one stand-alone group: the user's, else `preferred_block`."""
     if cfg.kv_cache.block_size is not None:
         trace.append("pin.kv_cache.block_size")
         return cfg.kv_cache.block_size
-    block_size = blk.preferred(ch.kernel_blocks, 16)
+    return preferred_block(book, ch, trace)
+
+
+def preferred_block(book: RuleBook, ch: Choice, trace: list[str]) -> int:
+    """The preferred size of `ch`'s backend (kernel blocks without a KV spec), raised by
+    `preferred_block` rules."""
+    block_size = blk.preferred(ch.model_kernel_blocks, 16)
     for c in book.matching("preferred_block", ch.facts):
         block_size = max(block_size, c.rule.preferred_block_size_min)
         trace.append(c.id)
@@ -221,14 +283,12 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
         ch.trace.append("builtin.kernel_block_divides_kv_block")
         ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
     quantized = is_fp8(kv_dtype)
-    qq = quantized and book.capabilities[ch.backend].quant_query
-    for c in book.matching("quant_query", ch.facts):
-        qq = quantized and c.rule.quant_query
-        ch.trace.append(c.id)
-        ch.reasons.append(f"quant_query={qq}: {c.rule.reason} [{c.id}]")
+    qq = quant_query(book, ch, ch.backend, quantized)
     descale = ("q_k_v" if qq else "k_v") if quantized else "none"
+    cap = book.capabilities[ch.backend]
+    df = dict(ch.facts, **{"candidate.backend": cap.composite.causal}) if cap.composite else ch.facts
     if quantized:
-        for c in book.matching("descale", ch.facts):
+        for c in book.matching("descale", df):
             descale = c.rule.descale
             ch.trace.append(c.id)
             ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
@@ -236,6 +296,20 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
         ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
     scales = cfg.kv_cache.scales if quantized else "none"
     return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales)
+
+
+def quant_query(book: RuleBook, ch: Choice, name: str, quantized: bool) -> bool:
+    """supports_quant_query_input of the impl; a composite quantizes q only if both children do."""
+    cap = book.capabilities[name]
+    if cap.composite is not None:
+        return all(quant_query(book, ch, child, quantized) for child in (cap.composite.general, cap.composite.causal))
+    f = dict(ch.facts, **{"candidate.backend": name})
+    qq = quantized and cap.quant_query
+    for c in book.matching("quant_query", f):
+        qq = quantized and c.rule.quant_query
+        ch.trace.append(c.id)
+        ch.reasons.append(f"quant_query={qq}{'' if name == ch.backend else ' (' + name + ')'}: {c.rule.reason} [{c.id}]")
+    return qq
 
 
 def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, scales) -> GroupSelection:
@@ -287,15 +361,19 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
         producer = max(i for i, t in enumerate(types) if t == ltype and i < first_shared)
         g = Group(kind, layers, target.head_size, target.num_kv_heads, target.sliding_window, True, (producer,))
         f = group_facts(facts, g)
-        if book.capabilities[target.backend].flash_attn:
+        # draft layers are text-only: a composite's image-span route never serves them, so they
+        # run its causal child (vLLM 0.33.0's drafts select FLASH_ATTN / FLASHINFER there)
+        comp = book.capabilities[target.backend].composite
+        backend = comp.causal if comp else target.backend
+        if book.capabilities[backend].flash_attn:
             f["fa.version"], _ = fa_version(book, f, g.head_size)
             f["fa.version_default"], _ = fa_version(book, f, None)
             f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-        reasons, kblocks, ktrace, cf = validate(book, f, target.backend)
+        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, backend)
         if reasons:
-            raise SelectionError(Failure(code="draft_backend_invalid", group=kind, backend=target.backend), {target.backend: reasons})
+            raise SelectionError(Failure(code="draft_backend_invalid", group=kind, backend=backend), {backend: reasons})
         ch = Choice(
-            target.backend,
+            backend,
             target.flash_attn_version,
             kblocks,
             cf,
@@ -303,6 +381,7 @@ def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str,
             [f"draft layers {list(layers)} read target layer {producer}'s cache on the target's backend"],
             {},
             [],
+            mblocks,
         )
         quantized = is_fp8(kv_dtype)
         scales = ("copied_from_target" if copy else "unit") if quantized else "none"
@@ -335,4 +414,5 @@ def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
         },
         "effective_pins": {"backend": facts["pin.backend"], "flash_attn_version": facts["pin.flash_attn_version"]},
         "overlays": list(cfg.overlays),
+        "rules": cfg.ruleset.name,
     }

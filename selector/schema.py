@@ -57,6 +57,7 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
+    checkpoint: str | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
     hidden_size: Int(1, MAX_HIDDEN)
     intermediate_size: Int(1, MAX_INTERMEDIATE)
     num_hidden_layers: Int(1, MAX_LAYERS)
@@ -218,7 +219,16 @@ class Objective(Strict):
 # ---------------------------------------------------------------- the whole config
 
 
+class RuleSet(Strict):
+    """Which vLLM a `rules` option models (named in every selection's environment)."""
+
+    name: Name
+    models: str = Field(min_length=1)
+
+
 class KSelectConfig(Strict):
+    ruleset: RuleSet
+    overlay_bases: dict[str, str] = {}  # overlay -> the rules option it was written for
     platform: Platform
     model: ModelConfig
     kv_cache: KVCache
@@ -254,7 +264,23 @@ class KSelectConfig(Strict):
     def _cross_sections(self) -> KSelectConfig:
         self.check_cross_sections()
         self._check_rules_name_backends()
+        self._check_overlay_bases()
+        self._check_composites()
         return self
+
+    def _check_overlay_bases(self) -> None:
+        for ov, base in self.overlay_bases.items():
+            if base != self.ruleset.name:
+                raise ValueError(
+                    f"overlay={ov} was written for rules={base}, not rules={self.ruleset.name}; "
+                    f"compose it as rules={base} overlay=[{ov}] (overlays patch rule ids of the base they name)"
+                )
+
+    def _check_composites(self) -> None:
+        for name, cap in self.capabilities.items():
+            for child in (cap.composite.general, cap.composite.causal) if cap.composite else ():
+                if child not in self.capabilities or self.capabilities[child].composite:
+                    raise ValueError(f"capabilities.{name}.composite names {child!r}, which is not a plain backend")
 
     def _check_rules_name_backends(self) -> None:
         names = sorted(self.capabilities)

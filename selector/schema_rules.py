@@ -31,6 +31,18 @@ class HeadSizes(Strict):
         return h % self.multiple_of == 0 and h >= self.min and (self.max is None or h <= self.max)
 
 
+class Composite(Strict):
+    """vLLM's composite backends: `general` serves batches with image spans (mm-prefix),
+    `causal` every other batch; both must accept the layer group (each child is validated
+    with its own capability and rules; only `general` sees the mm-prefix requirement)."""
+
+    general: str
+    causal: str
+    # fixed kernel block candidates, kept where both children accept them; null: the
+    # intersection of the children's kernel blocks
+    kernel_block_sizes: list[Int(1, 4096)] | None = Field(default=None, min_length=1, max_length=64)
+
+
 class Capability(Strict):
     """What a backend declares it supports (vLLM's ClassVars and predicates, as data)."""
 
@@ -49,13 +61,14 @@ class Capability(Strict):
     quant_query: bool = False
     per_head_quant_scales: bool = False  # FP8 descales per (sequence, KV head), not only per layer
     flash_attn: bool = False  # resolves a FlashAttention version per layer group
+    composite: Composite | None = None  # two backends behind one name, routed per batch
 
 
 # ---------------------------------------------------------------- rules
 
 Stage = Literal[
-    "model", "fa_version", "priority", "reject", "kernel_block",
-    "preferred_block", "quant_query", "descale", "spec", "warning",
+    "model", "fa_version", "priority", "reject", "kernel_block", "cache_block",
+    "preferred_block", "swa_block", "init", "quant_query", "descale", "spec", "warning",
 ]  # fmt: skip
 
 # The effect field each stage needs (reject/warning rules need only their reason).
@@ -65,7 +78,10 @@ STAGE_EFFECT: dict[str, str | None] = {
     "priority": "priority",
     "reject": None,
     "kernel_block": "kernel_block_sizes",
+    "cache_block": "cache_block",
     "preferred_block": "preferred_block_size_min",
+    "swa_block": "swa_block",
+    "init": None,
     "quant_query": "quant_query",
     "descale": "descale",
     "spec": "copy_target_kv_scales",
@@ -94,6 +110,12 @@ class Rule(Strict):
     priority: list[str] | None = None
     kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
     preferred_block_size_min: Int(1, 4096) | None = None
+    # how the cache block is chosen without a user block size: the preferred size of the
+    # first layer's backend, or one size every distinct backend of the model accepts
+    cache_block: Literal["first_layer", "common_over_backends"] | None = None
+    # a sliding-window group's KV block: the backend's smallest kernel block, or the largest
+    # kernel block whose page fits the cache block's page
+    swa_block: Literal["smallest", "largest_within_cache_block"] | None = None
     quant_query: bool | None = None
     descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
     copy_target_kv_scales: bool | None = None

@@ -41,6 +41,8 @@ FAILURE_PHRASE = {
     "draft_backend_invalid": "MTP draft {group} layers must run on the target's backend {backend}, which is not valid for them.",
     "page_unify": "cannot unify KV page sizes: the {group} page ({page} bytes) does not divide the largest ({largest_page} bytes)",
     "no_common_block": "No common block size for {kv_block}: {backend} kernel blocks {kernel_blocks}",
+    "init_failure": "vLLM fails after selecting {backend} for the {group} group (head {head}):",
+    "no_common_cache_block": "The attention backends share no supported KV cache block size:",
     "fa_pin_unused": "attention.flash_attn_version={version} cannot apply on platform {platform}: no layer group runs "
     "FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{version}) where "
     "FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)",

@@ -73,9 +73,9 @@ def main() -> int:
     r: dict = {}
     r["import_selector_api"] = fresh_import("kselect.selector.api", a.repeat)
     r["import_selector_matrix"] = fresh_import("kselect.selector.matrix", a.repeat)
-    r["cli_one_selection"] = cli_run(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]"], a.repeat)
+    r["cli_one_selection"] = cli_run(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "overlay=[pr48666]"], a.repeat)
 
-    overrides = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "spec_decode=mtp", "overlay=[pr48666]"]
+    overrides = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "spec_decode=mtp", "rules=post_pr52987", "overlay=[pr48666]"]
     r["compose_and_validate"], cfg = timed(lambda: validate(compose_raw(overrides)), a.repeat)
     cfg = compose(overrides)
     n = a.resolutions

@@ -185,8 +185,8 @@ def test_greedy_speculative_is_token_identical_to_greedy(target, copy_drafter, m
     assert max(partial) == K and st.rounds == len(partial)
     assert st.emitted == res.decode_tokens == sum(len(t) - 1 for t in res.tokens)
     assert res.target_passes < N_NEW - 1  # fewer target passes than plain decoding's steps
-    if kv.startswith("fp8"):  # the base rules keep the drafter's unit scales (vLLM without #48666)
-        assert set(sd.scales_mode.values()) == {"unit"}
+    if kv.startswith("fp8"):  # the default rules (vLLM 0.33.0) copy the target's scales into the drafts
+        assert set(sd.scales_mode.values()) == {"copied_from_target"}
 
 
 def test_commit_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_prompts):
@@ -252,7 +252,7 @@ def test_draft_layers_read_the_target_cache_through_the_draft_backend(target, co
     """Each draft layer calls its draft group's backend on the producer layer's cache tensors and the
     target's block tables, with seqused_k = the committed length, one query per sequence; the
     drafter never writes the cache."""
-    sel = with_block(selection("kv_cache=fp8_e4m3", "kv_cache.scales=calibrated", "overlay=[pr48666]"), 32)
+    sel = with_block(selection("kv_cache=fp8_e4m3", "kv_cache.scales=calibrated", "rules=post_pr52987", "overlay=[pr48666]"), 32)
     eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
     eng.calibrate(mtp_prompts)
     log = []
@@ -404,7 +404,7 @@ def test_calibrated_fp8_draft_scales(target, random_drafter, mtp_prompts, k_gain
                 target.layers[i].self_attn.q_norm.weight.div_(k_gain)
             for layer in random_drafter.model.layers:
                 layer.self_attn.q_norm.weight.div_(k_gain)
-    base = ["kv_cache=fp8_e4m3", "kv_cache.scales=calibrated"]
+    base = ["rules=post_pr52987", "kv_cache=fp8_e4m3", "kv_cache.scales=calibrated"]  # the seed's #48666 story
     unit_sel, pr_sel, pin_sel = selection(*base), selection(*base, "overlay=[pr48666]"), \
         selection(*base, "spec_decode.copy_target_kv_scales=true")
     n = len(mtp_prompts)

@@ -55,6 +55,10 @@ PATHS = {
     "flashinfer_bf16_d512": ("FLASHINFER", None, 512, "bfloat16", "none", 32, -1, 8, 1, False),
     "flashinfer_fp8_d256_window": ("FLASHINFER", None, 256, "fp8_e4m3", "k_v", 16, 511, 8, 4, False),
     "flashinfer_fp8_d512": ("FLASHINFER", None, 512, "fp8_e4m3", "k_v", 32, -1, 8, 1, False),
+    # vLLM 0.33.0's composite (backends/composite.py): Triton for batches with image spans, FA otherwise
+    "tfa_fp8_qkv_d256_window": ("TRITON_FLASH_ATTN", 3, 256, "fp8_e4m3", "q_k_v", 64, 511, 8, 4, True),
+    "tfa_fp8kv_d512_page64": ("TRITON_FLASH_ATTN", 4, 512, "fp8_e4m3", "kv_dequant", 64, -1, 8, 1, True),
+    "tfa_bf16_d256_window": ("TRITON_FLASH_ATTN", 4, 256, "bfloat16", "none", 16, 511, 8, 4, True),
 }
 # Image spans per mode (absolute [start, end)): one longer than the 512-token window, one cut by the
 # chunk start, one running past the cache end (clipped), a text-only sequence
@@ -66,7 +70,8 @@ SPANS = {
 FA3_BUILD = {p: "upstream" if p.startswith("fa3up") else "vllm" for p in PATHS if p.startswith("fa3")}
 MM_PATHS = ["fa3_bf16_d256_window", "fa3_fp8_qkv_d256_window", "fa3up_bf16_d256_window", "fa3up_fp8_qkv_d256_window",
             "fa4_bf16_d256_window", "fa4fork_bf16_d512",
-            "fa4fork_fp8kv_d512_page64", "triton_bf16_d256_window", "triton_fp8_d512"]
+            "fa4fork_fp8kv_d512_page64", "triton_bf16_d256_window", "triton_fp8_d512",
+            "tfa_fp8_qkv_d256_window", "tfa_fp8kv_d512_page64", "tfa_bf16_d256_window"]
 Q_SCALE = 0.05
 
 

@@ -25,13 +25,14 @@ def test_json_output_has_the_documented_fields():
         for key in ("kind", "layers", "head_size", "backend", "flash_attn_version", "kernel_block_size",
                     "kv_block_size", "quant_query", "rejected", "trace"):
             assert key in g
-        assert g["backend"] == "FLASHINFER" and g["flash_attn_version"] is None
-        assert isinstance(g["rejected"]["FLASH_ATTN"], list)
+        assert g["backend"] == "FLASH_ATTN" and isinstance(g["rejected"], dict)
+    assert [g["flash_attn_version"] for g in d["groups"]] == [3, 4]  # vLLM 0.33.0: per layer on SM90 FP8
+    assert d["environment"]["rules"] == "vllm_0_33_0"
     assert d["groups"][1]["layers"] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
 
 
 def test_table_explains_choice_and_rejections():
-    p = run("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "model.multimodal=true", "verbose=true")
+    p = run("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "model.multimodal=true", "verbose=true")
     assert p.returncode == 0, p.stderr
     assert "TRITON_ATTN" in p.stdout
     assert "rejected FLASHINFER: partial multimodal token full attention not supported" in p.stdout
@@ -39,9 +40,11 @@ def test_table_explains_choice_and_rejections():
 
 
 def test_vllm_and_markdown_outputs():
-    p = run("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]", "output=vllm")
-    assert p.returncode == 0
-    assert "--block-size 64" in p.stdout and '"flash_attn_version":4' in p.stdout
+    p = run("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "attention.flash_attn_version=3", "output=vllm")
+    assert p.returncode == 0, p.stderr
+    assert "--block-size" not in p.stdout and '"flash_attn_version":3' in p.stdout
+    p = run("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]", "output=vllm")
+    assert p.returncode == 2 and "vLLM 0.33.0 cannot express this selection" in p.stderr and p.stderr.count("\n") == 1
     m = run("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "output=markdown")
     assert m.stdout.startswith("**kselect selection**") and "| sliding_window |" in m.stdout
 

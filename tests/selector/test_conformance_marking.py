@@ -5,6 +5,12 @@ from __future__ import annotations
 import pytest
 
 from kselect.selector.claims import declared_claims
+from kselect.selector.api import select
+
+@pytest.fixture
+def sel():
+    """These rows test the seed story's rules (vLLM main after #52987) and its overlays."""
+    return lambda *o: select(["rules=post_pr52987", *o])
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Golden matrix: conf/matrix/golden.yaml resolved for the base rules, #48666 and #53175,
+"""Golden matrix: conf/matrix/golden.yaml resolved for the seed's base rules (rules=post_pr52987),
+#48666 and #53175, and for the default rules=vllm_0_33_0,
 committed as readable text (one block per cell, matrix order) under
 tests/selector/__snapshots__/test_golden/. Changing a rule, a capability or an overlay without
 updating the files fails here with a line diff. After reviewing the change
@@ -36,7 +37,14 @@ def snapshot_txt(snapshot):
 
 @pytest.mark.parametrize("overlays", [(), ("pr48666",), ("pr53175",)], ids=["base", "pr48666", "pr53175"])
 def test_golden_matrix(overlays, snapshot_txt):
+    """The seed story: rules=post_pr52987 (the golden matrix declares it) and its overlays."""
     text = matrix_text(resolve_named("golden", overlays), f"matrix golden, overlays {list(overlays)}", claims=False)
+    assert text == snapshot_txt
+
+
+def test_golden_matrix_vllm_0_33_0(snapshot_txt):
+    """The default rules (vLLM 0.33.0) over the same cells."""
+    text = matrix_text(resolve_named("golden", (), "vllm_0_33_0"), "matrix golden, rules vllm_0_33_0", claims=False)
     assert text == snapshot_txt
 
 

@@ -10,6 +10,12 @@ from kselect.selector.errors import SelectionError
 
 SM90_31B = ("platform=sm90", "model=gemma4_31b")
 PR = "overlay=[pr48666]"
+from kselect.selector.api import select
+
+@pytest.fixture
+def sel():
+    """These rows test the seed story's rules (vLLM main after #52987) and its overlays."""
+    return lambda *o: select(["rules=post_pr52987", *o])
 
 
 def rules(g, name: str) -> set[str]:

@@ -46,7 +46,7 @@ def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
 
 def test_joblib_launcher(tmp_path, capsys):
     out = tmp_path / "joblib"
-    p = run("kselect.selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "hydra/launcher=joblib",
+    p = run("kselect.selector.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     jobs = _jobs(out)

@@ -10,7 +10,7 @@ from kselect.selector.api import compose, compose_raw, validate
 from kselect.selector.errors import KSelectError
 from kselect.selector.resolve import resolve
 
-ENV = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
+ENV = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
 GATE = "fa-kv_dtype_version_gate"
 
 
@@ -26,9 +26,10 @@ def test_one_override_disables_a_rule():
     assert GATE not in _rejecting_rules(resolve(off))
 
 
-def test_every_shipped_rule_can_be_toggled_from_the_command_line():
-    ids = list(compose(["platform=cpu", "overlay=[pr48666,pr53175]"]).rules)
-    cfg = compose(["platform=cpu", "overlay=[pr48666,pr53175]", *(f"rules.{rid}.enabled=false" for rid in ids)])
+@pytest.mark.parametrize("base", [["rules=post_pr52987", "overlay=[pr48666,pr53175]"], ["rules=vllm_0_33_0"]])
+def test_every_shipped_rule_can_be_toggled_from_the_command_line(base):
+    ids = list(compose(["platform=cpu", *base]).rules)
+    cfg = compose(["platform=cpu", *base, *(f"rules.{rid}.enabled=false" for rid in ids)])
     assert cfg.active_rules() == {}
 
 

@@ -30,9 +30,9 @@ def test_sm90_fp8_per_layer_fa3_fa4_and_page_unification():
     """FA3 with a quantized query at head 256; FA4 FP8-KV (64-token kernel blocks, keyed on the model head
     512) at head 512; one cache block 64, the full group's page grows to 128 tokens."""
     s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
-    assert "gemma4.per_layer_fa_sm90_fp8" in s.trace and s.block_size == 64
+    assert "gemma4-per_layer_fa_sm90_fp8" in s.trace and s.block_size == 64
     assert fields(s) == [("sliding_window", "FLASH_ATTN", 3, 64, 64, True), ("full_attention", "FLASH_ATTN", 4, 64, 128, False)]
-    assert "fa.sm90_fa4_fp8_kernel_block_64" in s.group("full_attention").trace
+    assert "fa-sm90_fa4_fp8_kernel_block_64" in s.group("full_attention").trace
     assert s.group("full_attention").descale == "kv_dequant"
     e4b = sel("platform=sm90", "model=gemma4_e4b", "kv_cache=fp8")
     assert fields(e4b) == [("sliding_window", "FLASH_ATTN", 3, 128, 128, True), ("full_attention", "FLASH_ATTN", 4, 64, 64, False)]
@@ -41,7 +41,7 @@ def test_sm90_fp8_per_layer_fa3_fa4_and_page_unification():
 def test_sm90_fp8_fa4_pin_sends_head_256_to_flashinfer():
     s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "attention.flash_attn_version=4")
     assert s.group("sliding_window").backend == "FLASHINFER"
-    assert any("fa.fp8_kv_combination" in r for r in s.group("sliding_window").rejected["FLASH_ATTN"])
+    assert any(r.rule == "fa-fp8_kv_combination" for r in s.group("sliding_window").rejected["FLASH_ATTN"])
     assert s.block_size == 64 and "builtin.common_block_over_backends" in s.trace  # FLASHINFER and FA's [64]
 
 
@@ -54,7 +54,7 @@ def test_flash_attn_pinned_with_fp8_on_sm90_is_accepted():
 def test_sm90_vision_mode_uses_the_triton_flash_attn_composite(kv):
     s = sel("platform=sm90", "model=gemma4_31b", f"kv_cache={kv}", "model.multimodal=true")
     assert {g.backend for g in s.groups} == {"TRITON_FLASH_ATTN"}
-    assert all(g.trace[0] == "priority.cuda_sm90_mm_prefix" for g in s.groups)
+    assert all(g.trace[0] == "priority-cuda_sm90_mm_prefix" for g in s.groups)
     if kv == "fp8":  # FA3 + quantized q (both children) at 256; FA4 dequant, q unquantized, at 512
         assert fields(s) == [("sliding_window", "TRITON_FLASH_ATTN", 3, 64, 64, True),
                              ("full_attention", "TRITON_FLASH_ATTN", 4, 64, 128, False)]
@@ -65,7 +65,7 @@ def test_sm90_vision_mode_uses_the_triton_flash_attn_composite(kv):
 def test_sm90_fp8_flash_attn_with_mm_prefix_requires_triton():
     with pytest.raises(SelectionError) as e:
         sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "model.multimodal=true", "attention.backend=FLASH_ATTN")
-    assert "SM90 FP8 KV with mm_prefix requires Triton" in " ".join(e.value.rejected["FLASH_ATTN"])
+    assert "SM90 FP8 KV with mm_prefix requires Triton" in " ".join(r.text for r in e.value.rejected["FLASH_ATTN"])
 
 
 def test_sm100_vision_mode_uses_triton_flashinfer_with_64_token_kernel_blocks():
@@ -77,7 +77,7 @@ def test_sm100_vision_mode_uses_triton_flashinfer_with_64_token_kernel_blocks():
 def test_sm100_fa4_head_256_with_128_token_pages_head_512_falls_back_to_fa2():
     s = sel("platform=sm100", "model=gemma4_31b", "attention.backend=FLASH_ATTN")
     assert fields(s) == [("sliding_window", "FLASH_ATTN", 4, 128, 128, False), ("full_attention", "FLASH_ATTN", 2, 256, 256, False)]
-    assert "fa.sm10x_fa4_hd256_kernel_block_128" in s.group("sliding_window").trace
+    assert "fa-sm10x_fa4_hd256_kernel_block_128" in s.group("sliding_window").trace
     # the head-256 kernel takes no FP8 cache and no mm-prefix: FA2
     fp8 = sel("platform=sm100", "model=gemma4_31b", "attention.backend=FLASHINFER", "kv_cache=fp8")
     assert {g.backend for g in fp8.groups} == {"FLASHINFER"}
@@ -86,14 +86,16 @@ def test_sm100_fa4_head_256_with_128_token_pages_head_512_falls_back_to_fa2():
 @pytest.mark.parametrize("platform", ["sm80", "sm89", "sm120"])
 def test_no_fa4_forces_triton(platform):
     s = sel(f"platform={platform}", "model=gemma4_e4b")
-    assert s.trace[0] == "gemma4.force_triton_without_fa4" and {g.backend for g in s.groups} == {"TRITON_ATTN"}
+    assert s.trace[0] == "gemma4-force_triton_without_fa4" and {g.backend for g in s.groups} == {"TRITON_ATTN"}
 
 
 @pytest.mark.parametrize("rules", ["vllm_0_33_0", "post_pr52987"])
 def test_sm80_fp8_on_triton_fails_as_vllm_does_at_layer_init(rules):
     with pytest.raises(SelectionError, match="fails after selecting TRITON_ATTN") as e:
         sel(f"rules={rules}", "platform=sm80", "model=gemma4_31b", "kv_cache=fp8")
-    assert "native FP8 (fp8e4nv) requires SM89+" in e.value.rejected["TRITON_ATTN"][0]
+    (r,) = e.value.rejected["TRITON_ATTN"]
+    assert r.rule == "triton-fp8_needs_sm89" and "native FP8 (fp8e4nv) requires SM89+" in r.text
+    assert e.value.failure.code == "init_failure"
     assert {g.backend for g in sel(f"rules={rules}", "platform=sm89", "model=gemma4_31b", "kv_cache=fp8").groups} == {"TRITON_ATTN"}
 
 

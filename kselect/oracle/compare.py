@@ -54,7 +54,14 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     for c in cells:
         try:
             ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
-            sel = resolve(cfg)
+            try:
+                sel = resolve(cfg)
+            except SelectionError as e:
+                if e.failure.code != "fa_pin_unused":
+                    raise
+                # kselect refuses a FlashAttention pin no group runs (bad input, never silently
+                # ignored); vLLM ignores it: compare the selection vLLM makes without it
+                sel = resolve(cfg.model_copy(update={"attention": cfg.attention.model_copy(update={"flash_attn_version": None})}))
         except SelectionError as e:
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
             continue

@@ -10,7 +10,8 @@ A Hydra app (structured config `kselect_diff`): a and b are the two sides, each 
 a.overlay unless given); matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), repo (the git repository,
 default this checkout), conf_path (conf/ inside it), limit (patterns shown per block, default
-8; json lists every cell). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
+8; json lists every cell), rules (both sides under this rules option; default: the one the matrix
+declares, e.g. `rules: post_pr52987`). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
 (`objective=<name>` composed into every cell of that side; b.objective follows a.objective):
 which selections an objective moves, e.g. `b.objective=latency`.
 
@@ -376,6 +377,7 @@ class DiffArgs:
     limit: int = 8
     repo: str | None = None  # the git repository of git:<rev> sources; default this checkout
     conf_path: str = "conf"  # conf/ inside that repository
+    rules: str = ""  # both sides under this rules option; "": the one the matrix declares
 
 
 ConfigStore.instance().store(name="kselect_diff", node=DiffArgs)
@@ -405,6 +407,8 @@ def task(cfg) -> int:
         b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
         a, b = replace(a, objective=cfg.a.objective), replace(b, objective=cfg.b.objective)
         spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
+        if cfg.rules:  # both sides under this rules option (default: the one the matrix declares)
+            spec = spec.model_copy(update={"rules": cfg.rules})
         d = run_diff(a, b, spec)
     print(render(d, cfg.format, cfg.limit))
     return 1 if cfg.check and d.changed else 0

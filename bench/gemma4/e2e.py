@@ -46,11 +46,15 @@ from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 
-SELECTIONS = {"base": [], "pr48666": ["overlay=[pr48666]"], "pr53175": ["overlay=[pr53175]"],
-              "pin_triton": ["attention.backend=TRITON_ATTN"],  # same-run baselines: one backend for every group
-              "pin_flashinfer": ["attention.backend=FLASHINFER"], "pin_fa": ["attention.backend=FLASH_ATTN"],
+# base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
+SEED = "rules=post_pr52987"
+SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175": [SEED, "overlay=[pr53175]"],
+              "vllm_0_33_0": ["rules=vllm_0_33_0"],
+              # same-run baselines: one backend for every group
+              "pin_triton": [SEED, "attention.backend=TRITON_ATTN"],
+              "pin_flashinfer": [SEED, "attention.backend=FLASHINFER"], "pin_fa": [SEED, "attention.backend=FLASH_ATTN"],
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
-              "latency": ["objective=latency"], "throughput": ["objective=throughput"]}
+              "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"

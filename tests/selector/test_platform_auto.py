@@ -8,7 +8,7 @@ from kselect.selector import detect
 from kselect.selector.api import compose
 from kselect.selector.errors import KSelectError
 
-CPU = {"name": "cpu", "vendor": "cpu", "device": "cpu", "compute_capability": None, "gpu_model": None,
+CPU = {"name": "sm90", "vendor": "nvidia", "device": "cuda", "compute_capability": [9, 0], "gpu_model": None,
        "packages": {"fa2": False, "fa3": False, "fa4": False, "flashinfer": False, "triton": False}}  # fmt: skip
 
 
@@ -20,7 +20,7 @@ def _cpu_machine(monkeypatch):
 def test_auto_keeps_a_package_override():
     assert compose(["platform=auto"]).platform.packages.triton is False
     cfg = compose(["platform=auto", "platform.packages.triton=true"])
-    assert cfg.platform.name == "cpu" and cfg.platform.packages.triton is True
+    assert cfg.platform.name == "sm90" and cfg.platform.packages.triton is True
 
 
 def test_auto_keeps_an_override_equal_to_the_preset_default(monkeypatch):

@@ -204,4 +204,4 @@ def test_main_job_multimodal_runs():
                          capture_output=True, text=True, timeout=120, cwd=str(pathlib.Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placeholder image tokens" in out.stdout and "image span [1, 21)" in out.stdout
-    assert "TORCH_REFERENCE" in out.stdout and "(ok)" in out.stdout
+    assert "numerics: not checked: every group runs TORCH_REFERENCE, the reference itself" in out.stdout

@@ -45,7 +45,7 @@ def test_matrix_picture_with_filter_and_warnings(tmp_path):
 def test_bad_arguments():
     with pytest.raises(KSelectError, match="old spelling; write a.overlay"):
         main(["a=[]"])
-    with pytest.raises(KSelectError, match="is not a value of the axis"):
+    with pytest.raises(KSelectError, match="matches none of the axis values"):
         main(["where.platform=sm91"])
 
 

@@ -31,7 +31,7 @@ def test_an_option_interpolating_the_root_is_composed_on_its_own(tmp_path):
     (conf / "model" / "tiny_abs.yaml").write_text(
         "defaults:\n  - gemma4_tiny\n  - _self_\nname: tiny_abs\nintermediate_size: ${model.hidden_size}\n"
     )
-    spec = MatrixSpec(name="t", axes={"platform": ["cpu", "sm90"], "model": ["tiny_abs", "gemma4_tiny"]})
+    spec = MatrixSpec(name="t", rules="post_pr52987", axes={"platform": ["cpu", "sm90"], "model": ["tiny_abs", "gemma4_tiny"]})
     res = resolve_cells(expand(spec, ("pr48666",)), conf)
     for r in res:
         assert r.config == compose(r.cell.overrides(), conf)

@@ -21,12 +21,13 @@ from kselect.selector.sweep import run_job
 
 SPEC = MatrixSpec(
     name="renamed",
+    rules="post_pr52987",  # the pr48666 overlay patches these rules
     axes={"platform": ["cpu", "sm90"], "model": ["gemma4_tiny", "gemma4_31b"], "kv_cache": ["auto", "fp8"],
           "scales": ["unit", "calibrated"], "spec_decode": ["none", "mtp"], "multimodal": [False, True]},
     pins={"auto": {}, "bs16": {"kv_cache.block_size": 16}, "triton": {"attention.backend": "TRITON_ATTN"}},
     skip=[{"when": {"scales": "calibrated", "kv_cache": "auto"}, "reason": "calibrated scales need an FP8 cache"}],
 )  # fmt: skip
-JOB = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "kv_cache.scales=calibrated", "spec_decode=mtp"]
+JOB = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "kv_cache.scales=calibrated", "spec_decode=mtp"]
 
 
 def _respell(template: str) -> str:

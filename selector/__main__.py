@@ -1,7 +1,7 @@
 """kselect select [Hydra overrides]: the attention kernels selected per KV-cache layer group.
 
   kselect select platform=sm90 model=gemma4_31b kv_cache=fp8 output=json
-  kselect select platform=sm90 kv_cache=fp8 model.multimodal=true overlay=[pr48666] verbose=true
+  kselect select platform=sm90 kv_cache=fp8 model.multimodal=true rules=post_pr52987 overlay=[pr48666] verbose=true
   kselect select --cfg job platform=sm90          # the composed config, nothing resolved
   kselect select -m platform=sm80,sm90            # one selection per value (Hydra's multirun)
 

@@ -22,15 +22,17 @@ from .vocab import Claim, parse_claim
 
 IMPLEMENTED = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "TORCH_REFERENCE")
 MODELS = ("gemma4_tiny", "gemma4_e2b", "gemma4_e4b", "gemma4_26b_a4b", "gemma4_31b")
-OVERLAYS = ("[]", "[pr48666]", "[pr53175]")
+# (rules option, overlay set): vLLM 0.33.0, and the seed's post_pr52987 with the overlays written for it
+OVERLAYS = (("post_pr52987", "[]"), ("post_pr52987", "[pr48666]"), ("post_pr52987", "[pr53175]"), ("vllm_0_33_0", "[]"))
 
 
 def selection_claims(platform_overrides: list[str]) -> set[str]:
     out: set[str] = set()
     axes = itertools.product(MODELS, ("auto", "fp8"), ("false", "true"), OVERLAYS)
-    for model, kv, mm, ov in axes:
+    for model, kv, mm, (rules, ov) in axes:
         try:
-            sel = resolve(compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}", f"overlay={ov}"]))
+            sel = resolve(compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}",
+                                   f"rules={rules}", f"overlay={ov}"]))
         except SelectionError:
             continue
         out |= {c.claim for g in sel.groups for c in g.claims}
@@ -62,8 +64,8 @@ def declared_claims(platform_overrides: list[str], heads=(256, 512)) -> set[str]
 
 def claim_runs(ids: list[str], platform_overrides: list[str] | tuple[str, ...] = ("platform=auto",)) -> dict[str, ClaimRun]:
     """How to run each claim (descale mode, page size) on `platform`, read from the selection of a
-    stand-alone group on the claim's kernel path (under the base rules, else each overlay of
-    OVERLAYS). Raises ValueError for a malformed id."""
+    stand-alone group on the claim's kernel path (under the seed's rules, else each (rules,
+    overlay) pair of OVERLAYS). Raises ValueError for a malformed id."""
     return {cid: _claim_run(parse_claim(cid), tuple(platform_overrides)) for cid in ids}
 
 
@@ -75,16 +77,16 @@ def _claim_run(c: Claim, platform: tuple[str, ...]) -> ClaimRun:
     # a preset with layers of the claim's head size, as rules keyed on model shapes expect
     model = next((m for m in MODELS if c.head in _heads(m)), "gemma4_tiny")
     over.append(f"model={model}")
-    for ov in OVERLAYS:
+    for rules, ov in OVERLAYS:
         try:
-            cfg = _compose((*over, f"overlay={ov}"))
+            cfg = _compose((*over, f"rules={rules}", f"overlay={ov}"))
             g = resolve_path(cfg, kind, c.head)
         except KSelectError:
             continue
         cap = cfg.capabilities[c.backend]
         descale = "q_k_v" if c.feature == "quant_query" else g.descale  # the feature is a quantized q
         return ClaimRun(claim=c.id, descale=descale, page=g.kernel_block_size, per_head_scales=cap.per_head_quant_scales,
-                        source=" ".join((*over, f"overlay={ov}")))  # fmt: skip
+                        source=" ".join((*over, f"rules={rules}", f"overlay={ov}")))  # fmt: skip
     cap = _compose(tuple(platform)).capabilities.get(c.backend)
     if cap is None:
         raise ValueError(f"claim {c.id}: no backend {c.backend} in the capabilities")

@@ -2,7 +2,7 @@
 
     kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8                       # basic launcher
     kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib  # local processes
-    kselect sweep -m matrix=smoke overlay=[pr48666]     # the axes of conf/matrix/smoke.yaml
+    kselect sweep -m matrix=smoke overlay=[pr48666]     # the axes (and rules) of conf/matrix/smoke.yaml
     kselect gather multirun/<date>/<time>                # one table of every job
 
 Every job composes the normal kselect config (conf/config.yaml plus its overrides), resolves
@@ -68,13 +68,15 @@ HYDRA_KEYS = {
 
 
 def matrix_overrides(name: str) -> list[str]:
-    """The sweep overrides (comma lists) of a matrix's declared axes."""
+    """The sweep overrides (comma lists) of a matrix's declared axes, and its rules option."""
     spec = load_matrix(name)
     out = []
     for axis, key in HYDRA_KEYS.items():
         if axis in spec.axes:
             vals = ["true" if v is True else "false" if v is False else str(v) for v in spec.axes[axis]]
             out.append(f"{key}={','.join(vals)}")
+    if spec.rules:  # the rules option the matrix declares (its overlays patch those rules)
+        out.append(f"rules={spec.rules}")
     return out
 
 

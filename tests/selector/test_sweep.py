@@ -60,7 +60,7 @@ def test_joblib_launcher(tmp_path, capsys):
 def test_matrix_axes_become_sweep_overrides():
     assert matrix_overrides("smoke") == [
         "platform=cpu,sm90", "model=gemma4_tiny,gemma4_31b", "kv_cache=auto,fp8", "kv_cache.scales=unit,calibrated",
-        "spec_decode=none,mtp", "model.multimodal=false,true",
+        "spec_decode=none,mtp", "model.multimodal=false,true", "rules=post_pr52987",
     ]  # fmt: skip
 
 

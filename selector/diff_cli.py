@@ -1,0 +1,97 @@
+"""`kselect diff`'s command line: the Hydra config of the two sides, checks, and the run.
+The diff itself (cells, blocks, rendering) is `selector/diff.py`, whose docstring is the usage."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+
+from . import diff
+from .api import CONF_DIR
+from .app import compose_args, run_app
+from .diff import run_diff
+from .diff_render import render
+from .diff_sources import Source, check_conf_rel, git_conf
+from .errors import KSelectError
+from .matrix import load_matrix
+
+
+def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
+           name_conf: bool = False) -> Source:
+    """One side; its label names the conf only when the sides read different ones."""
+    ov = tuple(overlay)
+    label = f"{conf}:[{','.join(ov)}]" if name_conf else f"[{','.join(ov)}]"
+    if conf == "worktree":
+        return Source(label, repo / conf_rel, ov)
+    if conf.startswith("git:") and conf[4:]:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
+        return Source(label, git_conf(repo, conf[4:], tmp, conf_rel), ov)
+    raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
+
+
+@dataclass
+class SideArgs:
+    conf: str = "worktree"  # worktree | git:<rev> (read with git archive)
+    overlay: list[str] = field(default_factory=list)
+    objective: str = ""  # objective=<name> composed into every cell of this side
+
+
+@dataclass
+class DiffArgs:
+    a: SideArgs = field(default_factory=SideArgs)
+    b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}", objective="${a.objective}"))  # type: ignore[arg-type]
+    matrix: str = "default"
+    format: str = "table"  # table | markdown | json
+    check: bool = False
+    limit: int = 8
+    repo: str | None = None  # the git repository of git:<rev> sources; default this checkout
+    conf_path: str = "conf"  # conf/ inside that repository
+    rules: str = ""  # both sides under this rules option; "": the one the matrix declares
+
+
+ConfigStore.instance().store(name="kselect_diff", node=DiffArgs)
+RENAMED = {
+    "a": "write a.overlay=[...] for an overlay set and a.conf=git:<rev> for a revision of conf/",
+    "b": "write b.overlay=[...] for an overlay set and b.conf=git:<rev> for a revision of conf/",
+    "overlays": "write a.overlay=[...] (b.overlay follows a.overlay unless given)",
+    "conf": "write conf_path=<conf/ inside the repository>",
+    "objective": "write a.objective=<name> (b.objective follows a.objective unless given)",
+    "a_objective": "write a.objective=<name>",
+    "b_objective": "write b.objective=<name>",
+}
+
+
+def task(cfg) -> int:
+    if cfg.format not in ("table", "markdown", "json"):
+        raise KSelectError(f"diff: format={cfg.format!r}; allowed: table, markdown, json")
+    if not 0 <= cfg.limit <= 10_000:
+        raise KSelectError(f"diff: limit={cfg.limit}; allowed: 0 to 10000 patterns per block")
+    check_conf_rel(cfg.conf_path)
+    repo = Path(cfg.repo).resolve() if cfg.repo else CONF_DIR.parent
+    if not repo.is_dir():
+        raise KSelectError(f"diff: repo={cfg.repo!r} is not a directory")
+    with ExitStack() as stack:
+        two = cfg.a.conf != cfg.b.conf
+        a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)
+        b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
+        a, b = replace(a, objective=cfg.a.objective), replace(b, objective=cfg.b.objective)
+        spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
+        if cfg.rules:  # both sides under this rules option (default: the one the matrix declares)
+            spec = spec.model_copy(update={"rules": cfg.rules})
+        d = run_diff(a, b, spec)
+    print(render(d, cfg.format, cfg.limit))
+    return 1 if cfg.check and d.changed else 0
+
+
+def main(argv: list[str]) -> int:
+    return task(compose_args("diff", "kselect_diff", argv, RENAMED))
+
+
+def cli() -> None:
+    run_app("diff", task, doc=diff.__doc__, config_name="kselect_diff", renamed=RENAMED, quoted=("a.conf", "b.conf"))
+

@@ -17,8 +17,8 @@ from .records import Failure, OrphanRule, RuleWarning, rejection
 from .rulebook import RuleBook, rulebook
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
-from .texts import layer_ranges
-from .vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8, resolve_kv_dtype
+from .facts import base_facts, resolved_kv_dtype, target_groups  # noqa: F401 - resolve's public names
+from .vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8
 
 def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     book = book or rulebook(cfg)
@@ -181,80 +181,6 @@ def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: in
 
 
 # ---------------------------------------------------------------- facts
-
-
-def base_facts(cfg: KSelectConfig) -> dict:
-    p, m, kv, sd, pins = cfg.platform, cfg.model, cfg.kv_cache, cfg.spec_decode, cfg.attention
-    cc = p.compute_capability
-    heads = {m.head_dim, m.global_head_dim}
-    f = {
-        "platform.name": p.name,
-        "platform.vendor": p.vendor,
-        "platform.device": p.device,
-        "platform.cc_major": cc[0] if cc else None,
-        "platform.cc_minor": cc[1] if cc else None,
-        "platform.gpu_model": p.gpu_model,
-        "model.name": m.name,
-        "model.architecture": m.architecture,
-        "model.dtype": m.dtype,
-        "model.multimodal": m.multimodal,
-        "model.head_size": max(heads),
-        "model.mixed_head_sizes": len(heads) > 1,
-        "kv.dtype": kv.dtype,
-        "kv.quantized": kv.quantized,
-        "kv.scales": kv.scales,
-        "kv.block_size": kv.block_size,
-        "spec.method": sd.method,
-        "pin.backend": None if pins.backend == "auto" else pins.backend,
-        "pin.flash_attn_version": pins.flash_attn_version,
-    }
-    for name, on in p.packages.model_dump().items():
-        f[f"platform.packages.{name}"] = on
-    return f
-
-
-def resolved_kv_dtype(cfg: KSelectConfig) -> str:
-    return resolve_kv_dtype(cfg.kv_cache.dtype, cfg.model.dtype)
-
-
-def target_groups(cfg: KSelectConfig) -> list[Group]:
-    """The target model's layer groups (cached per model section: matrix cells share them)."""
-    hit = _GROUPS.get(id(cfg.model))
-    if hit is None or hit[0] is not cfg.model:
-        if len(_GROUPS) > 256:
-            _GROUPS.clear()
-        hit = _GROUPS[id(cfg.model)] = (cfg.model, _target_groups(cfg.model))
-    return list(hit[1])
-
-
-_GROUPS: dict[int, tuple] = {}
-
-
-def _target_groups(m) -> tuple[Group, ...]:
-    types = m.resolved_layer_types()
-    first_shared = m.num_hidden_layers - m.num_kv_shared_layers
-    groups = []
-    for kind in GROUP_KINDS:
-        layers = tuple(i for i, t in enumerate(types) if t == LAYER_TYPE[kind])
-        if not layers:
-            continue
-        sliding = kind == "sliding_window"
-        g = Group(
-            kind=kind,
-            layers=layers,
-            head_size=m.head_dim if sliding else m.global_head_dim,
-            num_kv_heads=m.num_key_value_heads if sliding else m.global_kv_heads(),
-            window=m.sliding_window if sliding else None,
-        )
-        shared = [i for i in layers if i >= first_shared]
-        producers = [i for i in layers if i < first_shared]
-        if shared:
-            g.notes.append(f"layers {layer_ranges(shared)} reuse the cache of layer {producers[-1]} (KV sharing)")
-        groups.append(g)
-    return tuple(groups)
-
-
-# ---------------------------------------------------------------- blocks, quant-query, descales
 
 
 def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from kselect.gemma4.config import Gemma4Args
+from kselect.kernels.dtypes import dtype_name
+from kselect.gemma4.config import Gemma4Args, torch_dtype
 from kselect.gemma4.model import Gemma4
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -350,7 +351,7 @@ def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None 
     args = read_config(folder)
     check_size(args, folder, _shard_files(folder))
     if dtype is not None:
-        args.dtype = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+        args.dtype = dtype_name(torch_dtype(dtype))
     model = Gemma4(args)
     load_state(model, read_tensors(folder), where=str(folder))
     return model.to(device=device, dtype=args.torch_dtype).eval().keep_rope_fp32()

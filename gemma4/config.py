@@ -13,21 +13,21 @@ from typing import Any
 import torch
 
 from kselect.kernels.dtypes import TORCH_DTYPES, is_fp8
+from kselect.kernels.dtypes import torch_dtype as kernel_torch_dtype
 from kselect.selector.vocab import LAYER_TYPE
 
 SLIDING = LAYER_TYPE["sliding_window"]
 FULL = LAYER_TYPE["full_attention"]
 
-_DTYPES = {n: d for n, d in TORCH_DTYPES.items() if not is_fp8(d)}  # model dtypes
+MODEL_DTYPES = frozenset(n for n, d in TORCH_DTYPES.items() if not is_fp8(d))  # names a model may use
 
 
 def torch_dtype(name: str | torch.dtype) -> torch.dtype:
-    if isinstance(name, torch.dtype):
-        return name
-    try:
-        return _DTYPES[str(name).removeprefix("torch.")]
-    except KeyError:
-        raise ValueError(f"unsupported model dtype {name!r}; use one of {sorted(_DTYPES)}") from None
+    """A model dtype (kernels/dtypes.py's names, FP8 excluded: FP8 is a cache dtype only)."""
+    dtype = kernel_torch_dtype(name)
+    if is_fp8(dtype):
+        raise ValueError(f"unsupported model dtype {name!r}; FP8 is a KV-cache dtype, not a model dtype")
+    return dtype
 
 
 def derive_layer_types(num_layers: int, full_every: int | None) -> list[str]:
@@ -182,7 +182,7 @@ class Gemma4Args:
             num_experts=d.get("num_experts"),
             top_k_experts=d.get("top_k_experts"),
             moe_intermediate_size=d.get("moe_intermediate_size"),
-            dtype=dtype if dtype in _DTYPES else "bfloat16",
+            dtype=dtype if dtype in MODEL_DTYPES else "bfloat16",
             pad_token_id=d.get("pad_token_id", 0) if d.get("pad_token_id") is not None else 0,
             eos_token_id=eos if eos is not None else 1,
             bos_token_id=d.get("bos_token_id", 2) if d.get("bos_token_id") is not None else 2,

@@ -9,7 +9,8 @@ Per preset (seeded random weights in the model dtype, built on the device; freed
     the backend per group, the KV-cache capacity in a fixed budget (--capacity-gib; non-shared layers
     x 2 x kv_heads x head_size x bytes, whole kv blocks), and the numerics check: max rel logit error
     of the selected kernels vs TORCH_REFERENCE on the same cache layout/dtype (prefill past the
-    sliding window, then a few teacher-forced decode steps). A WRONG verdict is reported, not hidden.
+    sliding window, then a few teacher-forced decode steps). A WRONG verdict is reported, not hidden:
+    the run still measures everything, then exits with status 1 naming each WRONG selection.
     Selections that resolve to the same groups are measured once (`same_as`). A selected backend whose
     kernel is not installed is reported as that selection's error, never substituted.
   * prefill tokens/s (--prompt-len, random tokens) and decode tokens/s (--new tokens, greedy, CUDA
@@ -594,6 +595,12 @@ def main(argv: list[str]) -> int:
     rep.data["total_s"] = round(time.perf_counter() - t0, 1)
     rep.save()
     log(f"done -> {opts.out}/e2e.json, e2e.md")
+    wrong = [f"{r['preset']} {r['selection']} kv={r['kv']}" for r in rep.data["selections"]
+             if (r.get("numerics") or {}).get("verdict") == WRONG and "same_as" not in r]
+    if wrong:  # results are written first; then the run fails, loudly
+        print(f"numerics: {WRONG} (an attention call above its bar, or non-finite) for: {', '.join(wrong)}; "
+              "exit status 1", flush=True)
+        return 1
     return 0
 
 

@@ -58,6 +58,27 @@ def test_e2e_smoke_writes_results(tmp_path):
     assert "| gemma4_tiny | base | auto | 1 |" in md and "HF transformers sdpa" in md
 
 
+def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
+    """A WRONG numerics verdict does not stop the measurements, but the run then exits 1 and names it."""
+    e2e = _load("bench/gemma4/e2e.py")
+    real = e2e.numerics_check
+
+    def wrong_for_fp8(model, groups, *a, **k):
+        out = real(model, groups, *a, **k)
+        if any(g.kv_cache_dtype.startswith("fp8") for g in groups.values()):
+            out["verdict"] = e2e.WRONG
+        return out
+
+    monkeypatch.setattr(e2e, "numerics_check", wrong_for_fp8)
+    out = tmp_path / "e2e"
+    rc = e2e.main(["--smoke", "--out", str(out), "--selections", "base", "--batches", "1", "--no-hf", "--budget-s", "120"])
+    log = capsys.readouterr().out
+    assert rc == 1
+    assert "numerics: WRONG (an attention call above its bar, or non-finite) for: gemma4_tiny base kv=fp8;" in log
+    d = json.loads((out / "e2e.json").read_text())
+    assert {r["kv"] for r in d["runs"]} == {"auto", "fp8"}  # both still measured
+
+
 def test_e2e_capacity_counts_only_kv_producing_layers():
     e2e = _load("bench/gemma4/e2e.py")
     from kselect.gemma4.config import Gemma4Args

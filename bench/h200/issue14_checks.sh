@@ -17,7 +17,8 @@
 #     head 256 runs (tests/gemma4/test_pr48666_window_path.py checks on CPU that it does): `kselect run`
 #     must exit non-zero; e2e.py's pr48666 FP8 rows (prompts window + 64) must say WRONG and e2e exit 1.
 # $OUT gets: summary.txt (one line per expectation, PASS/FAIL), run.log (everything), versions.txt,
-# e2e/e2e.json, e2e/e2e.md. Exit 0 when every expectation holds.
+# e2e/e2e.json, e2e/e2e.md. Exit 0 when every expectation holds. e2e.py gets what is left of
+# DEADLINE_S (570 s) after the other steps, so the script ends inside a 600 s call.
 set -u
 OUT=${OUT:-/tmp/issue14_out}
 FA_TAR=${FA_TAR:-.gpu14/vllm_fa_install.tar.xz}
@@ -114,9 +115,11 @@ expect "(b) pr48666 31B FP8, 1,561-token prompt (refuted windowed FA4 FP8 path)"
 tail -n +"$START" "$LOG" | grep -E '^  (sliding|full)_attention: |^numerics: each|Error' | head -4 | sed 's/^/      /' | tee -a "$SUMMARY"
 
 # ---------------------------------------------------------------- (a)+(b) e2e.py, E4B and 31B
-run e2e 330 python3 bench/gemma4/e2e.py --out "$OUT/e2e" --presets gemma4_e4b gemma4_31b \
+left=$((${DEADLINE_S:-570} - SECONDS))  # the whole script stays inside one 10-minute device call
+[ "$left" -gt 90 ] || left=90
+run e2e "$left" python3 bench/gemma4/e2e.py --out "$OUT/e2e" --presets gemma4_e4b gemma4_31b \
   --selections vllm_0_33_0 pr48666 base --kv auto fp8 --batches 1 --no-e4b-batch-64 --new 16 --reps 1 \
-  --no-hf --budget-s 300
+  --no-hf --budget-s $((left - 30))
 expect "(b) e2e.py exits 1 (its pr48666 FP8 rows are WRONG)" nonzero "$RC"
 python3 - "$OUT/e2e/e2e.json" <<'PY' | tee -a "$SUMMARY" "$LOG"
 import json, sys

@@ -7,7 +7,8 @@
 1. compose + validate the config (selector.api) and resolve the selection; print its table;
 2. build the model: `model.checkpoint` (an HF folder) or seeded random weights for the preset;
 3. generate for a few prompts, each KV-cache group's attention on the backend selected for it;
-4. print the outputs, prefill/decode tokens/s and the backend per group;
+4. print the outputs, prefill/decode tokens/s and the backend per group; with --prefill-chunk, the
+   chunk size, the prefill steps per prompt and the sliding-window pool's size (gemma4/chunk_report.py);
 5. numerics: replay the same tokens with every attention call of the selected backends compared
    against TORCH_REFERENCE on the same inputs (gemma4/attention_check.py), each kernel held to its
    own bar (kernels/tolerances.py); exit 1 when a call fails. Groups that run TORCH_REFERENCE are
@@ -25,6 +26,7 @@ import torch
 
 from kselect.gemma4.build import (CALIBRATION_TEXT, DEFAULT_PROMPTS, RunError, build_model,
                                    encode, select)
+from kselect.gemma4.chunk_report import chunking_lines, prefill_steps
 
 # model.multimodal=true: no vision tower here, so every prompt gets this many placeholder "image" tokens
 # (the pad id, which is what HF embeds at image slots before merging vision features) right after BOS,
@@ -96,6 +98,12 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
         print(f"multimodal (vision mode): no vision tower, so tokens [{img[0]}, {img[1]}) of every prompt are "
               f"{IMAGE_TOKENS} placeholder image tokens (pad id {args.pad_token_id}), marked as one bidirectional "
               f"image span [{img[0]}, {img[1]}) (sliding layers, window {args.sliding_window}; full layers causal)")
+    if opts.prefill_chunk:
+        try:
+            prefill_steps(prompts, mm_spans, opts.prefill_chunk)
+        except ValueError as e:  # an image span longer than a chunk: bad input, not a crash
+            raise RunError(f"--prefill-chunk {opts.prefill_chunk}: {e}; use --prefill-chunk >= {IMAGE_TOKENS} with "
+                           f"model.multimodal=true (its placeholder image span is {IMAGE_TOKENS} tokens)") from None
     max_len = max(map(len, prompts)) + opts.max_new_tokens
     max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
     cuda_graphs = False if opts.no_cuda_graphs else None
@@ -127,6 +135,8 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
           f"(batch {len(prompts)}, CUDA graphs {'on' if res.cuda_graphs else 'off'})")
     for n in res.notes:
         print(f"note: {n}")
+    for line in chunking_lines(eng, prompts, mm_spans):  # --prefill-chunk: what chunking did
+        print(line)
 
     failed = False
     if not opts.no_check:

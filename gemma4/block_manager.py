@@ -31,6 +31,7 @@ class GroupBlocks:
         self.tables: dict[int, list[int]] = {}
         self.trimmed: dict[int, int] = {}  # per sequence: leading table entries given back (null)
         self.version = 0  # bumped whenever trim() rewrites table entries (CUDA graphs reload tables)
+        self.peak_in_use = 0  # the most blocks held at once (the run's summary shows the pool was big enough)
 
     def blocks_needed(self, num_tokens: int) -> int:
         return math.ceil(num_tokens / self.block_size)
@@ -45,6 +46,7 @@ class GroupBlocks:
             )
         for _ in range(need):
             table.append(self.free_blocks.pop())
+        self.peak_in_use = max(self.peak_in_use, self.blocks_in_use())
 
     def release(self, seq: int) -> None:
         self.free_blocks.extend(b for b in reversed(self.tables.pop(seq, [])) if b != self.null_block)

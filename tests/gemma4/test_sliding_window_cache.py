@@ -4,6 +4,7 @@ allows: W - 1 + max_step_tokens tokens per sequence instead of every token (vLLM
 manager). Numerics against HF: the trimmed cache must never change a logit."""
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,23 @@ def test_main_job_prefill_chunk():
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "prefill:" in ok.stdout and "numerics: not checked: every group runs TORCH_REFERENCE, the reference itself" in ok.stdout  # chunked == whole: test_chunked_prefill_* above
+    # what chunking did: steps per prompt, the sliding pool (tiny: window 16, 16-token blocks, 4 sequences)
+    m = re.search(r"^prefill chunks: at most 4 tokens per sequence per step \(an image span is never cut\); "
+                  r"prompts of ([\d, ]+) tokens took ([\d, ]+) prefill steps$", ok.stdout, re.M)
+    assert m, ok.stdout
+    lens, steps = ([int(x) for x in g.split(", ")] for g in m.groups())
+    assert steps == [-(-n // 4) for n in lens] and max(steps) > 1
+    m = re.search(r"^sliding-window pool: (\d+) blocks of 16 tokens \([\d.]+ MiB\) for 4 sequences, sized for window - 1 "
+                  r"\+ chunk = 16 - 1 \+ 4 = 19 tokens a sequence; without chunking (\d+) blocks \([\d.]+ MiB\) for "
+                  r"(\d+) tokens a sequence; at most (\d+) blocks in use during the run$", ok.stdout, re.M)
+    assert m, ok.stdout
+    pool, whole, seq_len, peak = map(int, m.groups())
+    assert pool == 4 * (-(-19 // 16) + 1) + 1 < whole == -(-4 * seq_len // 16) + 4 + 1 and 0 < peak <= pool - 1
+    # an image span longer than a chunk: exit 2, one paragraph
+    mm = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "8", "model.multimodal=true"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert mm.returncode == 2 and "Traceback" not in mm.stderr
+    assert "--prefill-chunk 8: an image span of 20 tokens > max_step_tokens=8" in mm.stderr
     bad = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr

@@ -40,6 +40,8 @@ class Cmd:
 
 
 COMMANDS = [
+    Cmd("which", "command -v kselect && python -c 'import kselect.selector.api as a; print(a.CONF_DIR)'",
+        section="Set-up: the wheel's copy runs"),
     Cmd("run", "kselect run", section="Quick start"),
     Cmd("sel-table", f"kselect select {H}", section="Selecting kernels"),
     Cmd("sel-json", f"kselect select {H} output=json"),

@@ -72,6 +72,8 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
             if a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
                 flags.append(argv[i + 1])
                 i += 1
+            elif a in ("--info", "-i"):  # its value is optional: name Hydra's default, or our overrides become it
+                flags.append("all")
         else:
             overrides.append(a)
         i += 1

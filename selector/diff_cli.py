@@ -3,6 +3,7 @@ The diff itself (cells, blocks, rendering) is `selector/diff.py`, whose docstrin
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -72,7 +73,8 @@ def task(cfg) -> int:
     if not 0 <= cfg.limit <= 10_000:
         raise KSelectError(f"diff: limit={cfg.limit}; allowed: 0 to 10000 patterns per block")
     check_conf_rel(cfg.conf_path)
-    repo = Path(cfg.repo).resolve() if cfg.repo else CONF_DIR.parent
+    uses_git = any(str(side.conf).startswith("git:") for side in (cfg.a, cfg.b))
+    repo = Path(cfg.repo).resolve() if cfg.repo else default_repo(uses_git, cfg.conf_path)
     if not repo.is_dir():
         raise KSelectError(f"diff: repo={cfg.repo!r} is not a directory")
     with ExitStack() as stack:
@@ -86,6 +88,24 @@ def task(cfg) -> int:
         d = run_diff(a, b, spec)
     print(render(d, cfg.format, cfg.limit))
     return 1 if cfg.check and d.changed else 0
+
+
+def default_repo(uses_git: bool, conf_rel: str) -> Path:
+    """The repository whose conf/ the diff reads: this source checkout (an editable install or a
+    checkout on PYTHONPATH); from a wheel, the installed configs, unless a side names git:<rev>,
+    which reads conf/ from the git checkout holding the current directory (the user's clone)."""
+    if (CONF_DIR.parent / "pyproject.toml").is_file() or not uses_git:
+        return CONF_DIR.parent
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        top = None
+    if top is not None and top.returncode == 0 and (Path(top.stdout.strip()) / conf_rel).is_dir():
+        return Path(top.stdout.strip())
+    raise KSelectError(
+        f"diff: a git:<rev> side reads {conf_rel}/ from a git checkout of kselect, but kselect is installed from a "
+        f"wheel (its configs: {CONF_DIR}) and the current directory is not inside a git checkout with {conf_rel}/; "
+        "run the command inside your clone, or pass repo=<path of the clone>")
 
 
 def main(argv: list[str]) -> int:

@@ -108,6 +108,12 @@ def _yaml_msg(e: yaml.YAMLError) -> str:
     return " ".join(str(e).split())[:300]
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path | str, data: str | bytes) -> Path:
     """Write `data` to `path` via a temp file in the same directory and a rename."""
     p = Path(path)
@@ -117,6 +123,8 @@ def atomic_write(path: Path | str, data: str | bytes) -> Path:
     except OSError as e:
         raise FileError(f"{p}: cannot write ({e.__class__.__name__}: {e})") from None
     try:
+        # mkstemp makes the file owner-only (0600); give it the mode a plain open() would (0666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()

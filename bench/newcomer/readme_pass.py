@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired as e:
             rc, out, err = "timeout", e.stdout or "", e.stderr or ""
         secs = time.perf_counter() - t
-        (work / "logs" / f"{c.id}.out").write_text(out if isinstance(out, str) else out.decode())
-        (work / "logs" / f"{c.id}.err").write_text(err if isinstance(err, str) else err.decode())
+        atomic_write(work / "logs" / f"{c.id}.out", out)
+        atomic_write(work / "logs" / f"{c.id}.err", err)
         new = sorted({p.name for p in cwd.iterdir()} - before) if c.where == "empty" else []
         tb = "Traceback" in out or "Traceback" in err
         ok = str(rc) in c.want.split("|") and not tb

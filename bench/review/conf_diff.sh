@@ -18,6 +18,9 @@ if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then base=$1; shift; fi
 if [ -z "$base" ]; then
   if [ -n "${GITHUB_BASE_REF:-}" ]; then base="origin/$GITHUB_BASE_REF"; else base=HEAD; fi
 fi
+# a fresh clone has no local branch but the one checked out: `main` then means origin/main
+if ! git -C "$repo" rev-parse --verify -q "$base^{commit}" >/dev/null \
+   && git -C "$repo" rev-parse --verify -q "origin/$base^{commit}" >/dev/null; then base="origin/$base"; fi
 rev=$(git -C "$repo" merge-base "$base" HEAD 2>/dev/null || git -C "$repo" rev-parse --verify "$base^{commit}" 2>/dev/null) || {
   echo "conf_diff: base revision '$base' not found in $repo" >&2; exit 2; }
 kselect_cmd=${KSELECT:-kselect}

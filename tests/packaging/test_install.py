@@ -93,6 +93,32 @@ def test_installed_wheel_runs_from_an_empty_directory(installed, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
+def test_installed_wheel_diffs_git_revisions_of_the_clone_it_runs_in(installed, tmp_path):
+    """From a wheel, `a.conf=git:<rev>` reads conf/ from the git checkout holding the current
+    directory (the user's clone); outside one it is exit 2 with one paragraph saying so."""
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "conf", clone / "conf", ignore=shutil.ignore_patterns("__pycache__"))
+    git = lambda *a: subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", *a],  # noqa: E731
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    git("add", "conf")
+    git("commit", "-qm", "conf")
+    kselect = str(installed / "bin" / "kselect")
+    args = ["diff", "a.conf=git:HEAD", "check=true", "matrix=smoke"]
+    p = subprocess.run([kselect, *args], cwd=clone / "conf", capture_output=True, text=True, timeout=300, env=_env())
+    assert p.returncode == 0 and "no cell changed" in p.stdout, p.stderr
+    caps = clone / "conf" / "capabilities" / "default.yaml"
+    caps.write_text(caps.read_text().replace("  kernel_block_sizes: [16, 32, 64]", "  kernel_block_sizes: [32, 64]", 1))
+    p = subprocess.run([kselect, *args], cwd=clone, capture_output=True, text=True, timeout=300, env=_env())
+    assert p.returncode == 1 and "kernel block 16 -> 32" in p.stdout, p.stderr  # the uncommitted change
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = subprocess.run([kselect, *args], cwd=empty, capture_output=True, text=True, timeout=300, env=_env())
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "installed from a wheel" in p.stderr and "pass repo=<path of the clone>" in p.stderr
+
+
 KERNELS_CHECK = (
     "import importlib.util, kernels, kselect.kernels.reference, kselect.selector.api\n"
     "from kernels import get_kernel\n"

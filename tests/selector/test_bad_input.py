@@ -252,6 +252,16 @@ def test_atomic_write_keeps_the_old_file_when_killed(tmp_path, monkeypatch):
     assert [x.name for x in tmp_path.iterdir()] == ["results.yaml"]  # no temp file left
 
 
+def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path):
+    """Not mkstemp's owner-only 0600: a plot or results file stays readable as the umask allows."""
+    old = os.umask(0o027)
+    try:
+        p = atomic_write(tmp_path / "plot.html", "<html/>")
+    finally:
+        os.umask(old)
+    assert p.stat().st_mode & 0o777 == 0o640
+
+
 def test_no_writer_opens_its_output_for_writing_in_place():
     """Every writer of results (conformance, plot, sweep, bench) goes through files.atomic_write."""
     offenders = []

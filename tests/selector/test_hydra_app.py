@@ -42,6 +42,17 @@ def test_help_is_hydras_with_the_commands_text(tmp_path):
     assert d.returncode == 0 and "a:\n  conf: worktree\n  overlay: []" in d.stdout
 
 
+@pytest.mark.parametrize("args", [["--info"], ["--info", "defaults"], ["-i", "platform=sm90"]])
+def test_info_with_or_without_its_value(tmp_path, args):
+    """--info's value is optional (Hydra's default: all); kselect's own leading overrides never become it."""
+    p = kselect("select", *args, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "Defaults List" in p.stdout and "invalid choice" not in p.stderr
+    if args[1:] != ["defaults"]:
+        assert "Config search path" in p.stdout  # `all`
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_multirun_two_values_and_run_dir(tmp_path):
     sweep_dir = tmp_path / "sw"
     p = kselect("select", "-m", "platform=sm80,sm90", "model=gemma4_31b", "output=json", f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)

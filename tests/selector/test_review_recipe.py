@@ -58,6 +58,11 @@ def test_conf_change_against_its_base(tmp_path):
     # a bad base revision: exit 2, one line
     bad = recipe(repo, "nope")
     assert bad.returncode == 2 and "base revision 'nope' not found" in bad.stderr
+    # a fresh clone has no local `main`, only origin/main: the README's `conf_diff.sh main` still works
+    subprocess.run(["git", "clone", "-q", str(repo), str(tmp_path / "clone")], check=True, capture_output=True)
+    p = recipe(tmp_path / "clone", "main")
+    assert p.returncode == 1, p.stderr
+    assert "sliding_window: kernel block 16 -> 32, kv block 16 -> 32" in p.stdout
 
 
 def test_workflow_and_hook_call_the_script():

@@ -40,8 +40,8 @@ class Cmd:
 
 
 COMMANDS = [
-    Cmd("which", "command -v kselect && python -c 'import kselect.selector.api as a; print(a.CONF_DIR)'",
-        section="Set-up: the wheel's copy runs"),
+    Cmd("help", "kselect --help", section="Set-up: the wheel's copy runs"),
+    Cmd("which", "command -v kselect && python -c 'import kselect.selector.api as a; print(a.CONF_DIR)'"),
     Cmd("run", "kselect run", section="Quick start"),
     Cmd("sel-table", f"kselect select {H}", section="Selecting kernels"),
     Cmd("sel-json", f"kselect select {H} output=json"),
@@ -76,7 +76,9 @@ COMMANDS = [
     Cmd("sweep", "kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8"),
     Cmd("sweep-joblib", "kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib"),
     Cmd("gather", "kselect gather $(ls -d multirun/*/* | tail -1)"),
+    Cmd("sweep-no-m", "kselect sweep platform=sm90"),
     Cmd("claims", "kselect claims platform=sm90 > claims.txt && wc -l < claims.txt", section="Kernels and backends"),
+    Cmd("claims-help", "kselect claims --help"),
     Cmd("conformance-cpu", "kselect conformance --claims claims.txt --gpu-name nvidia_h200 --out nvidia_h200.yaml --jobs 8",
         want="2"),
     Cmd("objective", f"kselect select {H} objective=latency", section="Selection by measurement"),
@@ -89,6 +91,8 @@ COMMANDS = [
     Cmd("gpu-tests-cpu", "python -m pytest -q -p no:cacheprovider -m gpu tests/kernels tests/gemma4", where="clone",
         want="0|5"),
     Cmd("run-fp8", "kselect run kv_cache=fp8 kv_cache.scales=calibrated", section="The bundled Gemma-4"),
+    Cmd("run-chunk-module", "python -m kselect.gemma4 --prefill-chunk 8 --max-new-tokens 8"),
+    Cmd("e2e-smoke", "python bench/gemma4/e2e.py --smoke --out $WORK/e2e", where="clone"),
     Cmd("run-mtp", "kselect run spec_decode=mtp"),
     Cmd("run-mm", "kselect run model.multimodal=true"),
     Cmd("run-chunk", "kselect run --prefill-chunk 8"),

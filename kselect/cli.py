@@ -5,6 +5,7 @@ Each command is the module's own `main`; `python -m kselect.<module>` runs the s
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     module = COMMANDS[name][0]
     sys.argv = [f"kselect {name}", *rest]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except BrokenPipeError:  # the reader went away (`kselect run --help | head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(141)
 
 
 if __name__ == "__main__":

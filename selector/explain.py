@@ -14,8 +14,8 @@ cost (max rel err vs the fp32 reference in conf/conformance/<gpu>.yaml). Missing
 
 from __future__ import annotations
 
-from .api import compose
-from .cli import run_cli
+from .api import CONF_DIR, compose
+from .app import run_app, task_overrides
 from .measured import Figure
 from .objective import figure, label, with_objective
 from .resolve import resolve, resolved_kv_dtype
@@ -155,5 +155,15 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def task(cfg) -> int:
+    """The Hydra app: the overrides as given select platform, model and objective."""
+    return main(task_overrides())
+
+
+def cli() -> None:
+    """`kselect explain`: a Hydra app over conf/config.yaml (--help, --cfg job, -m, hydra.* work)."""
+    run_app("explain", task, doc=__doc__, config_dir=CONF_DIR, config_name="config")
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    cli()

@@ -33,6 +33,16 @@ def test_cfg_job_prints_the_composed_config_and_resolves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no outputs/, no log
 
 
+@pytest.mark.parametrize("command", ["explain", "run"])
+def test_every_override_command_is_a_hydra_app(tmp_path, command):
+    p = kselect(command, "--cfg", "job", "platform=sm90", "model=gemma4_31b", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert yaml.safe_load(p.stdout)["platform"]["name"] == "sm90"
+    h = kselect(command, "--help", cwd=tmp_path)
+    assert h.returncode == 0 and f"kselect {command} [" in h.stdout.splitlines()[0] and "== Configuration groups ==" in h.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_is_hydras_with_the_commands_text(tmp_path):
     p = kselect("claims", "--help", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -105,3 +115,14 @@ def test_hydra_compose_errors_are_one_paragraph_exit_2(tmp_path):
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
     assert "gemma4_31b" in kselect("select", "model=nope", cwd=tmp_path).stderr  # names what is allowed
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_goes_away_is_no_traceback(tmp_path):
+    """`kselect run --help | head -1`: the pipe closes early; kselect stops quietly."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "kselect", "run", "--help"], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    p.stdout.read(16)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, err

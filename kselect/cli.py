@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 
 COMMANDS = {
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"kselect: unknown command {name!r}; allowed: {', '.join(COMMANDS)}.", file=sys.stderr)
         sys.exit(2)
     module = COMMANDS[name][0]
+    if hasattr(signal, "SIGPIPE"):  # `kselect ... | head`: end quietly when the reader goes, as `cat` does (Hydra
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # logs --info: its handlers would print each failed write)
     sys.argv = [f"kselect {name}", *rest]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -80,6 +80,19 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
+_MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
+          "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
+          "--shell-completion": "--shell-completion"}
+
+
+def check_one_mode(command: str, flags: list[str]) -> None:
+    """Hydra runs one mode per command line; two (e.g. `-m --info`) is the user's error, said as one."""
+    modes = sorted({_MODES[f] for f in flags if f in _MODES})
+    if len(modes) > 1:
+        raise KSelectError(f"kselect {command}: {' and '.join(modes)} together; allowed: one of --run, --multirun (-m), "
+                           "--cfg, --info, --shell-completion per command line")
+
+
 def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
@@ -135,6 +148,7 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     flags, overrides = _option_args(argv)
     try:
         check_renamed(command, overrides, renamed or {})
+        check_one_mode(command, flags)
     except KSelectError as e:
         report_error(e)
         sys.exit(2)

@@ -118,11 +118,17 @@ def test_hydra_compose_errors_are_one_paragraph_exit_2(tmp_path):
 
 
 def test_a_reader_that_goes_away_is_no_traceback(tmp_path):
-    """`kselect run --help | head -1`: the pipe closes early; kselect stops quietly."""
+    """`kselect run --help | head -1`: the pipe closes early; kselect stops quietly (SIGPIPE: -13, a shell shows 141)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, "-m", "kselect", "run", "--help"], cwd=tmp_path, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     p.stdout.read(16)
     p.stdout.close()
     err = p.stderr.read().decode()
-    assert p.wait(timeout=300) in (0, 141) and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert p.wait(timeout=300) in (0, 141, -13) and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_two_hydra_modes_are_one_user_error(tmp_path):
+    p = kselect("sweep", "-m", "--info", "platform=cpu", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert "--info and --multirun together; allowed: one of --run, --multirun (-m), --cfg, --info" in p.stderr

@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import KSelectError
 from .files import FileError, check_yaml_text, load_yaml, read_text, safe_name
+from .overlay_order import check_overlay_list
 
 # Hydra settings a sweep may change from the command line (launcher choice, output dirs, jobs).
 SWEEP_HYDRA_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.sweep.", "hydra.run.", "hydra.launcher.",
@@ -96,8 +97,9 @@ def _parser():
 
 
 def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: Sequence[str] = ()) -> None:
-    """Refuse overrides that name files outside conf/, repeat an overlay, interpolate, or change
-    Hydra's own settings (only `hydra_keys` prefixes are allowed: a sweep's launcher and dirs)."""
+    """Refuse overrides that name files outside conf/, list overlays in an order that makes no
+    sense (overlay_order.py), interpolate, or change Hydra's own settings (only `hydra_keys`
+    prefixes are allowed: a sweep's launcher and dirs)."""
     from hydra.errors import HydraException  # noqa: PLC0415
 
     groups = {p.name for p in Path(conf_dir).iterdir() if p.is_dir()} | {"hydra"}
@@ -148,13 +150,7 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
             safe_name(v, key)
         for opt in options if group == "overlay" else []:
             opt = opt if isinstance(opt, list) else [opt]
-            dups = sorted({v for v in opt if opt.count(v) > 1})
-            if dups:
-                raise KSelectError(
-                    f"invalid config: overlay: {text.split('=', 1)[1]} repeats {', '.join(dups)}; "
-                    "allowed: each overlay at most once (an overlay applied twice re-applies its rules "
-                    "after the ones in between, which the reported overlay set would not show)"
-                )
+            check_overlay_list(opt, conf_dir, f"[{','.join(opt)}]")
 
 
 __all__ = ["ConfTreeError", "FileError", "SWEEP_HYDRA_KEYS", "check_conf_tree", "check_overrides"]

@@ -102,7 +102,7 @@ def _resolve_as_vllm(cfg: KSelectConfig, ref: dict, pins: AttentionPins) -> Sele
 
     data = cfg.model_dump(by_alias=True)
     data.update(ref)
-    data["overlays"], data["overlay_bases"] = {}, {}
+    data["overlays"], data["overlay_bases"], data["overlay_relations"] = {}, {}, {}
     data["attention"] = pins.model_dump()
     if data["spec_decode"]["copy_target_kv_scales"] is not None:
         data["spec_decode"]["copy_target_kv_scales"] = None  # vLLM has no such switch

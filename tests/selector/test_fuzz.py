@@ -63,6 +63,12 @@ HYDRA = ["hydra.searchpath=[file:///tmp]", "hydra.callbacks.x._target_=os.system
 PARSE = ["a=[", "=x", "a=]", "model.head_dim=[1,", "+", "~", "a==", "x=(", "key=val'", "platform=sm80,,", "a={b", "@x=1",
          "overlay@x=pr48666"]
 OVERLAYS = ["pr48666", "pr52987", "pr53175"]
+# every order of distinct shipped overlays except the five that tell the seed's story
+# ([], [pr48666], [pr48666,pr52987], [pr53175], [pr48666,pr52987,pr53175]): 11 contradictory lists
+STORY = {(), ("pr48666",), ("pr48666", "pr52987"), ("pr53175",), ("pr48666", "pr52987", "pr53175")}
+CONTRADICTORY = [",".join(p) for n in (1, 2, 3) for c in itertools.combinations(OVERLAYS, n)
+                 for p in itertools.permutations(c) if p not in STORY]  # fmt: skip
+WHY = ("reverts", "replaces")  # the message says which declaration the list contradicts
 
 
 DANGER = "./\\*?~`|;&<>!%^"
@@ -88,7 +94,9 @@ def _override_cases(cli: str, rng: random.Random, n_random: int = 14) -> list[Ca
     for p in PARSE:
         out.append(Case(cli, ["platform=sm90", p], (p,)))
     for perm in itertools.permutations(OVERLAYS + [rng.choice(OVERLAYS)]):
-        out.append(Case(cli, ["platform=sm90", f"overlay=[{','.join(perm)}]"], ("overlay",)))
+        out.append(Case(cli, ["platform=sm90", f"overlay=[{','.join(perm)}]"], ("repeats",)))
+    for ov in CONTRADICTORY:
+        out.append(Case(cli, ["platform=sm90", "rules=post_pr52987", f"overlay=[{ov}]"], WHY))
     return out
 
 
@@ -143,7 +151,9 @@ def _diff_cases(rng: random.Random) -> list[Case]:
         out.append(Case("diff", [f"matrix={bad}"], ("matrix",)))
         out.append(Case("diff", ["a.conf=git:HEAD", f"conf_path={bad}"], ("conf",)))
     for perm in itertools.permutations(OVERLAYS + [rng.choice(OVERLAYS)]):
-        out.append(Case("diff", [f"b.overlay=[{','.join(perm)}]", "matrix=smoke"], ("overlay",)))
+        out.append(Case("diff", [f"b.overlay=[{','.join(perm)}]", "matrix=smoke"], ("repeats",)))
+    for ov, side in itertools.product(CONTRADICTORY, "ab"):
+        out.append(Case("diff", [f"{side}.overlay=[{ov}]", "matrix=smoke"], WHY))
     for arg, name in [("format=xml", "format"), ("check=maybe", "check"), ("limit=x", "limit"), ("limit=-1", "limit"),
                       ("limit=99999999", "limit"), ("conf_path=--exec=id", "conf"), ("repo=/nonexistent/x", "repo"),
                       ("unknown=1", "unknown"), ("noequals", "noequals"), ("a.conf=weird", "weird"), ("matrix=nope", "nope"),
@@ -205,6 +215,8 @@ def _matrix_cases(rng: random.Random) -> list[Case]:
     for arg, name in [("format=xml", "format"), ("matrix=nope", "nope"), ("x=1", "x"), ("overlay=[pr48666,pr48666]", "overlay"),
                       ("overlays=[pr48666]", "overlay=")]:
         out.append(Case("matrix", [arg], (name,)))
+    for ov in CONTRADICTORY:
+        out.append(Case("matrix", ["matrix=smoke", f"overlay=[{ov}]"], WHY))
     return out
 
 
@@ -217,6 +229,8 @@ def _plot_cases(tmp: str) -> list[Case]:
                       ("overlay=[../x]", "overlay"), ("matrix=../x", "matrix"), ("style=bars", "style")]:
         out.append(Case("plot", [arg, f"out={tmp}/p"], (name,)))
     out.append(Case("plot", ["matrix=smoke", "out=outdir"], ("out",), files={"outdir": None}))
+    for ov in CONTRADICTORY:
+        out.append(Case("plot", [f"b.overlay=[{ov}]", "matrix=smoke", f"out={tmp}/p"], WHY))
     return out
 
 
@@ -236,7 +250,9 @@ def _sweep_cases(rng: random.Random) -> list[Case]:
     for key, v in itertools.product(VALUE_KEYS, INTERP[:3]):
         out.append(Case("sweep", ["-m", "platform=cpu", f"{key}={v}"], (key.lstrip("+"),)))
     for perm in itertools.permutations(OVERLAYS + [rng.choice(OVERLAYS)]):
-        out.append(Case("sweep", ["-m", f"overlay=[pr53175],[{','.join(perm)}]"], ("overlay",)))
+        out.append(Case("sweep", ["-m", f"overlay=[pr53175],[{','.join(perm)}]"], ("repeats",)))
+    for ov in CONTRADICTORY:
+        out.append(Case("sweep", ["-m", "rules=post_pr52987", f"overlay=[pr53175],[{ov}]"], WHY))
     for p in PARSE:
         out.append(Case("sweep", ["-m", p], (p,)))
     out.append(Case("sweep", ["-m", "matrix=../x"], ("matrix",)))
@@ -381,6 +397,8 @@ def _run_cases(rng: random.Random) -> list[Case]:
         out.append(Case("run", [f"{g}={bad}"], (g,)))
     for key, v in itertools.product(VALUE_KEYS[:4], INTERP[:2]):
         out.append(Case("run", ["platform=cpu", f"{key}={v}"], (key,)))
+    for ov in CONTRADICTORY:
+        out.append(Case("run", ["platform=cpu", "rules=post_pr52987", f"overlay=[{ov}]"], WHY))
     return out
 
 
@@ -607,6 +625,7 @@ def test_malformed_config_files_name_the_key(part):
 SUBPROCESS = [
     ["select", "platform=sm90", "+attention.backend_per_kind.full_attention=NOPE"],
     ["select", "platform=sm90", "overlay=[pr48666,pr52987,pr48666]"],
+    ["select", "platform=sm90", "rules=post_pr52987", "overlay=[pr48666,pr53175]"],
     ["diff", "a.conf=git:--output=/tmp/kselect-fuzz-victim", "matrix=smoke"],
     ["sweep", "-m", "--experimental-rerun=config.pickle"],
     ["gather", "/nonexistent/dir"],

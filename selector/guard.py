@@ -26,8 +26,16 @@ SWEEP_HYDRA_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.sweep.", "hydra.ru
 
 # Data that reviewers read as text (rules, overlays, capabilities) holds no interpolation at all;
 # no file holds a resolver (`${oc.env:X}`, `${now:...}`): configs never read the environment.
+# Group options (platform/, model/, ...) may refer to another node, `${.hidden_size}` or
+# `${model.hidden_size}` (the matrix composes them at their own package), and nothing else: once
+# every such plain reference is taken out no `${` may be left, so neither a resolver nor a nested
+# name (`${${model.name}:SECRET}` with model.name=oc.env is oc.env) gets through.
 STRICT_DIRS = ("overlay", "rules", "capabilities", "conformance", "matrix")
-RESOLVER = re.compile(r"\$\{\s*[\w.]+\s*:")
+PLAIN_REF = re.compile(r"\$\{\.*[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\}")
+
+
+def plain_refs_only(value: str) -> bool:
+    return "${" not in PLAIN_REF.sub("", value)
 
 
 class ConfTreeError(KSelectError):
@@ -68,10 +76,12 @@ def _check_file(root: Path, p: Path, size: int, mtime: int) -> None:
             raise ConfTreeError(f"{where}: a defaults list is not allowed in {rel.parts[0]}/ (data that reviewers read)")
         if path[:1] == ["defaults"] and rel.parts[0] != "hydra" and ("hydra" in str(key or "") + str(value) or ".." in str(key or "") + str(value)):
             raise ConfTreeError(f"{where}: defaults entry {value!r} is not allowed; allowed: options of kselect's own groups (no hydra/, no '..')")
-        if isinstance(value, str) and "${" in value and (strict or RESOLVER.search(value)):
+        if isinstance(value, str) and "${" in value and (strict or not plain_refs_only(value)):
             raise ConfTreeError(
-                f"{where}: interpolation {value!r} is not allowed here; allowed: the value itself "
-                "(no resolvers such as oc.env anywhere in conf/, no interpolation in overlays, rules, capabilities)"
+                f"{where}: interpolation {value!r} is not allowed here; allowed: the value itself, or in a group "
+                "option (platform/, model/, ...) a plain reference to another key such as ${.hidden_size} "
+                "(no resolvers such as oc.env, no nested ${...}; overlays, rules, capabilities, conformance and "
+                "matrix files and config.yaml hold no interpolation at all)"
             )
         if isinstance(key, str) and "${" in key:
             raise ConfTreeError(f"{where}: interpolation in a key is not allowed")

@@ -153,6 +153,35 @@ def test_no_resolvers_in_rule_text(conf_copy, monkeypatch, capsys):
     assert "hunter2" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value,ok", [
+    ("${${model.name}:KSELECT_TEST_SECRET}", False),  # a resolver through a nested name (model.name is oc.env)
+    ("${oc.env:KSELECT_TEST_SECRET}", False), ("${ oc.env:KSELECT_TEST_SECRET}", False), ("x${oc.decode:'1'}", False),
+    ("${model.name}", True), ("${.name}", True),  # plain references: what the matrix compose supports
+])  # fmt: skip
+def test_group_options_interpolate_only_plain_references(conf_copy, monkeypatch, value, ok):
+    monkeypatch.setenv("KSELECT_TEST_SECRET", "hunter2")
+    (conf_copy / "model" / "leak.yaml").write_text(
+        f"defaults:\n  - gemma4_tiny\n  - _self_\nname: oc.env\ncheckpoint: \"{value}\"\n"
+    )
+    if ok:
+        assert compose_raw(["platform=sm90", "model=leak"], conf_copy)["model"]["checkpoint"] == "oc.env"
+        return
+    with pytest.raises(KSelectError, match="interpolation") as e:
+        compose_raw(["platform=sm90", "model=leak"], conf_copy)
+    assert "hunter2" not in str(e.value) and "leak.yaml: checkpoint" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["overlay/plain.yaml", "rules/plain.yaml"])
+def test_overlays_and_rules_hold_no_interpolation_at_all(conf_copy, where):
+    body = "x_rule:\n  stage: warning\n  enabled: true\n  reason: 'head ${model.head_dim}'\n"
+    text = ("# @package _global_\noverlays:\n  plain: x\nrules:\n" + body.replace("\n", "\n  ").rstrip() + "\n"
+            if where.startswith("overlay") else (conf_copy / "rules" / "post_pr52987.yaml").read_text() + body)
+    (conf_copy / where).write_text(text)
+    over = ["overlay=[plain]"] if where.startswith("overlay") else ["rules=plain"]
+    with pytest.raises(KSelectError, match=r"plain.yaml: .*interpolation '.*\$\{model.head_dim\}' is not allowed"):
+        compose_raw(["platform=sm90", *over], conf_copy)
+
+
 @pytest.mark.parametrize("override", ["platform.gpu_model=../../../tmp/forged", "overlay=[../../tmp/x]", "platform=../platform/sm90",
                                       "model=gemma4_31b/../gemma4_e2b"])  # fmt: skip
 def test_names_stay_inside_conf(override, tmp_path, capsys):

@@ -19,7 +19,6 @@ import contextlib
 import io
 import json
 import multiprocessing as mp
-import os
 import re
 import sys
 import tempfile
@@ -114,6 +113,7 @@ def _outcome(item: dict) -> tuple[str, str]:
 def main(argv=None) -> int:
     from kselect.oracle.cells import grid
     from kselect.oracle.export import command_tokens, kselect_exports
+    from kselect.selector.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True)
@@ -189,9 +189,7 @@ def main(argv=None) -> int:
         lines.append(f"- **export refused** ({len(ks)} cells): {reason}  \n  e.g. `{ks[0]}`")
     for suffix, body in ((".md", "\n".join(lines) + "\n"),
                          (".jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))):
-        tmp = out.with_name(out.name + suffix + ".tmp")
-        tmp.write_text(body)
-        os.replace(tmp, out.with_name(out.name + suffix))
+        atomic_write(out.with_name(out.name + suffix), body)
     print("\n".join(lines))
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query"
 
 def main(argv=None) -> int:
     from kselect.oracle.compare import classes, compare, load_records
+    from kselect.selector.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records")
@@ -57,9 +57,7 @@ def main(argv=None) -> int:
         r = {f: recs[k][f] for f in KEEP}
         r["groups"] = {g: {f: v[f] for f in GROUP_KEEP if f in v} for g, v in r["groups"].items()}
         lines.append(json.dumps(r, sort_keys=True))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)
+    atomic_write(out, "\n".join(lines) + "\n")
     print(f"{len(chosen)} cells -> {out}", file=sys.stderr)
     return 0
 

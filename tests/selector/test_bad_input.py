@@ -281,17 +281,44 @@ def test_atomic_write_keeps_the_old_file_when_killed(tmp_path, monkeypatch):
     assert [x.name for x in tmp_path.iterdir()] == ["results.yaml"]  # no temp file left
 
 
+def test_a_killed_checkpoint_save_keeps_the_old_weights(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    folder = _tiny_folder(tmp_path)
+    before = (folder / "model.safetensors").read_bytes()
+    from kselect.gemma4.checkpoint import load_checkpoint, save_checkpoint
+
+    model = load_checkpoint(folder)
+
+    def killed(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(safetensors.torch, "save_file", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(model, folder)
+    assert (folder / "model.safetensors").read_bytes() == before
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+# Appending to a journal is not a rewrite: the oracle's resume reader drops an unterminated last line.
+APPEND_JOURNALS = {"bench/vllm/oracle.py"}
+
+
 def test_no_writer_opens_its_output_for_writing_in_place():
-    """Every writer of results (conformance, plot, sweep, bench) goes through files.atomic_write."""
+    """Every writer of results (conformance, plot, sweep, bench, bench/vllm's oracle scripts) goes
+    through files.atomic_write (bench/vllm imports it from the checkout inside vLLM's venv)."""
     offenders = []
-    # bench/vllm/ runs inside vLLM's own venv, without kselect
-    for path in [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/*.py"), *ROOT.glob("bench/**/*.py")]:
-        if "vllm" in path.parts:
-            continue
+    paths = [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/**/*.py"), *ROOT.glob("gemma4/*.py"), *ROOT.glob("bench/**/*.py")]
+    assert {"oracle.py", "agree.py", "export_roundtrip.py", "make_fixture.py"} <= {p.name for p in paths if "vllm" in p.parts}
+    for path in paths:
         text = path.read_text()
-        for needle in ('.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p'):
+        rel = path.relative_to(ROOT).as_posix()
+        needles = ['.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p', '"wb") as f', '.open("w")']
+        needles += [] if rel in APPEND_JOURNALS else ['.open("a")', '"a") as f']
+        for needle in needles:
             if needle in text and path.name != "files.py":
-                offenders.append(f"{path.relative_to(ROOT)}: {needle}")
+                offenders.append(f"{rel}: {needle}")
     assert not offenders, offenders
 
 

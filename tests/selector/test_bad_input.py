@@ -312,8 +312,10 @@ def test_no_writer_opens_its_output_for_writing_in_place():
     paths = [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/**/*.py"), *ROOT.glob("gemma4/*.py"), *ROOT.glob("bench/**/*.py")]
     assert {"oracle.py", "agree.py", "export_roundtrip.py", "make_fixture.py"} <= {p.name for p in paths if "vllm" in p.parts}
     for path in paths:
-        text = path.read_text()
         rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("bench/results/"):
+            continue  # recorded material (e.g. the before/after shim standing in for old writers)
+        text = path.read_text()
         needles = ['.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p', '"wb") as f', '.open("w")']
         needles += [] if rel in APPEND_JOURNALS else ['.open("a")', '"a") as f']
         for needle in needles:

@@ -160,10 +160,12 @@ def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: li
                 "checkpoint as the draft `model` (without one it drafts with the target and refuses method 'mtp')"
             )
         spec: dict = {"method": "mtp", "model": cfg.model.drafter.checkpoint, "num_speculative_tokens": e["num_speculative_tokens"]}
-        draft_backends = {g.backend for g in drafts}
-        if len(draft_backends) == 1:
-            spec["attention_backend"] = draft_backends.pop()
         args.append(f"--speculative-config '{json.dumps(spec, separators=(',', ':'))}'")
+        # vLLM 0.33.0's Gemma-4 speculator builds the drafter from the target's attention config and
+        # never reads speculative_config.attention_backend: the draft backends are not an argument,
+        # they follow from the ones above (checked like the target's, in _differences)
+        notes.append("# MTP draft layers (selected by vLLM from the arguments above): " + ", ".join(
+            f"{group_name(g)} {g.backend}{f' FA{g.flash_attn_version}' if g.flash_attn_version else ''}" for g in drafts))
         if cfg.spec_decode.copy_target_kv_scales is False and cfg.kv_cache.quantized:
             notes.append("# NOTE: vLLM 0.33.0's drafts always copy the target's K/V scales (no switch to keep unit scales)")
     if not e["multimodal"]:

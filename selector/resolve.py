@@ -311,7 +311,8 @@ def draft_groups(cfg, book, facts, groups, choices, targets, drafts, draft_choic
                 targets[i] = target.model_copy(update={"kernel_block_size": kb, "reasons": target.reasons + (note,),
                                                        "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
             else:
-                targets[i] = target.model_copy(update={"reasons": target.reasons + (dr.draft_note(kb, group_id(g.kind, True)),)})
+                targets[i] = target.model_copy(update={"draft_shared_kernel_block": kb,
+                                                       "reasons": target.reasons + (dr.draft_note(kb, group_id(g.kind, True)),)})
         gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype)
         out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": kb}))
     return out

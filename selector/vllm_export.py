@@ -122,6 +122,7 @@ def _differences(want: Selection, got: Selection) -> str:
             out.append(f"no {group_name(a)} group")
             continue
         for field, label in (("backend", "backend"), ("flash_attn_version", "FA"), ("kernel_block_size", "kernel block"),
+                             ("draft_shared_kernel_block", "draft-shared kernel block"),
                              ("kv_block_size", "KV block")):  # fmt: skip
             x, y = getattr(a, field), getattr(b, field)
             if x != y:
@@ -172,6 +173,8 @@ def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: li
         args.append("--language-model-only")
     # what vLLM cannot express and what was measured, then warnings: shell comments after the
     # command, still copy-pasteable, never lost
+    notes += [f"# NOTE {group_name(g)}: vLLM runs kernel block {g.draft_shared_kernel_block} (not {g.kernel_block_size}) on the "
+              "target layers sharing a KV-cache group with the MTP draft layers" for g in sel.groups if g.draft_shared_kernel_block]
     notes += [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
     notes += [f"# measured {group_name(g)}: {m.text()}" for g in sel.groups if not g.draft for m in g.measured]
     notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings]

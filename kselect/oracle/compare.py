@@ -72,7 +72,8 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
         for g in sel.groups:
             groups[f"draft:{g.kind}" if g.draft else g.kind] = {
                 "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size,
-                "kv_block": g.kv_block_size, "quant_query": g.quant_query, "trace": list(g.trace)}
+                "kv_block": g.kv_block_size, "quant_query": g.quant_query, "trace": list(g.trace),
+                "draft_shared_kernel_block": g.draft_shared_kernel_block}
         out[c.key] = {"groups": groups, "error": None, "block_size": sel.block_size}
     return out
 
@@ -185,7 +186,7 @@ def _compare_one(rep: Report, v: dict, k: dict, c: Cell) -> None:
         for f in GROUP_FIELDS:
             rep.checks[f] += 1
             kv = None if kg is None else kg.get(f)
-            if kg is not None and _same(f, vg.get(f), kv):
+            if kg is not None and same_field(f, vg, kg):
                 rep.agree[f] += 1
                 continue
             if kg is None:
@@ -197,8 +198,14 @@ def _compare_one(rep: Report, v: dict, k: dict, c: Cell) -> None:
             rep.disagreements.append(Disagreement(c.key, v["cell"], f, gname, vg.get(f), kv, cause))
 
 
-def _same(f: str, a, b) -> bool:
-    return a == b
+def same_field(f: str, vg: dict, kg: dict) -> bool:
+    """One field of one group. vLLM reports "mixed" where layers of one kind run different kernel
+    blocks (the target layers sharing a KV-cache group with MTP draft layers on another backend):
+    kselect agrees if it names the same set (its kernel block and draft_shared_kernel_block)."""
+    if f == "kernel_block" and vg.get(f) == "mixed" and "mixed" in vg:
+        want = {x["kernel_block"] for x in vg["mixed"]}
+        return kg.get("draft_shared_kernel_block") is not None and want == {kg[f], kg["draft_shared_kernel_block"]}
+    return vg.get(f) == kg.get(f)
 
 
 def _err_text(e) -> str | None:

@@ -160,7 +160,12 @@ def test_a_draft_sharing_a_split_kv_group_names_its_kernel_block():
             "attention.flash_attn_version=4")
     sw, dsw = s.group("sliding_window"), next(g for g in s.groups if g.draft and g.kind == "sliding_window")
     assert (sw.kernel_block_size, dsw.backend, dsw.kernel_block_size, dsw.kv_block_size) == (128, "FLASHINFER", 64, 128)
-    assert any("run kernel block 64" in r for r in sw.reasons)
+    assert sw.draft_shared_kernel_block == 64 and any("run kernel block 64" in r for r in sw.reasons)
+    out = vllm("platform=sm90", "model=gemma4_e2b", "kv_cache=fp8", "model.multimodal=true", "spec_decode=mtp",
+               "attention.flash_attn_version=4")
+    assert "# NOTE sliding_window: vLLM runs kernel block 64 (not 128) on the target layers sharing" in out
+    # the full kind is one KV-cache group in vLLM: its kernel block is the shared one outright
+    assert s.group("full_attention").draft_shared_kernel_block is None
 
 
 def test_post_pr52987_drafts_keep_the_target_backend():

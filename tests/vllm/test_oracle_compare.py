@@ -74,3 +74,13 @@ def test_error_mismatch_both_ways():
     # vLLM selected the MTP cell: each of its groups is a disagreement kselect could not match
     assert {d.group for d in rep.disagreements if d.key == CELLS[1].key and d.field == "backend"} == set(
         recs[1]["groups"])
+
+
+def test_mixed_kernel_block_agrees_only_as_the_same_set():
+    from kselect.oracle.compare import same_field
+
+    vg = {"kernel_block": "mixed", "mixed": [{"kernel_block": 128}, {"kernel_block": 64}]}
+    assert same_field("kernel_block", vg, {"kernel_block": 128, "draft_shared_kernel_block": 64})
+    assert not same_field("kernel_block", vg, {"kernel_block": 128, "draft_shared_kernel_block": None})
+    assert not same_field("kernel_block", vg, {"kernel_block": 128, "draft_shared_kernel_block": 32})
+    assert same_field("backend", {"backend": "X"}, {"backend": "X"}) and not same_field("backend", {"backend": "X"}, {})

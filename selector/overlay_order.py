@@ -21,6 +21,7 @@ So `[pr48666]`, `[pr48666,pr52987]` (the change and its revert), `[pr53175]` and
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,8 @@ def check_overlay_list(names: Sequence[str], conf_dir: Path | str, spelled: str)
             "(an overlay applied twice re-applies its rules after the ones in between, which the reported "
             "overlay set would not show)"
         )
+    if not _tree_declares_relations(Path(conf_dir) / "overlay"):
+        return  # a conf tree from before overlay_relations (a diff's git:<rev> side): its own rules then
     decls = [_decl(Path(conf_dir) / "overlay" / f"{n}.yaml", n) for n in names]
     applied: list[OverlayDecl] = []
     for i, d in enumerate(decls):
@@ -99,6 +102,23 @@ def _check_keys(a: OverlayDecl, b: OverlayDecl, spelled: str) -> None:
                 f"of the two, or the later one declaring it (in conf/overlay/{b.name}.yaml: overlay_relations: "
                 f"{{{b.name}: {{reverts: [{a.name}]}}}} for a revert, {{replaces: [{a.name}]}} for an alternative)"
             )
+
+
+@functools.lru_cache(maxsize=64)
+def _tree_declares_relations(overlay_dir: Path) -> bool:
+    """Trees written before overlay_relations existed (e.g. `kselect diff a.conf=git:<old rev>`) had
+    no order rules: their lists are checked for repeats only, and stderr says so once per tree."""
+    files = sorted(overlay_dir.glob("*.yaml")) if overlay_dir.is_dir() else []
+    if not files or any("overlay_relations" in _raw(f) for f in files):
+        return True
+    print(f"note: {overlay_dir} declares no overlay_relations (a conf tree from before they existed): overlay "
+          "lists composed on it are checked for repeats only, not for order or contradictions", file=sys.stderr)
+    return False
+
+
+def _raw(path: Path) -> dict:
+    data = load_yaml(path, "an overlay file")
+    return data if isinstance(data, dict) else {}
 
 
 def _decl(path: Path, name: str) -> OverlayDecl | None:

@@ -129,3 +129,27 @@ def test_every_cli_refuses_a_contradictory_list(cli, argv, capsys):
     assert call_main(main, argv) == 2
     err = capsys.readouterr().err
     assert ("reverts" in err or "replaces" in err) and "Traceback" not in err
+
+
+def test_a_conf_tree_from_before_overlay_relations_checks_repeats_only(tmp_path, capsys):
+    """`kselect diff a.conf=git:<old rev>` composes overlay lists on a tree whose overlays declare no
+    relations: its lists are not refused for order (that tree had no such rule), repeats still are."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    for f in (conf / "overlay").glob("*.yaml"):
+        kept, skip = [], False
+        for line in f.read_text().splitlines():
+            if line.startswith("overlay_relations:"):
+                skip = True
+                continue
+            if skip and line.startswith((" ", "\t")):
+                continue
+            skip = False
+            kept.append(line)
+        f.write_text("\n".join(kept) + "\n")
+    check_overrides(["overlay=[pr48666,pr53175]"], conf)
+    assert "declares no overlay_relations" in capsys.readouterr().err
+    with pytest.raises(KSelectError, match="repeats pr48666"):
+        check_overrides(["overlay=[pr48666,pr48666]"], conf)
+    with pytest.raises(KSelectError, match="replaces pr48666"):  # the shipped tree still refuses it
+        check_overrides(["overlay=[pr48666,pr53175]"], CONF_DIR)

@@ -128,12 +128,15 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
     """Write an HF-style folder: config.json + model.safetensors (or shards with an index)."""
     from safetensors.torch import save_file
 
+    from kselect.selector.files import atomic_write, replaced
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(hf_config_json(model.args), indent=2))
+    atomic_write(folder / "config.json", json.dumps(hf_config_json(model.args), indent=2))
     tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if not shard_bytes:
-        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        with replaced(folder / "model.safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
     else:
         shards: list[dict] = [{}]
         size = 0
@@ -147,11 +150,12 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
         weight_map = {}
         for i, sh in enumerate(shards):
             fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            save_file(sh, str(folder / fn), metadata={"format": "pt"})
+            with replaced(folder / fn) as tmp:
+                save_file(sh, str(tmp), metadata={"format": "pt"})
             weight_map |= {k: fn for k in sh}
-        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        atomic_write(folder / "model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}))
     if tokenizer is not None:
-        (folder / "tokenizer.json").write_text(Path(tokenizer).read_text())
+        atomic_write(folder / "tokenizer.json", Path(tokenizer).read_bytes())
     return folder
 
 

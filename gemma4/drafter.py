@@ -476,12 +476,15 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
     from safetensors.torch import save_file
 
+    from kselect.selector.files import atomic_write, replaced
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(drafter.args.to_hf_config_dict(), indent=2))
+    atomic_write(folder / "config.json", json.dumps(drafter.args.to_hf_config_dict(), indent=2))
     sd = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items() if k != "lm_head.weight"}
     sd["model.embed_tokens.weight"] = drafter.lm_head.weight.detach().contiguous().cpu()
-    save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with replaced(folder / "model.safetensors") as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt"})
     return folder
 
 

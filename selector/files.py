@@ -8,9 +8,11 @@ YAML file kselect reads itself goes through `load_yaml`: bounded in size and in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +118,28 @@ def _umask() -> int:
 
 def atomic_write(path: Path | str, data: str | bytes) -> Path:
     """Write `data` to `path` via a temp file in the same directory and a rename."""
+    with replaced(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def replaced(path: Path | str) -> Iterator[Path]:
+    """A temp path beside `path` for a library that writes files itself (safetensors' save_file):
+    fsynced and renamed onto `path` when the block ends, removed if it raises."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        os.close(fd)
     except OSError as e:
         raise FileError(f"{p}: cannot write ({e.__class__.__name__}: {e})") from None
     try:
         # mkstemp makes the file owner-only (0600); give it the mode a plain open() would (0666 & ~umask)
         os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, p)
     except BaseException as e:
@@ -135,4 +147,3 @@ def atomic_write(path: Path | str, data: str | bytes) -> Path:
         if isinstance(e, OSError):
             raise FileError(f"{p}: cannot write ({e.__class__.__name__}: {e})") from None
         raise
-    return p

@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import KSelectError
 from .files import FileError, check_yaml_text, load_yaml, read_text, safe_name
+from .overlay_order import check_overlay_list
 
 # Hydra settings a sweep may change from the command line (launcher choice, output dirs, jobs).
 SWEEP_HYDRA_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.sweep.", "hydra.run.", "hydra.launcher.",
@@ -25,8 +26,16 @@ SWEEP_HYDRA_KEYS = ("hydra/launcher", "hydra/sweeper", "hydra.sweep.", "hydra.ru
 
 # Data that reviewers read as text (rules, overlays, capabilities) holds no interpolation at all;
 # no file holds a resolver (`${oc.env:X}`, `${now:...}`): configs never read the environment.
+# Group options (platform/, model/, ...) may refer to another node, `${.hidden_size}` or
+# `${model.hidden_size}` (the matrix composes them at their own package), and nothing else: once
+# every such plain reference is taken out no `${` may be left, so neither a resolver nor a nested
+# name (`${${model.name}:SECRET}` with model.name=oc.env is oc.env) gets through.
 STRICT_DIRS = ("overlay", "rules", "capabilities", "conformance", "matrix")
-RESOLVER = re.compile(r"\$\{\s*[\w.]+\s*:")
+PLAIN_REF = re.compile(r"\$\{\.*[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\}")
+
+
+def plain_refs_only(value: str) -> bool:
+    return "${" not in PLAIN_REF.sub("", value)
 
 
 class ConfTreeError(KSelectError):
@@ -67,10 +76,12 @@ def _check_file(root: Path, p: Path, size: int, mtime: int) -> None:
             raise ConfTreeError(f"{where}: a defaults list is not allowed in {rel.parts[0]}/ (data that reviewers read)")
         if path[:1] == ["defaults"] and rel.parts[0] != "hydra" and ("hydra" in str(key or "") + str(value) or ".." in str(key or "") + str(value)):
             raise ConfTreeError(f"{where}: defaults entry {value!r} is not allowed; allowed: options of kselect's own groups (no hydra/, no '..')")
-        if isinstance(value, str) and "${" in value and (strict or RESOLVER.search(value)):
+        if isinstance(value, str) and "${" in value and (strict or not plain_refs_only(value)):
             raise ConfTreeError(
-                f"{where}: interpolation {value!r} is not allowed here; allowed: the value itself "
-                "(no resolvers such as oc.env anywhere in conf/, no interpolation in overlays, rules, capabilities)"
+                f"{where}: interpolation {value!r} is not allowed here; allowed: the value itself, or in a group "
+                "option (platform/, model/, ...) a plain reference to another key such as ${.hidden_size} "
+                "(no resolvers such as oc.env, no nested ${...}; overlays, rules, capabilities, conformance and "
+                "matrix files and config.yaml hold no interpolation at all)"
             )
         if isinstance(key, str) and "${" in key:
             raise ConfTreeError(f"{where}: interpolation in a key is not allowed")
@@ -96,8 +107,9 @@ def _parser():
 
 
 def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: Sequence[str] = ()) -> None:
-    """Refuse overrides that name files outside conf/, repeat an overlay, interpolate, or change
-    Hydra's own settings (only `hydra_keys` prefixes are allowed: a sweep's launcher and dirs)."""
+    """Refuse overrides that name files outside conf/, list overlays in an order that makes no
+    sense (overlay_order.py), interpolate, or change Hydra's own settings (only `hydra_keys`
+    prefixes are allowed: a sweep's launcher and dirs)."""
     from hydra.errors import HydraException  # noqa: PLC0415
 
     groups = {p.name for p in Path(conf_dir).iterdir() if p.is_dir()} | {"hydra"}
@@ -148,13 +160,7 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
             safe_name(v, key)
         for opt in options if group == "overlay" else []:
             opt = opt if isinstance(opt, list) else [opt]
-            dups = sorted({v for v in opt if opt.count(v) > 1})
-            if dups:
-                raise KSelectError(
-                    f"invalid config: overlay: {text.split('=', 1)[1]} repeats {', '.join(dups)}; "
-                    "allowed: each overlay at most once (an overlay applied twice re-applies its rules "
-                    "after the ones in between, which the reported overlay set would not show)"
-                )
+            check_overlay_list(opt, conf_dir, f"[{','.join(opt)}]")
 
 
 __all__ = ["ConfTreeError", "FileError", "SWEEP_HYDRA_KEYS", "check_conf_tree", "check_overrides"]

@@ -226,9 +226,17 @@ class RuleSet(Strict):
     models: str = Field(min_length=1)
 
 
+class OverlayRelation(Strict):
+    """What an overlay undoes or stands in for; guard.py refuses lists that contradict it."""
+
+    reverts: list[Name] = []
+    replaces: list[Name] = []
+
+
 class KSelectConfig(Strict):
     ruleset: RuleSet
     overlay_bases: dict[str, str] = {}  # overlay -> the rules option it was written for
+    overlay_relations: dict[str, OverlayRelation] = {}  # overlay -> what it reverts/replaces (overlay_order.py)
     platform: Platform
     model: ModelConfig
     kv_cache: KVCache

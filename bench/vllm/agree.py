@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ def _commit() -> str:
 
 def main(argv=None) -> int:
     from kselect.oracle.compare import compare, load_records, render, to_json
+    from kselect.selector.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records", help="the oracle's JSONL (.gz)")
@@ -55,9 +55,7 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         for suffix, body in ((".md", head + "\n" + render(rep)), (".json", json.dumps(
                 {"command": head.splitlines()[0], "commit": _commit(), **to_json(rep)}, indent=1))):
-            tmp = out.with_name(out.name + suffix + ".tmp")
-            tmp.write_text(body + "\n")
-            os.replace(tmp, out.with_name(out.name + suffix))
+            atomic_write(out.with_name(out.name + suffix), body + "\n")
     return 0
 
 

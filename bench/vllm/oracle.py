@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {}
     if out.exists():
-        for line in out.read_text().splitlines():
-            if line.strip():
+        for line in out.read_text().splitlines(keepends=True):
+            if line.strip() and line.endswith("\n"):  # an unterminated last line: a killed append, re-run
                 r = json.loads(line)
                 done[r["key"]] = line
     todo = [c for c in cells if c.key not in done]
@@ -128,6 +128,7 @@ def main(argv=None) -> int:
 
 def _sort_in_grid_order(out: Path, cells) -> None:
     from kselect.oracle.cells import Cell
+    from kselect.selector.files import atomic_write
 
     order = {c.key: i for i, c in enumerate(cells)}
     recs = {}
@@ -135,9 +136,7 @@ def _sort_in_grid_order(out: Path, cells) -> None:
         if line.strip():
             recs[json.loads(line)["key"]] = line
     keys = sorted(recs, key=lambda k: (order.get(k, len(order)), k))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(recs[k] + "\n" for k in keys))
-    os.replace(tmp, out)
+    atomic_write(out, "".join(recs[k] + "\n" for k in keys))
 
 
 if __name__ == "__main__":

@@ -151,10 +151,10 @@ def write_model_dirs(preset: dict, root: Path) -> tuple[Path, Path | None]:
 
 
 def _write_json(path: Path, obj) -> None:
+    from kselect.selector.files import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(obj, indent=1))
 
 
 # ------------------------------------------------------------------------- the chain

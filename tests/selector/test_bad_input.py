@@ -153,6 +153,35 @@ def test_no_resolvers_in_rule_text(conf_copy, monkeypatch, capsys):
     assert "hunter2" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value,ok", [
+    ("${${model.name}:KSELECT_TEST_SECRET}", False),  # a resolver through a nested name (model.name is oc.env)
+    ("${oc.env:KSELECT_TEST_SECRET}", False), ("${ oc.env:KSELECT_TEST_SECRET}", False), ("x${oc.decode:'1'}", False),
+    ("${model.name}", True), ("${.name}", True),  # plain references: what the matrix compose supports
+])  # fmt: skip
+def test_group_options_interpolate_only_plain_references(conf_copy, monkeypatch, value, ok):
+    monkeypatch.setenv("KSELECT_TEST_SECRET", "hunter2")
+    (conf_copy / "model" / "leak.yaml").write_text(
+        f"defaults:\n  - gemma4_tiny\n  - _self_\nname: oc.env\ncheckpoint: \"{value}\"\n"
+    )
+    if ok:
+        assert compose_raw(["platform=sm90", "model=leak"], conf_copy)["model"]["checkpoint"] == "oc.env"
+        return
+    with pytest.raises(KSelectError, match="interpolation") as e:
+        compose_raw(["platform=sm90", "model=leak"], conf_copy)
+    assert "hunter2" not in str(e.value) and "leak.yaml: checkpoint" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["overlay/plain.yaml", "rules/plain.yaml"])
+def test_overlays_and_rules_hold_no_interpolation_at_all(conf_copy, where):
+    body = "x_rule:\n  stage: warning\n  enabled: true\n  reason: 'head ${model.head_dim}'\n"
+    text = ("# @package _global_\noverlays:\n  plain: x\nrules:\n" + body.replace("\n", "\n  ").rstrip() + "\n"
+            if where.startswith("overlay") else (conf_copy / "rules" / "post_pr52987.yaml").read_text() + body)
+    (conf_copy / where).write_text(text)
+    over = ["overlay=[plain]"] if where.startswith("overlay") else ["rules=plain"]
+    with pytest.raises(KSelectError, match=r"plain.yaml: .*interpolation '.*\$\{model.head_dim\}' is not allowed"):
+        compose_raw(["platform=sm90", *over], conf_copy)
+
+
 @pytest.mark.parametrize("override", ["platform.gpu_model=../../../tmp/forged", "overlay=[../../tmp/x]", "platform=../platform/sm90",
                                       "model=gemma4_31b/../gemma4_e2b"])  # fmt: skip
 def test_names_stay_inside_conf(override, tmp_path, capsys):
@@ -262,17 +291,46 @@ def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path):
     assert p.stat().st_mode & 0o777 == 0o640
 
 
+def test_a_killed_checkpoint_save_keeps_the_old_weights(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    folder = _tiny_folder(tmp_path)
+    before = (folder / "model.safetensors").read_bytes()
+    from kselect.gemma4.checkpoint import load_checkpoint, save_checkpoint
+
+    model = load_checkpoint(folder)
+
+    def killed(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(safetensors.torch, "save_file", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(model, folder)
+    assert (folder / "model.safetensors").read_bytes() == before
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+# Appending to a journal is not a rewrite: the oracle's resume reader drops an unterminated last line.
+APPEND_JOURNALS = {"bench/vllm/oracle.py"}
+
+
 def test_no_writer_opens_its_output_for_writing_in_place():
-    """Every writer of results (conformance, plot, sweep, bench) goes through files.atomic_write."""
+    """Every writer of results (conformance, plot, sweep, bench, bench/vllm's oracle scripts) goes
+    through files.atomic_write (bench/vllm imports it from the checkout inside vLLM's venv)."""
     offenders = []
-    # bench/vllm/ runs inside vLLM's own venv, without kselect
-    for path in [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/*.py"), *ROOT.glob("bench/**/*.py")]:
-        if "vllm" in path.parts:
-            continue
+    paths = [*ROOT.glob("selector/*.py"), *ROOT.glob("kselect/**/*.py"), *ROOT.glob("gemma4/*.py"), *ROOT.glob("bench/**/*.py")]
+    assert {"oracle.py", "agree.py", "export_roundtrip.py", "make_fixture.py"} <= {p.name for p in paths if "vllm" in p.parts}
+    for path in paths:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("bench/results/"):
+            continue  # recorded material (e.g. the before/after shim standing in for old writers)
         text = path.read_text()
-        for needle in ('.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p'):
+        needles = ['.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p', '"wb") as f', '.open("w")']
+        needles += [] if rel in APPEND_JOURNALS else ['.open("a")', '"a") as f']
+        for needle in needles:
             if needle in text and path.name != "files.py":
-                offenders.append(f"{path.relative_to(ROOT)}: {needle}")
+                offenders.append(f"{rel}: {needle}")
     assert not offenders, offenders
 
 

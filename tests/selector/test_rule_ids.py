@@ -26,7 +26,7 @@ def test_one_override_disables_a_rule():
     assert GATE not in _rejecting_rules(resolve(off))
 
 
-@pytest.mark.parametrize("base", [["rules=post_pr52987", "overlay=[pr48666,pr53175]"], ["rules=vllm_0_33_0"]])
+@pytest.mark.parametrize("base", [["rules=post_pr52987", "overlay=[pr48666,pr52987,pr53175]"], ["rules=vllm_0_33_0"]])
 def test_every_shipped_rule_can_be_toggled_from_the_command_line(base):
     ids = list(compose(["platform=cpu", *base]).rules)
     cfg = compose(["platform=cpu", *base, *(f"rules.{rid}.enabled=false" for rid in ids)])

@@ -424,7 +424,8 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 else:
                     faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" if v >= vb * (1 - noise) \
                         else "SLOWER than vllm"
-                    pin = "" if not best else (" and >= best pin" if v >= pv[best] * (1 - noise) else f" but SLOWER than {best}")
+                    pin = "" if not best else (f"; >= best pin ({best})" if v >= pv[best] * (1 - noise)
+                                               else f"; SLOWER than {best}")
                     t["verdict"] = faster + pin
                 out.append(t)
     return out
@@ -596,6 +597,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--chunk-sweep", type=int, nargs="*", default=[],
                     help="prefill chunk sizes (Engine max_step_tokens) timed for each --prefill-lens prompt")
     ap.add_argument("--chunk-selections", nargs="*", default=["vllm", "latency"])
+    ap.add_argument("--skip", nargs="*", default=[], help="selection:kv pairs not to run (e.g. pin_triton:auto)")
     ap.add_argument("--profile-selections", nargs="*", default=[],
                     help="profile B1 eager decode steps (attention ms per step) for these selections")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
@@ -663,6 +665,8 @@ def main(argv: list[str]) -> int:
         ref_groups = None
         for sname in opts.selections:
             for kv in opts.kv:
+                if f"{sname}:{kv}" in opts.skip:
+                    continue
                 row = dict(preset=preset, selection=sname, kv=kv)
                 rep.data["selections"].append(row)
                 try:

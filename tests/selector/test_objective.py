@@ -220,6 +220,9 @@ def test_fa3_is_a_candidate_where_vllm_takes_an_fa3_pin(fake_gpu):
     assert dec.chosen.bucket.startswith("FLASH_ATTN_v3:bf16:d256") and dec.vllm.backend == "FLASH_ATTN v4"
     pre = {m.phase: m for m in sw.measured}["prefill"]  # FA4 (0.5 ms) prefills over FA3's cache layout
     assert pre.backend == "FLASH_ATTN v4" and sw.prefill.flash_attn_version == 4
+    # exported as vLLM's own FA3 pin (resolved under objective=vllm, not re-measured)
+    cmd = export("objective=latency").splitlines()[2]
+    assert '"sliding_window":"FLASH_ATTN"' in cmd and '"flash_attn_version":3' in cmd
     # not measured / not verified: never chosen (FA3 is unverified in the default fake conformance)
     fake_gpu(buckets=[*BUCKETS, E("FLASH_ATTN_v3", 256, "decode", 0.03)])
     assert run("objective=latency").group("sliding_window").flash_attn_version != 3
@@ -242,6 +245,7 @@ def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
     assert (sw.prefill.backend, sw.prefill.kernel_block_size) == ("FLASH_ATTN", 64)
     assert (sw.prefill.kv_block_size, sw.prefill.kv_cache_dtype) == (sw.kv_block_size, sw.kv_cache_dtype)
     assert any(r.startswith("cache block 16 -> 128") for r in sw.reasons)
+    assert "--block-size 128" in export("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
     assert all(c.status == "verified" for g in sel.groups for c in g.claims)
     # FLASHINFER unverified at 64-token pages: the block stays, FlashInfer prefills (never unverified)
     fake_gpu(buckets=buckets, unverified=("TRITON_ATTN:bf16:d512", "FLASHINFER:fp8:d256:page64"))

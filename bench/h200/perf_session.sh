@@ -19,6 +19,9 @@
 # part2: 31B FP8 (same selections) and bf16 vllm/latency in the same run (FP8 vs bf16, #16), E4B both
 #   caches (every selection), then explain vs the run (bench/h200/explain_vs_e2e.py) for both models.
 # $OUT gets: <part>.log, <part>.tar.gz (conformance/perf files, e2e json/md, explain), <part>_summary.md.
+# Run part2 right after part1 on the same warm machine if possible (its prep then takes ~30 s instead of
+# ~4 min: part1's conformance/perf files and FlashInfer's JIT cache are in /tmp). Each part stops starting
+# new measurements at LIMIT (515 s) and packs what it has.
 set -u
 PART=${1:?usage: perf_session.sh part1|part2|smoke}
 OUT=${OUT:-/tmp/perf_session_out}

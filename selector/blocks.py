@@ -36,6 +36,21 @@ def kernel_block_for(kv_block: int, blocks: list[BlockSpec]) -> int | None:
     return max(divisors) if divisors else None
 
 
+def common_kernel_block(kv_block: int, per_backend: list[list[BlockSpec]]) -> int | None:
+    """The kernel block of a KV-cache group several backends share: the kv block if every
+    backend takes it (int entries by equality), else the largest int entry of any backend that
+    divides it and every backend takes (vLLM's select_common_block_size)."""
+
+    def takes(blocks: list[BlockSpec], size: int) -> bool:
+        return any((isinstance(b, MultipleOf) and size % b.multiple_of == 0) or b == size for b in blocks)
+
+    cands = {kv_block} | {b for bl in per_backend for b in bl if isinstance(b, int) and kv_block % b == 0}
+    for size in sorted(cands, reverse=True):
+        if all(takes(bl, size) for bl in per_backend):
+            return size
+    return None
+
+
 def largest_within(blocks: list[BlockSpec], cache_block: int) -> int:
     """vLLM's _largest_kernel_block_within with the page budget of one cache block: int
     entries and, per MultipleOf, its largest multiple up to the cache block; the largest that

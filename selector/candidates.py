@@ -99,7 +99,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
         reasons, kblocks, ktrace, cf, mblocks = validate(book, f, pin)
         if reasons:
             raise SelectionError(
-                Failure(code="pin_invalid", backend=pin, pin_source=pin_src, group=g.kind, head=g.head_size), {pin: reasons}
+                Failure(code="pin_invalid", backend=pin, pin_source=pin_src, group=group_id(g.kind, g.draft), head=g.head_size), {pin: reasons}
             )
         trace = [f"builtin.pin:{pin}"] + ktrace
         why = [f"{pin} pinned by {pin_src}; validated alone (no fallback)"]
@@ -124,7 +124,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
                 warns.append(BlockSizePrecluded(group=group_id(g.kind, g.draft), block_size=cfg.kv_cache.block_size, backends=blocked))
         return _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks)
     raise SelectionError(
-        Failure(code="no_valid_backend", group=g.kind, head=g.head_size, platform=f["platform.name"], model=f["model.name"],
+        Failure(code="no_valid_backend", group=group_id(g.kind, g.draft), head=g.head_size, platform=f["platform.name"], model=f["model.name"],
                 dtype=f["model.dtype"], kv_dtype=f["kv.dtype"]),
         rejected,
     )  # fmt: skip

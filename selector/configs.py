@@ -56,6 +56,18 @@ def _fingerprint(conf_dir: Path) -> tuple:
     )
 
 
+def default_rules(conf_dir: Path | str) -> str | None:
+    """The rules option a conf tree composes by default (its config.yaml's defaults list)."""
+    from .files import load_yaml  # noqa: PLC0415
+
+    path = Path(conf_dir) / "config.yaml"
+    data = load_yaml(path, "a kselect config.yaml") if path.is_file() else {}
+    for entry in (data or {}).get("defaults", []) or []:
+        if isinstance(entry, dict) and "rules" in entry:
+            return str(entry["rules"])
+    return None
+
+
 class Builder:
     """Turns cells into validated configs; one per conf directory (the worktree, a git revision)."""
 
@@ -164,6 +176,10 @@ class Builder:
                 update[s] = m
             if base is None:
                 data = {k: v for k, v in raw.items() if k not in SECTIONS and k != OPTIONS}
+                if "ruleset" not in data:  # a conf/ revision from before rules files declared what they model
+                    name = next((x.split("=", 1)[1] for x in self.extra if x.startswith("rules=")), None)
+                    data["ruleset"] = {"name": name or default_rules(self.conf_dir) or "undeclared",
+                                       "models": "undeclared (a conf/ revision from before `ruleset:`)"}
                 data.update({s: m.model_dump() for s, m in update.items()})
                 try:
                     base = KSelectConfig.model_validate(data)

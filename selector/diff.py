@@ -11,7 +11,10 @@ a.overlay unless given); matrix (a file of conf/matrix/, default `default`), for
 markdown | json), check (true: exit 1 when any cell changed), repo (the git repository,
 default this checkout), conf_path (conf/ inside it), limit (patterns shown per block, default
 8; json lists every cell), rules (both sides under this rules option; default: the one the matrix
-declares, e.g. `rules: post_pr52987`). `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
+declares, e.g. `rules: post_pr52987`), a.rules / b.rules (one side's; never follows the other: a
+revision from before a rules option existed names its rules differently). A side whose conf tree
+lacks the matrix's rules runs its own tree's default and says so on stderr and in its label; a
+rules option named for a side it lacks is an exit-2 error naming `a.rules=` / `b.rules=`. `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
 (`objective=<name>` composed into every cell of that side; b.objective follows a.objective):
 which selections an objective moves, e.g. `b.objective=latency`.
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 from .api import CONF_DIR
@@ -182,7 +186,7 @@ def diff_cell(a: CellResult, b: CellResult) -> CellDiff:
         rules += [RuleChange(event="now_rejected", rule=t, backend=bk) for bk, t in sorted(rb - ra)]
         rules += [RuleChange(event="no_longer_rejected", rule=t, backend=bk) for bk, t in sorted(ra - rb)]
     return CellDiff(
-        cell=a.cell.with_overlays(()),
+        cell=dc_replace(a.cell.with_overlays(()), rules=b.cell.rules),  # examples reproduce b's rules
         a=a,
         b=b,
         outcome=outcome,
@@ -330,10 +334,12 @@ def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
 
 
 def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:
-    """One side: its conf/ (a git revision's measured perf data too), its overlays and objective."""
+    """One side: its conf/ (a git revision's measured perf data too), its overlays, objective and
+    rules option (Source.rules, else the matrix's, or the tree's own default)."""
     extra = [f"objective={src.objective}"] if src.objective else []
+    side = spec.model_copy(update={"rules": None if src.own_default_rules else (src.rules or spec.rules)})
     with perf_dir(src.conf_dir / "perf"):
-        return resolve_cells(expand(spec, src.overlays), builder=Builder(src.conf_dir, extra), desc=f"diff: {src.label}")
+        return resolve_cells(expand(side, src.overlays), builder=Builder(src.conf_dir, extra), desc=f"diff: {src.label}")
 
 
 def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec = "default", conf_dir: Path = CONF_DIR) -> MatrixDiff:

@@ -3,6 +3,7 @@ The diff itself (cells, blocks, rendering) is `selector/diff.py`, whose docstrin
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -16,7 +17,7 @@ from .api import CONF_DIR
 from .app import compose_args, run_app
 from .diff import run_diff
 from .diff_render import render
-from .diff_sources import Source, check_conf_rel, git_conf
+from .diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
 from .errors import KSelectError
 from .matrix import load_matrix
 
@@ -39,11 +40,13 @@ class SideArgs:
     conf: str = "worktree"  # worktree | git:<rev> (read with git archive)
     overlay: list[str] = field(default_factory=list)
     objective: str = ""  # objective=<name> composed into every cell of this side
+    rules: str = ""  # this side's rules option; "": the diff's rules=, else the matrix's, else its conf's default
 
 
 @dataclass
 class DiffArgs:
     a: SideArgs = field(default_factory=SideArgs)
+    # b follows a's overlays and objective, never a's rules (a.rules is for a revision that names them differently)
     b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}", objective="${a.objective}"))  # type: ignore[arg-type]
     matrix: str = "default"
     format: str = "table"  # table | markdown | json
@@ -79,10 +82,17 @@ def task(cfg) -> int:
         two = cfg.a.conf != cfg.b.conf
         a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)
         b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
-        a, b = replace(a, objective=cfg.a.objective), replace(b, objective=cfg.b.objective)
         spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
-        if cfg.rules:  # both sides under this rules option (default: the one the matrix declares)
-            spec = spec.model_copy(update={"rules": cfg.rules})
+        sides = []
+        for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
+            rules, note = side_rules(name, src.label, src.conf_dir, args.rules or cfg.rules, spec.rules)
+            if note:
+                print(note, file=sys.stderr)
+            sides.append(replace(src, objective=args.objective, rules=rules, own_default_rules=bool(note)))
+        a, b = sides
+        ran = [s.rules or default_rules(s.conf_dir) for s in sides]
+        if ran[0] != ran[1]:  # the labels say which rules each side ran
+            a, b = (replace(s, label=f"{s.label} rules={r}") for s, r in zip(sides, ran))
         d = run_diff(a, b, spec)
     print(render(d, cfg.format, cfg.limit))
     return 1 if cfg.check and d.changed else 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import KSelectError
+from .configs import default_rules
 from .matrix import parse_overlays
 
 @dataclass(frozen=True)
@@ -21,6 +22,33 @@ class Source:
     conf_dir: Path
     overlays: tuple[str, ...]
     objective: str = ""  # "": as composed (conf/config.yaml: vllm); else objective=<name> for every cell
+    rules: str | None = None  # the rules option of this side's cells (None: the matrix's declared one)
+    own_default_rules: bool = False  # compose with this conf tree's default rules (it lacks the matrix's)
+
+
+def rules_options(conf_dir: Path) -> list[str]:
+    """The rules options a conf tree has (conf/rules/*.yaml)."""
+    return sorted(p.stem for p in (Path(conf_dir) / "rules").glob("*.yaml"))
+
+
+def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: str | None) -> tuple[str | None, str]:
+    """The rules option one side runs, and a note when it is not the matrix's. A rules option the
+    user names must exist in that side's conf tree (exit 2 otherwise). Without one, a side takes
+    the matrix's declared rules if its tree has them, else its own tree's default (a revision from
+    before a rules option existed composes as it did then); the note says so."""
+    opts = rules_options(conf_dir)
+    if named:
+        if named not in opts:
+            raise KSelectError(
+                f"diff: {side}.rules={named}: the {side} side ({label}) has no rules option {named!r}; its conf/rules has "
+                f"{', '.join(opts) or 'none'}. Name one per side, e.g. {side}.rules={default_rules(conf_dir) or (opts or ['?'])[0]}"
+            )
+        return named, ""
+    if matrix_rules is None or matrix_rules in opts:
+        return matrix_rules, ""
+    own = default_rules(conf_dir)
+    return None, (f"diff: the {side} side ({label}) has no rules option {matrix_rules!r} (the matrix's); it runs its own "
+                  f"default, rules={own} (name one with {side}.rules=..., one of {', '.join(opts) or 'none'})")
 
 
 def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:

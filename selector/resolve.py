@@ -10,8 +10,9 @@ Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
 from __future__ import annotations
 
 from . import blocks as blk
+from . import drafts as dr
 from .conformance import claim_checks
-from .candidates import Choice, Group, choose_backend, fa_version, group_facts, validate
+from .candidates import Choice, Group, choose_backend
 from .errors import SelectionError
 from .records import Failure, OrphanRule, RuleWarning, rejection
 from .rulebook import RuleBook, rulebook
@@ -52,6 +53,18 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
     for g, ch in zip(groups, choices):
         layer_init_checks(book, g, ch)
+    # MTP draft layers: the target's backend, or (rule stage draft) their own selection, which
+    # then counts among the model's backends for the cache block, as vLLM's does
+    drafts: list[Group] = []
+    draft_choices: list[Choice] = []
+    policy = None
+    if cfg.spec_decode.method == "mtp":
+        policy = dr.draft_policy(book, facts, model_trace)
+        drafts = dr.draft_layer_groups(cfg, groups)
+        if policy == dr.OWN:
+            draft_choices = dr.own_choices(cfg, book, facts, drafts)
+            for g, ch in zip(drafts, draft_choices):
+                layer_init_checks(book, g, ch)
 
     # 3. Cache block size: user's, else the preferred size of the first layer's backend, or
     #    (rule stage cache_block) one size every distinct backend of the model accepts.
@@ -59,11 +72,12 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         block_size = cfg.kv_cache.block_size
         model_trace.append("pin.kv_cache.block_size")
     else:
-        policy = "first_layer"
+        cache_policy = "first_layer"
         for c in book.matching("cache_block", facts):
-            policy = c.rule.cache_block
+            cache_policy = c.rule.cache_block
             model_trace.append(c.id)
-        block_size = model_cache_block(book, groups, choices, policy, model_trace)
+        block_size = model_cache_block(book, groups + drafts[: len(draft_choices)], choices + draft_choices,
+                                       cache_policy, model_trace)
 
     # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
     #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
@@ -89,8 +103,8 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     out: list[GroupSelection] = []
     for g, ch, kvb in zip(groups, choices, kv_blocks):
         out.append(finish_group(cfg, book, g, ch, kvb, kv_dtype))
-    if cfg.spec_decode.method == "mtp":
-        out.extend(draft_groups(cfg, book, facts, out, kv_dtype, copy))
+    if drafts:
+        out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy))
 
     _check_fa_pin(cfg, out)
     warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
@@ -116,7 +130,7 @@ def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice]
     """The cache manager block without a user block size (vLLM's update_block_size_for_backend):
     the preferred size of the first layer's backend, or (policy common_over_backends) one size
     every distinct backend of the model accepts."""
-    order = sorted(range(len(groups)), key=lambda i: min(groups[i].layers))
+    order = sorted(range(len(groups)), key=lambda i: (groups[i].draft, min(groups[i].layers)))  # drafts load last
     distinct: dict[str, Choice] = {}
     for i in order:
         distinct.setdefault(choices[i].backend, choices[i])
@@ -147,7 +161,7 @@ def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
         if hits:
             failed[name] = hits
     if failed:
-        raise SelectionError(Failure(code="init_failure", backend=ch.backend, group=g.kind, head=g.head_size), failed)
+        raise SelectionError(Failure(code="init_failure", backend=ch.backend, group=group_id(g.kind, g.draft), head=g.head_size), failed)
 
 
 def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:
@@ -271,48 +285,36 @@ def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, 
 # ---------------------------------------------------------------- MTP drafter
 
 
-def draft_groups(cfg, book, facts, targets: list[GroupSelection], kv_dtype: str, copy: bool) -> list[GroupSelection]:
-    """Draft layers read the cache of the last non-shared target layer of their type, on the
-    target group's backend (vLLM passes the target's backend to the draft config)."""
-    m = cfg.model
-    types = m.resolved_layer_types()
-    first_shared = m.num_hidden_layers - m.num_kv_shared_layers
+def draft_groups(cfg, book, facts, groups, choices, targets, drafts, draft_choices, kv_dtype, copy) -> list[GroupSelection]:
+    """The draft layers' groups, finished on the target group's KV block (they share its cache).
+    With their own selection (draft_choices), the kernel block is one both backends of the
+    shared KV-cache group take; where vLLM keeps the kind in one group, the target's changes too."""
+    first_shared = cfg.model.num_hidden_layers - cfg.model.num_kv_shared_layers
+    scales = ("copied_from_target" if copy else "unit") if is_fp8(kv_dtype) else "none"
     out = []
-    for kind in GROUP_KINDS:
-        ltype = LAYER_TYPE[kind]
-        layers = tuple(i for i, t in enumerate(m.drafter.layer_types) if t == ltype)
-        if not layers:
+    for j, g in enumerate(drafts):
+        i = next(i for i, t in enumerate(targets) if t.kind == g.kind)
+        target = targets[i]
+        if not draft_choices:
+            ch = dr.target_choice(cfg, book, facts, g, target.backend, target.flash_attn_version)
+            gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype)
+            out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))
             continue
-        target = next(t for t in targets if t.kind == kind)
-        producer = max(i for i, t in enumerate(types) if t == ltype and i < first_shared)
-        g = Group(kind, layers, target.head_size, target.num_kv_heads, target.sliding_window, True, (producer,))
-        f = group_facts(facts, g)
-        # draft layers are text-only: a composite's image-span route never serves them, so they
-        # run its causal child (vLLM 0.33.0's drafts select FLASH_ATTN / FLASHINFER there)
-        comp = book.capabilities[target.backend].composite
-        backend = comp.causal if comp else target.backend
-        if book.capabilities[backend].flash_attn:
-            f["fa.version"], _ = fa_version(book, f, g.head_size)
-            f["fa.version_default"], _ = fa_version(book, f, None)
-            f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-        reasons, kblocks, ktrace, cf, mblocks = validate(book, f, backend)
-        if reasons:
-            raise SelectionError(Failure(code="draft_backend_invalid", group=kind, backend=backend), {backend: reasons})
-        ch = Choice(
-            backend,
-            target.flash_attn_version,
-            kblocks,
-            cf,
-            ["builtin.draft_uses_target_backend"] + ktrace,
-            [f"draft layers {list(layers)} read target layer {producer}'s cache on the target's backend"],
-            {},
-            [],
-            mblocks,
-        )
-        quantized = is_fp8(kv_dtype)
-        scales = ("copied_from_target" if copy else "unit") if quantized else "none"
+        ch = draft_choices[j]
+        kb = dr.shared_kernel_block(target.kv_block_size, choices[i], ch)
+        if kb is None:
+            raise SelectionError(Failure(code="no_common_block", kv_block=target.kv_block_size, backend=f"{target.backend}+{ch.backend}",
+                                         kernel_blocks=tuple(choices[i].kernel_blocks) + tuple(ch.kernel_blocks)))
+        if kb != target.kernel_block_size:
+            note = f"kernel block {kb}: shared with the draft layers' {ch.backend} (one KV-cache group)"
+            if dr.one_vllm_group(g.kind, groups, first_shared):
+                targets[i] = target.model_copy(update={"kernel_block_size": kb, "reasons": target.reasons + (note,),
+                                                       "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
+            else:
+                targets[i] = target.model_copy(update={"draft_shared_kernel_block": kb,
+                                                       "reasons": target.reasons + (dr.draft_note(kb, group_id(g.kind, True)),)})
         gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype)
-        out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))
+        out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": kb}))
     return out
 
 

@@ -68,7 +68,7 @@ class Capability(Strict):
 
 Stage = Literal[
     "model", "fa_version", "priority", "reject", "kernel_block", "cache_block",
-    "preferred_block", "swa_block", "init", "quant_query", "descale", "spec", "warning",
+    "preferred_block", "swa_block", "init", "quant_query", "descale", "spec", "draft", "warning",
 ]  # fmt: skip
 
 # The effect field each stage needs (reject/warning rules need only their reason).
@@ -85,6 +85,7 @@ STAGE_EFFECT: dict[str, str | None] = {
     "quant_query": "quant_query",
     "descale": "descale",
     "spec": "copy_target_kv_scales",
+    "draft": "draft_backend",
     "warning": None,
 }
 EFFECT_FIELDS = tuple(f for f in STAGE_EFFECT.values() if f)
@@ -119,6 +120,9 @@ class Rule(Strict):
     quant_query: bool | None = None
     descale: Literal["none", "q_k_v", "k_v", "kv_dequant"] | None = None
     copy_target_kv_scales: bool | None = None
+    # how MTP draft layers get their backend: the target group's (a composite: its causal
+    # child), or a selection of their own as text-only layers under the config's pins
+    draft_backend: Literal["target", "own_selection"] | None = None
 
     @model_validator(mode="after")
     def _one_effect(self) -> Rule:

@@ -36,6 +36,9 @@ class GroupSelection(Frozen):
     backend: str
     flash_attn_version: int | None
     kernel_block_size: int
+    # vLLM splits a kind's layers into several KV-cache groups; MTP draft layers on another backend
+    # join one, whose target layers then run this kernel block (null: none differ)
+    draft_shared_kernel_block: int | None = None
     kv_block_size: int
     kv_cache_dtype: str  # resolved: bfloat16 / float16 / float32 / fp8_e4m3 / fp8_e5m2
     quant_query: bool

@@ -126,6 +126,7 @@ def _differences(want: Selection, got: Selection) -> str:
             out.append(f"no {group_name(a)} group")
             continue
         for field, label in (("backend", "backend"), ("flash_attn_version", "FA"), ("kernel_block_size", "kernel block"),
+                             ("draft_shared_kernel_block", "draft-shared kernel block"),
                              ("kv_block_size", "KV block")):  # fmt: skip
             x, y = getattr(a, field), getattr(b, field)
             if x != y:
@@ -164,16 +165,20 @@ def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: li
                 "checkpoint as the draft `model` (without one it drafts with the target and refuses method 'mtp')"
             )
         spec: dict = {"method": "mtp", "model": cfg.model.drafter.checkpoint, "num_speculative_tokens": e["num_speculative_tokens"]}
-        draft_backends = {g.backend for g in drafts}
-        if len(draft_backends) == 1:
-            spec["attention_backend"] = draft_backends.pop()
         args.append(f"--speculative-config '{json.dumps(spec, separators=(',', ':'))}'")
+        # vLLM 0.33.0's Gemma-4 speculator builds the drafter from the target's attention config and
+        # never reads speculative_config.attention_backend: the draft backends are not an argument,
+        # they follow from the ones above (checked like the target's, in _differences)
+        notes.append("# MTP draft layers (selected by vLLM from the arguments above): " + ", ".join(
+            f"{group_name(g)} {g.backend}{f' FA{g.flash_attn_version}' if g.flash_attn_version else ''}" for g in drafts))
         if cfg.spec_decode.copy_target_kv_scales is False and cfg.kv_cache.quantized:
             notes.append("# NOTE: vLLM 0.33.0's drafts always copy the target's K/V scales (no switch to keep unit scales)")
     if not e["multimodal"]:
         args.append("--language-model-only")
     # what vLLM cannot express and what was measured, then warnings: shell comments after the
     # command, still copy-pasteable, never lost
+    notes += [f"# NOTE {group_name(g)}: vLLM runs kernel block {g.draft_shared_kernel_block} (not {g.kernel_block_size}) on the "
+              "target layers sharing a KV-cache group with the MTP draft layers" for g in sel.groups if g.draft_shared_kernel_block]
     notes += [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
     notes += [f"# measured {group_name(g)}: {m.text()}" for g in sel.groups if not g.draft for m in g.measured]
     notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings]

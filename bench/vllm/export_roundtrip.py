@@ -93,6 +93,8 @@ def _worker(task) -> list[dict]:
 
 def _outcome(item: dict) -> tuple[str, str]:
     """('reproduced' | 'different' | 'refused', detail)."""
+    from kselect.oracle.compare import same_field
+
     v = item["vllm"]
     if v["error"]:
         e = v["error"]
@@ -105,7 +107,7 @@ def _outcome(item: dict) -> tuple[str, str]:
         if vg is None:
             diffs.append(f"{g}: no such group in vLLM")
             continue
-        diffs += [f"{g}.{f}: kselect {kg[f]!r} vLLM {vg[f]!r}" for f in FIELDS if kg[f] != vg[f]]
+        diffs += [f"{g}.{f}: kselect {kg[f]!r} vLLM {vg[f]!r}" for f in FIELDS if not same_field(f, vg, kg)]
     extra = sorted(set(v["groups"]) - set(item["kselect"]))
     diffs += [f"{g}: vLLM has it, kselect does not" for g in extra]
     return ("different", "; ".join(diffs)) if diffs else ("reproduced", "")
@@ -120,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--rules", default=None)
     p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--chunk", type=int, default=150, help="commands per worker process (each boots vLLM once)")
     p.add_argument("--cc", nargs="*", default=None)
     p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
     p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
     for k, item in uniq.items():
         by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
     root = tempfile.mkdtemp(prefix="kselect_export_models_")
-    tasks = [(a.src, cc, items[i:i + 150], root) for cc, items in by_cc.items() for i in range(0, len(items), 150)]
+    tasks = [(a.src, cc, items[i:i + a.chunk], root) for cc, items in by_cc.items() for i in range(0, len(items), a.chunk)]
     print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules}); "
           f"{len(uniq)} distinct commands in {len(tasks)} chunks", file=sys.stderr, flush=True)
     results = []
@@ -174,8 +177,13 @@ def main(argv=None) -> int:
         reasons.setdefault((outcome, detail), []).extend(item["cells"])
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"Command: `python bench/vllm/export_roundtrip.py --rules {a.rules}` (vLLM 0.33.0's `vllm serve` parser, "
-             f"EngineArgs and chain; bench/vllm/vllm_chain.py)", "",
+    from agree import _commit
+
+    ver = re.search(r"__version__ = version = '([^']+)'", (Path(a.src) / "vllm" / "_version.py").read_text())
+    argv_text = " ".join(sys.argv[1:]).replace(str(Path.home()), "~")
+    lines = [f"Command: `python bench/vllm/export_roundtrip.py {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
+             f"EngineArgs and chain; bench/vllm/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
+             f"{time.perf_counter() - t0:.0f} s", "",
              f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "
              f"(the counts below are cells: each cell counts with its command's outcome).", "",
              "| outcome | cells |", "|---|---:|"]

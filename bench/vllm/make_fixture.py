@@ -4,6 +4,9 @@ each, then a seeded sample over capability x spec-decode x vision mode, 100-200 
 
     python bench/vllm/make_fixture.py bench/results/vllm/oracle_0_33_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_33_0_sample.jsonl --classes-of post_pr52987
+
+--classes-from AGREEMENT.json takes the classes an agree.py run wrote (no re-comparison);
+--keys-from FIXTURE keeps an earlier fixture's cells (their records refreshed) before adding.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from pathlib import Path
 
 KEEP = ("key", "cell", "groups", "error", "block_size")
-GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query", "impl", "layers")
+GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query", "impl", "layers", "mixed")
 
 
 def main(argv=None) -> int:
@@ -26,19 +29,25 @@ def main(argv=None) -> int:
     p.add_argument("records")
     p.add_argument("out")
     p.add_argument("--classes-of", action="append", default=None, help="rules whose disagreement classes to cover")
+    p.add_argument("--classes-from", action="append", default=None, help="agree.py's OUT.json: its classes' cells")
+    p.add_argument("--keys-from", default=None, help="an earlier fixture: keep its cells")
     p.add_argument("--per-class", type=int, default=3)
     p.add_argument("--total", type=int, default=150)
     a = p.parse_args(argv)
     recs = {r["key"]: r for r in load_records(a.records)}
     rng = random.Random(0)
     chosen: list[str] = []
-    for rules in a.classes_of or ["post_pr52987"]:
-        rep = compare(list(recs.values()), rules=rules)
-        for _f, _cause, ds in classes(rep):
-            keys = sorted({d.key for d in ds})
-            for k in rng.sample(keys, min(a.per_class, len(keys))):
-                if k not in chosen:
-                    chosen.append(k)
+    if a.keys_from:
+        chosen += [k for k in (r["key"] for r in load_records(a.keys_from)) if k in recs]
+    class_cells: list[list[str]] = []
+    for path in a.classes_from or []:
+        class_cells += [sorted(c["cells"]) for c in json.loads(Path(path).read_text())["classes"]]
+    for rules in a.classes_of or ([] if a.classes_from or a.keys_from else ["post_pr52987"]):
+        class_cells += [sorted({d.key for d in ds}) for _f, _cause, ds in classes(compare(list(recs.values()), rules=rules))]
+    for keys in class_cells:
+        for k in rng.sample(keys, min(a.per_class, len(keys))):
+            if k not in chosen:
+                chosen.append(k)
     strata: dict[tuple, list[str]] = {}
     for k, r in recs.items():
         c = r["cell"]

@@ -54,6 +54,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     for c in cells:
         try:
             ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            dropped = False
             try:
                 sel = resolve(cfg)
             except SelectionError as e:
@@ -62,6 +63,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
                 # kselect refuses a FlashAttention pin no group runs (bad input, never silently
                 # ignored); vLLM ignores it: compare the selection vLLM makes without it
                 sel = resolve(cfg.model_copy(update={"attention": cfg.attention.model_copy(update={"flash_attn_version": None})}))
+                dropped = True
         except SelectionError as e:
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
             continue
@@ -72,8 +74,9 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
         for g in sel.groups:
             groups[f"draft:{g.kind}" if g.draft else g.kind] = {
                 "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size,
-                "kv_block": g.kv_block_size, "quant_query": g.quant_query, "trace": list(g.trace)}
-        out[c.key] = {"groups": groups, "error": None, "block_size": sel.block_size}
+                "kv_block": g.kv_block_size, "quant_query": g.quant_query, "trace": list(g.trace),
+                "draft_shared_kernel_block": g.draft_shared_kernel_block}
+        out[c.key] = {"groups": groups, "error": None, "block_size": sel.block_size, "fa_pin_dropped": dropped}
     return out
 
 
@@ -148,6 +151,7 @@ class Report:
     checks: Counter = field(default_factory=Counter)  # field -> number of checks
     agree: Counter = field(default_factory=Counter)  # field -> number agreeing
     disagreements: list[Disagreement] = field(default_factory=list)
+    fa_pin_dropped: int = 0  # cells compared without an FA pin no group runs (kselect refuses it, vLLM ignores it)
 
     def rate(self, f: str | None = None) -> float:
         if f is None:
@@ -166,6 +170,7 @@ def compare(records: list[dict], rules: str | None = None, kselect: dict[str, di
     rep = Report(rules=rules, cells=len(records))
     for r, c in zip(records, cells):
         k = kselect[c.key]
+        rep.fa_pin_dropped += bool(k.get("fa_pin_dropped"))
         _compare_one(rep, r, k, c)
     return rep
 
@@ -185,7 +190,7 @@ def _compare_one(rep: Report, v: dict, k: dict, c: Cell) -> None:
         for f in GROUP_FIELDS:
             rep.checks[f] += 1
             kv = None if kg is None else kg.get(f)
-            if kg is not None and _same(f, vg.get(f), kv):
+            if kg is not None and same_field(f, vg, kg):
                 rep.agree[f] += 1
                 continue
             if kg is None:
@@ -197,8 +202,14 @@ def _compare_one(rep: Report, v: dict, k: dict, c: Cell) -> None:
             rep.disagreements.append(Disagreement(c.key, v["cell"], f, gname, vg.get(f), kv, cause))
 
 
-def _same(f: str, a, b) -> bool:
-    return a == b
+def same_field(f: str, vg: dict, kg: dict) -> bool:
+    """One field of one group. vLLM reports "mixed" where layers of one kind run different kernel
+    blocks (the target layers sharing a KV-cache group with MTP draft layers on another backend):
+    kselect agrees if it names the same set (its kernel block and draft_shared_kernel_block)."""
+    if f == "kernel_block" and vg.get(f) == "mixed" and "mixed" in vg:
+        want = {x["kernel_block"] for x in vg["mixed"]}
+        return kg.get("draft_shared_kernel_block") is not None and want == {kg[f], kg["draft_shared_kernel_block"]}
+    return vg.get(f) == kg.get(f)
 
 
 def _err_text(e) -> str | None:
@@ -245,6 +256,9 @@ def render(rep: Report, limit: int | None = None) -> str:
     out.append("|---|---:|---:|---:|")
     for f in FIELDS:
         out.append(f"| {f} | {rep.checks[f]} | {rep.agree[f]} | {100 * rep.rate(f):.2f}% |")
+    if rep.fa_pin_dropped:
+        out += ["", f"{rep.fa_pin_dropped} cells pin a FlashAttention version no group runs: vLLM ignores the pin, kselect "
+                    "refuses it (exit 2, bad input); they are compared as selected without it."]
     cl = classes(rep)
     out += ["", f"## Disagreements: {len(rep.disagreements)} in {len(cl)} classes", ""]
     for f, cause, ds in cl[:limit]:
@@ -257,7 +271,7 @@ def render(rep: Report, limit: int | None = None) -> str:
 
 
 def to_json(rep: Report) -> dict:
-    return {"rules": rep.rules, "cells": rep.cells, "overall": rep.rate(),
+    return {"rules": rep.rules, "cells": rep.cells, "overall": rep.rate(), "fa_pin_dropped": rep.fa_pin_dropped,
             "fields": {f: {"checks": rep.checks[f], "agree": rep.agree[f], "rate": rep.rate(f)} for f in FIELDS},
             "classes": [{"field": f, "cause": cause, "checks": len(ds), "cells": sorted({d.key for d in ds}),
                          "where": where(ds)} for f, cause, ds in classes(rep)]}

@@ -33,7 +33,8 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) 
         except KSelectError as e:
             command, refused = None, str(e).split("\n")[0]
         groups = {(f"draft:{g.kind}" if g.draft else g.kind): {
-            "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size}
+            "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size,
+            "draft_shared_kernel_block": g.draft_shared_kernel_block}
             for g in sel.groups}
         out[c.key] = {"command": command, "refused": refused, "groups": groups}
     return out

@@ -159,3 +159,45 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     assert code == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in out
     with pytest.raises(KSelectError, match="nope: not a commit"):
         diff_main(["a.conf=git:nope", repo])
+
+
+OLD_CONF_REV = "bb8f2a6396c979c36fbcbc3d85c809b55265c168"  # conf/ before the rules options: rules/base.yaml only
+
+
+@pytest.fixture
+def old_conf_repo(tmp_path):
+    """A throwaway repository: conf/ from before `rules=post_pr52987` / `vllm_0_33_0` existed
+    (this checkout's history), then today's conf/ in the worktree."""
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD_CONF_REV}^{{commit}}"], capture_output=True).returncode:
+        pytest.skip("the pre-rules-options commit is not in this clone (shallow)")
+    repo = tmp_path / "old"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD_CONF_REV, "--", "conf"], check=True,
+                         capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(repo)], input=tar, check=True)
+    git("add", "conf")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old conf")
+    shutil.rmtree(repo / "conf")
+    shutil.copytree(CONF_DIR, repo / "conf", ignore=shutil.ignore_patterns("__pycache__"))
+    return repo
+
+
+def test_git_revision_from_before_the_rules_options(old_conf_repo, capsys):
+    """The matrix declares rules=post_pr52987, which the old revision lacks (it had `base`, the same
+    rules): that side composes its own default and says so; the seed's rules did not move."""
+    repo = f"repo={old_conf_repo}"
+    code = diff_main(["a.conf=git:HEAD", "matrix=smoke", repo, "check=true"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "no cell changed" in out, out
+    assert "rules=base -> worktree:[] rules=post_pr52987" in out
+    assert "has no rules option 'post_pr52987'" in err and "a.rules=" in err
+    # a rules option named for both sides must exist on both: exit 2 naming the per-side key
+    with pytest.raises(KSelectError, match=r"a.rules=vllm_0_33_0: the a side .* has no rules option .* e.g. a.rules=base"):
+        diff_main(["a.conf=git:HEAD", "matrix=smoke", repo, "rules=vllm_0_33_0"])
+    # per side: the old seed rules against vLLM 0.33.0's, example commands under b's rules
+    code = diff_main(["a.conf=git:HEAD", "a.rules=base", "b.rules=vllm_0_33_0", "matrix=smoke", repo, "format=json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["summary"]["changed"] > 0
+    assert all("rules=vllm_0_33_0" in b["example"] for b in d["blocks"] if b["example"])

@@ -248,3 +248,14 @@ def test_kv_sharing_noted_for_edge_models(sel):
     s = sel("platform=sm90", "model=gemma4_e2b")
     assert any("reuse the cache of layer 13" in r for r in s.group("sliding_window").reasons)
     assert any("reuse the cache of layer 14" in r for r in s.group("full_attention").reasons)
+
+
+@pytest.mark.parametrize("overlays", [(), ("overlay=[pr48666]",), ("overlay=[pr48666,pr52987]",), ("overlay=[pr53175]",)])
+def test_sm80_fp8_fails_at_triton_layer_init_under_every_overlay(sel, overlays):
+    """vLLM selects TRITON_ATTN on SM80 with an FP8 cache, then its layer init raises (native FP8
+    needs SM89+): the seed's rules refuse it at selection with that text, with or without #48666."""
+    with pytest.raises(SelectionError, match="fails after selecting TRITON_ATTN") as e:
+        sel("platform=sm80", "model=gemma4_31b", "kv_cache=fp8", *overlays)
+    assert e.value.failure.code == "init_failure"
+    assert {r.rule for r in e.value.rejected["TRITON_ATTN"]} == {"triton-fp8_needs_sm89"}
+    assert {g.backend for g in sel("platform=sm89", "model=gemma4_31b", "kv_cache=fp8", *overlays).groups} == {"TRITON_ATTN"}

@@ -135,7 +135,44 @@ def test_export_emits_only_what_reproduces_the_selection():
 
 def test_export_mtp_names_the_drafter_and_its_backend():
     out = vllm("platform=sm90", "model=gemma4_e4b", "spec_decode=mtp")
-    assert '"method":"mtp","model":"google/gemma-4-E4B-it-assistant"' in out and '"attention_backend":"FLASH_ATTN"' in out
+    assert '"method":"mtp","model":"google/gemma-4-E4B-it-assistant"' in out
+    # the Gemma-4 speculator ignores speculative_config.attention_backend: no such argument, a comment
+    assert "attention_backend" not in out
+    assert "# MTP draft layers (selected by vLLM from the arguments above): draft:sliding_window FLASH_ATTN FA4" in out
+
+
+def test_mtp_drafts_in_vision_mode_select_as_text_layers():
+    """SM90, FP8, vision mode: the target runs Triton (FA refuses FP8 with mm-prefix); the draft
+    layers select without the mm-prefix and run FLASHINFER (FA's FP8 gate refuses e5m2)."""
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8_e5m2", "model.multimodal=true", "spec_decode=mtp")
+    assert "mtp-draft_layers_select_as_text_layers" in s.trace
+    drafts = [g for g in s.groups if g.draft]
+    assert [(g.backend, g.quant_query) for g in drafts] == [("FLASHINFER", False)] * 2
+    assert {g.backend for g in s.groups if not g.draft} == {"TRITON_ATTN"}
+    assert all("builtin.draft_selects_as_text_layer" in g.trace for g in drafts)
+
+
+def test_a_draft_sharing_a_split_kv_group_names_its_kernel_block():
+    """E2B, FA4 pinned: the draft's FLASHINFER takes no 128-token kernel block, so the shared
+    KV-cache group runs 64; vLLM splits the sliding layers into several groups, so only the
+    target layers sharing it run 64 and the target group's reasons say so."""
+    s = sel("platform=sm90", "model=gemma4_e2b", "kv_cache=fp8", "model.multimodal=true", "spec_decode=mtp",
+            "attention.flash_attn_version=4")
+    sw, dsw = s.group("sliding_window"), next(g for g in s.groups if g.draft and g.kind == "sliding_window")
+    assert (sw.kernel_block_size, dsw.backend, dsw.kernel_block_size, dsw.kv_block_size) == (128, "FLASHINFER", 64, 128)
+    assert sw.draft_shared_kernel_block == 64 and any("run kernel block 64" in r for r in sw.reasons)
+    out = vllm("platform=sm90", "model=gemma4_e2b", "kv_cache=fp8", "model.multimodal=true", "spec_decode=mtp",
+               "attention.flash_attn_version=4")
+    assert "# NOTE sliding_window: vLLM runs kernel block 64 (not 128) on the target layers sharing" in out
+    # the full kind is one KV-cache group in vLLM: its kernel block is the shared one outright
+    assert s.group("full_attention").draft_shared_kernel_block is None
+
+
+def test_post_pr52987_drafts_keep_the_target_backend():
+    s = sel("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8_e5m2", "model.multimodal=true",
+            "spec_decode=mtp")
+    assert all(g.backend == s.group(g.kind).backend and "builtin.draft_uses_target_backend" in g.trace
+               for g in s.groups if g.draft)
 
 
 @pytest.mark.parametrize("args, needle", [

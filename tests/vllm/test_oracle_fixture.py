@@ -3,8 +3,8 @@
 The fixture is a slice of the oracle's records (bench/vllm/oracle.py ran vLLM 0.33.0's Python
 sources; bench/vllm/make_fixture.py picked cells covering every disagreement class the base
 rules have), so CI checks agreement without downloading vLLM. Every field of every cell must
-agree: backend, FA version, kernel block, KV block, quant-query, and whether vLLM refuses,
-except in the one known class below, which bench/results/vllm/README.md lists.
+agree: backend, FA version, kernel block (a per-layer "mixed" one as a set: kselect's
+draft_shared_kernel_block), KV block, quant-query, and whether vLLM refuses.
 """
 
 from pathlib import Path
@@ -16,15 +16,6 @@ from kselect.oracle.compare import classes, compare, load_records, where
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_0_33_0_sample.jsonl"
 
-
-
-def known_gap(cell: dict) -> bool:
-    """MTP drafts in vision mode on SM90 with an FP8 cache: vLLM 0.33.0 selects the draft layers'
-    backend as for text-only layers (FLASHINFER, no quantized query), kselect keeps the target's
-    composite's Triton child; one E2B cell also reports per-layer ("mixed") kernel blocks for the
-    target's sliding group, which a per-group selection cannot express. Not modelled yet."""
-    return (cell["cc"] == "9.0" and cell["multimodal"] and cell["spec"] == "mtp"
-            and str(cell["kv_cache"]).startswith("fp8"))
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +35,18 @@ def test_fixture_covers_the_grid():
 
 @pytest.mark.parametrize("field", FIELDS)
 def test_vllm_0_33_0_rules_agree(report, field):
-    bad = [d for d in report.disagreements if d.field == field and not known_gap(d.cell)]
+    bad = [d for d in report.disagreements if d.field == field]
     msg = "\n".join(f"{len(ds)} x {cause}\n    where {where(ds)}\n    e.g. {ds[0].key}"
                     for f, cause, ds in classes(report) if f == field)
     assert not bad, f"{len(bad)} {field} disagreements with vLLM 0.33.0:\n{msg}"
 
 
-def test_known_gap_is_still_the_only_one(report):
-    """Fails once the known class is fixed, so its exemption above is removed with the fix."""
-    gap = [d for d in report.disagreements if known_gap(d.cell)]
-    assert gap and {d.field for d in gap} <= {"backend", "quant_query", "kernel_block"}
+def test_fixture_holds_the_draft_classes_that_once_differed():
+    """MTP drafts in vision mode on SM90 with an FP8 cache (vLLM selects them as text-only layers)
+    and vLLM's per-layer ("mixed") kernel block where they share a split KV-cache group: both in
+    the fixture, both agreeing above."""
+    recs = load_records(FIXTURE)
+    drafts = [r for r in recs if r["cell"]["cc"] == "9.0" and r["cell"]["multimodal"] and r["cell"]["spec"] == "mtp"
+              and str(r["cell"]["kv_cache"]).startswith("fp8") and not r["error"]]
+    assert any(r["groups"]["draft:sliding_window"]["backend"] == "FLASHINFER" for r in drafts)
+    assert any(g.get("kernel_block") == "mixed" and g.get("mixed") for r in recs for g in r["groups"].values())

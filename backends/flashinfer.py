@@ -62,6 +62,12 @@ class _Plan:
     shape: str | None = None
 
 
+def workspace_bytes(head_size: int) -> int:
+    """FlashInfer's float workspace holds the split-KV partial outputs (q heads x tokens x head x fp32):
+    256 MiB overflowed for one 4,096-token prompt at head 512 (bench/results/h200/perf_objective/perf.log)."""
+    return (256 << 20) if head_size <= 256 else (1 << 30)
+
+
 class FlashInferBackend(AttentionBackend):
     name = "FLASHINFER"
 
@@ -111,8 +117,8 @@ class FlashInferBackend(AttentionBackend):
         if p is None:  # an eager batch: plan once for the whole group
             p = self._eager
             if p.meta is not meta or p.args != args:
-                if p.call is None:
-                    p.call = fi_kernels.PagedAttention(q.device)
+                if p.call is None:  # head 512 prefill splits need more than 256 MiB (4,096 tokens x 32 heads overflowed)
+                    p.call = fi_kernels.PagedAttention(q.device, workspace_bytes=workspace_bytes(self.group.head_size))
                 p.call.plan(meta.cu_seqlens_q, meta.seqused_k, bt, **args)
                 p.meta, p.args = meta, args
         elif p.args != args:  # a graph runner's metadata: first layer call of its warm-up
@@ -130,7 +136,7 @@ class FlashInferBackend(AttentionBackend):
         cu, used, table = p.host
         bt = kernel_block_table(table, p.kv_block, self.group.kernel_block_size)
         if p.call is None:
-            p.call = fi_kernels.PagedAttention(p.device, graph_batch=used.numel(),
+            p.call = fi_kernels.PagedAttention(p.device, workspace_bytes(self.group.head_size), graph_batch=used.numel(),
                                                graph_pages=bt.numel())
         p.call.plan(cu, used, bt, **p.args)
         shape = p.call.launch_shape()

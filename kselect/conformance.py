@@ -193,6 +193,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="the conformance file; an existing one is merged into (re-run claims replaced)")
     ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time (1..64)")
     ap.add_argument("--platform", default=None, help="the selector's platform for descale/page (default: auto, cpu on --device cpu)")
+    ap.add_argument("--missing", action="store_true",
+                    help="run only the claims the --out file does not hold yet (the rest are kept as they are)")
     args = ap.parse_args(argv)
     if not 1 <= args.jobs <= 64:
         raise KSelectError(f"--jobs {args.jobs}; allowed: 1 to 64")
@@ -216,6 +218,8 @@ def main(argv=None) -> int:
     if os.path.exists(out_path) or os.path.islink(out_path):  # merge: never drop what was measured before
         prev = read_file(out_path, gpu=gpu)
         old = {cid: r.model_dump() for cid, r in prev.claims.items()}
+        if args.missing:
+            ids = [cid for cid in ids if cid not in old]
         print(f"merging into {args.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
     platform = [f"platform={args.platform}"] if args.platform else _platform(args.device)
     runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels

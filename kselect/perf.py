@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
+    ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet")
     args = ap.parse_args(argv)
     from kselect.selector.files import safe_name
 
@@ -291,6 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv))
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
     reps = args.reps or (3 if args.device == "cpu" else 10)
+    have: set[str] = set()
+    if args.missing and out.exists():
+        old = perfdata.load(out.stem, out.parent)
+        have = set(old.entries) if old else set()
+    todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) not in have] for t in ts}
+    ts = [t for t in ts if todo[t]]
+    if args.missing:
+        print(f"--missing: {sum(map(len, todo.values()))} buckets of {len(ts)} targets not in {out}", flush=True)
     print(f"{len(ts)} targets x {len(grid)} buckets from {conf}", flush=True)
     t0 = time.monotonic()
     if args.warm_jobs > 0 and args.device != "cpu":
@@ -310,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         build = be.kernel_build or t.path
         entries = {}
-        for phase, b, c in grid:
+        for phase, b, c in todo[t]:
             try:
                 ms, graph = time_bucket(be, t, phase, b, c, args.device, reps)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
@@ -329,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
             perfdata.merge_write(out, header, entries)
     print(f"wrote {out} ({time.monotonic() - t0:.0f} s)", flush=True)
     return 0
+
+
+def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
+    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv)
 
 
 def _git_commit() -> str:

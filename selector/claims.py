@@ -39,6 +39,37 @@ def selection_claims(platform_overrides: list[str]) -> set[str]:
     return out
 
 
+def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("vllm_0_33_0",),
+                     blocks: tuple[int | None, ...] = (None, 64, 128)) -> set[str]:
+    """Claims an objective (selector/objective.py) may rely on: every combination of implemented
+    per-group backends, FA3 included, at the combination's own cache block and at the larger blocks
+    a prefill kernel may ask for (objective.relayout). The 31B full group's head-512 pages of 32
+    (d512:page32) come from here: vLLM's own choice never pins TRITON_ATTN or FLASHINFER there."""
+    from .objective import choices, fa_pin, pinned  # noqa: PLC0415 - objective imports resolve
+    from .rulebook import rulebook  # noqa: PLC0415
+
+    out: set[str] = set()
+    names = [n for n in IMPLEMENTED if n != "TORCH_REFERENCE"]
+    for model, kv, r in itertools.product(MODELS, ("auto", "fp8"), rules):
+        try:
+            cfg = compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"rules={r}", "overlay=[]"])
+            book = rulebook(cfg)
+            kinds = [g.kind for g in resolve(cfg, book).groups if not g.draft]
+        except SelectionError:
+            continue
+        for combo in itertools.product(*(choices(cfg, names) for _ in kinds)):
+            version = fa_pin(combo)
+            if version == "mixed":
+                continue
+            for block in blocks:
+                try:
+                    sel = resolve(pinned(cfg, {k: n for k, (n, _) in zip(kinds, combo)}, block, version), book)
+                except SelectionError:
+                    continue
+                out |= {c.claim for g in sel.groups for c in g.claims}
+    return out
+
+
 def declared_claims(platform_overrides: list[str], heads=(256, 512)) -> set[str]:
     cfg = compose(platform_overrides)
     p = cfg.platform
@@ -107,7 +138,7 @@ def _compose(overrides: tuple[str, ...]):
 
 
 def main(argv: list[str]) -> int:
-    claims = selection_claims(argv) | declared_claims(argv)
+    claims = selection_claims(argv) | declared_claims(argv) | objective_claims(argv)
     print("\n".join(sorted(claims)))
     return 0
 
@@ -121,7 +152,7 @@ def cli() -> None:
     run_app("claims", task, doc=__doc__, config_dir=CONF_DIR, config_name="config")
 
 
-__all__ = ["claim_runs", "claims_for", "declared_claims", "selection_claims"]
+__all__ = ["claim_runs", "claims_for", "declared_claims", "objective_claims", "selection_claims"]
 
 if __name__ == "__main__":
     cli()

@@ -21,6 +21,7 @@ when every group has a verified, measured FP8 path.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 
@@ -71,6 +72,7 @@ class Search:
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
     unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
     scored: list[tuple[float, tuple, Selection]] = field(default_factory=list)
+    refused_blocks: set[int] = field(default_factory=set)  # kv blocks of prefill kernels refused for layout
 
     def out(self, kind: str, name: str, why: str) -> None:
         self.left_out.setdefault(kind, {}).setdefault(name, why)
@@ -108,12 +110,40 @@ def with_objective(cfg: KSelectConfig, name: str) -> KSelectConfig:
     return cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"name": name})})
 
 
-def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None) -> KSelectConfig:
-    att = cfg.attention.model_copy(update={"backend_per_kind": {**cfg.attention.backend_per_kind, **kinds}})
+def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None, fa_version: int | None = None) -> KSelectConfig:
+    """cfg with per-group backend pins (and a global FlashAttention version, as vLLM's
+    attention_config.flash_attn_version: head-512 layers are still upgraded to FA4 by the rules)."""
+    att = {"backend_per_kind": {**cfg.attention.backend_per_kind, **kinds}}
+    if fa_version is not None:
+        att["flash_attn_version"] = fa_version
+    att = cfg.attention.model_copy(update=att)
     upd = {"attention": att, "objective": cfg.objective.model_copy(update={"name": "vllm"})}
     if block is not None:
         upd["kv_cache"] = cfg.kv_cache.model_copy(update={"block_size": block})
     return cfg.model_copy(update=upd)
+
+
+def choices(cfg: KSelectConfig, priority: list[str]) -> list[tuple[str, int | None]]:
+    """Per-group candidates: vLLM's priority list, plus FlashAttention 3 where the user did not pin a
+    version and FA3 is installed. vLLM's attention_config.flash_attn_version=3 is a valid pin for
+    Gemma-4 (only head-512 layers are then upgraded to FA4); without it, the Gemma-4 rule forces FA4
+    on every layer of a bf16 model, so FA3 would never be measured against the others."""
+    out = [(n, None) for n in priority]
+    if "FLASH_ATTN" in priority and cfg.attention.flash_attn_version is None and cfg.platform.packages.fa3:
+        out.insert(priority.index("FLASH_ATTN") + 1, ("FLASH_ATTN", 3))
+    return out
+
+
+def fa_pin(combo) -> int | str | None:
+    """The global FlashAttention version a combination needs: 3 when a group picks FA3; "mixed" when
+    another group picks FLASH_ATTN at vLLM's default version (not expressible as one setting)."""
+    versions = {v for n, v in combo if n == "FLASH_ATTN"}
+    return "mixed" if versions == {None, 3} else 3 if 3 in versions else None
+
+
+def rank(priority: list[str], choice: tuple[str, int | None]) -> float:
+    """vLLM's priority order; FA3 right after vLLM's own FlashAttention version (ties keep vLLM's)."""
+    return priority.index(choice[0]) + (0.5 if choice[1] else 0.0)
 
 
 def search(cfg: KSelectConfig, book: RuleBook) -> Search:
@@ -126,10 +156,14 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
     user_pinned = cfg.attention.backend != "auto"
     free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]
     s = Search(cfg, perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None, priority, kinds, free)
-    for combo in itertools.product(*(priority for _ in free)):
-        pins = dict(zip(free, combo))
+    seen: set[tuple] = set()
+    for combo in itertools.product(*(choices(cfg, priority) for _ in free)):
+        pins = {k: n for k, (n, _) in zip(free, combo)}
+        version = fa_pin(combo)
+        if version == "mixed":
+            continue  # one global FlashAttention version: FA3 and vLLM's default version cannot both be pinned
         try:
-            sel = resolve(pinned(cfg, pins), book) if pins else faithful
+            sel = resolve(pinned(cfg, pins, fa_version=version), book) if pins else faithful
         except SelectionError as e:
             for k, n in pins.items():
                 if n in e.rejected or f"for the {k} group" in str(e):
@@ -149,8 +183,10 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
                 ok = False
                 continue
             figs[g.kind] = (f.ms, len(g.layers), label(g))
-        if ok:
-            s.scored.append((figs, tuple(priority.index(n) for n in combo), sel))
+        labels = tuple(label(g) for g in sel.groups if not g.draft)
+        if ok and labels not in seen:  # an FA3 pin that the rules upgrade to FA4 everywhere is a duplicate
+            seen.add(labels)
+            s.scored.append((figs, tuple(rank(priority, c) for c in combo), sel))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
     # step total (layers x ms) decides, and equal totals go to vLLM's priority order
     best: dict[str, float] = {}
@@ -175,7 +211,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         sel_warnings.append(ObjectiveWarning(code="objective_kept_vllm", group=MODEL_GROUP, objective=obj, gpu=where))
         chosen = faithful
     else:
-        chosen = s.scored[0][2]
+        chosen = relayout(cfg, book, s, s.scored[0][2], notes)
     groups = []
     for g in chosen.groups:
         if g.draft or g.kind not in s.free:
@@ -233,14 +269,23 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
     """The prefill backend of group g over g's cache layout (same KV block and dtype)."""
     obj = cfg.objective.name
     pins = {x.kind: x.backend for x in chosen.groups if not x.draft and x.kind in s.free}
-    cands: list[tuple[float, int, GroupSelection, Figure]] = []
-    for rank, name in enumerate(s.priority):
+    cands: list[tuple[float, float, GroupSelection, Figure]] = []
+    tried: set[str] = set()
+    for name, version in choices(cfg, s.priority):
+        others = {x.flash_attn_version for x in chosen.groups if not x.draft and x.kind != g.kind and x.backend == "FLASH_ATTN"}
+        glob = version if version else (3 if 3 in others and name != "FLASH_ATTN" else None)
         try:
-            sel = resolve(pinned(cfg, {**pins, g.kind: name}, chosen.block_size), book)
-        except SelectionError:
-            continue  # not valid for this group: already said for decode
+            sel = resolve(pinned(cfg, {**pins, g.kind: name}, chosen.block_size, fa_version=glob), book)
+        except SelectionError:  # not valid at this cache block: remember the block it wants (relayout)
+            with contextlib.suppress(SelectionError):
+                s.refused_blocks.add(resolve(pinned(cfg, {**pins, g.kind: name}, None, fa_version=glob), book).block_size)
+            continue
         p = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
+        if label(p) in tried:
+            continue
+        tried.add(label(p))
         if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
+            s.refused_blocks.add(p.kv_block_size)
             s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
                   f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
             continue
@@ -251,7 +296,7 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
             s.no_data(p, "prefill")
             continue
         same = 0 if label(p) == label(g) else 1
-        cands.append((f.ms, same * 1000 + rank, p, f))
+        cands.append((f.ms, same * 1000 + rank(s.priority, (name, version)), p, f))
     if not cands or not cfg.objective.per_phase:
         f = figure(s.data, g, cfg, "prefill")
         why = "per_phase off: prefill on the decode backend" if cands else "no verified, measured prefill alternative: the decode backend"
@@ -268,6 +313,51 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
                        runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why)
     clean = p.model_copy(update={"measured": (), "prefill": None})
     return clean, ev
+
+
+def _prefill_total(cfg, book, s: Search, sel: Selection) -> tuple[float, set[int]]:
+    """Step total (layers x ms) of the fastest prefill over sel's cache layout, and the kv blocks
+    of faster kernels that layout refused; side-effect free (a scratch Search)."""
+    scratch = Search(s.cfg, s.data, s.priority, s.kinds, s.free)
+    total = 0.0
+    for g in (x for x in sel.groups if not x.draft and x.kind in s.free):
+        _, ev = _prefill(cfg, book, scratch, sel, g, g)
+        total += ev.chosen.ms * len(g.layers) if ev.chosen else float("inf")
+    return total, scratch.refused_blocks
+
+
+def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selection:
+    """The decode choice fixes the kernels, not the cache block: where a prefill kernel was refused
+    only because it reads another kv block, resolve the same decode kernels at a block that gives it
+    that layout. Kept when
+    every group still resolves to the same, verified decode kernels (measured decode figures do not
+    depend on the page) and the prefill step total drops by more than `tie`."""
+    if not cfg.objective.per_phase:
+        return chosen
+    best, blocks = _prefill_total(cfg, book, s, chosen)
+    first, note = chosen.block_size, ""
+    free = [x for x in chosen.groups if not x.draft and x.kind in s.free]
+    pins = {x.kind: x.backend for x in free}
+    version = 3 if any(x.backend == "FLASH_ATTN" and x.flash_attn_version == 3 for x in free) else None
+    want = [(x.kind, label(x)) for x in chosen.groups if not x.draft]
+    # the refused kernel's own cache block, and multiples: page unification may give this group a
+    # smaller kv block than the cache block (a group with smaller pages per token)
+    for block in sorted({b * m for b in blocks for m in (1, 2, 4) if b * m <= 512} - {chosen.block_size}):
+        try:
+            alt = resolve(pinned(cfg, pins, block, version), book)
+        except SelectionError:
+            continue
+        if [(x.kind, label(x)) for x in alt.groups if not x.draft] != want or not all(
+                verified(x) for x in alt.groups if not x.draft and x.kind in s.free):
+            continue
+        total, _ = _prefill_total(cfg, book, s, alt)
+        if total < best * (1 - cfg.objective.tie):
+            note = (f"cache block {chosen.block_size} -> {alt.block_size}: the same decode kernels over this block let a "
+                    f"faster prefill kernel read the decode cache (prefill step, all layers: {best:.4g} -> {total:.4g} ms)")
+            chosen, best = alt, total
+    if chosen.block_size != first:
+        notes.append(note)
+    return chosen
 
 
 def _claim_errors(sel: Selection) -> str:

@@ -41,7 +41,7 @@ def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None
     ref = _vllm_book(conf_dir)
     tried: list[str] = []
     for pins in _candidate_pins(cfg, targets):
-        got = _resolve_as_vllm(cfg, ref, pins)
+        got = _resolve_as_vllm(cfg, ref, pins, e.get("user_block_size"))
         if isinstance(got, str):
             tried.append(f"{_describe(pins)}: {got}")
             continue
@@ -97,13 +97,17 @@ def _vllm_book(conf_dir) -> dict:
     return {k: raw[k] for k in ("rules", "capabilities", "ruleset")}
 
 
-def _resolve_as_vllm(cfg: KSelectConfig, ref: dict, pins: AttentionPins) -> Selection | str:
+def _resolve_as_vllm(cfg: KSelectConfig, ref: dict, pins: AttentionPins, block: int | None = None) -> Selection | str:
+    """block: the selection's own --block-size (a user's, or one an objective chose for a prefill kernel)."""
     from .resolve import resolve  # noqa: PLC0415
 
     data = cfg.model_dump(by_alias=True)
     data.update(ref)
     data["overlays"], data["overlay_bases"], data["overlay_relations"] = {}, {}, {}
     data["attention"] = pins.model_dump()
+    data["objective"] = {**data["objective"], "name": "vllm"}  # vLLM runs its own rules: no measured choice
+    if block is not None:
+        data["kv_cache"] = {**data["kv_cache"], "block_size": block}
     if data["spec_decode"]["copy_target_kv_scales"] is not None:
         data["spec_decode"]["copy_target_kv_scales"] = None  # vLLM has no such switch
     try:

@@ -54,9 +54,14 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # same-run baselines: one backend for every group
               "pin_triton": [SEED, "attention.backend=TRITON_ATTN"],
               "pin_flashinfer": [SEED, "attention.backend=FLASHINFER"], "pin_fa": [SEED, "attention.backend=FLASH_ATTN"],
+              "pin_fa3": [SEED, "attention.backend=FLASH_ATTN", "attention.flash_attn_version=3"],
+              "pin_fa4": [SEED, "attention.backend=FLASH_ATTN", "attention.flash_attn_version=4"],
+              # objective=vllm under --rules (the same rules as the objectives'): vLLM's own choice
+              "vllm": [SEED],
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
               "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
+OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"
 
@@ -231,11 +236,34 @@ def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
         steps = r.decode_tokens // b
     p, d = statistics.median(pre), statistics.median(dec)
     out = dict(prefill_tok_s=r.prompt_tokens / p, decode_tok_s=b * steps / d, prefill_ms=p * 1e3,
+               decode_tok_s_reps=[round(b * steps / x, 2) for x in dec],
                decode_ms_per_step=d / steps * 1e3, decode_steps=steps, reps=reps, warmup_s=round(warm_s, 2),
                cuda_graphs=r.cuda_graphs, notes=r.notes, kv_cache_gib=round(eng.cache.bytes() / 2**30, 3))
     del eng
     free()
     return out
+
+
+def time_prefill(model, groups, prompt: list[int], reps: int, chunk: int | None = None) -> dict:
+    """One prompt's prefill (B1), whole or in chunks of `chunk` tokens (Engine max_step_tokens)."""
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False, max_step_tokens=chunk)
+    eng.generate([prompt], 1, stop_at_eos=False)  # warm-up: kernel compiles
+    ts = [eng.generate([prompt], 1, stop_at_eos=False).prefill_s for _ in range(reps)]
+    p = statistics.median(ts)
+    del eng
+    free()
+    return dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, reps=reps, chunk=chunk)
+
+
+def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
+    """Device ms per eager B1 decode step by kernel category (bench/gemma4/fusion.py's profile): the
+    attention share is what `kselect explain` predicts from conf/perf."""
+    from fusion import profile_decode  # noqa: PLC0415 - fusion imports this module
+
+    r = profile_decode(model, groups, prompt, steps, model.args.num_hidden_layers)
+    return dict(attention_ms_per_step=r["ms_per_step"]["attention"], kernel_ms_per_step=r["kernel_ms_per_step"],
+                kernels_per_step=r["kernels_per_step"], ms_per_step=r["ms_per_step"], steps=steps,
+                context=len(prompt))
 
 
 @contextlib.contextmanager
@@ -335,12 +363,73 @@ class Report:
     def __init__(self, out: Path, env: dict, opts: dict):
         self.out = out
         self.data = dict(environment=env, options=opts, ceilings={}, presets={}, selections=[], runs=[], hf=[],
-                         skipped=[], errors=[])
+                         prefills=[], profiles=[], skipped=[], errors=[])
         out.mkdir(parents=True, exist_ok=True)
 
     def save(self):
         atomic_write((self.out / "e2e.json"), json.dumps(self.data, indent=1, default=str))
         atomic_write((self.out / "e2e.md"), render_md(self.data))
+
+
+def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
+    """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
+    single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
+    same groups were measured once (same_as): the table follows that link and says so."""
+    rows = {(s["preset"], s["selection"], s["kv"]): s for s in d["selections"]}
+
+    def measured_as(preset, sel, kv):
+        s = rows.get((preset, sel, kv))
+        if s is None or s.get("error"):
+            return None
+        if s.get("same_as"):
+            sel2, kv2 = s["same_as"].rsplit(" kv=", 1)
+            return sel2, kv2
+        return sel, kv
+
+    def value(preset, key, metric):
+        sel, kv = key
+        if metric.startswith("decode"):
+            b = int(metric.split("B")[1])
+            r = [x for x in d["runs"] if (x["preset"], x["selection"], x["kv"], x["batch"]) == (preset, sel, kv, b)]
+            return r[0].get("decode_tok_s") if r else None
+        if metric == "prefill B1 x prompt-len":
+            r = [x for x in d["runs"] if (x["preset"], x["selection"], x["kv"], x["batch"]) == (preset, sel, kv, 1)]
+            return r[0].get("prefill_tok_s") if r else None
+        n = int(metric.split()[-1])
+        r = [x for x in d.get("prefills", []) if (x["preset"], x["selection"], x["kv"], x["prompt_len"], x.get("chunk"))
+             == (preset, sel, kv, n, None)]
+        return r[0].get("prefill_tok_s") if r else None
+
+    out = []
+    metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len"]
+               + [f"prefill B1 x {n}" for n in sorted({r["prompt_len"] for r in d.get("prefills", []) if not r.get("chunk")})])
+    for preset, kv in dict.fromkeys((s["preset"], s["kv"]) for s in d["selections"]):
+        base = measured_as(preset, "vllm", kv)
+        pins = {s["selection"]: measured_as(preset, s["selection"], kv) for s in d["selections"]
+                if s["preset"] == preset and s["kv"] == kv and s["selection"].startswith("pin_")}
+        for obj in OBJECTIVES:
+            key = measured_as(preset, obj, kv)
+            if key is None or base is None:
+                continue
+            for m in metrics:
+                v, vb = value(preset, key, m), value(preset, base, m)
+                if v is None or vb is None:
+                    continue
+                pv = {n: value(preset, k, m) for n, k in pins.items() if k is not None}
+                pv = {n: x for n, x in pv.items() if x is not None}
+                best = max(pv, key=pv.get) if pv else None
+                t = dict(preset=preset, kv=kv, metric=m, objective=obj, value=v, vllm=vb, vs_vllm=v / vb,
+                         best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None)
+                if key == base:
+                    t["verdict"] = "same kernels as vllm (no gain claimed)"
+                else:
+                    faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" if v >= vb * (1 - noise) \
+                        else "SLOWER than vllm"
+                    pin = "" if not best else (f"; >= best pin ({best})" if v >= pv[best] * (1 - noise)
+                                               else f"; SLOWER than {best}")
+                    t["verdict"] = faster + pin
+                out.append(t)
+    return out
 
 
 def _f(x, fmt=",.0f"):
@@ -408,11 +497,75 @@ def render_md(d: dict) -> str:
             f"{n}: max rel err {_f(c.get('max_rel_err'), '.2e')} (bar {_f(c.get('tolerance'), 'g')}, {c.get('verdict')}, "
             f"argmax agree {_f(c.get('argmax_agree'), '.2f')})" if "max_rel_err" in c else f"{n}: {c.get('error')}"
             for n, c in checks)]
+    if d.get("prefills"):
+        L += ["", "## Prefill, batch 1 (one prompt; chunk = Engine max_step_tokens, whole = one step)", "",
+              "| preset | selection | kv | prompt | chunk | prefill tok/s | ms | note |", "|---|---|---|---|---|---|---|---|"]
+        for r in d["prefills"]:
+            L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r['prompt_len']} | {r.get('chunk') or 'whole'} | "
+                     f"{_f(r.get('prefill_tok_s'))} | {_f(r.get('prefill_ms'), '.1f')} | {r.get('error', '')} |")
+    if d.get("profiles"):
+        L += ["", "## B1 decode step profile (eager steps, torch.profiler; ms per step by kernel category)", "",
+              "| preset | selection | kv | context | attention ms | kernel ms | kernels/step | note |", "|---|---|---|---|---|---|---|---|"]
+        for r in d["profiles"]:
+            L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r.get('context', '')} | "
+                     f"{_f(r.get('attention_ms_per_step'), '.3f')} | {_f(r.get('kernel_ms_per_step'), '.2f')} | "
+                     f"{_f(r.get('kernels_per_step'))} | {r.get('error', '')} |")
+    table = objective_table(d)
+    if table:
+        L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",
+              "Higher is better (tok/s). `same kernels as vllm`: the objective resolved to vLLM's own groups, "
+              "so no gain is claimed; ratios within ~2% are run-to-run noise.", "",
+              "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for t in table:
+            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']} | {_f(t['vllm'], ',.1f')} | {t['objective']} | "
+                     f"{_f(t['value'], ',.1f')} | {_f(t.get('vs_vllm'), '.3f')} | {t.get('best_pin') or ''} | "
+                     f"{_f(t.get('best_pin_value'), ',.1f')} | {_f(t.get('vs_best_pin'), '.3f')} | {t['verdict']} |")
     if d["skipped"]:
         L += ["", "Skipped (time budget): " + ", ".join(d["skipped"])]
     if d["errors"]:
         L += ["", "Errors: " + "; ".join(d["errors"])]
     return "\n".join(L) + "\n"
+
+
+def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
+    """B1 prefill of --prefill-lens prompts per selection, the chunk sweep, attention profiles."""
+    longs = {n: torch.randint(3, args.vocab_size, (n,), generator=gen).tolist() for n in opts.prefill_lens}
+    for row, groups in todo:
+        sname = row["selection"]
+        chunks = [None] + ([c for c in opts.chunk_sweep] if sname in opts.chunk_selections else [])
+        for n, prompt in longs.items():
+            for c in chunks:
+                if c is not None and c >= n:
+                    continue
+                r = dict(preset=preset, selection=sname, kv=row["kv"], prompt_len=n, chunk=c)
+                if left() < 15:
+                    rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} prefill {n} chunk {c}")
+                    continue
+                try:
+                    r.update(time_prefill(model, groups, prompt, opts.reps, c))
+                    log(f"{preset} {sname} kv={row['kv']} prefill {n} (chunk {c or 'whole'}): {r['prefill_tok_s']:,.0f} tok/s")
+                except Exception as e:  # noqa: BLE001
+                    r["error"] = first_line(e)
+                    log(f"{preset} {sname} kv={row['kv']} prefill {n} chunk {c}: FAILED {r['error']}")
+                    free()
+                rep.data["prefills"].append(r)
+                rep.save()
+        if sname in opts.profile_selections and model.device.type == "cuda":
+            if left() < 20:
+                rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} profile")
+                continue
+            p = dict(preset=preset, selection=sname, kv=row["kv"])
+            try:
+                prompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
+                p.update(profile_attention(model, groups, prompt, 8))
+                log(f"{preset} {sname} kv={row['kv']} profile: attention {p['attention_ms_per_step']:.3f} ms/step "
+                    f"of {p['kernel_ms_per_step']:.2f}")
+            except Exception as e:  # noqa: BLE001
+                p["error"] = first_line(e)
+                free()
+            rep.data["profiles"].append(p)
+            rep.save()
 
 
 # ---------------------------------------------------------------------------- main
@@ -437,6 +590,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-cuda-graphs", action="store_true")
+    ap.add_argument("--rules", default=SEED.removeprefix("rules="),
+                    help="rules for every selection (vllm_0_33_0: vLLM 0.33.0, the default rules of kselect)")
+    ap.add_argument("--no-numerics", action="store_true", help="skip the per-call numerics check (conformance has it)")
+    ap.add_argument("--prefill-lens", type=int, nargs="*", default=[],
+                    help="also time B1 prefill of one prompt of each of these lengths, per selection")
+    ap.add_argument("--chunk-sweep", type=int, nargs="*", default=[],
+                    help="prefill chunk sizes (Engine max_step_tokens) timed for each --prefill-lens prompt")
+    ap.add_argument("--chunk-selections", nargs="*", default=["vllm", "latency"])
+    ap.add_argument("--skip", nargs="*", default=[], help="selection:kv pairs not to run (e.g. pin_triton:auto)")
+    ap.add_argument("--profile-selections", nargs="*", default=[],
+                    help="profile B1 eager decode steps (attention ms per step) for these selections")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
     if opts.smoke:
@@ -502,10 +666,13 @@ def main(argv: list[str]) -> int:
         ref_groups = None
         for sname in opts.selections:
             for kv in opts.kv:
+                if f"{sname}:{kv}" in opts.skip:
+                    continue
                 row = dict(preset=preset, selection=sname, kv=kv)
                 rep.data["selections"].append(row)
                 try:
-                    _, sel = select(base + [f"kv_cache={kv}", *SELECTIONS[sname]])
+                    over = [f"rules={opts.rules}" if o == SEED else o for o in SELECTIONS[sname]]
+                    _, sel = select(base + [f"kv_cache={kv}", *over])
                     groups = model_groups(sel)
                 except Exception as e:  # noqa: BLE001
                     row["error"] = first_line(e)
@@ -524,6 +691,8 @@ def main(argv: list[str]) -> int:
                     continue
                 distinct[sig] = row
                 todo.append((row, groups))
+                if opts.no_numerics:
+                    continue
                 if left() < 20:
                     rep.data["skipped"].append(f"{preset} {sname} kv={kv} numerics")
                     rep.save()
@@ -555,7 +724,9 @@ def main(argv: list[str]) -> int:
             rep.save()
 
         # 3. throughput, by batch (so every selection gets the small batches before any big one)
-        for b in batches:
+        for bi, b in enumerate(batches):
+            if bi == 1:  # after B1 of every selection: long prefill, chunk sweep, profiles
+                extras(opts, rep, preset, model, todo, args, g, left, log)
             for row, groups in todo:
                 run = dict(preset=preset, selection=row["selection"], kv=row["kv"], batch=b,
                            prompt_len=opts.prompt_len, new_tokens=opts.new,
@@ -574,6 +745,8 @@ def main(argv: list[str]) -> int:
                     free()
                 rep.data["runs"].append(run)
                 rep.save()
+            if len(batches) == 1:
+                extras(opts, rep, preset, model, todo, args, g, left, log)
             if hf is not None:
                 h = dict(preset=preset, batch=b, prompt_len=opts.prompt_len)
                 if left() < 15:
@@ -592,6 +765,7 @@ def main(argv: list[str]) -> int:
         del hf, model
         free()
         log(f"{preset}: done, model freed")
+    rep.data["objective_table"] = objective_table(rep.data)
     rep.data["total_s"] = round(time.perf_counter() - t0, 1)
     rep.save()
     log(f"done -> {opts.out}/e2e.json, e2e.md")

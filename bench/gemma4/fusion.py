@@ -46,10 +46,10 @@ def category(name: str) -> str:
     n = name.lower()
     if n.startswith("memcpy") or n.startswith("memset"):
         return "copies"
+    if any(k in n for k in ("attn", "flash", "paged", "fmha", "flashinfer", "_merge")):  # before gemm: FA4's
+        return "attention"  # CuTe-DSL kernel names contain "cutlass"
     if any(k in n for k in ("gemm", "gemv", "xmma", "cutlass", "cublas", "splitk", "nvjet", "wgmma")):
         return "gemm"
-    if any(k in n for k in ("attn", "flash", "paged", "fmha", "flashinfer", "_merge")):
-        return "attention"
     if "norm" in n or "reduce" in n:  # our norm kernels; the unfused norm's mean is a reduce kernel
         return "norm"
     return "elementwise"

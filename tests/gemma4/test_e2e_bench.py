@@ -79,6 +79,34 @@ def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
     assert {r["kv"] for r in d["runs"]} == {"auto", "fp8"}  # both still measured
 
 
+def test_objective_table_compares_same_run_and_names_identical_selections():
+    e2e = _load("bench/gemma4/e2e.py")
+    sel = lambda name, kv, **kw: dict(preset="m", selection=name, kv=kv, **kw)  # noqa: E731
+    run = lambda name, kv, b, dec, pre: dict(preset="m", selection=name, kv=kv, batch=b, decode_tok_s=dec,  # noqa: E731
+                                             prefill_tok_s=pre)
+    d = dict(selections=[sel("vllm", "auto"), sel("latency", "auto"), sel("pin_triton", "auto"),
+                         sel("pin_fa", "auto", same_as="vllm kv=auto"), sel("pin_flashinfer", "auto", error="no kernel"),
+                         sel("vllm", "fp8"), sel("latency", "fp8", same_as="vllm kv=fp8"), sel("pin_triton", "fp8")],
+             runs=[run("vllm", "auto", 1, 50.0, 9000.0), run("latency", "auto", 1, 58.0, 9100.0),
+                   run("pin_triton", "auto", 1, 57.0, 7000.0), run("vllm", "fp8", 1, 55.0, 8000.0),
+                   run("pin_triton", "fp8", 1, 56.0, 8100.0)],
+             prefills=[dict(preset="m", selection="vllm", kv="auto", prompt_len=4096, chunk=None, prefill_tok_s=8000.0),
+                       dict(preset="m", selection="latency", kv="auto", prompt_len=4096, chunk=None, prefill_tok_s=7000.0),
+                       dict(preset="m", selection="latency", kv="auto", prompt_len=4096, chunk=512, prefill_tok_s=9999.0)])
+    t = {(r["kv"], r["metric"]): r for r in e2e.objective_table(d)}
+    dec = t[("auto", "decode B1")]
+    assert dec["best_pin"] == "pin_triton" and dec["vs_vllm"] == pytest.approx(58 / 50)  # pin_fa is vllm's run
+    assert dec["verdict"] == "faster than vllm; >= best pin (pin_triton)"
+    # chunked runs are not the whole prefill; pin_fa ran as vllm (same_as) and is the best pin here
+    assert t[("auto", "prefill B1 x 4096")]["verdict"] == "SLOWER than vllm; SLOWER than pin_fa"
+    assert t[("auto", "prefill B1 x prompt-len")]["verdict"] == "within noise of vllm; >= best pin (pin_fa)"
+    # an objective that resolved to vLLM's own groups claims no gain, even where a pin is faster
+    assert t[("fp8", "decode B1")]["verdict"] == "same kernels as vllm (no gain claimed)"
+    assert "## Objectives vs objective=vllm" in e2e.render_md(dict(
+        d, environment=dict(command="x", git_commit="abc", torch="t", date="d"), hf=[], presets={}, skipped=[], errors=[],
+        ceilings={}, options=dict(prompt_len=1, new=1, hf_new=1, reps=1, capacity_gib=1)))
+
+
 def test_e2e_capacity_counts_only_kv_producing_layers():
     e2e = _load("bench/gemma4/e2e.py")
     from kselect.gemma4.config import Gemma4Args

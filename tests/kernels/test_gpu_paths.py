@@ -59,6 +59,9 @@ PATHS = {
     "tfa_fp8_qkv_d256_window": ("TRITON_FLASH_ATTN", 3, 256, "fp8_e4m3", "q_k_v", 64, 511, 8, 4, True),
     "tfa_fp8kv_d512_page64": ("TRITON_FLASH_ATTN", 4, 512, "fp8_e4m3", "kv_dequant", 64, -1, 8, 1, True),
     "tfa_bf16_d256_window": ("TRITON_FLASH_ATTN", 4, 256, "bfloat16", "none", 16, 511, 8, 4, True),
+    # vLLM selects TRITON_FLASHINFER on SM10x only; its code (Triton with spans, FlashInfer otherwise)
+    # runs on any GPU FlashInfer supports, 64-token kernel blocks as vLLM gives it
+    "tfi_bf16_d256_window": ("TRITON_FLASHINFER", None, 256, "bfloat16", "none", 64, 511, 8, 4, False),
 }
 # Image spans per mode (absolute [start, end)): one longer than the 512-token window, one cut by the
 # chunk start, one running past the cache end (clipped), a text-only sequence
@@ -71,7 +74,7 @@ FA3_BUILD = {p: "upstream" if p.startswith("fa3up") else "vllm" for p in PATHS i
 MM_PATHS = ["fa3_bf16_d256_window", "fa3_fp8_qkv_d256_window", "fa3up_bf16_d256_window", "fa3up_fp8_qkv_d256_window",
             "fa4_bf16_d256_window", "fa4fork_bf16_d512",
             "fa4fork_fp8kv_d512_page64", "triton_bf16_d256_window", "triton_fp8_d512",
-            "tfa_fp8_qkv_d256_window", "tfa_fp8kv_d512_page64", "tfa_bf16_d256_window"]
+            "tfa_fp8_qkv_d256_window", "tfa_fp8kv_d512_page64", "tfa_bf16_d256_window", "tfi_bf16_d256_window"]
 Q_SCALE = 0.05
 
 

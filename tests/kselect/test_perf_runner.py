@@ -62,3 +62,15 @@ def test_a_perf_file_whose_key_lies_is_refused(tmp_path):
     (tmp_path / "g.yaml").write_text(yaml.safe_dump({"gpu": "g", "entries": {"wrong": e.model_dump(mode="json")}}))
     with pytest.raises(ConfigError, match="the entry's own bucket id"):
         perf.load("g", tmp_path)
+
+
+def test_missing_times_only_the_buckets_the_file_lacks(tmp_path, conformance_file, capsys):
+    out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "")
+    first = perf.load("fake", out.parent).entries
+    capsys.readouterr()
+    run(tmp_path, conformance_file, "--decode", "1x32,2x32", "--prefill", "", "--missing")
+    log = capsys.readouterr().out
+    assert "--missing: 2 buckets of 2 targets" in log
+    assert "decode:b1:c32" not in log  # already measured: not timed again
+    data = perf.load("fake", out.parent).entries
+    assert len(data) == 4 and all(data[k] == first[k] for k in first)  # the old entries are kept as they were

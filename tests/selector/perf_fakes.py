@@ -14,8 +14,8 @@ PATHS = ("FLASH_ATTN_v4", "FLASHINFER", "TRITON_ATTN")
 FEATURES = ("causal", "window", "page16", "page32", "page64")
 
 
-def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=()):
-    claims = {}
+def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=(), extra=None):
+    claims = {cid: {"status": st, "rel_err": 0.002} for cid, st in (extra or {}).items()}
     for path, dt, head, feat in itertools.product(PATHS, ("bf16", "fp8"), (256, 512), FEATURES):
         cid = f"{path}:{dt}:d{head}:{feat}"
         if any(cid.startswith(u) for u in unverified):

@@ -12,7 +12,7 @@ from kselect.selector.api import compose
 from kselect.selector.render import render
 from kselect.selector.resolve import resolve
 
-from perf_fakes import GPU, entry as E, write_conformance, write_perf
+from perf_fakes import FEATURES, GPU, entry as E, write_conformance, write_perf
 
 BASE = ["rules=post_pr52987", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]  # the seed's rules
 # sliding decode: FLASHINFER and TRITON_ATTN within 3% (a tie); full decode: TRITON_ATTN fastest but unverified
@@ -205,3 +205,49 @@ def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_
     assert cells["vllm"].group("sliding_window").backend == "FLASH_ATTN" and cells["latency"].group("sliding_window").backend == "FLASHINFER"
     d2 = run_diff(Source("a", a, ()), Source("a", a, (), objective="latency"), spec)
     assert {c.cell.pin for c in d2.changed if c.selection_changed} == {"vllm"}
+
+
+def test_fa3_is_a_candidate_where_vllm_takes_an_fa3_pin(fake_gpu):
+    # bf16 Gemma-4: the rules force FA4 on every layer unless the user pins flash_attn_version=3 (then only
+    # head-512 layers are upgraded). FA3 measured fastest for the sliding group: chosen, as that pin.
+    fa3 = [f"FLASH_ATTN_v3:bf16:d256:{f}" for f in FEATURES]
+    fake_gpu(buckets=[*BUCKETS, E("FLASH_ATTN_v3", 256, "decode", 0.03), E("FLASH_ATTN_v3", 256, "prefill", 0.6)],
+             extra={c: "verified" for c in fa3})
+    sel = run("objective=latency")
+    sw = sel.group("sliding_window")
+    assert (sw.backend, sw.flash_attn_version) == ("FLASH_ATTN", 3) and all(c.status == "verified" for c in sw.claims)
+    dec = {m.phase: m for m in sw.measured}["decode"]
+    assert dec.chosen.bucket.startswith("FLASH_ATTN_v3:bf16:d256") and dec.vllm.backend == "FLASH_ATTN v4"
+    pre = {m.phase: m for m in sw.measured}["prefill"]  # FA4 (0.5 ms) prefills over FA3's cache layout
+    assert pre.backend == "FLASH_ATTN v4" and sw.prefill.flash_attn_version == 4
+    # exported as vLLM's own FA3 pin (resolved under objective=vllm, not re-measured)
+    cmd = export("objective=latency").splitlines()[2]
+    assert '"sliding_window":"FLASH_ATTN"' in cmd and '"flash_attn_version":3' in cmd
+    # not measured / not verified: never chosen (FA3 is unverified in the default fake conformance)
+    fake_gpu(buckets=[*BUCKETS, E("FLASH_ATTN_v3", 256, "decode", 0.03)])
+    assert run("objective=latency").group("sliding_window").flash_attn_version != 3
+    # a user's version pin is respected: no FA3 candidate beside FA4
+    fake_gpu(buckets=[*BUCKETS, E("FLASH_ATTN_v3", 256, "decode", 0.03)], extra={c: "verified" for c in fa3})
+    assert run("objective=latency", "attention.flash_attn_version=4").group("sliding_window").flash_attn_version != 3
+
+
+def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
+    # FP8 (pr48666): FLASHINFER decodes fastest; FA4's FP8 path prefills fastest but needs 64-token kernel
+    # blocks. At the cache block that gives the sliding group 64-token pages, FLASHINFER still decodes
+    # (verified at that page): the block moves and FA4 prefills over the same cache.
+    buckets = [*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"),
+               E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
+               E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")]
+    fake_gpu(buckets=buckets)
+    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    sw = sel.group("sliding_window")
+    assert [g.backend for g in sel.groups] == ["FLASHINFER", "FLASHINFER"] and sel.block_size == 128
+    assert (sw.prefill.backend, sw.prefill.kernel_block_size) == ("FLASH_ATTN", 64)
+    assert (sw.prefill.kv_block_size, sw.prefill.kv_cache_dtype) == (sw.kv_block_size, sw.kv_cache_dtype)
+    assert any(r.startswith("cache block 16 -> 128") for r in sw.reasons)
+    assert "--block-size 128" in export("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    assert all(c.status == "verified" for g in sel.groups for c in g.claims)
+    # FLASHINFER unverified at 64-token pages: the block stays, FlashInfer prefills (never unverified)
+    fake_gpu(buckets=buckets, unverified=("TRITON_ATTN:bf16:d512", "FLASHINFER:fp8:d256:page64"))
+    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    assert sel.block_size == 16 and sel.group("sliding_window").prefill is None

@@ -60,6 +60,21 @@ def test_cli_writes_yaml(tmp_path):
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
 
 
+def test_missing_runs_only_claims_the_file_lacks(tmp_path, capsys):
+    out = tmp_path / "conf.yaml"
+    assert conformance.main(["--claims", "TORCH_REFERENCE:bf16:d64:window", "--gpu-name", "cpu_ci", "--device", "cpu",
+                             "--out", str(out)]) == 0
+    before = yaml.safe_load(out.read_text())["claims"]["TORCH_REFERENCE:bf16:d64:window"]
+    capsys.readouterr()
+    assert conformance.main(["--claims", "TORCH_REFERENCE:bf16:d64:window,TORCH_REFERENCE:bf16:d64:page32",
+                             "--gpu-name", "cpu_ci", "--device", "cpu", "--out", str(out), "--missing"]) == 0
+    log = capsys.readouterr().out
+    assert "[1/1] TORCH_REFERENCE:bf16:d64:page32" in log and "d64:window " not in log.split("merging")[1].split("\n", 1)[1]
+    doc = yaml.safe_load(out.read_text())
+    kept = doc["claims"]["TORCH_REFERENCE:bf16:d64:window"]
+    assert doc["claim_count"] == 2 and {k: kept[k] for k in before} == before  # kept as measured, not re-run
+
+
 def test_families_and_parallel_cli(tmp_path):
     ids = ["TRITON_ATTN:fp32:d64:page32", "TORCH_REFERENCE:bf16:d64:window", "TRITON_ATTN:fp32:d64:causal",
            "FLASHINFER:bf16:d64:causal"]

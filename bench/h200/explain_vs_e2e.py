@@ -1,0 +1,112 @@
+"""Does `kselect explain` (conf/perf figures) match what the engine measured in the same run? (#17)
+
+    python3 bench/h200/explain_vs_e2e.py --e2e OUT/e2e.json --model gemma4_31b --out OUT/explain_31b.md [--platform auto]
+
+Runs the explain view at the e2e run's operating point (B1 decode over --prompt-len cached tokens,
+B1 prefill of --prompt-len and of each --prefill-lens prompt) and sets its figures beside the run's:
+  * attention ms per decode step: explain's step total (layers x ms, per group) of vLLM's choice
+    and of the fastest verified choice vs the profiled attention kernels of a B1 decode step of the
+    `vllm` and `latency` selections (e2e.py --profile-selections), bf16 and FP8;
+  * "is FP8 faster than bf16": explain's attention ratio vs the profiled ratio, and vs the whole
+    decode step (e2e decode ms/step, bf16 - fp8: the attention difference is all that changes).
+A row whose explain choice is not the kernel the run used says so instead of comparing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.append(str(ROOT))
+
+from kselect.selector.api import compose  # noqa: E402
+from kselect.selector.explain import explain, step, to_text  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
+
+KV = (("auto", 0), ("fp8", 1))  # e2e kv name, position in explain's caches (model dtype first)
+
+
+def _pct(a, b):
+    return f"{(a / b - 1) * 100:+.1f}%" if a and b else "n/a"
+
+
+def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
+    preset_runs = [r for r in e2e["runs"] if r["preset"] == model]
+    prompt = e2e["options"]["prompt_len"]
+    ctx = prompt + e2e["options"]["new"] // 2
+    cfg = compose([f"platform={platform}", f"model={model}", "objective=latency", "objective.decode.batch=1",
+                   f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}"])
+    ex = explain(cfg)
+    caches = list(ex["caches"].values())
+    prof = {(p["selection"], p["kv"]): p for p in e2e.get("profiles", []) if p["preset"] == model and not p.get("error")}
+    groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if s["preset"] == model}
+    # selections that resolved to the same groups were measured once: follow e2e.py's same_as link
+    alias = {(s["selection"], s["kv"]): tuple(s["same_as"].rsplit(" kv=", 1)) for s in e2e["selections"]
+             if s["preset"] == model and s.get("same_as")}
+    measured = lambda sel, kv: alias.get((sel, kv), (sel, kv))  # noqa: E731
+    rows = []
+    for kv, i in KV:
+        c = caches[i]
+        for sel, key in (("vllm", "vllm"), ("latency", "best")):
+            want = {r["group"]: r[key]["backend"] for r in c["rows"] if r["phase"] == "decode"}
+            ran = {k: g["backend"] for k, g in groups.get((sel, kv), {}).items()}
+            p = prof.get(measured(sel, kv))
+            pred = step(c["rows"], "decode", key)
+            row = dict(kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
+                       profiled_ms=p["attention_ms_per_step"] if p else None)
+            row["same_kernels"] = bool(ran) and want == ran
+            if row["same_kernels"] and pred and row["profiled_ms"]:
+                row["diff"] = pred / row["profiled_ms"] - 1
+            rows.append(row)
+    lines = [f"# `kselect explain` vs the same run: {model} on {ex['gpu']}", "",
+             f"Explain at B1 decode over {ctx} cached tokens (nearest measured bucket), prefill of {prompt}; "
+             f"the run: e2e.py at commit {e2e['environment'].get('git_commit', '')[:12]}.", "",
+             to_text(ex, markdown=True), "",
+             "## Attention ms per B1 decode step: explain (layers x conf/perf ms) vs profiled kernels", "",
+             "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled ms | explain vs profiled |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
+        verdict = (f"{r['diff'] * 100:+.1f}%" if "diff" in r else
+                   "other kernels (explain's choice at this point differs from the run's)" if not r["same_kernels"]
+                   else "no profile")
+        lines.append(f"| {r['kv']} | {r['selection']} | {fmt(r['explain_backends'])} | {fmt(r['run_backends'])} | "
+                     f"{r['explain_ms'] if r['explain_ms'] is None else round(r['explain_ms'], 3)} | "
+                     f"{r['profiled_ms'] if r['profiled_ms'] is None else round(r['profiled_ms'], 3)} | {verdict} |")
+    # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
+    lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
+              "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "
+              "step difference explained by attention |", "|---|---|---|---|---|"]
+    for sel in ("vllm", "latency"):
+        a, b = (next((r for r in rows if r["kv"] == kv and r["selection"] == sel), None) for kv, _ in KV)
+        step_ms = {kv: next((r.get("decode_ms_per_step") for r in preset_runs
+                             if (r["selection"], r["kv"], r["batch"]) == (*measured(sel, kv), 1)), None) for kv, _ in KV}
+        ea, eb, pa, pb = a["explain_ms"], b["explain_ms"], a["profiled_ms"], b["profiled_ms"]
+        sa, sb = step_ms["auto"], step_ms["fp8"]
+        share = (f"{(sa - sb):+.3f} ms measured vs {(pa - pb):+.3f} ms profiled attention"
+                 if sa and sb and pa and pb else "n/a")
+        lines.append(f"| {sel} | {ea and eb and f'{ea:.3f} / {eb:.3f} ({ea / eb:.2f}x)'} | "
+                     f"{pa and pb and f'{pa:.3f} / {pb:.3f} ({pa / pb:.2f}x)'} | "
+                     f"{sa and sb and f'{sa:.2f} / {sb:.2f} ({sa / sb:.3f}x)'} | {share} |")
+    return "\n".join(lines) + "\n", rows
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--e2e", type=Path, required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--platform", default="auto")
+    ap.add_argument("--out", type=Path, required=True)
+    opts = ap.parse_args(argv)
+    text, rows = compare(json.loads(opts.e2e.read_text()), opts.model, opts.platform)
+    atomic_write(opts.out, text)
+    atomic_write(opts.out.with_suffix(".json"), json.dumps(rows, indent=1, default=str))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -29,10 +29,8 @@ import contextlib
 import gc
 import json
 import math
-import os
 import platform as _platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -528,6 +526,20 @@ def render_md(d: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def measure(rep, table: str, rec: dict, what: str, log, fn, ok) -> None:
+    """One measurement into `rec`, appended to rep.data[table] and saved. A failure is recorded in
+    `rec` and logged, not raised (the rest of the run still measures), and memory is freed."""
+    try:
+        rec.update(fn())
+        log(f"{what}: {ok(rec)}")
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = first_line(e)
+        log(f"{what}: FAILED {rec['error']}")
+        free()
+    rep.data[table].append(rec)
+    rep.save()
+
+
 def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
     """B1 prefill of --prefill-lens prompts per selection, the chunk sweep, attention profiles."""
     longs = {n: torch.randint(3, args.vocab_size, (n,), generator=gen).tolist() for n in opts.prefill_lens}
@@ -542,30 +554,18 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                 if left() < 15:
                     rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} prefill {n} chunk {c}")
                     continue
-                try:
-                    r.update(time_prefill(model, groups, prompt, opts.reps, c))
-                    log(f"{preset} {sname} kv={row['kv']} prefill {n} (chunk {c or 'whole'}): {r['prefill_tok_s']:,.0f} tok/s")
-                except Exception as e:  # noqa: BLE001
-                    r["error"] = first_line(e)
-                    log(f"{preset} {sname} kv={row['kv']} prefill {n} chunk {c}: FAILED {r['error']}")
-                    free()
-                rep.data["prefills"].append(r)
-                rep.save()
+                measure(rep, "prefills", r, f"{preset} {sname} kv={row['kv']} prefill {n} (chunk {c or 'whole'})", log,
+                        lambda: time_prefill(model, groups, prompt, opts.reps, c),  # noqa: B023 (called at once)
+                        lambda r: f"{r['prefill_tok_s']:,.0f} tok/s")
         if sname in opts.profile_selections and model.device.type == "cuda":
             if left() < 20:
                 rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} profile")
                 continue
-            p = dict(preset=preset, selection=sname, kv=row["kv"])
-            try:
-                prompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
-                p.update(profile_attention(model, groups, prompt, 8))
-                log(f"{preset} {sname} kv={row['kv']} profile: attention {p['attention_ms_per_step']:.3f} ms/step "
-                    f"of {p['kernel_ms_per_step']:.2f}")
-            except Exception as e:  # noqa: BLE001
-                p["error"] = first_line(e)
-                free()
-            rep.data["profiles"].append(p)
-            rep.save()
+            prompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
+            measure(rep, "profiles", dict(preset=preset, selection=sname, kv=row["kv"]),
+                    f"{preset} {sname} kv={row['kv']} profile", log,
+                    lambda: profile_attention(model, groups, prompt, 8),  # noqa: B023 (called at once)
+                    lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
 
 
 # ---------------------------------------------------------------------------- main
@@ -734,34 +734,21 @@ def main(argv: list[str]) -> int:
                 if left() < 15:
                     rep.data["skipped"].append(f"{preset} {row['selection']} kv={row['kv']} B{b}")
                     continue
-                try:
-                    run.update(time_engine(model, groups, prompts[:b], opts.new, opts.reps, graphs))
-                    log(f"{preset} {row['selection']} kv={row['kv']} B{b}: prefill {run['prefill_tok_s']:,.0f} tok/s, "
-                        f"decode {run['decode_tok_s']:,.1f} tok/s ({run['decode_ms_per_step']:.2f} ms/step, "
-                        f"graphs {'on' if run['cuda_graphs'] else 'off'})")
-                except Exception as e:  # noqa: BLE001
-                    run["error"] = first_line(e)
-                    log(f"{preset} {row['selection']} kv={row['kv']} B{b}: FAILED {run['error']}")
-                    free()
-                rep.data["runs"].append(run)
-                rep.save()
+                measure(rep, "runs", run, f"{preset} {row['selection']} kv={row['kv']} B{b}", log,
+                        lambda: time_engine(model, groups, prompts[:b], opts.new, opts.reps, graphs),  # noqa: B023
+                        lambda r: f"prefill {r['prefill_tok_s']:,.0f} tok/s, decode {r['decode_tok_s']:,.1f} tok/s "
+                                  f"({r['decode_ms_per_step']:.2f} ms/step, graphs {'on' if r['cuda_graphs'] else 'off'})")
             if len(batches) == 1:
                 extras(opts, rep, preset, model, todo, args, g, left, log)
             if hf is not None:
                 h = dict(preset=preset, batch=b, prompt_len=opts.prompt_len)
                 if left() < 15:
                     rep.data["skipped"].append(f"{preset} HF B{b}")
+                    rep.save()
                 else:
-                    try:
-                        h.update(time_hf(hf, prompts[:b], opts.hf_new, opts.reps, dev))
-                        log(f"{preset} HF sdpa B{b}: prefill {h['prefill_tok_s']:,.0f} tok/s, decode "
-                            f"{h['decode_tok_s']:,.1f} tok/s")
-                    except Exception as e:  # noqa: BLE001
-                        h["error"] = first_line(e)
-                        log(f"{preset} HF B{b}: FAILED {h['error']}")
-                        free()
-                    rep.data["hf"].append(h)
-                rep.save()
+                    measure(rep, "hf", h, f"{preset} HF sdpa B{b}", log,
+                            lambda: time_hf(hf, prompts[:b], opts.hf_new, opts.reps, dev),  # noqa: B023
+                            lambda h: f"prefill {h['prefill_tok_s']:,.0f} tok/s, decode {h['decode_tok_s']:,.1f} tok/s")
         del hf, model
         free()
         log(f"{preset}: done, model freed")

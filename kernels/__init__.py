@@ -1,1 +1,0 @@
-"""Attention kernels: the PyTorch reference, our Triton paged kernel, FlashAttention wrappers."""

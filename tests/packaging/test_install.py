@@ -134,14 +134,17 @@ def _fake_hub_kernels(tmp_path: Path) -> Path:
     return site
 
 
+@pytest.mark.parametrize("where", ["elsewhere", "checkout"])
 @pytest.mark.parametrize("install", ["editable", "wheel"])
-def test_a_separate_kernels_package_works_beside_kselect(install, request, tmp_path):
+def test_a_separate_kernels_package_works_beside_kselect(install, where, request, tmp_path):
     """Hugging Face's `kernels` is a top-level package; kselect's kernels are `kselect.kernels`.
-    From any directory both import; kselect adds no other top-level name. `editable` is this
-    interpreter's install of kselect (`pip install -e .`), `wheel` the wheel in a fresh venv."""
+    From any directory both import, the checkout's root too (its `kernels/` folder has no
+    `__init__.py`, so an installed regular package of that name wins over it); kselect adds no
+    other top-level name. `editable` is this interpreter's install of kselect (`pip install -e
+    .`), `wheel` the wheel in a fresh venv."""
     site = _fake_hub_kernels(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
+    work = ROOT if where == "checkout" else tmp_path / "work"
+    work.mkdir(exist_ok=True)
     py = sys.executable if install == "editable" else str(request.getfixturevalue("installed") / "bin" / "python")
     p = subprocess.run([py, "-c", KERNELS_CHECK], cwd=work, capture_output=True, text=True, timeout=120,
                        env=_env(PYTHONPATH=str(site)))
@@ -150,4 +153,5 @@ def test_a_separate_kernels_package_works_beside_kselect(install, request, tmp_p
     assert p.returncode == 0, p.stderr
     hub, path, ours, others = p.stdout.split(maxsplit=3)
     assert hub == "hub:x" and path.startswith(str(site)) and ours == "kselect.kernels.reference"
-    assert others.strip() == "[]"
+    if where == "elsewhere":  # in the checkout its own folders are importable from the current directory
+        assert others.strip() == "[]"

@@ -50,6 +50,8 @@ class Target:
     hq: int
     hkv: int
     window: int | None
+    page: int = 16  # the claim's run (selector/claims.py claim_runs), as the conformance runner
+    descale: str = "none"
 
     @property
     def path(self) -> str:
@@ -58,18 +60,6 @@ class Target:
     @property
     def fp8(self) -> bool:
         return self.kv.startswith("fp8")
-
-    @property
-    def page(self) -> int:
-        return 64 if (self.backend, self.version) == ("FLASH_ATTN", 4) else 16  # as the conformance runner
-
-    @property
-    def descale(self) -> str:
-        if not self.fp8:
-            return "none"
-        if self.backend == "FLASH_ATTN":
-            return "q_k_v" if self.version == 3 else "kv_dequant"
-        return "k_v"
 
     @property
     def model_dtype(self) -> str:
@@ -102,7 +92,13 @@ def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
             (m.global_head_dim, m.num_attention_heads, m.global_kv_heads(), None)]
 
 
-def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None) -> list[Target]:
+def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None,
+            platform: str = "auto") -> list[Target]:
+    """One target per kernel path, KV dtype and model group shape that a verified causal/window claim
+    covers; its page size and descale mode are the claim's own run (selector/claims.py), so a composite
+    times its causal child exactly as conformance verified it (e.g. the FA4 fork's 64-token FP8 pages)."""
+    from kselect.selector.claims import claim_runs
+
     out: list[Target] = []
     for model in models:
         for head, hq, hkv, window in model_shapes(model):
@@ -112,7 +108,8 @@ def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs
                 if feat != feature or d != f"d{head}" or (kernels and path not in kernels) or (kvs and kv not in kvs):
                     continue
                 backend, _, ver = path.partition("_v")
-                t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window)
+                run = claim_runs([cid], (f"platform={platform}",))[cid]
+                t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window, run.page, run.descale)
                 if t not in out:
                     out.append(t)
     return out
@@ -275,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
+    ap.add_argument("--platform", default=None, help="the selector's platform for each claim's page/descale "
+                    "(default: auto, cpu on --device cpu), as `kselect conformance`")
     ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet")
     args = ap.parse_args(argv)
     from kselect.selector.files import safe_name
@@ -289,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
     split = lambda s: {x.strip() for x in s.split(",") if x.strip()} or None  # noqa: E731
-    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv))
+    platform = args.platform or ("cpu" if args.device == "cpu" else "auto")
+    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform)
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
     reps = args.reps or (3 if args.device == "cpu" else 10)
     have: set[str] = set()

@@ -74,3 +74,15 @@ def test_missing_times_only_the_buckets_the_file_lacks(tmp_path, conformance_fil
     assert "decode:b1:c32" not in log  # already measured: not timed again
     data = perf.load("fake", out.parent).entries
     assert len(data) == 4 and all(data[k] == first[k] for k in first)  # the old entries are kept as they were
+
+
+def test_targets_time_each_claim_as_conformance_runs_it():
+    """Page size and descale mode come from the claim's own run (selector/claims.py), so a composite
+    times its causal child as conformance verified it: the FA4 fork's FP8 path needs 64-token pages,
+    vLLM's FA3 FP8 path a quantized query; a plain Triton bf16 path keeps 16-token pages."""
+    ids = {"TRITON_FLASH_ATTN_v4:fp8:d512:causal", "TRITON_FLASH_ATTN_v3:fp8:d256:window",
+           "TRITON_ATTN:bf16:d256:window"}
+    got = {(t.path, t.kv, t.head): (t.page, t.descale) for t in runner.targets(ids, ["gemma4_31b"], None, None, "sm90")}
+    assert got == {("TRITON_FLASH_ATTN_v4", "fp8", 512): (64, "kv_dequant"),
+                   ("TRITON_FLASH_ATTN_v3", "fp8", 256): (16, "q_k_v"),
+                   ("TRITON_ATTN", "bf16", 256): (16, "none")}

@@ -86,6 +86,8 @@ class PagedAttention:
                         paged_kv_indices_buf=torch.zeros(max(graph_pages, 1), **i32),
                         paged_kv_last_page_len_buf=torch.zeros(graph_batch, **i32))
         self.wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="auto", **bufs)
+        self.device = torch.device(device)
+        self._inflight = None  # the last graph re-plan's copies (see plan)
 
     def plan(self, cu_seqlens_q, seqused_k, block_table, *, num_q_heads: int, num_kv_heads: int, head_dim: int,
              page_size: int, softmax_scale: float, window_left: int, q_dtype, kv_dtype, out_dtype) -> None:
@@ -95,14 +97,34 @@ class PagedAttention:
         if first:
             _PLANNED.add(variant)
             announce_jit(variant)
+        cu, extra = cu_seqlens_q.to(torch.int32), {}
+        async_host = indices.device.type == "cpu" and self.device.type == "cuda"
+        if async_host:  # a re-plan from host metadata (CUDA-graph decode): see _pinned
+            cu, indptr, indices, last, extra["seq_lens"] = self._pinned(cu, indptr, indices, last, seqused_k)
         t0 = time.perf_counter()
         self.wrapper.plan(
-            cu_seqlens_q.to(torch.int32), indptr, indices, last, num_q_heads, num_kv_heads, head_dim, page_size,
+            cu, indptr, indices, last, num_q_heads, num_kv_heads, head_dim, page_size,
             causal=True, sm_scale=softmax_scale, window_left=window_left, q_data_type=q_dtype,
-            kv_data_type=kv_dtype, o_data_type=out_dtype)
+            kv_data_type=kv_dtype, o_data_type=out_dtype, **extra)
+        if async_host:
+            self._inflight = torch.cuda.Event()
+            self._inflight.record()
         if first and time.perf_counter() - t0 > 5:
             print(f"kselect: FlashInfer module ready after {time.perf_counter() - t0:.0f} s (compiled; cached for "
                   "later processes)", file=sys.stderr, flush=True)
+
+    def _pinned(self, cu, indptr, indices, last, seqused_k):
+        """Host metadata as FlashInfer's plan copies it without a stream sync: a pageable host->device
+        copy waits for all earlier GPU work, so every decode step's re-plan made the host wait for the
+        previous step (host and GPU serialized). Pinned host tensors (and the page list already on the
+        device) copy asynchronously. The plan also rewrites FlashInfer's pinned plan buffer, whose copy
+        to the device runs in stream order: wait for the previous re-plan's copies first, so the host
+        runs at most one step ahead and never overwrites a plan the GPU has not read yet."""
+        if self._inflight is not None:
+            self._inflight.synchronize()
+        pin = lambda t: t.to(torch.int32).pin_memory()  # noqa: E731
+        dev_indices = pin(indices).to(self.device, non_blocking=True)
+        return pin(cu), pin(indptr), dev_indices, pin(last), pin(seqused_k)
 
     def launch_shape(self) -> str:
         """The plan's launch parameters (grid, splits): a CUDA graph replays the ones it captured."""

@@ -62,6 +62,7 @@ DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 KV_DTYPES = ["auto", "fp8"]
 WRONG = "WRONG"
+HF = "HF transformers sdpa"  # the baseline's name in the prefill table
 
 
 def first_line(e: BaseException) -> str:
@@ -356,6 +357,26 @@ def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
     return out
 
 
+def time_hf_prefill(hf, n: int, vocab: int, reps: int, device, seed: int) -> dict:
+    """HF's B1 prefill of one n-token prompt (logits of the last token only), as time_hf's prefill."""
+    ids = torch.randint(3, vocab, (1, n), generator=torch.Generator().manual_seed(seed)).to(device)
+    am = torch.ones_like(ids)
+    run = lambda: hf(input_ids=ids, attention_mask=am, logits_to_keep=1)  # noqa: E731
+    run()
+    ts = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+    p = statistics.median(ts)
+    free()
+    return dict(prefill_tok_s=n / p, prefill_ms=p * 1e3, reps=reps)
+
+
 # ---------------------------------------------------------------------------- report
 class Report:
     def __init__(self, out: Path, env: dict, opts: dict):
@@ -372,30 +393,36 @@ class Report:
 def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
-    same groups were measured once (same_as): the table follows that link and says so."""
-    rows = {(s["preset"], s["selection"], s["kv"]): s for s in d["selections"]}
+    same groups were measured once (same_as): the table follows that link and says so. An objective
+    resolved at each run's point (--objective-at-run) is read at the metric's own point."""
+    rows = {(s["preset"], s["selection"], s["kv"], s.get("point", "")): s for s in d["selections"]}
 
-    def measured_as(preset, sel, kv):
-        s = rows.get((preset, sel, kv))
+    def measured_as(preset, sel, kv, point=""):
+        s = rows.get((preset, sel, kv, point)) or rows.get((preset, sel, kv, ""))
         if s is None or s.get("error"):
             return None
         if s.get("same_as"):
             sel2, kv2 = s["same_as"].rsplit(" kv=", 1)
-            return sel2, kv2
-        return sel, kv
+            return sel2, kv2, s.get("same_as_point", "")
+        return sel, kv, s.get("point", "")
+
+    def point_of(metric):
+        if metric.startswith("decode"):
+            return metric
+        return "decode B1" if metric == "prefill B1 x prompt-len" else f"prefill {metric.split()[-1]}"
 
     def value(preset, key, metric):
-        sel, kv = key
+        sel, kv, point = key
+        at = lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)  # noqa: E731
         if metric.startswith("decode"):
             b = int(metric.split("B")[1])
-            r = [x for x in d["runs"] if (x["preset"], x["selection"], x["kv"], x["batch"]) == (preset, sel, kv, b)]
+            r = [x for x in d["runs"] if at(x) and x["batch"] == b]
             return r[0].get("decode_tok_s") if r else None
         if metric == "prefill B1 x prompt-len":
-            r = [x for x in d["runs"] if (x["preset"], x["selection"], x["kv"], x["batch"]) == (preset, sel, kv, 1)]
+            r = [x for x in d["runs"] if at(x) and x["batch"] == 1]
             return r[0].get("prefill_tok_s") if r else None
         n = int(metric.split()[-1])
-        r = [x for x in d.get("prefills", []) if (x["preset"], x["selection"], x["kv"], x["prompt_len"], x.get("chunk"))
-             == (preset, sel, kv, n, None)]
+        r = [x for x in d.get("prefills", []) if at(x) and (x["prompt_len"], x.get("chunk")) == (n, None)]
         return r[0].get("prefill_tok_s") if r else None
 
     out = []
@@ -406,17 +433,17 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
         pins = {s["selection"]: measured_as(preset, s["selection"], kv) for s in d["selections"]
                 if s["preset"] == preset and s["kv"] == kv and s["selection"].startswith("pin_")}
         for obj in OBJECTIVES:
-            key = measured_as(preset, obj, kv)
-            if key is None or base is None:
-                continue
             for m in metrics:
+                key = measured_as(preset, obj, kv, point_of(m))
+                if key is None or base is None:
+                    continue
                 v, vb = value(preset, key, m), value(preset, base, m)
                 if v is None or vb is None:
                     continue
                 pv = {n: value(preset, k, m) for n, k in pins.items() if k is not None}
                 pv = {n: x for n, x in pv.items() if x is not None}
                 best = max(pv, key=pv.get) if pv else None
-                t = dict(preset=preset, kv=kv, metric=m, objective=obj, value=v, vllm=vb, vs_vllm=v / vb,
+                t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None)
                 if key == base:
                     t["verdict"] = "same kernels as vllm (no gain claimed)"
@@ -428,6 +455,11 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                     t["verdict"] = faster + pin
                 out.append(t)
     return out
+
+
+def _sel(r: dict) -> str:
+    """A selection's name, with the operating point it was resolved at (objectives at each run's point)."""
+    return r["selection"] + (f" @ {r['point']}" if r.get("point") else "")
 
 
 def _f(x, fmt=",.0f"):
@@ -466,27 +498,30 @@ def render_md(d: dict) -> str:
                     else f"{_f(n.get('attention_max_rel_err'), '.2e')} ({_f(n.get('tolerance'), 'g')})")
         verdict = n.get("verdict", "")
         verdict = f"**{verdict}**" if verdict == WRONG else verdict
-        note = "; ".join(filter(None, [f"same as {s['same_as']}" if s.get("same_as") else "",
+        twin = s.get("same_as", "") + (f" @ {s['same_as_point']}" if s.get("same_as_point") else "")
+        note = "; ".join(filter(None, [f"same as {twin}" if twin else "",
                                        s.get("error", "")]))
         cap = s.get("capacity") or {}
-        L.append(f"| {s['preset']} | {s['selection']} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
+        L.append(f"| {s['preset']} | {_sel(s)} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
                  f"{per_call} | {num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
                  f"{_f((cap.get('one_sequence_windowed') or {}).get('tokens'))} | {_f(cap.get('bytes_per_token'))} | "
                  f"{note} |")
     L += ["", "## Throughput (tokens/s)", "",
-          "| preset | selection | kv | batch | prefill tok/s | decode tok/s | ms/step | decode vs HF | graphs | note |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "| preset | selection | kv | batch | prefill tok/s | prefill vs HF | decode tok/s | ms/step | decode vs HF | graphs | note |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     hf = {(h["preset"], h["batch"]): h for h in d["hf"]}
     for r in d["runs"]:
         h = hf.get((r["preset"], r["batch"]), {})
         ratio = (f"{r['decode_tok_s'] / h['decode_tok_s']:.1f}x" if r.get("decode_tok_s") and h.get("decode_tok_s")
                  else "")
-        L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r['batch']} | {_f(r.get('prefill_tok_s'))} | "
+        pre = (f"{r['prefill_tok_s'] / h['prefill_tok_s']:.2f}x" if r.get("prefill_tok_s") and h.get("prefill_tok_s")
+               else "")
+        L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r['batch']} | {_f(r.get('prefill_tok_s'))} | {pre} | "
                  f"{_f(r.get('decode_tok_s'), ',.1f')} | {_f(r.get('decode_ms_per_step'), '.2f')} | {ratio} | "
                  f"{'on' if r.get('cuda_graphs') else 'off' if 'cuda_graphs' in r else ''} | "
                  f"{r.get('error') or '; '.join(r.get('notes') or [])} |")
     for h in d["hf"]:
-        L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {_f(h.get('prefill_tok_s'))} | "
+        L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {_f(h.get('prefill_tok_s'))} | 1.00x | "
                  f"{_f(h.get('decode_tok_s'), ',.1f')} | {_f(h.get('decode_ms_per_step'), '.2f')} | 1.0x |  | "
                  f"{h.get('error', '')} |")
     checks = [(n, p["hf_check"]) for n, p in d["presets"].items() if p.get("hf_check")]
@@ -497,15 +532,18 @@ def render_md(d: dict) -> str:
             for n, c in checks)]
     if d.get("prefills"):
         L += ["", "## Prefill, batch 1 (one prompt; chunk = Engine max_step_tokens, whole = one step)", "",
-              "| preset | selection | kv | prompt | chunk | prefill tok/s | ms | note |", "|---|---|---|---|---|---|---|---|"]
+              "| preset | selection | kv | prompt | chunk | prefill tok/s | vs HF | ms | note |", "|---|---|---|---|---|---|---|---|---|"]
+        hfp = {(r["preset"], r["prompt_len"]): r.get("prefill_tok_s") for r in d["prefills"] if r["selection"] == HF}
         for r in d["prefills"]:
-            L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r['prompt_len']} | {r.get('chunk') or 'whole'} | "
-                     f"{_f(r.get('prefill_tok_s'))} | {_f(r.get('prefill_ms'), '.1f')} | {r.get('error', '')} |")
+            base = hfp.get((r["preset"], r["prompt_len"]))
+            vs = f"{r['prefill_tok_s'] / base:.2f}x" if base and r.get("prefill_tok_s") else ""
+            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r['prompt_len']} | {r.get('chunk') or 'whole'} | "
+                     f"{_f(r.get('prefill_tok_s'))} | {vs} | {_f(r.get('prefill_ms'), '.1f')} | {r.get('error', '')} |")
     if d.get("profiles"):
         L += ["", "## B1 decode step profile (eager steps, torch.profiler; ms per step by kernel category)", "",
               "| preset | selection | kv | context | attention ms | kernel ms | kernels/step | note |", "|---|---|---|---|---|---|---|---|"]
         for r in d["profiles"]:
-            L.append(f"| {r['preset']} | {r['selection']} | {r['kv']} | {r.get('context', '')} | "
+            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r.get('context', '')} | "
                      f"{_f(r.get('attention_ms_per_step'), '.3f')} | {_f(r.get('kernel_ms_per_step'), '.2f')} | "
                      f"{_f(r.get('kernels_per_step'))} | {r.get('error', '')} |")
     table = objective_table(d)
@@ -516,7 +554,7 @@ def render_md(d: dict) -> str:
               "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in table:
-            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']} | {_f(t['vllm'], ',.1f')} | {t['objective']} | "
+            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']} | {_f(t['vllm'], ',.1f')} | {_sel(dict(selection=t['objective'], point=t.get('point')))} | "
                      f"{_f(t['value'], ',.1f')} | {_f(t.get('vs_vllm'), '.3f')} | {t.get('best_pin') or ''} | "
                      f"{_f(t.get('best_pin_value'), ',.1f')} | {_f(t.get('vs_best_pin'), '.3f')} | {t['verdict']} |")
     if d["skipped"]:
@@ -540,29 +578,53 @@ def measure(rep, table: str, rec: dict, what: str, log, fn, ok) -> None:
     rep.save()
 
 
+def run_points(opts, sname: str, batches: list[int]) -> list[str]:
+    """The points a selection is resolved for: "" (once, runs everywhere), or with --objective-at-run an
+    objective's own operating point per run: "decode B<b>" (that batch's runs, and the B1 run's prefill of
+    --prompt-len tokens) and "prefill <n>" (the --prefill-lens prompt of n tokens)."""
+    if sname not in OBJECTIVES or not opts.objective_at_run:
+        return [""]
+    return [f"decode B{b}" for b in batches] + [f"prefill {n}" for n in opts.prefill_lens]
+
+
+def point_overrides(opts, point: str) -> list[str]:
+    """Hydra overrides that put the objective's operating point (conf/objective) at a run's shapes:
+    decode B x the mean context of its decode steps, prefill B1 x its prompt."""
+    if not point:
+        return []
+    kind, _, n = point.partition(" ")
+    if kind == "decode":
+        b, ctx, prompt = int(n.removeprefix("B")), opts.prompt_len + opts.new // 2, opts.prompt_len
+    else:
+        b, ctx, prompt = 1, int(n), int(n)
+    return [f"objective.decode.batch={b}", f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}"]
+
+
 def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
     """B1 prefill of --prefill-lens prompts per selection, the chunk sweep, attention profiles."""
     longs = {n: torch.randint(3, args.vocab_size, (n,), generator=gen).tolist() for n in opts.prefill_lens}
     for row, groups in todo:
-        sname = row["selection"]
+        sname, point = row["selection"], row["point"]
         chunks = [None] + ([c for c in opts.chunk_sweep] if sname in opts.chunk_selections else [])
         for n, prompt in longs.items():
+            if point not in ("", f"prefill {n}"):
+                continue
             for c in chunks:
                 if c is not None and c >= n:
                     continue
-                r = dict(preset=preset, selection=sname, kv=row["kv"], prompt_len=n, chunk=c)
+                r = dict(preset=preset, selection=sname, kv=row["kv"], prompt_len=n, chunk=c, point=point)
                 if left() < 15:
                     rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} prefill {n} chunk {c}")
                     continue
                 measure(rep, "prefills", r, f"{preset} {sname} kv={row['kv']} prefill {n} (chunk {c or 'whole'})", log,
                         lambda: time_prefill(model, groups, prompt, opts.reps, c),  # noqa: B023 (called at once)
                         lambda r: f"{r['prefill_tok_s']:,.0f} tok/s")
-        if sname in opts.profile_selections and model.device.type == "cuda":
+        if sname in opts.profile_selections and point in ("", "decode B1") and model.device.type == "cuda":
             if left() < 20:
                 rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} profile")
                 continue
             prompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
-            measure(rep, "profiles", dict(preset=preset, selection=sname, kv=row["kv"]),
+            measure(rep, "profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
                     f"{preset} {sname} kv={row['kv']} profile", log,
                     lambda: profile_attention(model, groups, prompt, 8),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
@@ -601,6 +663,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip", nargs="*", default=[], help="selection:kv pairs not to run (e.g. pin_triton:auto)")
     ap.add_argument("--profile-selections", nargs="*", default=[],
                     help="profile B1 eager decode steps (attention ms per step) for these selections")
+    ap.add_argument("--objective-at-run", action=argparse.BooleanOptionalAction, default=True,
+                    help="resolve objective selections at each run's own shapes (objective.decode.batch/context, "
+                         "objective.prefill.context): one resolution per decode batch and per --prefill-lens prompt")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
     if opts.smoke:
@@ -664,15 +729,15 @@ def main(argv: list[str]) -> int:
         distinct: dict[tuple, dict] = {}
         todo = []
         ref_groups = None
-        for sname in opts.selections:
-            for kv in opts.kv:
+        for sname, kv, point in ((n, k, p) for n in opts.selections for k in opts.kv
+                                 for p in run_points(opts, n, batches)):
                 if f"{sname}:{kv}" in opts.skip:
                     continue
-                row = dict(preset=preset, selection=sname, kv=kv)
+                row = dict(preset=preset, selection=sname, kv=kv, point=point)
                 rep.data["selections"].append(row)
                 try:
                     over = [f"rules={opts.rules}" if o == SEED else o for o in SELECTIONS[sname]]
-                    _, sel = select(base + [f"kv_cache={kv}", *over])
+                    _, sel = select(base + [f"kv_cache={kv}", *over, *point_overrides(opts, point)])
                     groups = model_groups(sel)
                 except Exception as e:  # noqa: BLE001
                     row["error"] = first_line(e)
@@ -684,13 +749,19 @@ def main(argv: list[str]) -> int:
                 if ref_groups is None and kv == "auto":
                     ref_groups = reference_groups(groups)
                 sig = signature(groups)
-                if sig in distinct:
-                    row["same_as"] = f"{distinct[sig]['selection']} kv={distinct[sig]['kv']}"
-                    row["numerics"] = distinct[sig].get("numerics")
+                twin = next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
+                if twin is not None:  # measured once: a row that runs at every point, or at this one
+                    row["same_as"] = f"{twin['selection']} kv={twin['kv']}"
+                    row["same_as_point"] = twin["point"]
+                    row["numerics"] = twin.get("numerics")
                     rep.save()
                     continue
-                distinct[sig] = row
+                numerics_of = next((r for r in distinct.get(sig, [])), None)  # same kernels at another point
+                distinct.setdefault(sig, []).append(row)
                 todo.append((row, groups))
+                if numerics_of is not None:
+                    row["numerics"] = numerics_of.get("numerics")
+                    continue
                 if opts.no_numerics:
                     continue
                 if left() < 20:
@@ -728,7 +799,9 @@ def main(argv: list[str]) -> int:
             if bi == 1:  # after B1 of every selection: long prefill, chunk sweep, profiles
                 extras(opts, rep, preset, model, todo, args, g, left, log)
             for row, groups in todo:
-                run = dict(preset=preset, selection=row["selection"], kv=row["kv"], batch=b,
+                if row["point"] not in ("", f"decode B{b}"):
+                    continue
+                run = dict(preset=preset, selection=row["selection"], kv=row["kv"], batch=b, point=row["point"],
                            prompt_len=opts.prompt_len, new_tokens=opts.new,
                            backends={k: v["backend"] for k, v in row["groups"].items()})
                 if left() < 15:
@@ -749,6 +822,14 @@ def main(argv: list[str]) -> int:
                     measure(rep, "hf", h, f"{preset} HF sdpa B{b}", log,
                             lambda: time_hf(hf, prompts[:b], opts.hf_new, opts.reps, dev),  # noqa: B023
                             lambda h: f"prefill {h['prefill_tok_s']:,.0f} tok/s, decode {h['decode_tok_s']:,.1f} tok/s")
+                    for n in opts.prefill_lens if b == 1 else ():
+                        if left() < 15:
+                            rep.data["skipped"].append(f"{preset} HF prefill {n}")
+                            continue
+                        measure(rep, "prefills", dict(preset=preset, selection=HF, kv="auto", prompt_len=n, chunk=None),
+                                f"{preset} HF sdpa prefill {n}", log,
+                                lambda: time_hf_prefill(hf, n, args.vocab_size, opts.reps, dev, opts.seed + n),  # noqa: B023
+                                lambda r: f"{r['prefill_tok_s']:,.0f} tok/s")
         del hf, model
         free()
         log(f"{preset}: done, model freed")
@@ -756,7 +837,7 @@ def main(argv: list[str]) -> int:
     rep.data["total_s"] = round(time.perf_counter() - t0, 1)
     rep.save()
     log(f"done -> {opts.out}/e2e.json, e2e.md")
-    wrong = [f"{r['preset']} {r['selection']} kv={r['kv']}" for r in rep.data["selections"]
+    wrong = [f"{r['preset']} {_sel(r)} kv={r['kv']}" for r in rep.data["selections"]
              if (r.get("numerics") or {}).get("verdict") == WRONG and "same_as" not in r]
     if wrong:  # results are written first; then the run fails, loudly
         print(f"numerics: {WRONG} (an attention call above its bar, or non-finite) for: {', '.join(wrong)}; "

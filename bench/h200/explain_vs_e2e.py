@@ -41,11 +41,14 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                    f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}"])
     ex = explain(cfg)
     caches = list(ex["caches"].values())
-    prof = {(p["selection"], p["kv"]): p for p in e2e.get("profiles", []) if p["preset"] == model and not p.get("error")}
-    groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if s["preset"] == model}
+    # B1 decode: rows resolved once ("") or, with e2e.py --objective-at-run, at "decode B1"
+    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
+    preset_runs = [r for r in preset_runs if b1(r)]
+    prof = {(p["selection"], p["kv"]): p for p in e2e.get("profiles", []) if b1(p) and not p.get("error")}
+    groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if b1(s)}
     # selections that resolved to the same groups were measured once: follow e2e.py's same_as link
     alias = {(s["selection"], s["kv"]): tuple(s["same_as"].rsplit(" kv=", 1)) for s in e2e["selections"]
-             if s["preset"] == model and s.get("same_as")}
+             if b1(s) and s.get("same_as")}
     measured = lambda sel, kv: alias.get((sel, kv), (sel, kv))  # noqa: E731
     rows = []
     for kv, i in KV:

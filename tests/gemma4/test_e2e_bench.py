@@ -249,3 +249,27 @@ def test_init_weights_inplace_is_seeded_in_the_model_dtype():
     w = a.layers[0].self_attn.q_proj.weight.float()
     assert abs(w.std().item() * args.hidden_size**0.5 - 1) < 0.05
     assert abs(a.layers[0].input_layernorm.weight.float().mean().item() - 1) < 0.05
+
+
+def test_objective_table_reads_each_metric_at_the_objectives_own_point():
+    """--objective-at-run: `latency` is resolved per run (decode B1, decode B16, prefill 4096); each
+    metric is read from the resolution at its own point, and a point whose groups equal vLLM's claims
+    no gain while the others are compared."""
+    e2e = _load("bench/gemma4/e2e.py")
+    sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
+    run = lambda name, b, dec, point="": dict(preset="m", selection=name, kv="auto", batch=b, point=point,  # noqa: E731
+                                              decode_tok_s=dec, prefill_tok_s=1000.0)
+    d = dict(selections=[sel("vllm"), sel("pin_triton"), sel("latency", "decode B1"),
+                         sel("latency", "decode B16", same_as="vllm kv=auto", same_as_point=""),
+                         sel("latency", "prefill 4096")],
+             runs=[run("vllm", 1, 50.0), run("vllm", 16, 800.0), run("pin_triton", 1, 52.0), run("pin_triton", 16, 700.0),
+                   run("latency", 1, 58.0, "decode B1")],
+             prefills=[dict(preset="m", selection="vllm", kv="auto", prompt_len=4096, chunk=None, prefill_tok_s=8000.0),
+                       dict(preset="m", selection="latency", kv="auto", prompt_len=4096, chunk=None, prefill_tok_s=8500.0,
+                            point="prefill 4096")])
+    t = {r["metric"]: r for r in e2e.objective_table(d)}
+    assert t["decode B1"]["value"] == 58.0 and t["decode B1"]["point"] == "decode B1"
+    assert t["decode B1"]["verdict"] == "faster than vllm; >= best pin (pin_triton)"
+    assert t["decode B16"]["value"] == 800.0 and t["decode B16"]["verdict"] == "same kernels as vllm (no gain claimed)"
+    assert t["prefill B1 x 4096"]["value"] == 8500.0 and t["prefill B1 x 4096"]["vs_vllm"] == pytest.approx(8500 / 8000)
+    assert t["prefill B1 x prompt-len"]["value"] == 1000.0  # the B1 run's prefill, resolved at decode B1

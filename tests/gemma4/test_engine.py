@@ -162,13 +162,16 @@ def test_static_cache_write_is_bitwise_write_kv(models, kv):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("step", [None, 8], ids=["whole-prefill", "chunked-prefill"])
-def test_cuda_graph_decode_matches_eager(step):
+@pytest.mark.parametrize("over", [(), ("model.dtype=bfloat16", "attention.backend=FLASHINFER")],
+                         ids=["default", "flashinfer-bf16"])
+def test_cuda_graph_decode_matches_eager(step, over):
     """Decode crosses the window (16) and several kv blocks, so the sliding group gives blocks back and
-    takes new ones while graphs replay (tables reloaded); with chunks of 8 its pool is small."""
+    takes new ones while graphs replay (tables reloaded); with chunks of 8 its pool is small. FLASHINFER
+    re-plans before every replay without waiting for the GPU (kernels/flashinfer.py)."""
     from kselect.selector.api import compose, resolve
     from kselect.gemma4.build import build_model
 
-    cfg = compose([])
+    cfg = compose(list(over))
     sel = resolve(cfg)
     model, _, _ = build_model(cfg, seed=0)
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30)]

@@ -4,6 +4,7 @@ Skips without CUDA, on a non-SM90 GPU (FlashAttention paths), or when a path's p
 (the reason names the package). Tolerances: kernels/tolerances.py.
 """
 
+import dataclasses
 import functools
 import os
 from unittest import mock
@@ -118,6 +119,41 @@ def test_mm_prefix_spans(path, mode):
     out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
     err = rel_err(out, ref)
     assert err == err and err <= tol, f"{path} {mode} with spans: rel_err {err:.3e} > {tol}"
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if PATHS[p][0] == "FLASHINFER"])
+def test_replanned_graph_steps_without_host_syncs(path):
+    """The engine re-plans FLASHINFER before every replay and does not wait for the GPU in between
+    (the plan's host copies are pinned, kernels/flashinfer.py): five steps of growing contexts,
+    each replay's output copied out in stream order, all checked after one sync at the end."""
+    be, case, layer, ref, tol = setup(path, "decode", seed=2)
+    meta, table = meta_of(case), case.block_table.cpu()
+    start = case.seqused_k.clone()
+    case.seqused_k.sub_(8)
+    be.prepare_replay(meta, case.seqused_k.tolist(), table)
+    fwd = lambda: be.forward(case.q, case.k_cache, case.v_cache, meta, layer)  # noqa: E731
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fwd()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fwd()
+    outs, lens = [], []
+    for step in range(5):
+        case.seqused_k.add_(1)  # on the device, as DecodeGraph.advance
+        host = (start - 8 + step + 1).tolist()
+        be.prepare_replay(meta, host, table)
+        graph.replay()
+        outs.append(out.clone())
+        lens.append(host)
+    torch.cuda.synchronize()
+    for host, got in zip(lens, outs):
+        at = dataclasses.replace(case, seqused_k=torch.tensor(host, dtype=torch.int32, device="cuda"))
+        want = at.reference(out_dtype=torch.float32)
+        err = rel_err(got, want)
+        assert err == err and err <= tol, f"{path} step with lengths {host}: rel_err {err:.3e} > {tol}"
 
 
 @pytest.mark.parametrize("path", list(PATHS))

@@ -329,9 +329,9 @@ def _prefill_total(cfg, book, s: Search, sel: Selection) -> tuple[float, set[int
 def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selection:
     """The decode choice fixes the kernels, not the cache block: where a prefill kernel was refused
     only because it reads another kv block, resolve the same decode kernels at a block that gives it
-    that layout. Kept when
-    every group still resolves to the same, verified decode kernels (measured decode figures do not
-    depend on the page) and the prefill step total drops by more than `tie`."""
+    that layout. Kept when every group still resolves to the same, verified decode kernels, no decode
+    kernel moves off the page its figure was measured at (_unmeasured_pages), and the prefill step
+    total drops by more than `tie`."""
     if not cfg.objective.per_phase:
         return chosen
     best, blocks = _prefill_total(cfg, book, s, chosen)
@@ -340,6 +340,7 @@ def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selec
     pins = {x.kind: x.backend for x in free}
     version = 3 if any(x.backend == "FLASH_ATTN" and x.flash_attn_version == 3 for x in free) else None
     want = [(x.kind, label(x)) for x in chosen.groups if not x.draft]
+    refused: list[str] = []
     # the refused kernel's own cache block, and multiples: page unification may give this group a
     # smaller kv block than the cache block (a group with smaller pages per token)
     for block in sorted({b * m for b in blocks for m in (1, 2, 4) if b * m <= 512} - {chosen.block_size}):
@@ -350,6 +351,10 @@ def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selec
         if [(x.kind, label(x)) for x in alt.groups if not x.draft] != want or not all(
                 verified(x) for x in alt.groups if not x.draft and x.kind in s.free):
             continue
+        moved = _unmeasured_pages(s, chosen, alt)
+        if moved:
+            refused.append(f"cache block {alt.block_size} not taken for a faster prefill: it moves {moved}")
+            continue
         total, _ = _prefill_total(cfg, book, s, alt)
         if total < best * (1 - cfg.objective.tie):
             note = (f"cache block {chosen.block_size} -> {alt.block_size}: the same decode kernels over this block let a "
@@ -357,7 +362,26 @@ def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selec
             chosen, best = alt, total
     if chosen.block_size != first:
         notes.append(note)
+    else:
+        notes.extend(refused[:1])  # the smallest block tried; the others move the same groups
     return chosen
+
+
+def _unmeasured_pages(s: Search, before: Selection, after: Selection) -> str:
+    """The decode groups a relayout moves to a kernel page their decode figure was not measured at
+    ('' when none). A decode kernel's speed depends on its page (FlashInfer decoded 6% slower end to
+    end over 64-token pages than over the 16-token pages it was measured at, bench/results/h200/
+    objective_at_run/), so the layout may keep a group's page or move it to the measured one, no other."""
+    was = {g.kind: g.kernel_block_size for g in before.groups if not g.draft}
+    out = []
+    for g in (x for x in after.groups if not x.draft and x.kind in s.free):
+        pt = s.cfg.objective.decode
+        e = perf.nearest(s.data, path_id(g.backend, g.flash_attn_version), kv_tag(g, s.cfg.model.dtype), g.head_size,
+                         g.sliding_window, "decode", pt.batch, pt.context, g.num_kv_heads)
+        if g.kernel_block_size != was.get(g.kind) and (e is None or e.page != g.kernel_block_size):
+            out.append(f"{g.kind} {label(g)} (page {was.get(g.kind)} -> {g.kernel_block_size}, measured at "
+                       f"{e.page if e else 'no page'})")
+    return ", ".join(out)
 
 
 def _claim_errors(sel: Selection) -> str:

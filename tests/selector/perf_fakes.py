@@ -26,12 +26,12 @@ def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=(), ex
     conformance.load.cache_clear()
 
 
-def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None):
+def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None, page=16):
     window = 1024 if head == 256 else None
     hkv = 16 if head == 256 else 4
     context = context or (8192 if phase == "decode" else 4096)
     return PerfEntry(kernel=kernel, build=kernel, versions={"torch": "x"}, kv=kv, head=head, window=window, phase=phase,
-                     batch=batch, context=context, num_q_heads=32, num_kv_heads=hkv, page=16, ms=ms, graph=True,
+                     batch=batch, context=context, num_q_heads=32, num_kv_heads=hkv, page=page, ms=ms, graph=True,
                      gpu=GPU, date="2026-11-30")
 
 

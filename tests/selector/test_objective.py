@@ -235,9 +235,13 @@ def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
     # FP8 (pr48666): FLASHINFER decodes fastest; FA4's FP8 path prefills fastest but needs 64-token kernel
     # blocks. At the cache block that gives the sliding group 64-token pages, FLASHINFER still decodes
     # (verified at that page): the block moves and FA4 prefills over the same cache.
-    buckets = [*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"),
-               E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
-               E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")]
+    # (FlashInfer's decode measured at the pages the new block gives both groups: 64)
+    def buckets_at(sw_page, full_page):
+        return [*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8", page=sw_page),
+                E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"), E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"),
+                E("FLASHINFER", 512, "decode", 0.2, kv="fp8", page=full_page), E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")]
+
+    buckets = buckets_at(64, 64)
     fake_gpu(buckets=buckets)
     sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
     sw = sel.group("sliding_window")
@@ -251,3 +255,10 @@ def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
     fake_gpu(buckets=buckets, unverified=("TRITON_ATTN:bf16:d512", "FLASHINFER:fp8:d256:page64"))
     sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
     assert sel.block_size == 16 and sel.group("sliding_window").prefill is None
+    # measured at 16-token pages only: the move would put FlashInfer's decode on pages nobody timed
+    # (its speed depends on the page): the block stays and the trace says why
+    fake_gpu(buckets=buckets_at(16, 16))
+    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    assert sel.block_size == 16 and sel.group("sliding_window").prefill is None
+    assert any(r.startswith("cache block 64 not taken for a faster prefill: it moves sliding_window FLASHINFER "
+                            "(page 16 -> 32, measured at 16)") for r in sel.group("sliding_window").reasons)

@@ -5,6 +5,8 @@
 #   bash bench/h200/objective_at_run.sh A   # ~9 min: GPU tests of the FlashInfer re-plan change, the perf
 #                                           #   buckets still missing, e2e 31B bf16 + FP8
 #   bash bench/h200/objective_at_run.sh B   # ~6 min: e2e E4B bf16 + FP8, explain vs both runs, MTP round cost
+#   bash bench/h200/objective_at_run.sh C   # ~4 min, after the relayout page guard (selector/objective.py
+#                                           #   _unmeasured_pages): e2e FP8 caches of both models again
 #
 # e2e.py: objective=vllm, objective=latency resolved at each run's own point (--objective-at-run: decode
 # B1 x 544, decode B16 x 544, prefill 512, prefill 4,096) and every single-backend pin, fused compute,
@@ -13,7 +15,7 @@
 # FlashInfer's JIT workspace and FA4's compile cache from the first window can be carried in as
 # .w2/kdev_caches.tar.xz (unpacked into /tmp/kdev before anything compiles).
 set -u
-PART=${1:?usage: objective_at_run.sh A|B}
+PART=${1:?usage: objective_at_run.sh A|B|C}
 OUT=${OUT:-/tmp/objective_at_run_out}
 KEEP=${KEEP:-/tmp/kselect_objective_at_run}
 mkdir -p "$OUT" "$KEEP"
@@ -31,6 +33,14 @@ E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --pref
   echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
 } > "$OUT/versions.txt" 2>&1
 
+if [ "$PART" = C ]; then
+  for m in e4b 31b; do
+    say "e2e $m FP8"
+    timeout 200 python3 bench/gemma4/e2e.py --out "$OUT/e2e_${m}_fp8" --presets gemma4_$m --budget-s 190 \
+      "${E2E[@]}" --kv fp8 --no-hf 2>&1 | grep -v Warning | tail -30
+  done
+  say "done"; exit 0
+fi
 if [ "$PART" = A ]; then
   say "GPU tests: FlashInfer re-planned graph decode (run ahead of the GPU), graph == eager in the engine"
   timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_gpu_paths.py \

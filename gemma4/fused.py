@@ -52,10 +52,7 @@ def prepare(model) -> None:
     """Concatenate q/k/v and gate/up weights (idempotent; redone if the weights moved, e.g. `.to()`).
     Every forward calls it: the check is one key of weight addresses, not a walk over every layer
     (that walk was ~2 ms of host time per step, which an eager prefill step of E4B waits on)."""
-    a0, last = model.layers[0].self_attn, model.layers[-1]
-    key = (a0.q_proj.weight.data_ptr(), last.mlp.up_proj.weight.data_ptr(), last.self_attn.q_proj.weight.data_ptr(),
-           len(model.layers))
-    if getattr(model, "_fused_key", None) == key and all(hasattr(x.self_attn, "qkv_weight") for x in (model.layers[0], last)):
+    if getattr(model, "_fused_key", None) == _weights_key(model):
         return
     with torch.inference_mode(False):
         for layer in model.layers:
@@ -63,8 +60,14 @@ def prepare(model) -> None:
             parts = [a.q_proj] if a.kv_shared else [a.q_proj, a.k_proj] + ([a.v_proj] if a.v_proj is not None else [])
             a.qkv_weight = _concat_linears(parts)
             layer.mlp.gate_up_weight = _concat_linears([layer.mlp.gate_proj, layer.mlp.up_proj])
-    model._fused_key = (a0.q_proj.weight.data_ptr(), last.mlp.up_proj.weight.data_ptr(),
-                        last.self_attn.q_proj.weight.data_ptr(), len(model.layers))
+    model._fused_key = _weights_key(model)
+
+
+def _weights_key(model) -> tuple:
+    """Where the first and last layers' weights live: it changes when prepare's views are gone (`.to()`)."""
+    first, last = model.layers[0], model.layers[-1]
+    return (first.self_attn.q_proj.weight.data_ptr(), last.self_attn.q_proj.weight.data_ptr(),
+            last.mlp.up_proj.weight.data_ptr(), len(model.layers))
 
 
 # ---------------------------------------------------------------------------- fused-region implementations

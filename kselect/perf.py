@@ -50,8 +50,8 @@ class Target:
     hq: int
     hkv: int
     window: int | None
-    page: int = 16  # the claim's run (selector/claims.py claim_runs), as the conformance runner
-    descale: str = "none"
+    page: int  # the claim's own run (selector/claims.py claim_runs), as the conformance runner
+    descale: str
 
     @property
     def path(self) -> str:

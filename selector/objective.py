@@ -48,10 +48,15 @@ def verified(g: GroupSelection) -> bool:
     return bool(g.claims) and all(c.status == "verified" for c in g.claims)
 
 
-def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
+def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfEntry | None:
+    """The measured bucket nearest group g's shape at the objective's operating point for this phase."""
     pt = getattr(cfg.objective, phase)
-    e = perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
-                     g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads)
+    return perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
+                        g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads)
+
+
+def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
+    e = entry(data, g, cfg, phase)
     return Figure(backend=label(g), ms=e.ms, bucket=e.bucket) if e else None
 
 
@@ -375,9 +380,7 @@ def _unmeasured_pages(s: Search, before: Selection, after: Selection) -> str:
     was = {g.kind: g.kernel_block_size for g in before.groups if not g.draft}
     out = []
     for g in (x for x in after.groups if not x.draft and x.kind in s.free):
-        pt = s.cfg.objective.decode
-        e = perf.nearest(s.data, path_id(g.backend, g.flash_attn_version), kv_tag(g, s.cfg.model.dtype), g.head_size,
-                         g.sliding_window, "decode", pt.batch, pt.context, g.num_kv_heads)
+        e = entry(s.data, g, s.cfg, "decode")
         if g.kernel_block_size != was.get(g.kind) and (e is None or e.page != g.kernel_block_size):
             out.append(f"{g.kind} {label(g)} (page {was.get(g.kind)} -> {g.kernel_block_size}, measured at "
                        f"{e.page if e else 'no page'})")

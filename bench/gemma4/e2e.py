@@ -326,24 +326,27 @@ def hf_logits_check(model, hf, ref_groups, prompts) -> dict:
 
 
 @torch.inference_mode()
+def timed_s(fn, device) -> float:
+    """Seconds one call of fn takes on the device's timeline (CUDA events), or the host's on CPU."""
+    if device.type == "cuda":
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        return s.elapsed_time(e) / 1e3
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
     ids = torch.tensor(prompts, device=device)
     am = torch.ones_like(ids)
     b, n = ids.shape
     gen_kw = dict(attention_mask=am, do_sample=False, pad_token_id=0, eos_token_id=None)
 
-    def timed(fn):
-        if device.type == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            return s.elapsed_time(e) / 1e3
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
-
+    timed = lambda fn: timed_s(fn, device)  # noqa: E731
     prefill = lambda: hf(input_ids=ids, attention_mask=am, logits_to_keep=1)  # noqa: E731
     prefill()
     hf.generate(ids, max_new_tokens=3, min_new_tokens=3, **gen_kw)  # warm-up
@@ -363,16 +366,7 @@ def time_hf_prefill(hf, n: int, vocab: int, reps: int, device, seed: int) -> dic
     am = torch.ones_like(ids)
     run = lambda: hf(input_ids=ids, attention_mask=am, logits_to_keep=1)  # noqa: E731
     run()
-    ts = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t)
-    p = statistics.median(ts)
+    p = statistics.median(timed_s(run, device) for _ in range(reps))
     free()
     return dict(prefill_tok_s=n / p, prefill_ms=p * 1e3, reps=reps)
 
@@ -731,55 +725,55 @@ def main(argv: list[str]) -> int:
         ref_groups = None
         for sname, kv, point in ((n, k, p) for n in opts.selections for k in opts.kv
                                  for p in run_points(opts, n, batches)):
-                if f"{sname}:{kv}" in opts.skip:
-                    continue
-                row = dict(preset=preset, selection=sname, kv=kv, point=point)
-                rep.data["selections"].append(row)
-                try:
-                    over = [f"rules={opts.rules}" if o == SEED else o for o in SELECTIONS[sname]]
-                    _, sel = select(base + [f"kv_cache={kv}", *over, *point_overrides(opts, point)])
-                    groups = model_groups(sel)
-                except Exception as e:  # noqa: BLE001
-                    row["error"] = first_line(e)
-                    log(f"{preset} {sname} kv={kv}: selection failed: {row['error']}")
-                    rep.save()
-                    continue
-                row.update(groups=describe(groups),
-                           capacity=capacity(args, groups, model.dtype, opts.capacity_gib))
-                if ref_groups is None and kv == "auto":
-                    ref_groups = reference_groups(groups)
-                sig = signature(groups)
-                twin = next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
-                if twin is not None:  # measured once: a row that runs at every point, or at this one
-                    row["same_as"] = f"{twin['selection']} kv={twin['kv']}"
-                    row["same_as_point"] = twin["point"]
-                    row["numerics"] = twin.get("numerics")
-                    rep.save()
-                    continue
-                numerics_of = next((r for r in distinct.get(sig, [])), None)  # same kernels at another point
-                distinct.setdefault(sig, []).append(row)
-                todo.append((row, groups))
-                if numerics_of is not None:
-                    row["numerics"] = numerics_of.get("numerics")
-                    continue
-                if opts.no_numerics:
-                    continue
-                if left() < 20:
-                    rep.data["skipped"].append(f"{preset} {sname} kv={kv} numerics")
-                    rep.save()
-                    continue
-                try:
-                    row["numerics"] = numerics_check(model, groups, check_prompts, opts.check_steps, graphs)
-                    nm = row["numerics"]
-                    log(f"{preset} {sname} kv={kv}: {describe(groups)['sliding_window']['backend']} / "
-                        f"{describe(groups)['full_attention']['backend']}: numerics max rel err "
-                        f"per call {_f(nm.get('attention_max_rel_err'), '.2e')}, logits drift {nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
-                except Exception as e:  # noqa: BLE001
-                    row["numerics"] = dict(error=first_line(e))
-                    row["error"] = f"numerics: {first_line(e)}"
-                    log(f"{preset} {sname} kv={kv}: numerics failed: {first_line(e)}")
-                    free()
+            if f"{sname}:{kv}" in opts.skip:
+                continue
+            row = dict(preset=preset, selection=sname, kv=kv, point=point)
+            rep.data["selections"].append(row)
+            try:
+                over = [f"rules={opts.rules}" if o == SEED else o for o in SELECTIONS[sname]]
+                _, sel = select(base + [f"kv_cache={kv}", *over, *point_overrides(opts, point)])
+                groups = model_groups(sel)
+            except Exception as e:  # noqa: BLE001
+                row["error"] = first_line(e)
+                log(f"{preset} {sname} kv={kv}: selection failed: {row['error']}")
                 rep.save()
+                continue
+            row.update(groups=describe(groups),
+                       capacity=capacity(args, groups, model.dtype, opts.capacity_gib))
+            if ref_groups is None and kv == "auto":
+                ref_groups = reference_groups(groups)
+            sig = signature(groups)
+            twin = next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
+            if twin is not None:  # measured once: a row that runs at every point, or at this one
+                row["same_as"] = f"{twin['selection']} kv={twin['kv']}"
+                row["same_as_point"] = twin["point"]
+                row["numerics"] = twin.get("numerics")
+                rep.save()
+                continue
+            numerics_of = (distinct.get(sig) or [None])[0]  # the same kernels, measured at another point
+            distinct.setdefault(sig, []).append(row)
+            todo.append((row, groups))
+            if numerics_of is not None:
+                row["numerics"] = numerics_of.get("numerics")
+                continue
+            if opts.no_numerics:
+                continue
+            if left() < 20:
+                rep.data["skipped"].append(f"{preset} {sname} kv={kv} numerics")
+                rep.save()
+                continue
+            try:
+                row["numerics"] = numerics_check(model, groups, check_prompts, opts.check_steps, graphs)
+                nm = row["numerics"]
+                log(f"{preset} {sname} kv={kv}: {describe(groups)['sliding_window']['backend']} / "
+                    f"{describe(groups)['full_attention']['backend']}: numerics max rel err "
+                    f"per call {_f(nm.get('attention_max_rel_err'), '.2e')}, logits drift {nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
+            except Exception as e:  # noqa: BLE001
+                row["numerics"] = dict(error=first_line(e))
+                row["error"] = f"numerics: {first_line(e)}"
+                log(f"{preset} {sname} kv={kv}: numerics failed: {first_line(e)}")
+                free()
+            rep.save()
 
         # 2. HF: share weights, check logits
         hf = None

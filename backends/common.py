@@ -49,8 +49,22 @@ class QuantInputs:
     v_descale: torch.Tensor | None
 
 
+_UNIT: dict[torch.device, torch.Tensor] = {}
+
+
 def unit_scale(device) -> torch.Tensor:
-    return torch.ones((), dtype=torch.float32, device=device)
+    """A shared fp32 1.0 per device (made outside graph capture: a capture-time tensor holds no value yet)."""
+    device = torch.device(device)
+    one = _UNIT.get(device)
+    if one is None:
+        one = torch.ones((), dtype=torch.float32, device=device)
+        if not _capturing(device):
+            _UNIT[device] = one
+    return one
+
+
+def _capturing(device) -> bool:
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def quant_inputs(descale_mode: str, q, k_cache, layer: LayerParams) -> QuantInputs:
@@ -66,11 +80,25 @@ def quant_inputs(descale_mode: str, q, k_cache, layer: LayerParams) -> QuantInpu
     return QuantInputs(q, None, ks, vs)
 
 
+_EXPANDED: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}
+
+
 def expand_descale(d: torch.Tensor | None, batch: int, hkv: int) -> torch.Tensor | None:
-    """Scalar or [B, Hkv] -> contiguous fp32 [B, Hkv] (what FA3/FA4 and our Triton kernel take)."""
+    """Scalar or [B, Hkv] -> contiguous fp32 [B, Hkv] (what FA3/FA4 and our Triton kernel take).
+
+    Memoized per scale tensor (while its version is unchanged) and shape: descales are per-layer
+    constants, and expanding them on every call put three copy kernels into every FP8 layer call of a
+    decode step. A capture-time result is not memoized (it holds no value until the graph replays)."""
     if d is None:
         return None
-    d = d.to(torch.float32)
-    if d.numel() == 1:
-        return d.reshape(1, 1).expand(batch, hkv).contiguous()
-    return d.reshape(batch, hkv).contiguous()
+    key = (id(d), batch, hkv)
+    hit = _EXPANDED.get(key)
+    if hit is not None and hit[0] is d and hit[1] == d._version:
+        return hit[2]
+    e = d.to(torch.float32)
+    e = e.reshape(1, 1).expand(batch, hkv).contiguous() if e.numel() == 1 else e.reshape(batch, hkv).contiguous()
+    if not _capturing(d.device):
+        if len(_EXPANDED) > 4096:
+            _EXPANDED.clear()
+        _EXPANDED[key] = (d, d._version, e)  # holds d: its id is not reused while memoized
+    return e

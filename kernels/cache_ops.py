@@ -31,7 +31,12 @@ def quantize(x: torch.Tensor, scale, dtype: torch.dtype) -> torch.Tensor:
 
 
 def quantize_query(q: torch.Tensor, q_scale, dtype: torch.dtype = torch.float8_e4m3fn) -> torch.Tensor:
-    """Quant-query path: q_fp8 = q / q_scale (q_scale an fp32 scalar)."""
+    """Quant-query path: q_fp8 = q / q_scale (q_scale an fp32 scalar). On CUDA one Triton kernel
+    (kernels/quant_query.py) instead of quantize's four."""
+    if _use_triton(q) and isinstance(q_scale, torch.Tensor) and q.dim() == 3:
+        from kselect.kernels.quant_query import quantize_query_triton
+
+        return quantize_query_triton(q, q_scale, dtype)
     return quantize(q, q_scale, dtype)
 
 

@@ -9,7 +9,7 @@ kernel path whose conformance claim `<path>:<kv>:d<head>:window` (sliding) or `:
 verified in conf/conformance/<gpu>.yaml, for each KV dtype. Each target is built like the engine
 builds it (backends.make_backend over a hand-made GroupSelection) and timed per bucket:
 decode = B sequences x 1 new token over C cached tokens; prefill = B fresh prompts of C tokens.
-On CUDA: R rotated input sets (R so they exceed 2x L2) captured as one CUDA graph (FlashInfer
+On CUDA: R rotated input sets (R so they exceed 4x L2) captured as one CUDA graph (FlashInfer
 re-planned through prepare_replay as under the engine's graphs), median of --reps replays. On CPU
 (tests): eager calls timed with perf_counter, graph=false in the entry. Sliding decode allocates
 only the pages the window reaches. `--warm-jobs N` first runs every target once on a tiny shape in
@@ -37,6 +37,7 @@ from kselect.selector import perf as perfdata
 from kselect.selector.conformance import CONFORMANCE_DIR
 
 L2_BYTES = 50 * 2**20
+COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
 
@@ -158,13 +159,16 @@ def make_target_backend(t: Target):
                                    t.hkv, t.window))
 
 
-def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int) -> tuple[float, bool]:
-    """(ms per call, timed as a CUDA graph)."""
+def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int) -> tuple[float, bool, float | None]:
+    """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode)."""
     import torch
 
     q_len = 1 if phase == "decode" else context
     first = make_inputs(t, batch, context, q_len, device, seed=0)
-    n_sets = 1 if device == "cpu" else max(1, min(8, math.ceil(2 * L2_BYTES / first["bytes"])))
+    # enough input sets that each call reads its K/V from HBM, as in a model step (the layers' weights
+    # stream through L2 between two calls of one layer); the former 8 sets of a small B1 bucket (4 MB of
+    # FP8 K/V) fit in the 50 MB L2
+    n_sets = 1 if device == "cpu" else max(1, min(COLD_SETS_MAX, math.ceil(COLD_FACTOR * L2_BYTES / first["bytes"])))
     sets = [first] + [make_inputs(t, batch, context, q_len, device, seed=i) for i in range(1, n_sets)]
     calls = [lambda s=s: be.forward(s["q"], s["k"], s["v"], s["meta"], s["layer"]) for s in sets]
     if device == "cpu":
@@ -176,7 +180,7 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
             for c in calls:
                 c()
             times.append((time.perf_counter() - t0) * 1e3 / len(calls))
-        return statistics.median(times), False
+        return statistics.median(times), False, host_ms(calls, reps) if phase == "prefill" else None
     graph = be.supports_cuda_graphs()
     for s in sets:
         be.prepare_replay(s["meta"], [context] * batch, s["meta"].block_table.cpu())
@@ -210,8 +214,30 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) / (inner * len(calls)))
+    host = host_ms(calls, reps) if phase == "prefill" else None
     del sets, calls
-    return statistics.median(times), graph
+    return statistics.median(times), graph, host
+
+
+def host_ms(calls, reps: int) -> float:
+    """Median host wall time of one eager call, the GPU idle before it: what a call costs a host-bound
+    step (launch, argument conversion, host work). Each input set is called once untimed first, so a
+    backend that plans once per batch metadata (FlashInfer) is timed at its per-layer steady state, as
+    every layer after a group's first runs in the engine."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    times = []
+    for _ in range(reps):
+        for c in calls:
+            c()
+            sync()
+            t0 = time.perf_counter()
+            c()
+            times.append((time.perf_counter() - t0) * 1e3)
+            sync()
+    return statistics.median(times)
 
 
 def versions(t: Target) -> dict[str, str]:
@@ -274,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
     ap.add_argument("--platform", default=None, help="the selector's platform for each claim's page/descale "
                     "(default: auto, cpu on --device cpu), as `kselect conformance`")
-    ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet")
+    ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
+                    "(a prefill bucket without host_ms counts as missing)")
     args = ap.parse_args(argv)
     from kselect.selector.files import safe_name
 
@@ -295,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     have: set[str] = set()
     if args.missing and out.exists():
         old = perfdata.load(out.stem, out.parent)
-        have = set(old.entries) if old else set()
+        have = {k for k, e in old.entries.items() if e.phase == "decode" or e.host_ms} if old else set()
     todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) not in have] for t in ts}
     ts = [t for t in ts if todo[t]]
     if args.missing:
@@ -321,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         entries = {}
         for phase, b, c in todo[t]:
             try:
-                ms, graph = time_bucket(be, t, phase, b, c, args.device, reps)
+                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
                 print(f"{t.path}:{t.kv}:d{t.head} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
@@ -329,9 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             e = perfdata.PerfEntry(kernel=t.path, build=build, versions=versions(t), kv=t.kv, head=t.head, window=t.window,
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
-                                   ms=float(f"{ms:.4g}"), graph=graph, gpu=args.gpu_name, date=today)
+                                   ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None, graph=graph,
+                                   gpu=args.gpu_name, date=today)
             entries[e.bucket] = e
-            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}", flush=True)
+            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}", flush=True)
             if args.device != "cpu":
                 torch.cuda.empty_cache()
         if entries:
@@ -345,6 +373,8 @@ def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
 
 
 def _git_commit() -> str:
+    if os.environ.get("KSELECT_COMMIT"):  # a copied tree without .git (the device machine)
+        return os.environ["KSELECT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):

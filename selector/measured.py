@@ -20,9 +20,11 @@ class Figure(_Frozen):
     backend: str  # label, e.g. "FLASH_ATTN v4"
     ms: float  # per layer call, at the nearest measured bucket
     bucket: str  # conf/perf/<gpu>.yaml entry id
+    kernel_ms: float | None = None  # set when the call is host-bound: ms is its host time, this its kernels'
 
     def text(self) -> str:
-        return f"{self.backend} {self.ms:.4g} ms [{self.bucket}]"
+        host = f" (host-bound: kernels {self.kernel_ms:.4g} ms)" if self.kernel_ms is not None else ""
+        return f"{self.backend} {self.ms:.4g} ms{host} [{self.bucket}]"
 
 
 class PhaseEvidence(_Frozen):

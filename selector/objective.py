@@ -10,13 +10,18 @@ vLLM's choice.
 
 How: every combination of per-group backends is resolved by the rules themselves, as per-group
 pins (`attention.backend_per_kind`), so block sizes, page unification, quant-query, descales and
-claim checks are exactly what the rules give that combination. Decode decides the cache layout
-(sum over groups of layers x measured ms at the decode point); each group's prefill backend is
-then chosen among the backends whose resolution with that same cache block gives the same KV
-block and dtype (one paged cache, two kernels); a backend that cannot read that layout is refused
-with the reason. Within `tie` of the fastest, vLLM's priority order decides, so a choice only
-moves away from vLLM's for a measured gain. `capacity` first switches a model-dtype cache to FP8
-when every group has a verified, measured FP8 path.
+claim checks are exactly what the rules give that combination. The decode kernels fix the cache
+layout; each group's prefill backend is then chosen among the backends whose resolution with that
+same cache block gives the same KV block and dtype (one paged cache, two kernels; a backend that
+cannot read that layout is refused with the reason), and the block may move where a faster prefill
+kernel needs it (relayout). Decode and prefill can want different layouts (FA4's FP8 prefill reads
+64-token pages, FlashInfer decodes fastest on 16): the objective's request decides between them,
+a prefill at the prefill point then `new_tokens` decode steps at the decode point, and the combination
+with the least request time (prefill step + new_tokens x decode step, layers x ms) is chosen. Within
+`tie` of the fastest, vLLM's priority order decides, so a choice only moves away from vLLM's for a
+measured gain. `capacity` first switches a model-dtype cache to FP8 when every group has a verified,
+measured FP8 path. Prefill runs eagerly (the engine; vLLM's piecewise CUDA graphs leave attention
+out), so a prefill call costs at least its measured host time (`host_ms`, conf/perf).
 """
 
 from __future__ import annotations
@@ -56,13 +61,32 @@ def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfE
 
 
 def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
+    """Group g's measured time per layer call; an eager phase (prefill) costs at least the call's host time."""
     e = entry(data, g, cfg, phase)
-    return Figure(backend=label(g), ms=e.ms, bucket=e.bucket) if e else None
+    if e is None:
+        return None
+    host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms else None
+    return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None)
 
 
 def point(cfg: KSelectConfig, phase: str) -> str:
     pt = getattr(cfg.objective, phase)
     return f"B{pt.batch} x {pt.context}"
+
+
+@dataclass
+class Scored:
+    """One valid, verified, measured combination of per-group decode kernels, over its best layout."""
+
+    decode: float  # decode step, all layers (layers x ms; within `tie` of a group's fastest counts as the fastest)
+    prefill: float  # prefill step over this layout, all layers (inf: a group's prefill is not measured)
+    rank: tuple  # vLLM's priority order of the combination
+    sel: Selection  # after relayout
+    note: str = ""  # what relayout did, or why it did not
+
+    def request(self, new_tokens: int) -> float:
+        """A request's attention time: one prefill, then new_tokens decode steps."""
+        return self.prefill + new_tokens * self.decode
 
 
 @dataclass
@@ -76,7 +100,7 @@ class Search:
     free: list[str]  # kinds the objective may choose (not pinned by the user)
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
     unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
-    scored: list[tuple[float, tuple, Selection]] = field(default_factory=list)
+    scored: list[Scored] = field(default_factory=list)  # best request first
     refused_blocks: set[int] = field(default_factory=set)  # kv blocks of prefill kernels refused for layout
 
     def out(self, kind: str, name: str, why: str) -> None:
@@ -100,7 +124,7 @@ def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
         s8 = search(fp8_cfg, book)
         if s8.scored:
             gain = KV_BYTES[resolved_kv_dtype(cfg)] / KV_BYTES["fp8_e4m3"]
-            errs = _claim_errors(s8.scored[0][2])
+            errs = _claim_errors(s8.scored[0].sel)
             notes.append(f"capacity: an fp8_e4m3 cache holds {gain:.1f}x the tokens of {resolved_kv_dtype(cfg)} "
                          f"(numerics cost, max rel err vs the fp32 reference in conformance: {errs})")
             cfg, faithful = fp8_cfg, resolve(with_objective(fp8_cfg, "vllm"), book)
@@ -193,16 +217,28 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
             seen.add(labels)
             s.scored.append((figs, tuple(rank(priority, c) for c in combo), sel))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
-    # step total (layers x ms) decides, and equal totals go to vLLM's priority order
-    best: dict[str, float] = {}
-    for figs, _, _ in s.scored:
-        for k, (ms, _, _) in figs.items():
-            best[k] = min(best.get(k, ms), ms)
-    eff = lambda figs: sum((best[k] if ms <= best[k] * (1 + cfg.objective.tie) else ms) * n  # noqa: E731
-                           for k, (ms, n, _) in figs.items())
-    s.scored = [(eff(figs), rank, sel) for figs, rank, sel in s.scored]
-    s.scored.sort(key=lambda x: (round(x[0], 9), x[1]))
+    # request total decides, and equal totals go to vLLM's priority order
+    raw = s.scored
+    s.scored = []
+    d_eff = _snapped([figs for figs, _, _ in raw], cfg.objective.tie)
+    pre = [_layout(cfg, book, s, sel) for _, _, sel in raw]
+    p_eff = _snapped([p for _, p, _ in pre], cfg.objective.tie)
+    for (_, rk, _), d, (sel, _, note), p in zip(raw, d_eff, pre, p_eff):
+        s.scored.append(Scored(decode=d, prefill=p, rank=rk, sel=sel, note=note))
+    n = cfg.objective.new_tokens
+    s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank))
     return s
+
+
+def _snapped(per_combo: list[dict], tie: float) -> list[float]:
+    """Step totals (sum of layers x ms) per combination, where a group's figure within `tie` of that
+    group's fastest over all combinations counts as the fastest; inf when a group has no figure."""
+    best: dict[str, float] = {}
+    for figs in per_combo:
+        for k, (ms, _, _) in (figs or {}).items():
+            best[k] = min(best.get(k, ms), ms)
+    return [sum((best[k] if ms <= best[k] * (1 + tie) else ms) * n for k, (ms, n, _) in figs.items())
+            if figs is not None else float("inf") for figs in per_combo]
 
 
 def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, notes: list[str]) -> Selection:
@@ -216,7 +252,8 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         sel_warnings.append(ObjectiveWarning(code="objective_kept_vllm", group=MODEL_GROUP, objective=obj, gpu=where))
         chosen = faithful
     else:
-        chosen = relayout(cfg, book, s, s.scored[0][2], notes)
+        chosen = s.scored[0].sel
+        notes.extend(x for x in (s.scored[0].note, _request_note(cfg, s)) if x)
     groups = []
     for g in chosen.groups:
         if g.draft or g.kind not in s.free:
@@ -243,11 +280,27 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
                                      "trace": chosen.trace + (f"objective.{obj}",)})
 
 
+def _request_note(cfg, s: Search) -> str:
+    """Why this layout: the request it serves, and what the best combination of another layout would cost."""
+    n, win = cfg.objective.new_tokens, s.scored[0]
+    if win.prefill == float("inf"):
+        return ""
+    head = (f"request ({point(cfg, 'prefill')} prefill + {n} decode steps at {point(cfg, 'decode')}): "
+            f"{win.request(n):.4g} ms of attention (prefill {win.prefill:.4g} + {n} x decode {win.decode:.4g})")
+    other = next((c for c in s.scored[1:] if c.sel.block_size != win.sel.block_size
+                  and c.prefill != float("inf")), None)
+    if other is None:
+        return head
+    kernels = ", ".join(f"{g.kind} {label(g)}" for g in other.sel.groups if not g.draft)
+    return (f"{head}; the best over cache block {other.sel.block_size} ({kernels}): {other.request(n):.4g} ms "
+            f"(prefill {other.prefill:.4g} + {n} x decode {other.decode:.4g})")
+
+
 def _others(s: Search, kind: str, phase: str, chosen_label: str) -> list[Figure]:
     """Every other verified, measured backend's figure for this group (from the scored combinations)."""
     seen: dict[str, Figure] = {}
-    for _, _, sel in s.scored:
-        g = next(x for x in sel.groups if x.kind == kind and not x.draft)
+    for c in s.scored:
+        g = next(x for x in c.sel.groups if x.kind == kind and not x.draft)
         if label(g) != chosen_label and label(g) not in seen:
             f = figure(s.data, g, s.cfg, phase)
             if f:
@@ -320,26 +373,33 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
     return clean, ev
 
 
-def _prefill_total(cfg, book, s: Search, sel: Selection) -> tuple[float, set[int]]:
-    """Step total (layers x ms) of the fastest prefill over sel's cache layout, and the kv blocks
-    of faster kernels that layout refused; side-effect free (a scratch Search)."""
+def _prefill_total(cfg, book, s: Search, sel: Selection) -> tuple[dict | None, set[int]]:
+    """Per free group (layers x ms) of the fastest prefill over sel's cache layout (None: a group has no
+    measured prefill), and the kv blocks of faster kernels that layout refused; side-effect free."""
     scratch = Search(s.cfg, s.data, s.priority, s.kinds, s.free)
-    total = 0.0
+    figs: dict = {}
     for g in (x for x in sel.groups if not x.draft and x.kind in s.free):
         _, ev = _prefill(cfg, book, scratch, sel, g, g)
-        total += ev.chosen.ms * len(g.layers) if ev.chosen else float("inf")
-    return total, scratch.refused_blocks
+        if ev.chosen is None:
+            return None, scratch.refused_blocks
+        figs[g.kind] = (ev.chosen.ms, len(g.layers), ev.backend)
+    return figs, scratch.refused_blocks
 
 
-def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selection:
+def _total(figs: dict | None) -> float:
+    return sum(ms * n for ms, n, _ in figs.values()) if figs is not None else float("inf")
+
+
+def _layout(cfg, book, s: Search, chosen: Selection) -> tuple[Selection, dict | None, str]:
     """The decode choice fixes the kernels, not the cache block: where a prefill kernel was refused
     only because it reads another kv block, resolve the same decode kernels at a block that gives it
     that layout. Kept when every group still resolves to the same, verified decode kernels, no decode
     kernel moves off the page its figure was measured at (_unmeasured_pages), and the prefill step
-    total drops by more than `tie`."""
+    total drops by more than `tie`. Returns the selection, its prefill figures and a note."""
+    figs, blocks = _prefill_total(cfg, book, s, chosen)
     if not cfg.objective.per_phase:
-        return chosen
-    best, blocks = _prefill_total(cfg, book, s, chosen)
+        return chosen, figs, ""
+    best = _total(figs)
     first, note = chosen.block_size, ""
     free = [x for x in chosen.groups if not x.draft and x.kind in s.free]
     pins = {x.kind: x.backend for x in free}
@@ -360,16 +420,15 @@ def relayout(cfg, book, s: Search, chosen: Selection, notes: list[str]) -> Selec
         if moved:
             refused.append(f"cache block {alt.block_size} not taken for a faster prefill: it moves {moved}")
             continue
-        total, _ = _prefill_total(cfg, book, s, alt)
+        alt_figs, _ = _prefill_total(cfg, book, s, alt)
+        total = _total(alt_figs)
         if total < best * (1 - cfg.objective.tie):
             note = (f"cache block {chosen.block_size} -> {alt.block_size}: the same decode kernels over this block let a "
                     f"faster prefill kernel read the decode cache (prefill step, all layers: {best:.4g} -> {total:.4g} ms)")
-            chosen, best = alt, total
-    if chosen.block_size != first:
-        notes.append(note)
-    else:
-        notes.extend(refused[:1])  # the smallest block tried; the others move the same groups
-    return chosen
+            chosen, best, figs = alt, total, alt_figs
+    if chosen.block_size == first:
+        note = refused[0] if refused else ""  # the smallest block tried; the others move the same groups
+    return chosen, figs, note
 
 
 def _unmeasured_pages(s: Search, before: Selection, after: Selection) -> str:

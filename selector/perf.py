@@ -45,6 +45,9 @@ class PerfEntry(BaseModel):
     num_kv_heads: int = Field(gt=0)
     page: int = Field(gt=0)
     ms: float = Field(gt=0)  # per call (one layer), median
+    # host wall time of one eager call (launch and host work; the GPU idle before it), median; measured
+    # for prefill, which runs eagerly; None where not measured
+    host_ms: float | None = Field(default=None, gt=0)
     graph: bool  # timed as a CUDA-graph replay
     gpu: str
     date: str

@@ -213,6 +213,9 @@ class Objective(Strict):
     decode: OperatingPoint = OperatingPoint(batch=1, context=8192)
     prefill: OperatingPoint = OperatingPoint(batch=1, context=4096)
     per_phase: bool = True  # a group may prefill on one backend and decode on another
+    # the request the layout serves: one prefill at `prefill`, then this many decode steps at `decode`
+    # (0: prefill alone decides; selector/objective.py)
+    new_tokens: int = Field(default=256, ge=0)
     tie: float = Field(default=0.03, ge=0, lt=1)  # within this fraction of the fastest: priority order decides
 
 

@@ -261,6 +261,8 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
 
     r = profile_decode(model, groups, prompt, steps, model.args.num_hidden_layers)
     return dict(attention_ms_per_step=r["ms_per_step"]["attention"], kernel_ms_per_step=r["kernel_ms_per_step"],
+                attention_call_ms_per_step=r["attention_call_ms_per_step"],
+                attention_calls_per_step=r["attention_calls_per_step"],
                 kernels_per_step=r["kernels_per_step"], ms_per_step=r["ms_per_step"], steps=steps,
                 context=len(prompt))
 
@@ -582,16 +584,18 @@ def run_points(opts, sname: str, batches: list[int]) -> list[str]:
 
 
 def point_overrides(opts, point: str) -> list[str]:
-    """Hydra overrides that put the objective's operating point (conf/objective) at a run's shapes:
-    decode B x the mean context of its decode steps, prefill B1 x its prompt."""
+    """Hydra overrides that put the objective's operating point (conf/objective) at a run's shapes and
+    request: decode B x the mean context of its decode steps after a B1 prefill of its prompt, --new
+    decode steps a request; a prefill run's request is its prompt alone (0 decode steps)."""
     if not point:
         return []
     kind, _, n = point.partition(" ")
     if kind == "decode":
-        b, ctx, prompt = int(n.removeprefix("B")), opts.prompt_len + opts.new // 2, opts.prompt_len
+        b, ctx, prompt, steps = int(n.removeprefix("B")), opts.prompt_len + opts.new // 2, opts.prompt_len, opts.new
     else:
-        b, ctx, prompt = 1, int(n), int(n)
-    return [f"objective.decode.batch={b}", f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}"]
+        b, ctx, prompt, steps = 1, int(n), int(n), 0
+    return [f"objective.decode.batch={b}", f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}",
+            f"objective.new_tokens={steps}"]
 
 
 def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:

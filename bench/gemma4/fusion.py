@@ -22,6 +22,7 @@ Results: --out/fusion.json and fusion.md, rewritten (atomically) after every mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -80,7 +81,8 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
     tok = int(logits.argmax(-1)[0])
     eng.decode([0], [tok])  # warm-up
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with in_range(eng.backends.values(), "forward", ATTENTION_RANGE), \
+            profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             eng.decode([0], [tok])
         torch.cuda.synchronize()
@@ -90,8 +92,10 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
             continue
         c = category(e.name)
         count[c] += 1
-        ms[c] += e.device_time / 1e3 if hasattr(e, "device_time") else e.cuda_time / 1e3
+        ms[c] += device_ms(e)
         names[e.name[:80]] += 1
+    calls = [e for e in prof.events() if e.name == ATTENTION_RANGE and e.device_type == torch.autograd.DeviceType.CPU]
+    range_ms = sum(e.device_time_total for e in calls) / 1e3
     del eng
     free()
     kernels = sum(v for k, v in count.items() if k != "copies") / steps
@@ -99,7 +103,38 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
                 copies_per_step=count["copies"] / steps,
                 ms_per_step={c: ms[c] / steps for c in CATEGORIES},
                 kernel_ms_per_step=sum(ms[c] for c in CATEGORIES if c != "copies") / steps,
+                # every kernel an attention backend's forward launched (its descale and quant-query work too):
+                # the scope of a conf/perf bucket, which times that whole call
+                attention_call_ms_per_step=range_ms / steps, attention_calls_per_step=len(calls) / steps,
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
+
+
+ATTENTION_RANGE = "kselect.attention_forward"
+
+
+def device_ms(e) -> float:
+    return (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1e3
+
+
+@contextlib.contextmanager
+def in_range(objs, method: str, name: str):
+    """Run obj.<method> inside a profiler range `name` for each obj (instance attributes, removed after)."""
+    from torch.profiler import record_function
+
+    def wrap(fn):
+        def call(*a, **k):
+            with record_function(name):
+                return fn(*a, **k)
+        return call
+
+    objs = list(dict.fromkeys(objs))
+    for o in objs:
+        setattr(o, method, wrap(getattr(o, method)))
+    try:
+        yield
+    finally:
+        for o in objs:
+            delattr(o, method)
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:

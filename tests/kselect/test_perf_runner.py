@@ -39,6 +39,8 @@ def test_runner_writes_one_valid_entry_per_verified_target_and_bucket(tmp_path, 
     e = data.entries["TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2"]
     assert e.ms > 0 and not e.graph and e.gpu == "fake" and e.date and "torch" in e.versions
     assert (e.kernel, e.kv, e.head, e.window, e.page, e.num_q_heads) == ("TORCH_REFERENCE", "bf16", 64, 16, 16, 4)
+    # prefill runs eagerly in the engine: its buckets also carry one eager call's host time; decode's do not
+    assert e.host_ms is None and data.entries["TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"].host_ms > 0
     assert data.command.startswith("kselect perf --gpu-name fake") and data.torch
     # merged: a second run with another bucket keeps the first run's entries; written atomically (no temp left)
     run(tmp_path, conformance_file, "--decode", "2x64", "--prefill", "", "--kv", "bf16")
@@ -74,6 +76,19 @@ def test_missing_times_only_the_buckets_the_file_lacks(tmp_path, conformance_fil
     assert "decode:b1:c32" not in log  # already measured: not timed again
     data = perf.load("fake", out.parent).entries
     assert len(data) == 4 and all(data[k] == first[k] for k in first)  # the old entries are kept as they were
+
+
+def test_missing_retimes_prefill_buckets_without_host_time(tmp_path, conformance_file, capsys):
+    out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16")
+    doc = yaml.safe_load(out.read_text())
+    old = "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"
+    del doc["entries"][old]["host_ms"]  # a file written before host times were measured
+    out.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16", "--missing")
+    log = capsys.readouterr().out
+    assert "--missing: 1 buckets of 1 targets" in log and "decode:b1:c32" not in log
+    assert perf.load("fake", out.parent).entries[old].host_ms > 0
 
 
 def test_targets_time_each_claim_as_conformance_runs_it():

@@ -262,3 +262,41 @@ def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
     assert sel.block_size == 16 and sel.group("sliding_window").prefill is None
     assert any(r.startswith("cache block 64 not taken for a faster prefill: it moves sliding_window FLASHINFER "
                             "(page 16 -> 32, measured at 16)") for r in sel.group("sliding_window").reasons)
+
+
+def test_the_request_decides_between_decode_and_prefill_layouts(fake_gpu):
+    # FP8 (pr48666): FLASHINFER decodes fastest on 16-token pages (measured there only); FA4's FP8 path
+    # prefills 9x faster but reads 64-token pages, which only a combination decoding on FA4 gives.
+    # Per step: FA4 decode costs 50 x 0.15 = 7.5 ms more, its prefill 50 x 0.8 = 40 ms less.
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v4", 256, "decode", 0.2, kv="fp8", page=64),
+                      E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"), E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"),
+                      E("FLASHINFER", 512, "decode", 0.2, kv="fp8"), E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")])
+    fp8 = ("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    many = run(*fp8)  # conf/objective/latency.yaml: 256 decode steps a request: decode decides
+    sw = many.group("sliding_window")
+    assert (sw.backend, many.block_size) == ("FLASHINFER", 16) and sw.prefill is None
+    note = next(r for r in sw.reasons if r.startswith("request ("))
+    assert "prefill + 256 decode steps" in note and "the best over cache block 64 (sliding_window FLASH_ATTN v4" in note
+    for n in (0, 4):  # below the break-even (40 / 7.5 = 5.3 steps) the prefill layout wins
+        few = run(*fp8, f"objective.new_tokens={n}")
+        sw = few.group("sliding_window")
+        assert (sw.backend, sw.kernel_block_size, few.block_size) == ("FLASH_ATTN", 64, 64)
+        assert (sw.prefill or sw).flash_attn_version == 4
+        pre = {m.phase: m for m in sw.measured}["prefill"]
+        assert pre.chosen.backend == "FLASH_ATTN v4" and pre.chosen.ms == 0.1
+        assert any(f"prefill + {n} decode steps" in r and "the best over cache block 16" in r for r in sw.reasons)
+    assert run(*fp8, "objective.new_tokens=6").group("sliding_window").backend == "FLASHINFER"
+
+
+def test_a_host_bound_prefill_call_costs_its_host_time(fake_gpu):
+    # FA4's kernel prefills fastest, but an eager call costs 0.6 ms of host time (CuTe-DSL argument
+    # handling): FlashInfer's 0.9 ms call is then faster end to end; without host times FA4 wins
+    fa4 = E("FLASH_ATTN_v4", 256, "prefill", 0.5).model_copy(update={"host_ms": 0.95})
+    fake_gpu(buckets=[b for b in BUCKETS if b.bucket != fa4.bucket] + [fa4])
+    sw = run("objective=latency").group("sliding_window")
+    pre = {m.phase: m for m in sw.measured}["prefill"]
+    assert sw.prefill is None and pre.chosen.backend == "FLASHINFER" and pre.chosen.kernel_ms is None
+    fa = pre.figure_of("FLASH_ATTN v4")
+    assert (fa.ms, fa.kernel_ms) == (0.95, 0.5) and "FLASH_ATTN v4 0.95 ms (host-bound: kernels 0.5 ms)" in fa.text()
+    fake_gpu(buckets=[b for b in BUCKETS if b.bucket != fa4.bucket] + [fa4.model_copy(update={"host_ms": 0.2})])
+    assert run("objective=latency").group("sliding_window").prefill.flash_attn_version == 4  # kernel-bound: 0.5 ms

@@ -92,13 +92,20 @@ def expand_descale(d: torch.Tensor | None, batch: int, hkv: int) -> torch.Tensor
     if d is None:
         return None
     key = (id(d), batch, hkv)
+    version = _version(d)
     hit = _EXPANDED.get(key)
-    if hit is not None and hit[0] is d and hit[1] == d._version:
+    if hit is not None and hit[0] is d and hit[1] == version:
         return hit[2]
     e = d.to(torch.float32)
     e = e.reshape(1, 1).expand(batch, hkv).contiguous() if e.numel() == 1 else e.reshape(batch, hkv).contiguous()
     if not _capturing(d.device):
         if len(_EXPANDED) > 4096:
             _EXPANDED.clear()
-        _EXPANDED[key] = (d, d._version, e)  # holds d: its id is not reused while memoized
+        _EXPANDED[key] = (d, version, e)  # holds d: its id is not reused while memoized
     return e
+
+
+def _version(d: torch.Tensor) -> int:
+    """d's in-place version; an inference-mode tensor (weights and scales loaded under torch.inference_mode)
+    has no version counter and can only change in place inside inference mode: taken as a constant."""
+    return -1 if d.is_inference() else d._version

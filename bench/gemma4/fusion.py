@@ -94,8 +94,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
         count[c] += 1
         ms[c] += device_ms(e)
         names[e.name[:80]] += 1
-    calls = [e for e in prof.events() if e.name == ATTENTION_RANGE and e.device_type == torch.autograd.DeviceType.CPU]
-    range_ms = sum(e.device_time_total for e in calls) / 1e3
+    calls, range_ms = in_range_ms(prof.events(), ATTENTION_RANGE)
     del eng
     free()
     kernels = sum(v for k, v in count.items() if k != "copies") / steps
@@ -110,6 +109,26 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
 
 
 ATTENTION_RANGE = "kselect.attention_forward"
+
+
+def in_range_ms(events, name: str) -> tuple[list, float]:
+    """(the CPU ranges `name`, device ms of the kernels inside them). One stream runs kernels in launch
+    order, so a range's kernels are the ones inside its GPU-side span (kineto's gpu_user_annotation of the
+    range); without those spans, the kernels linked to the range's CPU ops (misses driver-API launches)."""
+    cuda = torch.autograd.DeviceType.CUDA
+    cpu = [e for e in events if e.name == name and e.device_type != cuda]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == name and e.device_type == cuda)
+    if not spans:
+        return cpu, sum(e.device_time_total for e in cpu) / 1e3
+    kernels = sorted((e.time_range.start, e.time_range.end, device_ms(e)) for e in events
+                     if e.device_type == cuda and e.name != name)
+    total, i = 0.0, 0
+    for a, b, ms in kernels:
+        while i < len(spans) and spans[i][1] < b:
+            i += 1
+        if i < len(spans) and spans[i][0] <= a:
+            total += ms
+    return cpu, total
 
 
 def device_ms(e) -> float:

@@ -37,6 +37,10 @@ class AttentionMetadata:
     # aligned, as in FlashAttention varlen). Draft (MTP) steps pass `q_positions` explicitly
     # ([total_q] int64) because all draft queries share the last target position.
     q_positions: torch.Tensor | None = None
+    # The same cu_seqlens_q, seqused_k and block_table on the host, where the step built them there: a
+    # backend that plans on the host (FlashInfer) reads these instead of copying the device ones back,
+    # a device->host copy that waits for every queued kernel (the GPU then idles while the host plans)
+    host: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass

@@ -119,7 +119,11 @@ class FlashInferBackend(AttentionBackend):
             if p.meta is not meta or p.args != args:
                 if p.call is None:  # head 512 prefill splits need more than 256 MiB (4,096 tokens x 32 heads overflowed)
                     p.call = fi_kernels.PagedAttention(q.device, workspace_bytes=workspace_bytes(self.group.head_size))
-                p.call.plan(meta.cu_seqlens_q, meta.seqused_k, bt, **args)
+                if meta.host is not None:  # no device->host copy: the host plans while the GPU runs
+                    cu, used, table = meta.host
+                    p.call.plan(cu, used, kernel_block_table(table, k_cache.shape[1], self.group.kernel_block_size), **args)
+                else:
+                    p.call.plan(meta.cu_seqlens_q, meta.seqused_k, bt, **args)
                 p.meta, p.args = meta, args
         elif p.args != args:  # a graph runner's metadata: first layer call of its warm-up
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():

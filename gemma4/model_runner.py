@@ -62,7 +62,8 @@ class ModelRunner:
             metas[kind] = AttentionMetadata(
                 cu_seqlens_q=cu.to(dev), seqused_k=used.to(dev), block_table=bt.to(dev),
                 max_seqlen_q=max(qlens), max_seqlen_k=max(kvlens),
-                mm_prefix=mm if kind == SLIDING else None)  # HF: full-attention layers stay causal
+                mm_prefix=mm if kind == SLIDING else None,  # HF: full-attention layers stay causal
+                host=(cu, used, bt))
             slots[kind] = gc.slot_mapping(seqs, batch.starts, qlens).to(dev)
         return metas, slots
 

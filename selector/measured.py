@@ -27,6 +27,19 @@ class Figure(_Frozen):
         return f"{self.backend} {self.ms:.4g} ms{host} [{self.bucket}]"
 
 
+class StepFigure(_Frozen):
+    """The model's measured eager step at this phase's point: it says whether host time counts."""
+
+    step: str  # conf/perf/<gpu>.yaml steps id
+    wall_ms: float
+    kernel_ms: float
+    host_bound: bool
+
+    def text(self) -> str:
+        kind = "host-bound: a call costs at least its host time" if self.host_bound else "GPU-bound: kernel time counts"
+        return f"step {self.step} {kind} (wall {self.wall_ms:.4g} ms, kernels {self.kernel_ms:.4g} ms)"
+
+
 class PhaseEvidence(_Frozen):
     phase: Literal["prefill", "decode"]
     objective: str
@@ -37,6 +50,7 @@ class PhaseEvidence(_Frozen):
     vllm: Figure | None = None  # vLLM's choice for this group, when it differs from the chosen one
     others: tuple[Figure, ...] = ()  # every other verified, measured candidate, fastest first
     why: str
+    step: StepFigure | None = None  # prefill: the measured model step that says whether host time counts
 
     def figure_of(self, backend: str) -> Figure | None:
         return next((f for f in (self.chosen, *self.others) if f and f.backend == backend), None)
@@ -47,4 +61,6 @@ class PhaseEvidence(_Frozen):
             parts.append(f"runner-up {self.runner_up.text()}")
         if self.vllm:
             parts.append(f"vLLM's choice {self.vllm.text()}")
+        if self.step:
+            parts.append(self.step.text())
         return "; ".join(parts) + f" — {self.why}"

@@ -21,7 +21,8 @@ with the least request time (prefill step + new_tokens x decode step, layers x m
 `tie` of the fastest, vLLM's priority order decides, so a choice only moves away from vLLM's for a
 measured gain. `capacity` first switches a model-dtype cache to FP8 when every group has a verified,
 measured FP8 path. Prefill runs eagerly (the engine; vLLM's piecewise CUDA graphs leave attention
-out), so a prefill call costs at least its measured host time (`host_ms`, conf/perf).
+out): where the model's measured prefill step is host-bound (conf/perf `steps`), a prefill call costs
+at least its measured host time (`host_ms`); in a GPU-bound step only its kernels count.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 
 from . import perf
 from .errors import SelectionError
-from .measured import Figure, PhaseEvidence
+from .measured import Figure, PhaseEvidence, StepFigure
 from .records import ObjectiveWarning
 from .resolve import base_facts, resolve, resolved_kv_dtype
 from .rulebook import RuleBook
@@ -61,12 +62,24 @@ def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfE
 
 
 def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
-    """Group g's measured time per layer call; an eager phase (prefill) costs at least the call's host time."""
+    """Group g's measured time per layer call. Prefill runs eagerly: where the model's measured prefill
+    step at this point is host-bound (perf.StepEntry), a call costs at least its host time."""
     e = entry(data, g, cfg, phase)
     if e is None:
         return None
-    host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms else None
+    host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms and host_bound(data, cfg) else None
     return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None)
+
+
+def host_bound(data, cfg: KSelectConfig) -> bool:
+    st = step_figure(data, cfg)
+    return st is not None and st.host_bound
+
+
+def step_figure(data, cfg: KSelectConfig) -> StepFigure | None:
+    pt = cfg.objective.prefill
+    st = perf.nearest_step(data, cfg.model.name, "prefill", pt.batch, pt.context)
+    return StepFigure(step=st.key, wall_ms=st.wall_ms, kernel_ms=st.kernel_ms, host_bound=st.host_bound) if st else None
 
 
 def point(cfg: KSelectConfig, phase: str) -> str:
@@ -359,7 +372,7 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
         f = figure(s.data, g, cfg, "prefill")
         why = "per_phase off: prefill on the decode backend" if cands else "no verified, measured prefill alternative: the decode backend"
         return None, PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(g),
-                                   chosen=f, why=why)
+                                   chosen=f, why=why, step=step_figure(s.data, cfg))
     best = min(c[0] for c in cands)
     near = [c for c in cands if c[0] <= best * (1 + cfg.objective.tie)]
     ms, _, p, f = min(near, key=lambda c: c[1])  # ties: the decode backend (one kernel), then priority
@@ -368,7 +381,8 @@ def _prefill(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: Gro
     why = "fastest verified over the decode cache layout" if ms == best else \
         f"within {cfg.objective.tie:.0%} of the fastest: the decode backend / priority order decides"
     ev = PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(p), chosen=f,
-                       runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why)
+                       runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why,
+                       step=step_figure(s.data, cfg))
     clean = p.model_copy(update={"measured": (), "prefill": None})
     return clean, ev
 

@@ -58,6 +58,36 @@ class PerfEntry(BaseModel):
                          self.num_q_heads, self.num_kv_heads)
 
 
+HOST_BOUND = 1.25  # a step whose wall time exceeds its kernels' device time by this factor waits on the host
+
+
+class StepEntry(BaseModel):
+    """One eager model step (`kselect perf-steps`): is it bound by the host or by the GPU? In a host-bound
+    step an attention call costs its host time; in a GPU-bound one the host runs ahead and only the
+    kernels count. Measured with vLLM's own selection for the model (its `backends`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str  # conf/model name
+    phase: Phase
+    batch: int = Field(gt=0)
+    context: int = Field(gt=0)  # prompt tokens (prefill)
+    backends: str  # the selection that ran, per group
+    wall_ms: float = Field(gt=0)  # host wall time of the step, median
+    kernel_ms: float = Field(gt=0)  # device time of its kernels
+    attention_ms: float = Field(ge=0)  # of which the attention backends' calls
+    versions: dict[str, str] = {}
+    gpu: str
+    date: str
+
+    @property
+    def key(self) -> str:
+        return step_id(self.model, self.phase, self.batch, self.context)
+
+    @property
+    def host_bound(self) -> bool:
+        return self.wall_ms > HOST_BOUND * self.kernel_ms
+
+
 class PerfFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpu: str
@@ -66,6 +96,11 @@ class PerfFile(BaseModel):
     commit: str = ""
     command: str = ""
     entries: dict[str, PerfEntry] = {}
+    steps: dict[str, StepEntry] = {}
+
+
+def step_id(model: str, phase: str, batch: int, context: int) -> str:
+    return f"{model}:{phase}:b{batch}:c{context}"
 
 
 def bucket_id(kernel, kv, head, window, phase, batch, context, hq, hkv) -> str:
@@ -106,17 +141,22 @@ def load(gpu_model: str, directory: Path | str | None = None) -> PerfFile | None
     for key, entry in data.entries.items():
         if key != entry.bucket:
             raise ConfigError(f"{path}: entries.{key}", key, f"the entry's own bucket id {entry.bucket!r}", "key")
+    for key, st in data.steps.items():
+        if key != st.key:
+            raise ConfigError(f"{path}: steps.{key}", key, f"the step's own id {st.key!r}", "key")
     _CACHE[path] = (mtime, data)
     return data
 
 
-def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry]) -> PerfFile:
-    """Merge `entries` into the file at `path` (new buckets win) and write it atomically."""
+def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry],
+                steps: dict[str, StepEntry] | None = None) -> PerfFile:
+    """Merge `entries` and `steps` into the file at `path` (new ones win) and write it atomically."""
     path = Path(path)
     old = load(path.stem, path.parent) if path.exists() else None
     merged = dict(old.entries) if old else {}
     merged.update(entries)
-    doc = PerfFile(**header, entries=dict(sorted(merged.items())))
+    all_steps = {**(old.steps if old else {}), **(steps or {})}
+    doc = PerfFile(**header, entries=dict(sorted(merged.items())), steps=dict(sorted(all_steps.items())))
     atomic_write(path, yaml.safe_dump(doc.model_dump(mode="json"), sort_keys=False))
     return doc
 
@@ -142,4 +182,20 @@ def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int 
         d = sum(ratios)
         if d < best_d or (d == best_d and best is not None and e.bucket < best.bucket):
             best, best_d = e, d
+    return best
+
+
+def nearest_step(data: PerfFile | None, model: str, phase: str, batch: int, context: int) -> StepEntry | None:
+    """The measured step of this model and phase nearest the point (log distance, within COVER), or None."""
+    if data is None:
+        return None
+    best, best_d = None, math.inf
+    for st in data.steps.values():
+        if (st.model, st.phase) != (model, phase):
+            continue
+        ratios = [abs(math.log(st.batch / batch)), abs(math.log(st.context / context))]
+        if max(ratios) > math.log(COVER):
+            continue
+        if sum(ratios) < best_d:
+            best, best_d = st, sum(ratios)
     return best

@@ -22,7 +22,6 @@ Results: --out/fusion.json and fusion.md, rewritten (atomically) after every mea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -39,6 +38,7 @@ from e2e import ceilings, environment, first_line, free, hf_model, time_engine, 
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
+from kselect.profiling import device_ms, in_range, in_range_ms  # noqa: E402
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")
 
@@ -47,8 +47,8 @@ def category(name: str) -> str:
     n = name.lower()
     if n.startswith("memcpy") or n.startswith("memset"):
         return "copies"
-    if any(k in n for k in ("attn", "flash", "paged", "fmha", "flashinfer", "_merge")):  # before gemm: FA4's
-        return "attention"  # CuTe-DSL kernel names contain "cutlass"
+    if any(k in n for k in ("attn", "flash", "paged", "fmha", "flashinfer", "_merge", "quant_query")):  # before
+        return "attention"  # gemm: FA4's CuTe-DSL kernel names contain "cutlass"; quant-query is the FP8 call's
     if any(k in n for k in ("gemm", "gemv", "xmma", "cutlass", "cublas", "splitk", "nvjet", "wgmma")):
         return "gemm"
     if "norm" in n or "reduce" in n:  # our norm kernels; the unfused norm's mean is a reduce kernel
@@ -72,11 +72,12 @@ def save(out: Path, data: dict) -> None:
         atomic_write(out / name, text)
 
 
-def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
-    """Kernels and device time per eager decode step (the kernels a graph replays are the same)."""
+def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool = False) -> dict:
+    """Kernels and device time per decode step: eager, or (graphs=True) the CUDA-graph replays the engine
+    decodes with (FlashInfer plans its graph calls differently; no attention-call ranges there)."""
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=False)
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs)
     logits = eng.extend([0], [prompt])
     tok = int(logits.argmax(-1)[0])
     eng.decode([0], [tok])  # warm-up
@@ -109,51 +110,6 @@ def profile_decode(model, groups, prompt, steps: int, layers: int) -> dict:
 
 
 ATTENTION_RANGE = "kselect.attention_forward"
-
-
-def in_range_ms(events, name: str) -> tuple[list, float]:
-    """(the CPU ranges `name`, device ms of the kernels inside them). One stream runs kernels in launch
-    order, so a range's kernels are the ones inside its GPU-side span (kineto's gpu_user_annotation of the
-    range); without those spans, the kernels linked to the range's CPU ops (misses driver-API launches)."""
-    cuda = torch.autograd.DeviceType.CUDA
-    cpu = [e for e in events if e.name == name and e.device_type != cuda]
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == name and e.device_type == cuda)
-    if not spans:
-        return cpu, sum(e.device_time_total for e in cpu) / 1e3
-    kernels = sorted((e.time_range.start, e.time_range.end, device_ms(e)) for e in events
-                     if e.device_type == cuda and e.name != name)
-    total, i = 0.0, 0
-    for a, b, ms in kernels:
-        while i < len(spans) and spans[i][1] < b:
-            i += 1
-        if i < len(spans) and spans[i][0] <= a:
-            total += ms
-    return cpu, total
-
-
-def device_ms(e) -> float:
-    return (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1e3
-
-
-@contextlib.contextmanager
-def in_range(objs, method: str, name: str):
-    """Run obj.<method> inside a profiler range `name` for each obj (instance attributes, removed after)."""
-    from torch.profiler import record_function
-
-    def wrap(fn):
-        def call(*a, **k):
-            with record_function(name):
-                return fn(*a, **k)
-        return call
-
-    objs = list(dict.fromkeys(objs))
-    for o in objs:
-        setattr(o, method, wrap(getattr(o, method)))
-    try:
-        yield
-    finally:
-        for o in objs:
-            delattr(o, method)
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:

@@ -59,12 +59,12 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
             ran = {k: g["backend"] for k, g in groups.get((sel, kv), {}).items()}
             p = prof.get(measured(sel, kv))
             pred = step(c["rows"], "decode", key)
-            # the profiled scope: every kernel the backends' forward calls launched (a conf/perf bucket times
-            # that whole call), or, in runs before e2e.py recorded it, the kernels named as attention
-            key = "attention_call_ms_per_step" if p and p.get("attention_call_ms_per_step") else "attention_ms_per_step"
+            # profiled: the attention kernels of the CUDA-graph decode step the run timed (e2e.py mode "graph",
+            # quant-query included, as a conf/perf bucket times the whole call); beside it the eager step's
+            # forward calls (profiler ranges)
             row = dict(kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
-                       profiled_ms=p[key] if p else None, profiled_scope=key,
-                       named_attention_ms=p["attention_ms_per_step"] if p else None)
+                       profiled_ms=p["attention_ms_per_step"] if p else None, profile_mode=p.get("mode", "eager") if p else None,
+                       eager_call_ms=p.get("attention_call_ms_per_step") if p else None)
             row["same_kernels"] = bool(ran) and want == ran
             if row["same_kernels"] and pred and row["profiled_ms"]:
                 row["diff"] = pred / row["profiled_ms"] - 1
@@ -74,10 +74,10 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
              f"the run: e2e.py at commit {e2e['environment'].get('git_commit', '')[:12]}.", "",
              to_text(ex, markdown=True), "",
              "## Attention ms per B1 decode step: explain (layers x conf/perf ms) vs profiled kernels", "",
-             "Profiled: the device time of every kernel the attention backends' forward calls launched (the scope "
-             "of a conf/perf bucket); beside it the kernels whose names read as attention (fusion.py category).", "",
-             "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled ms (forward calls) | "
-             "named attention kernels ms | explain vs profiled |",
+             "Profiled: the attention kernels (quant-query included) of the decode step as the run timed it (CUDA-graph "
+             "replays, or eager where noted); beside it every kernel of the eager step's attention forward calls.", "",
+             "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled ms (mode) | "
+             "eager forward calls ms | explain vs profiled |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
@@ -86,8 +86,8 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                    else "no profile")
         lines.append(f"| {r['kv']} | {r['selection']} | {fmt(r['explain_backends'])} | {fmt(r['run_backends'])} | "
                      f"{r['explain_ms'] if r['explain_ms'] is None else round(r['explain_ms'], 3)} | "
-                     f"{r['profiled_ms'] if r['profiled_ms'] is None else round(r['profiled_ms'], 3)} | "
-                     f"{r['named_attention_ms'] if r['named_attention_ms'] is None else round(r['named_attention_ms'], 3)} | "
+                     f"{r['profiled_ms'] if r['profiled_ms'] is None else round(r['profiled_ms'], 3)} ({r['profile_mode']}) | "
+                     f"{r['eager_call_ms'] if r['eager_call_ms'] is None else round(r['eager_call_ms'], 3)} | "
                      f"{verdict} |")
     # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
     lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",

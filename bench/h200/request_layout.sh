@@ -8,12 +8,16 @@
 #   bash bench/h200/request_layout.sh E1  # ~9 min: e2e 31B bf16 + FP8
 #   bash bench/h200/request_layout.sh E2  # ~9 min: e2e E4B bf16 + FP8, explain vs both runs
 #
+# After the host-bound step rule (kselect perf-steps; a fresh machine, conf/perf from part P committed):
+#   bash bench/h200/request_layout.sh F   # ~6 min: `kselect perf-steps` for both models, e2e 31B
+#   bash bench/h200/request_layout.sh F2  # ~3 min: e2e E4B, explain vs both runs
+#
 # e2e.py as bench/h200/objective_at_run.sh (objective=vllm, objective=latency resolved at each run's own
 # point and request: decode B1/B16 x 544 after a 512 prompt with 64 new tokens, prefill 4,096 with none;
 # every single-backend pin; fused compute, CUDA graphs in decode; B1 attention profiles of vllm and latency),
 # without HF (its baseline is in objective_at_run/).
 set -u
-PART=${1:?usage: request_layout.sh P|E1|E2}
+PART=${1:?usage: request_layout.sh P|E1|E2|F|F2}
 OUT=${OUT:-/tmp/request_layout_out}
 KEEP=${KEEP:-/tmp/kselect_request_layout}
 mkdir -p "$OUT" "$KEEP"
@@ -46,8 +50,15 @@ P)
   cp conf/perf/$GPU.yaml "$KEEP/perf.yaml"
   cp conf/perf/$GPU.yaml "$OUT/perf_$GPU.yaml"
   ;;
-E1|E2)
-  [ $PART = E1 ] && m=31b || m=e4b
+F)
+  say "perf-steps: is each model's eager prefill step host- or GPU-bound?"
+  timeout 150 python3 -m kselect.perf_steps --gpu-name $GPU --models gemma4_31b,gemma4_e4b --prefill 512,4096 2>&1 \
+    | grep -v Warning | tail -8
+  cp conf/perf/$GPU.yaml "$KEEP/perf.yaml"
+  cp conf/perf/$GPU.yaml "$OUT/perf_$GPU.yaml"
+  ;&
+E1|E2|F2)
+  case $PART in E2|F2) m=e4b ;; *) m=31b ;; esac
   say "e2e $m"
   timeout $((500 - (SECONDS - START))) python3 bench/gemma4/e2e.py --out "$OUT/e2e_$m" --presets gemma4_$m \
     --budget-s $((480 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70

@@ -89,6 +89,20 @@ def test_adapter_matches_reference_and_plans_once_per_batch(fake_flashinfer, win
     assert fake_flashinfer.plans == 2
 
 
+def test_eager_plan_reads_the_host_metadata(fake_flashinfer):
+    # the engine's step metadata carries its host copies: the plan reads them, not the device tensors
+    # (a device->host copy would wait for every queued kernel while the GPU then idles during the plan)
+    case = make_case([9, 1, 4], [40, 17, 4], d=64, block_size=32)
+    be = make_backend(make_group("FLASHINFER", None, 64, "float32", 16, 32, "none"))
+    meta = meta_of(case)
+    host = (case.cu_seqlens_q.clone(), case.seqused_k.clone(), case.block_table.clone())
+    meta.host = host
+    meta.seqused_k = torch.zeros_like(meta.seqused_k)  # the device copy is never read for the plan
+    out = be.forward(case.q, case.k_cache, case.v_cache, meta, layer_of(case))
+    assert rel_err(out, case.reference(out_dtype=torch.float32)) < 1e-5
+    assert fake_flashinfer.made[-1].p["cu"] is host[0]
+
+
 def test_refusals_name_the_reason(fake_flashinfer):
     with pytest.raises(ValueError, match="TRT-LLM"):
         make_backend(make_group("FLASHINFER", None, 64, "fp8_e4m3", 16, 16, "q_k_v"))

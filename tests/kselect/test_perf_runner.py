@@ -101,3 +101,34 @@ def test_targets_time_each_claim_as_conformance_runs_it():
     assert got == {("TRITON_FLASH_ATTN_v4", "fp8", 512): (64, "kv_dequant"),
                    ("TRITON_FLASH_ATTN_v3", "fp8", 256): (16, "q_k_v"),
                    ("TRITON_ATTN", "bf16", 256): (16, "none")}
+
+
+def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, conformance_file):
+    out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "")
+    st = perf.StepEntry(model="gemma4_e4b", phase="prefill", batch=1, context=512, backends="x", wall_ms=27.1,
+                        kernel_ms=9.0, attention_ms=1.0, gpu="fake", date="d")
+    header = {"gpu": "fake"}
+    perf.merge_write(out, header, {}, {st.key: st})
+    data = perf.load("fake", out.parent)
+    assert len(data.entries) == 2 and data.steps[st.key].host_bound  # 27.1 ms of wall over 9 ms of kernels
+    assert perf.nearest_step(data, "gemma4_e4b", "prefill", 1, 544) == st
+    assert perf.nearest_step(data, "gemma4_e4b", "prefill", 1, 4096) is None  # 8x away: not covered
+    assert not st.model_copy(update={"wall_ms": 10.0}).host_bound
+    doc = yaml.safe_load(out.read_text())
+    doc["steps"]["wrong"] = doc["steps"].pop(st.key)
+    out.write_text(yaml.safe_dump(doc))
+    from kselect.selector.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="the step's own id"):
+        perf.load("fake", out.parent)
+
+
+def test_perf_steps_needs_a_gpu_and_says_so(capsys):
+    import torch
+
+    from kselect import perf_steps
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert perf_steps.main(["--gpu-name", "fake"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

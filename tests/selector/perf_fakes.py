@@ -7,7 +7,7 @@ import itertools
 import yaml
 
 from kselect.selector import conformance
-from kselect.selector.perf import PerfEntry
+from kselect.selector.perf import PerfEntry, StepEntry
 
 GPU = "fake_gpu"
 PATHS = ("FLASH_ATTN_v4", "FLASHINFER", "TRITON_ATTN")
@@ -35,6 +35,12 @@ def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None, page=16):
                      gpu=GPU, date="2026-11-30")
 
 
-def write_perf(tmp, entries):
-    doc = {"gpu": GPU, "entries": {e.bucket: e.model_dump(mode="json") for e in entries}}
+def step(wall_ms, kernel_ms, model="gemma4_31b", context=4096):
+    return StepEntry(model=model, phase="prefill", batch=1, context=context, backends="x", wall_ms=wall_ms,
+                     kernel_ms=kernel_ms, attention_ms=0.1 * kernel_ms, gpu=GPU, date="2026-12-01")
+
+
+def write_perf(tmp, entries, steps=()):
+    doc = {"gpu": GPU, "entries": {e.bucket: e.model_dump(mode="json") for e in entries},
+           "steps": {st.key: st.model_dump(mode="json") for st in steps}}
     (tmp / f"{GPU}.yaml").write_text(yaml.safe_dump(doc))

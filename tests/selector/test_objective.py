@@ -12,7 +12,7 @@ from kselect.selector.api import compose
 from kselect.selector.render import render
 from kselect.selector.resolve import resolve
 
-from perf_fakes import FEATURES, GPU, entry as E, write_conformance, write_perf
+from perf_fakes import FEATURES, GPU, entry as E, step, write_conformance, write_perf
 
 BASE = ["rules=post_pr52987", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]  # the seed's rules
 # sliding decode: FLASHINFER and TRITON_ATTN within 3% (a tie); full decode: TRITON_ATTN fastest but unverified
@@ -31,9 +31,9 @@ def fake_gpu(tmp_path, monkeypatch):
     pdir.mkdir()
     monkeypatch.setattr(conformance, "CONFORMANCE_DIR", cdir)
 
-    def make(buckets=BUCKETS, **conf):
+    def make(buckets=BUCKETS, steps=(), **conf):
         write_conformance(cdir, **conf)
-        write_perf(pdir, buckets)
+        write_perf(pdir, buckets, steps)
         return pdir
 
     with perf.perf_dir(pdir):
@@ -289,14 +289,22 @@ def test_the_request_decides_between_decode_and_prefill_layouts(fake_gpu):
 
 
 def test_a_host_bound_prefill_call_costs_its_host_time(fake_gpu):
-    # FA4's kernel prefills fastest, but an eager call costs 0.6 ms of host time (CuTe-DSL argument
-    # handling): FlashInfer's 0.9 ms call is then faster end to end; without host times FA4 wins
+    # FA4's kernel prefills fastest, but an eager call costs 0.95 ms of host time (CuTe-DSL argument
+    # handling). In a host-bound prefill step (wall 27 ms, kernels 9 ms) FlashInfer's 0.9 ms call is then
+    # faster end to end; in a GPU-bound step, or with no step measured, the kernel time decides: FA4
     fa4 = E("FLASH_ATTN_v4", 256, "prefill", 0.5).model_copy(update={"host_ms": 0.95})
-    fake_gpu(buckets=[b for b in BUCKETS if b.bucket != fa4.bucket] + [fa4])
+    buckets = [b for b in BUCKETS if b.bucket != fa4.bucket] + [fa4]
+    fake_gpu(buckets=buckets, steps=[step(27.0, 9.0)])
     sw = run("objective=latency").group("sliding_window")
     pre = {m.phase: m for m in sw.measured}["prefill"]
     assert sw.prefill is None and pre.chosen.backend == "FLASHINFER" and pre.chosen.kernel_ms is None
     fa = pre.figure_of("FLASH_ATTN v4")
     assert (fa.ms, fa.kernel_ms) == (0.95, 0.5) and "FLASH_ATTN v4 0.95 ms (host-bound: kernels 0.5 ms)" in fa.text()
-    fake_gpu(buckets=[b for b in BUCKETS if b.bucket != fa4.bucket] + [fa4.model_copy(update={"host_ms": 0.2})])
-    assert run("objective=latency").group("sliding_window").prefill.flash_attn_version == 4  # kernel-bound: 0.5 ms
+    assert pre.step.host_bound and "step gemma4_31b:prefill:b1:c4096 host-bound" in render(run("objective=latency"), "table")
+    for steps in ([step(50.0, 48.0)], []):
+        fake_gpu(buckets=buckets, steps=steps)
+        sw = run("objective=latency").group("sliding_window")
+        assert sw.prefill.flash_attn_version == 4 and {m.phase: m for m in sw.measured}["prefill"].chosen.ms == 0.5
+    # a step measured at another prompt length far away (> 4x) does not cover this point
+    fake_gpu(buckets=buckets, steps=[step(27.0, 9.0, context=512)])
+    assert run("objective=latency", "objective.prefill.context=4096").group("sliding_window").prefill.flash_attn_version == 4

@@ -7,7 +7,8 @@ The commit is kselect's, never that of a repository that merely encloses the tre
 another checkout, as on a lent GPU machine): `git -C <checkout>` is trusted only when the checkout
 is the repository's top level. A tree made with `git archive` has no .git; it carries its commit
 in `kselect/COMMIT` (`export-subst` in .gitattributes); else `KSELECT_COMMIT` from the
-environment names it. Otherwise the commit is "unknown".
+environment names it, as it does for a dirty checkout (a copied tree over an older HEAD). Otherwise
+the commit is "unknown".
 Versions come from the installed distributions' metadata (no imports, so no CUDA start-up).
 """
 
@@ -36,7 +37,13 @@ def project_commit(root: Path = CHECKOUT) -> dict:
     top = _git(root, "rev-parse", "--show-toplevel")
     if top is not None and Path(top).resolve() == root.resolve():
         status = _git(root, "status", "--porcelain", "--untracked-files=no")
-        return {"commit": _git(root, "rev-parse", "HEAD"), "dirty": bool(status), "commit_source": "git"}
+        head = _git(root, "rev-parse", "HEAD")
+        if status and os.environ.get("KSELECT_COMMIT"):
+            # a dirty checkout whose copier names the commit of its tree: the lent GPU machine's copy keeps
+            # an older HEAD under the session's newer working tree
+            return {"commit": os.environ["KSELECT_COMMIT"], "dirty": None, "commit_source": "KSELECT_COMMIT",
+                    "git_head": head}
+        return {"commit": head, "dirty": bool(status), "commit_source": "git"}
     stamp = root / "kselect" / "COMMIT"
     text = stamp.read_text().strip() if stamp.is_file() else ""
     if text and not text.startswith("$Format"):

@@ -41,3 +41,20 @@ def test_own_checkout_copy_inside_another_repo_and_archive_stamp(tmp_path):
 def test_versions_are_recorded():
     p = provenance()
     assert p["versions"]["hydra-core"] and p["versions"]["pydantic"] and "torch" in p["versions"] and p["python"]
+
+
+def test_a_dirty_copy_names_the_commit_its_copier_gives(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "kselect").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "f").write_text("a")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-qm", "base")
+    head = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setenv("KSELECT_COMMIT", "e74102f")
+    assert project_commit(repo) == {"commit": head, "dirty": False, "commit_source": "git"}  # clean: git's
+    (repo / "f").write_text("b")  # a newer working tree copied over an older HEAD (the lent GPU machine)
+    got = project_commit(repo)
+    assert got["commit"] == "e74102f" and got["commit_source"] == "KSELECT_COMMIT" and got["git_head"] == head
+    monkeypatch.delenv("KSELECT_COMMIT")
+    assert project_commit(repo) == {"commit": head, "dirty": True, "commit_source": "git"}

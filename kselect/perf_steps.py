@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     vers = {"torch": str(torch.__version__), "cuda": str(torch.version.cuda)}
     header = dict(gpu=args.gpu_name, torch=str(torch.__version__), measured=today, commit=_git_commit(),
                   command="kselect perf-steps " + " ".join(sys.argv[1:] if argv is None else argv))
-    if out.exists():  # keep the kernel runner's header fields; this run adds steps
-        old = perfdata.load(out.stem, out.parent)
-        header.update(command=old.command, commit=old.commit) if old else None
+    old = perfdata.load(out.stem, out.parent) if out.exists() else None
+    if old:  # the header describes the kernel runner's pass; this run only adds steps (each dated, versioned)
+        header.update(command=old.command, commit=old.commit)
     gen = torch.Generator().manual_seed(1)
     for name in [m for m in args.models.split(",") if m]:
         cfg, sel = select([f"platform={args.platform}", f"model={name}"])

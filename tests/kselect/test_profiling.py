@@ -1,0 +1,39 @@
+"""kselect/profiling: the kernels of a range of host calls, from profiler events (fakes: no GPU needed)."""
+
+from types import SimpleNamespace
+
+import torch
+
+from kselect.profiling import in_range, in_range_ms
+
+CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+
+def ev(name, dev, start, end, ms=0.0, total_us=0.0):
+    return SimpleNamespace(name=name, device_type=dev, time_range=SimpleNamespace(start=start, end=end),
+                           device_time=ms * 1e3, device_time_total=total_us)
+
+
+def test_kernels_inside_the_ranges_gpu_spans_count():
+    events = [ev("att", CPU, 0, 5), ev("att", CPU, 6, 9),
+              ev("att", CUDA, 10, 20), ev("k1", CUDA, 10, 12, 2.0), ev("k2", CUDA, 15, 20, 5.0),  # first call's kernels
+              ev("gemm", CUDA, 21, 29, 4.0),  # between the calls: not attention
+              ev("att", CUDA, 30, 40), ev("k3", CUDA, 31, 39, 8.0), ev("norm", CUDA, 41, 42, 1.0)]
+    calls, ms = in_range_ms(events, "att")
+    assert len(calls) == 2 and ms == 15.0
+
+
+def test_without_gpu_spans_the_cpu_ranges_linked_kernels_count():
+    calls, ms = in_range_ms([ev("att", CPU, 0, 5, total_us=1500.0), ev("k", CUDA, 1, 2, 9.0)], "att")
+    assert len(calls) == 1 and ms == 1.5
+
+
+def test_in_range_wraps_and_restores():
+    class B:
+        def forward(self, x):
+            return x + 1
+
+    b = B()
+    with in_range([b, b], "forward", "att"):
+        assert "forward" in vars(b) and b.forward(1) == 2  # an instance wrapper (once for a repeated object)
+    assert "forward" not in vars(b) and b.forward(1) == 2

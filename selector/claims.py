@@ -43,9 +43,9 @@ def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("v
                      blocks: tuple[int | None, ...] = (None, 64, 128)) -> set[str]:
     """Claims an objective (selector/objective.py) may rely on: every combination of implemented
     per-group backends, FA3 included, at the combination's own cache block and at the larger blocks
-    a prefill kernel may ask for (objective.relayout). The 31B full group's head-512 pages of 32
+    a prefill kernel may ask for (selector/layout.py best_layout). The 31B full group's head-512 pages of 32
     (d512:page32) come from here: vLLM's own choice never pins TRITON_ATTN or FLASHINFER there."""
-    from .objective import choices, fa_pin, pinned  # noqa: PLC0415 - objective imports resolve
+    from .pins import choices, fa_pin, pinned  # noqa: PLC0415
     from .rulebook import rulebook  # noqa: PLC0415
 
     out: set[str] = set()

@@ -17,7 +17,8 @@ from __future__ import annotations
 from .api import CONF_DIR, compose
 from .app import run_app, task_overrides
 from .measured import Figure
-from .objective import figure, label, with_objective
+from .figures import figure, label
+from .pins import with_objective
 from .resolve import resolve, resolved_kv_dtype
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection

@@ -1,0 +1,60 @@
+"""What was measured for a resolved group: its label, claim dtype, verified status, and its conf/perf
+figure at the objective's operating point (selector/objective.py).
+
+Prefill runs eagerly (the engine; vLLM's piecewise CUDA graphs leave attention out): where the
+model's measured prefill step is host-bound (conf/perf `steps`), a prefill call costs at least its
+measured host time (`host_ms`); in a GPU-bound step, or where no step is measured, its kernels.
+"""
+
+from __future__ import annotations
+
+from . import perf
+from .measured import Figure, StepFigure
+from .schema import KSelectConfig
+from .selection import GroupSelection
+from .vocab import claim_dtype, path_id
+
+
+def label(g: GroupSelection) -> str:
+    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+
+
+def kv_tag(g: GroupSelection, model_dtype: str) -> str:
+    return claim_dtype(g.kv_cache_dtype, model_dtype)
+
+
+def verified(g: GroupSelection) -> bool:
+    return bool(g.claims) and all(c.status == "verified" for c in g.claims)
+
+
+def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfEntry | None:
+    """The measured bucket nearest group g's shape at the objective's operating point for this phase."""
+    pt = getattr(cfg.objective, phase)
+    return perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
+                        g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads)
+
+
+def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
+    """Group g's measured time per layer call. Prefill runs eagerly: where the model's measured prefill
+    step at this point is host-bound (perf.StepEntry), a call costs at least its host time."""
+    e = entry(data, g, cfg, phase)
+    if e is None:
+        return None
+    host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms and host_bound(data, cfg) else None
+    return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None)
+
+
+def host_bound(data, cfg: KSelectConfig) -> bool:
+    st = step_figure(data, cfg)
+    return st is not None and st.host_bound
+
+
+def step_figure(data, cfg: KSelectConfig) -> StepFigure | None:
+    pt = cfg.objective.prefill
+    st = perf.nearest_step(data, cfg.model.name, "prefill", pt.batch, pt.context)
+    return StepFigure(step=st.key, wall_ms=st.wall_ms, kernel_ms=st.kernel_ms, host_bound=st.host_bound) if st else None
+
+
+def point(cfg: KSelectConfig, phase: str) -> str:
+    pt = getattr(cfg.objective, phase)
+    return f"B{pt.batch} x {pt.context}"

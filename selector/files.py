@@ -40,6 +40,11 @@ def safe_name(name: str, key: str) -> str:
     return name
 
 
+# libyaml's safe loader where PyYAML was built with it (the same YAML subset and safety; ~10x faster
+# on the 200 KB perf and conformance files, which the pure-Python loader parsed in seconds)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def check_yaml_text(text: str, where: str) -> None:
     """Refuse YAML that is too large, too deep or expands (through aliases) past a bound, before
     building any Python object from it."""
@@ -47,14 +52,14 @@ def check_yaml_text(text: str, where: str) -> None:
         raise FileError(f"{where}: {len(text)} bytes; allowed: at most {MAX_YAML_BYTES} bytes of YAML")
     depth = 0
     try:
-        for ev in yaml.parse(text, Loader=yaml.SafeLoader):  # events: linear, no recursion
+        for ev in yaml.parse(text, Loader=_LOADER):  # events: linear, no recursion
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
                     raise FileError(f"{where}: nested deeper than {MAX_YAML_DEPTH} levels; allowed: at most {MAX_YAML_DEPTH}")
             elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-        root = yaml.compose(text, Loader=yaml.SafeLoader)  # aliases stay shared nodes here
+        root = yaml.compose(text, Loader=_LOADER)  # aliases stay shared nodes here
     except yaml.YAMLError as e:
         raise FileError(f"{where}: not valid YAML ({_yaml_msg(e)})") from None
     if root is not None and _expanded_size(root, {}) > MAX_YAML_NODES:
@@ -86,7 +91,7 @@ def load_yaml(path: Path | str, what: str = "a YAML file") -> Any:
     text = read_text(p, what)
     check_yaml_text(text, str(p))
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         raise FileError(f"{p}: not valid YAML ({_yaml_msg(e)}); expected {what}") from None
 

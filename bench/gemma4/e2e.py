@@ -265,7 +265,7 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     layers = model.args.num_hidden_layers
     r = profile_decode(model, groups, prompt, steps, layers)
     g = profile_decode(model, groups, prompt, steps, layers, graphs=True)
-    graph_ok = g["kernels_per_step"] > layers  # CUPTI listed the replayed graph's kernels
+    graph_ok = g["graphs"] and g["kernels_per_step"] > layers  # replayed, and CUPTI listed the graph's kernels
     main = g if graph_ok else r
     return dict(attention_ms_per_step=main["ms_per_step"]["attention"], kernel_ms_per_step=main["kernel_ms_per_step"],
                 kernels_per_step=main["kernels_per_step"], ms_per_step=main["ms_per_step"], mode="graph" if graph_ok else "eager",

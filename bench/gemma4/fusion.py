@@ -96,10 +96,11 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
         ms[c] += device_ms(e)
         names[e.name[:80]] += 1
     calls, range_ms = in_range_ms(prof.events(), ATTENTION_RANGE)
+    replayed = eng.use_graphs
     del eng
     free()
     kernels = sum(v for k, v in count.items() if k != "copies") / steps
-    return dict(steps=steps, kernels_per_step=kernels, kernels_per_layer=kernels / layers,
+    return dict(steps=steps, graphs=replayed, kernels_per_step=kernels, kernels_per_layer=kernels / layers,
                 copies_per_step=count["copies"] / steps,
                 ms_per_step={c: ms[c] / steps for c in CATEGORIES},
                 kernel_ms_per_step=sum(ms[c] for c in CATEGORIES if c != "copies") / steps,

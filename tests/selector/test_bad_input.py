@@ -426,3 +426,16 @@ def test_sweep_jobs_record_their_sweep(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     recs = [json.loads((tmp_path / "s" / str(i) / "selection.json").read_text()) for i in range(2)]
     assert recs[0]["sweep"]["id"] == recs[1]["sweep"]["id"] and recs[0]["sweep"]["jobs"] == 2
+
+
+def test_yaml_is_read_safely_and_through_libyaml_when_present(tmp_path):
+    from kselect.selector import files
+
+    # PyYAML built with libyaml: its safe loader (the pure-Python one took seconds on the perf file)
+    assert files._LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
+    p = tmp_path / "evil.yaml"
+    p.write_text("x: !!python/object/apply:os.system ['echo pwned']\n")  # never runs code
+    with pytest.raises(FileError, match="not valid YAML"):
+        load_yaml(p)
+    p.write_text("a: [1, 2]\nb: {c: 3}\n")
+    assert load_yaml(p) == {"a": [1, 2], "b": {"c": 3}}

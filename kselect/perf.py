@@ -26,7 +26,6 @@ import importlib.metadata as md
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -373,13 +372,10 @@ def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
 
 
 def _git_commit() -> str:
-    if os.environ.get("KSELECT_COMMIT"):  # a copied tree without .git (the device machine)
-        return os.environ["KSELECT_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    """kselect's own commit, short (kselect/provenance.py: KSELECT_COMMIT names a copied tree's)."""
+    from kselect.provenance import project_commit
 
+    return project_commit()["commit"][:7]
 
 if __name__ == "__main__":
     raise SystemExit(main())

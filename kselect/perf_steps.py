@@ -20,8 +20,6 @@ from pathlib import Path
 
 from kselect.selector import perf as perfdata
 
-ATTENTION = "kselect.attention_forward"
-
 
 def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, float, str]:
     """(wall ms, kernel ms, attention kernel ms, backends) of one eager B1 prefill step."""
@@ -29,7 +27,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     from torch.profiler import ProfilerActivity, profile
 
     from kselect.gemma4.engine import Engine
-    from kselect.profiling import device_ms, in_range, in_range_ms
+    from kselect.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
 
     eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
     for _ in range(2):  # compiles, plans

@@ -7,6 +7,8 @@ import contextlib
 
 import torch
 
+ATTENTION_RANGE = "kselect.attention_forward"  # the profiler range around the attention backends' forward
+
 
 def device_ms(e) -> float:
     return (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1e3

@@ -70,7 +70,7 @@ def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
 
 def search(cfg: KSelectConfig, book: RuleBook) -> Search:
     """Resolve every combination of per-group backends; keep those whose groups are all verified and
-    measured at the decode point, scored by sum(layers x ms)."""
+    measured at the decode point, each over its best layout, scored by the objective's request."""
     prio = book.matching("priority", base_facts(cfg))
     priority = list(prio[-1].rule.priority) if prio else []
     faithful = resolve(with_objective(cfg, "vllm"), book)
@@ -79,6 +79,7 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
     free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]
     s = Search(cfg, perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None, priority, kinds, free)
     seen: set[tuple] = set()
+    raw: list[tuple[dict, tuple, Selection]] = []  # (decode figures per kind, priority rank, selection)
     for combo in itertools.product(*(choices(cfg, priority) for _ in free)):
         pins = {k: n for k, (n, _) in zip(free, combo)}
         version = fa_pin(combo)
@@ -108,16 +109,14 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
         labels = tuple(label(g) for g in sel.groups if not g.draft)
         if ok and labels not in seen:  # an FA3 pin that the rules upgrade to FA4 everywhere is a duplicate
             seen.add(labels)
-            s.scored.append((figs, tuple(rank(priority, c) for c in combo), sel))
+            raw.append((figs, tuple(rank(priority, c) for c in combo), sel))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
     # request total decides, and equal totals go to vLLM's priority order
-    raw = s.scored
-    s.scored = []
     d_eff = _snapped([figs for figs, _, _ in raw], cfg.objective.tie)
     pre = [best_layout(cfg, book, s, sel) for _, _, sel in raw]
     p_eff = _snapped([p for _, p, _ in pre], cfg.objective.tie)
-    for (_, rk, _), d, (sel, _, note), p in zip(raw, d_eff, pre, p_eff):
-        s.scored.append(Scored(decode=d, prefill=p, rank=rk, sel=sel, note=note))
+    s.scored = [Scored(decode=d, prefill=p, rank=rk, sel=sel, note=note)
+                for (_, rk, _), d, (sel, _, note), p in zip(raw, d_eff, pre, p_eff)]
     n = cfg.objective.new_tokens
     s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank))
     return s

@@ -38,7 +38,7 @@ from e2e import ceilings, environment, first_line, free, hf_model, time_engine, 
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
-from kselect.profiling import device_ms, in_range, in_range_ms  # noqa: E402
+from kselect.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms  # noqa: E402
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")
 
@@ -108,9 +108,6 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
                 # the scope of a conf/perf bucket, which times that whole call
                 attention_call_ms_per_step=range_ms / steps, attention_calls_per_step=len(calls) / steps,
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
-
-
-ATTENTION_RANGE = "kselect.attention_forward"
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:

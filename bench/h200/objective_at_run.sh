@@ -18,20 +18,12 @@ set -u
 PART=${1:?usage: objective_at_run.sh A|B|C}
 OUT=${OUT:-/tmp/objective_at_run_out}
 KEEP=${KEEP:-/tmp/kselect_objective_at_run}
-mkdir -p "$OUT" "$KEEP"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-exec > >(tee -a "$OUT/$PART.log") 2>&1
-START=$SECONDS
-say() { echo "=== [$((SECONDS - START)) s] $*"; }
-GPU=nvidia_h200
+mkdir -p "$KEEP"
+LOG=$PART.log
+source "$(dirname "$0")/window.sh"
 SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
 E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --hf-new 8
      --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
-{ nvidia-smi --query-gpu=name,driver_version --format=csv 2>/dev/null
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
-  python3 -c "import importlib.metadata as md; [print(p, md.version(p)) for p in ('flashinfer-python', 'flash-attn-4')]" 2>/dev/null
-  echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
-} > "$OUT/versions.txt" 2>&1
 
 if [ "$PART" = C ]; then
   for m in e4b 31b; do

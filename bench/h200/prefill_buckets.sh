@@ -12,18 +12,9 @@
 # $OUT gets: prefill_profile/, conformance_nvidia_h200.yaml, perf_nvidia_h200.yaml, logs, versions.txt, caches.
 set -u
 OUT=${OUT:-/tmp/prefill_buckets_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-exec > >(tee -a "$OUT/run.log") 2>&1
-START=$SECONDS
-say() { echo "=== [$((SECONDS - START)) s] $*"; }
-GPU=nvidia_h200
+LOG=run.log
+source "$(dirname "$0")/window.sh"
 MODELS=gemma4_31b,gemma4_e4b
-{ nvidia-smi --query-gpu=name,driver_version --format=csv 2>/dev/null
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  python3 -c "import importlib.metadata as md; [print(p, md.version(p)) for p in ('flashinfer-python', 'flash-attn-4')]" 2>/dev/null
-  echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
-} > "$OUT/versions.txt" 2>&1
 cat "$OUT/versions.txt"
 
 say "1. prefill profile (E4B, bf16 cache)"

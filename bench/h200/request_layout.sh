@@ -20,20 +20,12 @@ set -u
 PART=${1:?usage: request_layout.sh P|E1|E2|F|F2}
 OUT=${OUT:-/tmp/request_layout_out}
 KEEP=${KEEP:-/tmp/kselect_request_layout}
-mkdir -p "$OUT" "$KEEP"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-exec > >(tee -a "$OUT/$PART.log") 2>&1
-START=$SECONDS
-say() { echo "=== [$((SECONDS - START)) s] $*"; }
-GPU=nvidia_h200
+mkdir -p "$KEEP"
+LOG=$PART.log
+source "$(dirname "$0")/window.sh"
 SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
 E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --no-hf
      --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
-{ nvidia-smi --query-gpu=name,driver_version --format=csv 2>/dev/null
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__)"
-  python3 -c "import importlib.metadata as md; [print(p, md.version(p)) for p in ('flashinfer-python', 'flash-attn-4')]" 2>/dev/null
-  echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
-} > "$OUT/versions.txt" 2>&1
 # the perf file of part P, kept on the machine for the e2e parts (the checkout is copied afresh each call)
 [ -f "$KEEP/perf.yaml" ] && [ "$PART" != P ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 

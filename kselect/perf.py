@@ -50,7 +50,7 @@ class Target:
     hq: int
     hkv: int
     window: int | None
-    page: int  # the claim's own run (selector/claims.py claim_runs), as the conformance runner
+    page: int  # the kernel block the call reads (targets: the claim's own and every page the objective reaches)
     descale: str
 
     @property
@@ -92,15 +92,31 @@ def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
             (m.global_head_dim, m.num_attention_heads, m.global_kv_heads(), None)]
 
 
+def model_runs(model: str, platform: str, rules: tuple[str, ...]):
+    """The kernel runs (path, dtype, shape, page) the objective can reach for this model, over its
+    model-dtype and FP8 caches and each rules preset (selector/reachable.py)."""
+    from kselect.selector.api import compose
+    from kselect.selector.reachable import reachable
+
+    out = set()
+    for kv in ("auto", "fp8"):
+        for r in rules or (None,):
+            out |= reachable(compose([f"platform={platform}", f"model={model}", f"kv_cache={kv}", *([f"rules={r}"] if r else [])]))
+    return out
+
+
 def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None,
-            platform: str = "auto") -> list[Target]:
-    """One target per kernel path, KV dtype and model group shape that a verified causal/window claim
-    covers; its page size and descale mode are the claim's own run (selector/claims.py), so a composite
-    times its causal child exactly as conformance verified it (e.g. the FA4 fork's 64-token FP8 pages)."""
+            platform: str = "auto", rules: tuple[str, ...] = (), max_page: int = 128) -> list[Target]:
+    """One target per kernel path, KV dtype, model group shape and page that a verified causal/window
+    claim covers. Pages: the claim's own run (selector/claims.py, as conformance verified it, e.g. the
+    FA4 fork's 64-token FP8 pages) and every page the objective can run that kernel at for the model
+    (model_runs) up to max_page, since the objective reads a figure only at the page a group runs.
+    Descale mode: the claim's own run."""
     from kselect.selector.claims import claim_runs
 
     out: list[Target] = []
     for model in models:
+        runs = model_runs(model, platform, rules)
         for head, hq, hkv, window in model_shapes(model):
             feature = "window" if window else "causal"
             for cid in sorted(verified):
@@ -109,9 +125,12 @@ def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs
                     continue
                 backend, _, ver = path.partition("_v")
                 run = claim_runs([cid], (f"platform={platform}",))[cid]
-                t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window, run.page, run.descale)
-                if t not in out:
-                    out.append(t)
+                pages = {run.page} | {r.page for r in runs if r.page <= max_page
+                                      and (r.path, r.kv, r.head, r.num_kv_heads, r.window) == (path, kv, head, hkv, window)}
+                for page in sorted(pages):
+                    t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window, page, run.descale)
+                    if t not in out:
+                        out.append(t)
     return out
 
 
@@ -299,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
     ap.add_argument("--platform", default=None, help="the selector's platform for each claim's page/descale "
                     "(default: auto, cpu on --device cpu), as `kselect conformance`")
+    ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
+                    "(default: the config's own rules)")
+    ap.add_argument("--max-page", type=int, default=128, help="time reachable pages up to this many tokens")
     ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
                     "(a prefill bucket without host_ms counts as missing)")
     args = ap.parse_args(argv)
@@ -315,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
     split = lambda s: {x.strip() for x in s.split(",") if x.strip()} or None  # noqa: E731
     platform = args.platform or ("cpu" if args.device == "cpu" else "auto")
-    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform)
+    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform,
+                 tuple(sorted(split(args.rules) or ())), args.max_page)
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
     reps = args.reps or (3 if args.device == "cpu" else 10)
     have: set[str] = set()
@@ -341,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             be = make_target_backend(t)
         except Exception as e:  # noqa: BLE001 - a verified claim whose kernel will not build here: say so
-            print(f"{t.path}:{t.kv}:d{t.head}: cannot build: {type(e).__name__}: {e}", flush=True)
+            print(f"{t.path}:{t.kv}:d{t.head}:p{t.page}: cannot build: {type(e).__name__}: {e}", flush=True)
             continue
         build = be.kernel_build or t.path
         entries = {}
@@ -349,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
-                print(f"{t.path}:{t.kv}:d{t.head} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+                print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
                     torch.cuda.empty_cache()
                 continue
@@ -368,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
-    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv)
+    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv, t.page)
 
 
 def _git_commit() -> str:

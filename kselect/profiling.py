@@ -53,3 +53,23 @@ def in_range_ms(events, name: str) -> tuple[list, float]:
         if i < len(spans) and spans[i][0] <= a:
             total += ms
     return cpu, total
+
+
+GAP_MAX_US = 20.0  # a longer idle before a kernel is the host between two replays, not a launch gap
+
+
+def timeline_ms(events, pick) -> float:
+    """Device ms that the kernels whose name `pick` accepts hold on one stream's timeline: each one's
+    duration plus the launch gap before it (from the previous kernel's end, up to GAP_MAX_US). This is
+    what a conf/perf bucket's CUDA-graph wall time per call counts, so it is the like-for-like figure
+    for a graph-replayed step; the kernels' durations alone leave the gaps out."""
+    cuda = torch.autograd.DeviceType.CUDA
+    ks = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                if e.device_type == cuda and e.name != ATTENTION_RANGE)
+    total, prev_end = 0.0, None
+    for a, b, name in ks:
+        if pick(name):
+            gap = a - prev_end if prev_end is not None else GAP_MAX_US + 1
+            total += (b - a) + (gap if 0 <= gap <= GAP_MAX_US else 0.0)
+        prev_end = b if prev_end is None else max(prev_end, b)
+    return total / 1e3

@@ -28,10 +28,11 @@ def verified(g: GroupSelection) -> bool:
 
 
 def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfEntry | None:
-    """The measured bucket nearest group g's shape at the objective's operating point for this phase."""
+    """The measured bucket nearest group g's shape at the objective's operating point for this phase, at
+    the page g's kernel reads."""
     pt = getattr(cfg.objective, phase)
     return perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
-                        g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads)
+                        g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads, g.kernel_block_size)
 
 
 def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:

@@ -1,21 +1,19 @@
-"""One paged cache, two kernels: the prefill backend of a group over its decode cache layout, and the
-cache block that lets a faster prefill kernel read it (selector/objective.py).
+"""One paged cache, two kernels: the prefill backend of a group over its decode cache layout
+(selector/objective.py).
 
 A prefill backend is a candidate when its resolution at the decode combination's cache block gives
-the same KV block and dtype; otherwise it is refused with the reason and the block it wants is
-remembered. `best_layout` then resolves the same decode kernels at those blocks, keeping a block
-only when every group resolves to the same verified kernels, no decode kernel moves off the page
-its figure was measured at, and the prefill step drops by more than `tie`.
+the same KV block and dtype; otherwise it is refused with the reason. The objective scores every
+combination at every cache block the perf runner times (selector/reachable.py), so a faster prefill
+kernel that needs another block is found as another layout of the same decode kernels.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 from . import perf
 from .errors import SelectionError
-from .figures import entry, figure, kv_tag, label, point, step_figure, verified
+from .figures import figure, kv_tag, label, point, step_figure, verified
 from .measured import Figure, PhaseEvidence
 from .pins import choices, pinned, rank
 from .records import ObjectiveWarning
@@ -31,8 +29,7 @@ class Scored:
     decode: float  # decode step, all layers (layers x ms; within `tie` of a group's fastest counts as the fastest)
     prefill: float  # prefill step over this layout, all layers (inf: a group's prefill is not measured)
     rank: tuple  # vLLM's priority order of the combination
-    sel: Selection  # after relayout
-    note: str = ""  # what relayout did, or why it did not
+    sel: Selection
 
     def request(self, new_tokens: int) -> float:
         """A request's attention time: one prefill, then new_tokens decode steps."""
@@ -51,14 +48,14 @@ class Search:
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
     unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
     scored: list[Scored] = field(default_factory=list)  # best request first
-    refused_blocks: set[int] = field(default_factory=set)  # kv blocks of prefill kernels refused for layout
 
     def out(self, kind: str, name: str, why: str) -> None:
         self.left_out.setdefault(kind, {}).setdefault(name, why)
 
     def no_data(self, g: GroupSelection, phase: str) -> None:
         shape = (f"{point(self.cfg, phase)} (d{g.head_size}, {kv_tag(g, self.cfg.model.dtype)}, "
-                 f"{g.num_kv_heads} KV heads{f', window {g.sliding_window}' if g.sliding_window else ''})")
+                 f"{g.num_kv_heads} KV heads{f', window {g.sliding_window}' if g.sliding_window else ''}, "
+                 f"page {g.kernel_block_size})")
         w = ObjectiveWarning(code="objective_no_measurement", group=g.kind, objective=self.cfg.objective.name,
                              backend=label(g), phase=phase, shape=shape)
         self.unmeasured.setdefault(g.kind, {}).setdefault(f"{phase}:{label(g)}", w)
@@ -75,16 +72,13 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
         glob = version if version else (3 if 3 in others and name != "FLASH_ATTN" else None)
         try:
             sel = resolve(pinned(cfg, {**pins, g.kind: name}, chosen.block_size, fa_version=glob), book)
-        except SelectionError:  # not valid at this cache block: remember the block it wants (relayout)
-            with contextlib.suppress(SelectionError):
-                s.refused_blocks.add(resolve(pinned(cfg, {**pins, g.kind: name}, None, fa_version=glob), book).block_size)
+        except SelectionError:  # not valid at this cache block
             continue
         p = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
         if label(p) in tried:
             continue
         tried.add(label(p))
         if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
-            s.refused_blocks.add(p.kv_block_size)
             s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
                   f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
             continue
@@ -115,74 +109,18 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
     return clean, ev
 
 
-def prefill_total(cfg, book, s: Search, sel: Selection) -> tuple[dict | None, set[int]]:
-    """Per free group (layers x ms) of the fastest prefill over sel's cache layout (None: a group has no
-    measured prefill), and the kv blocks of faster kernels that layout refused; side-effect free."""
+def prefill_total(cfg, book, s: Search, sel: Selection) -> dict | None:
+    """Per free group (ms, layers, backend) of the fastest prefill over sel's cache layout (None: a group
+    has no measured prefill); side-effect free."""
     scratch = Search(s.cfg, s.data, s.priority, s.kinds, s.free)
     figs: dict = {}
     for g in (x for x in sel.groups if not x.draft and x.kind in s.free):
         _, ev = prefill_over_layout(cfg, book, scratch, sel, g, g)
         if ev.chosen is None:
-            return None, scratch.refused_blocks
+            return None
         figs[g.kind] = (ev.chosen.ms, len(g.layers), ev.backend)
-    return figs, scratch.refused_blocks
+    return figs
 
 
 def step_total(figs: dict | None) -> float:
     return sum(ms * n for ms, n, _ in figs.values()) if figs is not None else float("inf")
-
-
-def best_layout(cfg, book, s: Search, chosen: Selection) -> tuple[Selection, dict | None, str]:
-    """The decode choice fixes the kernels, not the cache block: where a prefill kernel was refused
-    only because it reads another kv block, resolve the same decode kernels at a block that gives it
-    that layout. Kept when every group still resolves to the same, verified decode kernels, no decode
-    kernel moves off the page its figure was measured at (unmeasured_pages), and the prefill step
-    total drops by more than `tie`. Returns the selection, its prefill figures and a note."""
-    figs, blocks = prefill_total(cfg, book, s, chosen)
-    if not cfg.objective.per_phase:
-        return chosen, figs, ""
-    best = step_total(figs)
-    first, note = chosen.block_size, ""
-    free = [x for x in chosen.groups if not x.draft and x.kind in s.free]
-    pins = {x.kind: x.backend for x in free}
-    version = 3 if any(x.backend == "FLASH_ATTN" and x.flash_attn_version == 3 for x in free) else None
-    want = [(x.kind, label(x)) for x in chosen.groups if not x.draft]
-    refused: list[str] = []
-    # the refused kernel's own cache block, and multiples: page unification may give this group a
-    # smaller kv block than the cache block (a group with smaller pages per token)
-    for block in sorted({b * m for b in blocks for m in (1, 2, 4) if b * m <= 512} - {chosen.block_size}):
-        try:
-            alt = resolve(pinned(cfg, pins, block, version), book)
-        except SelectionError:
-            continue
-        if [(x.kind, label(x)) for x in alt.groups if not x.draft] != want or not all(
-                verified(x) for x in alt.groups if not x.draft and x.kind in s.free):
-            continue
-        moved = unmeasured_pages(s, chosen, alt)
-        if moved:
-            refused.append(f"cache block {alt.block_size} not taken for a faster prefill: it moves {moved}")
-            continue
-        alt_figs, _ = prefill_total(cfg, book, s, alt)
-        total = step_total(alt_figs)
-        if total < best * (1 - cfg.objective.tie):
-            note = (f"cache block {chosen.block_size} -> {alt.block_size}: the same decode kernels over this block let a "
-                    f"faster prefill kernel read the decode cache (prefill step, all layers: {best:.4g} -> {total:.4g} ms)")
-            chosen, best, figs = alt, total, alt_figs
-    if chosen.block_size == first:
-        note = refused[0] if refused else ""  # the smallest block tried; the others move the same groups
-    return chosen, figs, note
-
-
-def unmeasured_pages(s: Search, before: Selection, after: Selection) -> str:
-    """The decode groups a relayout moves to a kernel page their decode figure was not measured at
-    ('' when none). A decode kernel's speed depends on its page (FlashInfer decoded 6% slower end to
-    end over 64-token pages than over the 16-token pages it was measured at, bench/results/h200/
-    objective_at_run/), so the layout may keep a group's page or move it to the measured one, no other."""
-    was = {g.kind: g.kernel_block_size for g in before.groups if not g.draft}
-    out = []
-    for g in (x for x in after.groups if not x.draft and x.kind in s.free):
-        e = entry(s.data, g, s.cfg, "decode")
-        if g.kernel_block_size != was.get(g.kind) and (e is None or e.page != g.kernel_block_size):
-            out.append(f"{g.kind} {label(g)} (page {was.get(g.kind)} -> {g.kernel_block_size}, measured at "
-                       f"{e.page if e else 'no page'})")
-    return ", ".join(out)

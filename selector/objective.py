@@ -36,9 +36,10 @@ import itertools
 from . import perf
 from .errors import SelectionError
 from .figures import figure, label, point, verified
-from .layout import Scored, Search, best_layout, prefill_over_layout
+from .layout import Scored, Search, prefill_over_layout, prefill_total
 from .measured import Figure, PhaseEvidence
 from .pins import choices, fa_pin, pinned, rank, with_objective
+from .reachable import BLOCKS
 from .records import ObjectiveWarning
 from .resolve import base_facts, resolve, resolved_kv_dtype
 from .rulebook import RuleBook
@@ -69,8 +70,11 @@ def apply_objective(cfg: KSelectConfig, book: RuleBook) -> Selection:
 
 
 def search(cfg: KSelectConfig, book: RuleBook) -> Search:
-    """Resolve every combination of per-group backends; keep those whose groups are all verified and
-    measured at the decode point, each over its best layout, scored by the objective's request."""
+    """Resolve every combination of per-group backends at every cache block the perf runner times
+    (selector/reachable.py: the rules' own block first); keep those whose groups are all verified and
+    measured at the decode point at the pages they run, scored by the objective's request over that
+    layout. Candidates the rules' own block leaves unverified or unmeasured are reported; other
+    blocks are alternatives, tried quietly."""
     prio = book.matching("priority", base_facts(cfg))
     priority = list(prio[-1].rule.priority) if prio else []
     faithful = resolve(with_objective(cfg, "vllm"), book)
@@ -85,41 +89,56 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
         version = fa_pin(combo)
         if version == "mixed":
             continue  # one global FlashAttention version: FA3 and vLLM's default version cannot both be pinned
-        try:
-            sel = resolve(pinned(cfg, pins, fa_version=version), book) if pins else faithful
-        except SelectionError as e:
-            for k, n in pins.items():
-                if n in e.rejected or f"for the {k} group" in str(e):
-                    why = [r.text for r in e.rejected.get(n, ())] or [str(e).splitlines()[0]]
-                    s.out(k, n, "not valid: " + "; ".join(why))
-            continue
-        figs, ok = {}, True
-        for g in (g for g in sel.groups if not g.draft):
-            if not verified(g):
-                bad = [c.claim for c in g.claims if c.status != "verified"] or ["no claims checked"]
-                s.out(g.kind, label(g), f"not verified on {cfg.platform.gpu_model or cfg.platform.name}: {', '.join(bad)}")
-                ok = False
+        rk = tuple(rank(priority, c) for c in combo)
+        for block in BLOCKS:
+            own = block is None  # the rules' own block for this combination: report what is missing
+            try:
+                sel = resolve(pinned(cfg, pins, block, fa_version=version), book) if pins or block else faithful
+            except SelectionError as e:
+                if own:
+                    for k, n in pins.items():
+                        if n in e.rejected or f"for the {k} group" in str(e):
+                            why = [r.text for r in e.rejected.get(n, ())] or [str(e).splitlines()[0]]
+                            s.out(k, n, "not valid: " + "; ".join(why))
                 continue
-            f = figure(s.data, g, cfg, "decode")
-            if f is None:
-                s.no_data(g, "decode")
-                ok = False
+            groups = [g for g in sel.groups if not g.draft]
+            # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
+            key = (sel.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
+            if key in seen:
                 continue
-            figs[g.kind] = (f.ms, len(g.layers), label(g))
-        labels = tuple(label(g) for g in sel.groups if not g.draft)
-        if ok and labels not in seen:  # an FA3 pin that the rules upgrade to FA4 everywhere is a duplicate
-            seen.add(labels)
-            raw.append((figs, tuple(rank(priority, c) for c in combo), sel))
+            seen.add(key)
+            figs = _decode_figures(s, groups, report=own)
+            if figs is not None:
+                raw.append((figs, (*rk, 0 if own else 1), sel))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
-    # request total decides, and equal totals go to vLLM's priority order
+    # request total decides, and equal totals go to vLLM's priority order (the rules' own block first)
     d_eff = _snapped([figs for figs, _, _ in raw], cfg.objective.tie)
-    pre = [best_layout(cfg, book, s, sel) for _, _, sel in raw]
-    p_eff = _snapped([p for _, p, _ in pre], cfg.objective.tie)
-    s.scored = [Scored(decode=d, prefill=p, rank=rk, sel=sel, note=note)
-                for (_, rk, _), d, (sel, _, note), p in zip(raw, d_eff, pre, p_eff)]
+    p_eff = _snapped([prefill_total(cfg, book, s, sel) for _, _, sel in raw], cfg.objective.tie)
+    s.scored = [Scored(decode=d, prefill=p, rank=rk, sel=sel) for (_, rk, sel), d, p in zip(raw, d_eff, p_eff)]
     n = cfg.objective.new_tokens
     s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank))
     return s
+
+
+def _decode_figures(s: Search, groups: list[GroupSelection], report: bool) -> dict | None:
+    """Per group (ms, layers, backend) of its decode figure at the page it runs; None when a group is not
+    verified or not measured (said in the trace when `report`)."""
+    figs, ok = {}, True
+    for g in groups:
+        if not verified(g):
+            if report:
+                bad = [c.claim for c in g.claims if c.status != "verified"] or ["no claims checked"]
+                s.out(g.kind, label(g), f"not verified on {s.cfg.platform.gpu_model or s.cfg.platform.name}: {', '.join(bad)}")
+            ok = False
+            continue
+        f = figure(s.data, g, s.cfg, "decode")
+        if f is None:
+            if report:
+                s.no_data(g, "decode")
+            ok = False
+            continue
+        figs[g.kind] = (f.ms, len(g.layers), label(g))
+    return figs if ok else None
 
 
 def _snapped(per_combo: list[dict], tie: float) -> list[float]:
@@ -145,7 +164,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         chosen = faithful
     else:
         chosen = s.scored[0].sel
-        notes.extend(x for x in (s.scored[0].note, _request_note(cfg, s)) if x)
+        notes.extend(x for x in (_layout_note(s), _request_note(cfg, s)) if x)
     groups = []
     for g in chosen.groups:
         if g.draft or g.kind not in s.free:
@@ -172,6 +191,20 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
                                      "trace": chosen.trace + (f"objective.{obj}",)})
 
 
+def _layout_note(s: Search) -> str:
+    """Where the chosen kernels run over another cache block than the rules give them by default."""
+    win = s.scored[0]
+    if win.rank[-1] == 0:
+        return ""
+    labels = [label(g) for g in win.sel.groups if not g.draft]
+    own = next((c for c in s.scored if c.rank[-1] == 0 and [label(g) for g in c.sel.groups if not g.draft] == labels), None)
+    if own is None:
+        return f"cache block {win.sel.block_size} set by the objective (kv_cache.block_size)"
+    return (f"cache block {own.sel.block_size} -> {win.sel.block_size}: the same kernels over this block serve the request "
+            f"faster (prefill step, all layers: {own.prefill:.4g} -> {win.prefill:.4g} ms; decode step {own.decode:.4g} -> "
+            f"{win.decode:.4g} ms)")
+
+
 def _request_note(cfg, s: Search) -> str:
     """Why this layout: the request it serves, and what the best combination of another layout would cost."""
     n, win = cfg.objective.new_tokens, s.scored[0]
@@ -179,8 +212,8 @@ def _request_note(cfg, s: Search) -> str:
         return ""
     head = (f"request ({point(cfg, 'prefill')} prefill + {n} decode steps at {point(cfg, 'decode')}): "
             f"{win.request(n):.4g} ms of attention (prefill {win.prefill:.4g} + {n} x decode {win.decode:.4g})")
-    other = next((c for c in s.scored[1:] if c.sel.block_size != win.sel.block_size
-                  and c.prefill != float("inf")), None)
+    pages = lambda c: [(g.kind, g.kernel_block_size) for g in c.sel.groups if not g.draft]  # noqa: E731
+    other = next((c for c in s.scored[1:] if pages(c) != pages(win) and c.prefill != float("inf")), None)
     if other is None:
         return head
     kernels = ", ".join(f"{g.kind} {label(g)}" for g in other.sel.groups if not g.draft)

@@ -4,10 +4,12 @@
 shape buckets and writes one entry per bucket; the `objective` key (selector/objective.py)
 reads them. No torch here: the selector only reads and merges the data.
 
-Bucket id: `<path>:<kv>:d<head>:<w<window>|full>:<phase>:b<batch>:c<context>:h<hq>x<hkv>`, e.g.
-`FLASHINFER:fp8:d256:w1024:decode:b64:c8192:h32x16`; path and kv as in conformance claim ids.
-decode = one new token per sequence over `context` cached tokens; prefill = a fresh prompt of
-`context` tokens per sequence.
+Bucket id: `<path>:<kv>:d<head>:<w<window>|full>:<phase>:b<batch>:c<context>:h<hq>x<hkv>:p<page>`,
+e.g. `FLASHINFER:fp8:d256:w1024:decode:b64:c8192:h32x16:p16`; path and kv as in conformance claim
+ids. decode = one new token per sequence over `context` cached tokens; prefill = a fresh prompt of
+`context` tokens per sequence; page = the kernel block size the call reads. A kernel's speed depends
+on its page (FlashInfer decoded 6% slower end to end over 64-token pages than over 16,
+bench/results/h200/objective_at_run/), so a figure is only read at the page it was measured at.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class PerfEntry(BaseModel):
     @property
     def bucket(self) -> str:
         return bucket_id(self.kernel, self.kv, self.head, self.window, self.phase, self.batch, self.context,
-                         self.num_q_heads, self.num_kv_heads)
+                         self.num_q_heads, self.num_kv_heads, self.page)
 
 
 HOST_BOUND = 1.25  # a step whose wall time exceeds its kernels' device time by this factor waits on the host
@@ -103,9 +105,9 @@ def step_id(model: str, phase: str, batch: int, context: int) -> str:
     return f"{model}:{phase}:b{batch}:c{context}"
 
 
-def bucket_id(kernel, kv, head, window, phase, batch, context, hq, hkv) -> str:
+def bucket_id(kernel, kv, head, window, phase, batch, context, hq, hkv, page) -> str:
     w = f"w{window}" if window else "full"
-    return f"{kernel}:{kv}:d{head}:{w}:{phase}:b{batch}:c{context}:h{hq}x{hkv}"
+    return f"{kernel}:{kv}:d{head}:{w}:{phase}:b{batch}:c{context}:h{hq}x{hkv}:p{page}"
 
 
 # ---------------------------------------------------------------- where the data lives
@@ -165,16 +167,17 @@ def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry],
 
 
 def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int | None, phase: str,
-            batch: int, context: int, num_kv_heads: int) -> PerfEntry | None:
+            batch: int, context: int, num_kv_heads: int, page: int) -> PerfEntry | None:
     """The measured bucket nearest the shape (log distance over batch and context) among entries of the
-    same kernel path, KV dtype, head size, KV heads, window and phase; None when there is none or the
-    nearest lies more than COVER away in batch or context (no guess: another head count or window is
-    other work, not a nearby point)."""
+    same kernel path, KV dtype, head size, KV heads, window, phase and page; None when there is none or
+    the nearest lies more than COVER away in batch or context (no guess: another head count, window or
+    page is other work, not a nearby point)."""
     if data is None:
         return None
     best, best_d = None, math.inf
     for e in data.entries.values():
-        if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads) != (kernel, kv, head, phase, window, num_kv_heads):
+        if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads, e.page) != (
+                kernel, kv, head, phase, window, num_kv_heads, page):
             continue
         ratios = [abs(math.log(e.batch / batch)), abs(math.log(e.context / context))]
         if max(ratios) > math.log(COVER):

@@ -269,6 +269,7 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     main = g if graph_ok else r
     return dict(attention_ms_per_step=main["ms_per_step"]["attention"], kernel_ms_per_step=main["kernel_ms_per_step"],
                 kernels_per_step=main["kernels_per_step"], ms_per_step=main["ms_per_step"], mode="graph" if graph_ok else "eager",
+                attention_timeline_ms_per_step=main["attention_timeline_ms_per_step"],
                 attention_call_ms_per_step=r["attention_call_ms_per_step"],
                 attention_calls_per_step=r["attention_calls_per_step"],
                 eager_attention_ms_per_step=r["ms_per_step"]["attention"], steps=steps, context=len(prompt))

@@ -62,12 +62,18 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
             # profiled: the attention kernels of the CUDA-graph decode step the run timed (e2e.py mode "graph",
             # quant-query included, as a conf/perf bucket times the whole call); beside it the eager step's
             # forward calls (profiler ranges)
+            # and the same kernels with the launch gap before each (kselect/profiling.py timeline_ms): a bucket's
+            # graph wall time per call counts those gaps, the kernels' durations alone do not
             row = dict(kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
-                       profiled_ms=p["attention_ms_per_step"] if p else None, profile_mode=p.get("mode", "eager") if p else None,
+                       kernels_ms=p["attention_ms_per_step"] if p else None,
+                       timeline_ms=p.get("attention_timeline_ms_per_step") if p else None,
+                       profile_mode=p.get("mode", "eager") if p else None,
                        eager_call_ms=p.get("attention_call_ms_per_step") if p else None)
+            row["profiled_ms"] = row["timeline_ms"] or row["kernels_ms"]  # like for like where recorded
             row["same_kernels"] = bool(ran) and want == ran
             if row["same_kernels"] and pred and row["profiled_ms"]:
                 row["diff"] = pred / row["profiled_ms"] - 1
+                row["diff_kernels"] = pred / row["kernels_ms"] - 1
             rows.append(row)
     lines = [f"# `kselect explain` vs the same run: {model} on {ex['gpu']}", "",
              f"Explain at B1 decode over {ctx} cached tokens (nearest measured bucket), prefill of {prompt}; "
@@ -75,20 +81,21 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
              to_text(ex, markdown=True), "",
              "## Attention ms per B1 decode step: explain (layers x conf/perf ms) vs profiled kernels", "",
              "Profiled: the attention kernels (quant-query included) of the decode step as the run timed it (CUDA-graph "
-             "replays, or eager where noted); beside it every kernel of the eager step's attention forward calls.", "",
-             "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled ms (mode) | "
-             "eager forward calls ms | explain vs profiled |",
-             "|---|---|---|---|---|---|---|---|"]
+             "replays, or eager where noted): their durations, and their durations plus the launch gap before each "
+             "(what a conf/perf bucket's graph wall time per call counts: the like-for-like figure); beside them every "
+             "kernel of the eager step's attention forward calls.", "",
+             "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled kernels ms (mode) | "
+             "kernels + launch gaps ms | eager forward calls ms | explain vs kernels + gaps | explain vs kernels only |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
-        verdict = (f"{r['diff'] * 100:+.1f}%" if "diff" in r else
-                   "other kernels (explain's choice at this point differs from the run's)" if not r["same_kernels"]
-                   else "no profile")
+        verdict = (f"{r['diff'] * 100:+.1f}% | {r['diff_kernels'] * 100:+.1f}%" if "diff" in r else
+                   "other kernels (explain's choice at this point differs from the run's) | " if not r["same_kernels"]
+                   else "no profile | ")
+        ms = lambda x: "n/a" if x is None else round(x, 3)  # noqa: E731
         lines.append(f"| {r['kv']} | {r['selection']} | {fmt(r['explain_backends'])} | {fmt(r['run_backends'])} | "
-                     f"{r['explain_ms'] if r['explain_ms'] is None else round(r['explain_ms'], 3)} | "
-                     f"{r['profiled_ms'] if r['profiled_ms'] is None else round(r['profiled_ms'], 3)} ({r['profile_mode']}) | "
-                     f"{r['eager_call_ms'] if r['eager_call_ms'] is None else round(r['eager_call_ms'], 3)} | "
-                     f"{verdict} |")
+                     f"{ms(r['explain_ms'])} | {ms(r['kernels_ms'])} ({r['profile_mode']}) | {ms(r['timeline_ms'])} | "
+                     f"{ms(r['eager_call_ms'])} | {verdict} |")
     # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
     lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
               "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "

@@ -34,18 +34,18 @@ def test_runner_writes_one_valid_entry_per_verified_target_and_bucket(tmp_path, 
     out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16")
     data = perf.load("fake", out.parent)
     assert sorted(data.entries) == [
-        "TORCH_REFERENCE:bf16:d128:full:decode:b1:c32:h4x1", "TORCH_REFERENCE:bf16:d128:full:prefill:b1:c16:h4x1",
-        "TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2", "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"]
-    e = data.entries["TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2"]
+        "TORCH_REFERENCE:bf16:d128:full:decode:b1:c32:h4x1:p16", "TORCH_REFERENCE:bf16:d128:full:prefill:b1:c16:h4x1:p16",
+        "TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2:p16", "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2:p16"]
+    e = data.entries["TORCH_REFERENCE:bf16:d64:w16:decode:b1:c32:h4x2:p16"]
     assert e.ms > 0 and not e.graph and e.gpu == "fake" and e.date and "torch" in e.versions
     assert (e.kernel, e.kv, e.head, e.window, e.page, e.num_q_heads) == ("TORCH_REFERENCE", "bf16", 64, 16, 16, 4)
     # prefill runs eagerly in the engine: its buckets also carry one eager call's host time; decode's do not
-    assert e.host_ms is None and data.entries["TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"].host_ms > 0
+    assert e.host_ms is None and data.entries["TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2:p16"].host_ms > 0
     assert data.command.startswith("kselect perf --gpu-name fake") and data.torch
     # merged: a second run with another bucket keeps the first run's entries; written atomically (no temp left)
     run(tmp_path, conformance_file, "--decode", "2x64", "--prefill", "", "--kv", "bf16")
     merged = perf.load("fake", out.parent)
-    assert len(merged.entries) == 6 and "TORCH_REFERENCE:bf16:d128:full:decode:b2:c64:h4x1" in merged.entries
+    assert len(merged.entries) == 6 and "TORCH_REFERENCE:bf16:d128:full:decode:b2:c64:h4x1:p16" in merged.entries
     assert [p.name for p in out.parent.iterdir()] == ["fake.yaml"]
 
 
@@ -81,7 +81,7 @@ def test_missing_times_only_the_buckets_the_file_lacks(tmp_path, conformance_fil
 def test_missing_retimes_prefill_buckets_without_host_time(tmp_path, conformance_file, capsys):
     out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16")
     doc = yaml.safe_load(out.read_text())
-    old = "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2"
+    old = "TORCH_REFERENCE:bf16:d64:w16:prefill:b1:c16:h4x2:p16"
     del doc["entries"][old]["host_ms"]  # a file written before host times were measured
     out.write_text(yaml.safe_dump(doc))
     capsys.readouterr()
@@ -91,16 +91,23 @@ def test_missing_retimes_prefill_buckets_without_host_time(tmp_path, conformance
     assert perf.load("fake", out.parent).entries[old].host_ms > 0
 
 
-def test_targets_time_each_claim_as_conformance_runs_it():
-    """Page size and descale mode come from the claim's own run (selector/claims.py), so a composite
+def test_targets_time_each_claim_as_conformance_runs_it_at_every_reachable_page():
+    """Descale mode and the first page come from the claim's own run (selector/claims.py), so a composite
     times its causal child as conformance verified it: the FA4 fork's FP8 path needs 64-token pages,
-    vLLM's FA3 FP8 path a quantized query; a plain Triton bf16 path keeps 16-token pages."""
+    vLLM's FA3 FP8 path a quantized query. Every other page a combination of pins can run the kernel at
+    for the model (selector/reachable.py) is timed too, up to --max-page: the objective reads a figure
+    only at the page a group runs."""
     ids = {"TRITON_FLASH_ATTN_v4:fp8:d512:causal", "TRITON_FLASH_ATTN_v3:fp8:d256:window",
            "TRITON_ATTN:bf16:d256:window"}
-    got = {(t.path, t.kv, t.head): (t.page, t.descale) for t in runner.targets(ids, ["gemma4_31b"], None, None, "sm90")}
-    assert got == {("TRITON_FLASH_ATTN_v4", "fp8", 512): (64, "kv_dequant"),
-                   ("TRITON_FLASH_ATTN_v3", "fp8", 256): (16, "q_k_v"),
-                   ("TRITON_ATTN", "bf16", 256): (16, "none")}
+    got = {(t.path, t.kv, t.head, t.page): t.descale for t in runner.targets(ids, ["gemma4_31b"], None, None, "sm90")}
+    assert got == {("TRITON_FLASH_ATTN_v4", "fp8", 512, 64): "kv_dequant",
+                   ("TRITON_FLASH_ATTN_v3", "fp8", 256, 16): "q_k_v",
+                   **{("TRITON_ATTN", "bf16", 256, p): "none" for p in (16, 32, 64, 128)}}
+    capped = runner.targets(ids, ["gemma4_31b"], {"TRITON_ATTN"}, None, "sm90", max_page=32)
+    assert sorted(t.page for t in capped) == [16, 32]
+    # the same kernel at another page is another bucket
+    a, b = (runner.bucket_of(t, "decode", 1, 512) for t in capped)
+    assert a.endswith(":p16") and b.endswith(":p32")
 
 
 def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, conformance_file):

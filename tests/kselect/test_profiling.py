@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kselect.profiling import in_range, in_range_ms
+from kselect.profiling import GAP_MAX_US, in_range, in_range_ms, timeline_ms
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 
@@ -37,3 +37,14 @@ def test_in_range_wraps_and_restores():
     with in_range([b, b], "forward", "att"):
         assert "forward" in vars(b) and b.forward(1) == 2  # an instance wrapper (once for a repeated object)
     assert "forward" not in vars(b) and b.forward(1) == 2
+
+
+def test_timeline_counts_each_picked_kernel_and_the_launch_gap_before_it():
+    # times in us: a graph step gemm | gap 2 | attn 8 | gap 1 | merge 3 | norm; then the host between two
+    # replays (100 us idle) before the next step's attention kernel: that idle is not a launch gap
+    events = [ev("gemm", CUDA, 0, 50), ev("attn_fwd", CUDA, 52, 60), ev("attn_merge", CUDA, 61, 64),
+              ev("norm", CUDA, 64, 70), ev("attn_fwd", CUDA, 70 + GAP_MAX_US + 80, 70 + GAP_MAX_US + 88),
+              ev("kselect.attention_forward", CUDA, 52, 64)]  # a range's GPU span is no kernel
+    ms = timeline_ms(events, lambda n: n.startswith("attn"))
+    assert abs(ms - (2 + 8 + 1 + 3 + 8) / 1e3) < 1e-12
+    assert timeline_ms(events, lambda n: False) == 0.0

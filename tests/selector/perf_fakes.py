@@ -26,7 +26,11 @@ def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=(), ex
     conformance.load.cache_clear()
 
 
-def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None, page=16):
+ANY_PAGE, PAGES = 1, (16, 32, 64, 128)  # an entry at ANY_PAGE is written at every page in PAGES
+
+
+def entry(kernel, head, phase, ms, kv="bf16", batch=1, context=None, page=ANY_PAGE):
+    """A fake bucket; by default the kernel runs equally fast at every page (page-specific tests set one)."""
     window = 1024 if head == 256 else None
     hkv = 16 if head == 256 else 4
     context = context or (8192 if phase == "decode" else 4096)
@@ -41,6 +45,8 @@ def step(wall_ms, kernel_ms, model="gemma4_31b", context=4096):
 
 
 def write_perf(tmp, entries, steps=()):
-    doc = {"gpu": GPU, "entries": {e.bucket: e.model_dump(mode="json") for e in entries},
+    every = [e.model_copy(update={"page": p}) if e.page == ANY_PAGE else e for e in entries
+             for p in (PAGES if e.page == ANY_PAGE else (e.page,))]
+    doc = {"gpu": GPU, "entries": {e.bucket: e.model_dump(mode="json") for e in every},
            "steps": {st.key: st.model_dump(mode="json") for st in steps}}
     (tmp / f"{GPU}.yaml").write_text(yaml.safe_dump(doc))

@@ -65,7 +65,7 @@ def test_latency_picks_fastest_verified_per_group_and_phase(fake_gpu):
     assert (sw.backend, full.backend) == ("FLASHINFER", "FLASHINFER")  # vLLM's own choice is FLASH_ATTN v4
     dec = {m.phase: m for m in sw.measured}["decode"]
     assert dec.chosen.ms == 0.080 and dec.vllm.backend == "FLASH_ATTN v4" and dec.vllm.ms == 0.10
-    assert dec.chosen.bucket == "FLASHINFER:bf16:d256:w1024:decode:b1:c8192:h32x16"
+    assert dec.chosen.bucket == "FLASHINFER:bf16:d256:w1024:decode:b1:c8192:h32x16:p16"
     # per phase: sliding prefill runs FA4 over FlashInfer's cache layout (same kv block, same dtype)
     assert sw.prefill is not None and (sw.prefill.backend, sw.prefill.flash_attn_version) == ("FLASH_ATTN", 4)
     assert sw.prefill.kv_block_size == sw.kv_block_size and sw.prefill.kv_cache_dtype == sw.kv_cache_dtype
@@ -117,7 +117,7 @@ def test_nearest_bucket_and_throughput_point(fake_gpu):
                       E("FLASH_ATTN_v4", 512, "decode", 0.95, batch=64)])
     sel = run("objective=throughput")  # B64: FA4 wins the sliding group, FLASHINFER the full one
     assert [g.backend for g in sel.groups] == ["FLASH_ATTN", "FLASHINFER"]
-    assert {m.phase: m for m in sel.groups[0].measured}["decode"].chosen.bucket.endswith(":b64:c8192:h32x16")
+    assert {m.phase: m for m in sel.groups[0].measured}["decode"].chosen.bucket.endswith(":b64:c8192:h32x16:p16")
     # B32 is nearer B64 than B1 (log distance)
     assert run("objective=latency", "objective.decode.batch=32").groups[0].backend == "FLASH_ATTN"
 
@@ -173,7 +173,7 @@ def test_explain_answers_the_fp8_question(fake_gpu):
     bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
     assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
     dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
-    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16"}
+    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16:p16"}
     assert dec["best_err"] == 0.02
     text = to_text(d)
     assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
@@ -231,44 +231,48 @@ def test_fa3_is_a_candidate_where_vllm_takes_an_fa3_pin(fake_gpu):
     assert run("objective=latency", "attention.flash_attn_version=4").group("sliding_window").flash_attn_version != 3
 
 
-def test_cache_block_moves_when_a_faster_prefill_kernel_needs_it(fake_gpu):
-    # FP8 (pr48666): FLASHINFER decodes fastest; FA4's FP8 path prefills fastest but needs 64-token kernel
-    # blocks. At the cache block that gives the sliding group 64-token pages, FLASHINFER still decodes
-    # (verified at that page): the block moves and FA4 prefills over the same cache.
-    # (FlashInfer's decode measured at the pages the new block gives both groups: 64)
-    def buckets_at(sw_page, full_page):
-        return [*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8", page=sw_page),
+def test_figures_are_read_at_the_page_a_kernel_runs(fake_gpu):
+    # FP8 (pr48666): FLASHINFER decodes fastest; FA4's FP8 path prefills 9x faster but reads 64-token kernel
+    # blocks. The objective scores the same decode kernels over every cache block it has figures for.
+    def buckets(sw16=0.05, sw64=0.05, full=0.2):
+        fi = [E("FLASHINFER", 256, "decode", ms, kv="fp8", page=p) for p, ms in ((16, sw16), (64, sw64)) if ms]
+        return [*BUCKETS, *fi, E("FLASHINFER", 512, "decode", full, kv="fp8"),
                 E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"), E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"),
-                E("FLASHINFER", 512, "decode", 0.2, kv="fp8", page=full_page), E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")]
+                E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")]
 
-    buckets = buckets_at(64, 64)
-    fake_gpu(buckets=buckets)
-    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    fp8 = ("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    # FlashInfer as fast over 64-token pages as over 16: the block that lets FA4 prefill over the decode cache wins
+    fake_gpu(buckets=buckets())
+    sel = run(*fp8)
     sw = sel.group("sliding_window")
     assert [g.backend for g in sel.groups] == ["FLASHINFER", "FLASHINFER"] and sel.block_size == 128
-    assert (sw.prefill.backend, sw.prefill.kernel_block_size) == ("FLASH_ATTN", 64)
+    assert (sw.kernel_block_size, sw.prefill.backend, sw.prefill.kernel_block_size) == (64, "FLASH_ATTN", 64)
     assert (sw.prefill.kv_block_size, sw.prefill.kv_cache_dtype) == (sw.kv_block_size, sw.kv_cache_dtype)
-    assert any(r.startswith("cache block 16 -> 128") for r in sw.reasons)
-    assert "--block-size 128" in export("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    assert any(r.startswith("cache block 16 -> 128: the same kernels over this block serve the request faster "
+                            "(prefill step, all layers: 65 -> 25 ms; decode step 4.5 -> 4.5 ms)") for r in sw.reasons)
+    assert {m.phase: m for m in sw.measured}["decode"].chosen.bucket.endswith(":p64")
+    assert "--block-size 128" in export(*fp8)
     assert all(c.status == "verified" for g in sel.groups for c in g.claims)
-    # FLASHINFER unverified at 64-token pages: the block stays, FlashInfer prefills (never unverified)
-    fake_gpu(buckets=buckets, unverified=("TRITON_ATTN:bf16:d512", "FLASHINFER:fp8:d256:page64"))
-    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
+    # 0.03 ms slower a call over 64-token pages: 50 x 0.03 x 256 decode steps outweigh 40 ms of prefill
+    fake_gpu(buckets=buckets(sw64=0.08))
+    assert run(*fp8).block_size == 16
+    assert run(*fp8, "objective.new_tokens=0").block_size == 128  # a prefill-only request: the prefill layout
+    # measured at 16-token pages only: its speed over 64 is not guessed, even where only prefill counts
+    fake_gpu(buckets=buckets(sw64=0))
+    sel = run(*fp8, "objective.new_tokens=0")
+    assert sel.group("sliding_window").backend != "FLASHINFER" or sel.block_size == 16
+    # FLASHINFER unverified at 64-token pages: never run there, whatever it measured
+    fake_gpu(buckets=buckets(), unverified=("TRITON_ATTN:bf16:d512", "FLASHINFER:fp8:d256:page64"))
+    sel = run(*fp8)
     assert sel.block_size == 16 and sel.group("sliding_window").prefill is None
-    # measured at 16-token pages only: the move would put FlashInfer's decode on pages nobody timed
-    # (its speed depends on the page): the block stays and the trace says why
-    fake_gpu(buckets=buckets_at(16, 16))
-    sel = run("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")
-    assert sel.block_size == 16 and sel.group("sliding_window").prefill is None
-    assert any(r.startswith("cache block 64 not taken for a faster prefill: it moves sliding_window FLASHINFER "
-                            "(page 16 -> 32, measured at 16)") for r in sel.group("sliding_window").reasons)
 
 
 def test_the_request_decides_between_decode_and_prefill_layouts(fake_gpu):
     # FP8 (pr48666): FLASHINFER decodes fastest on 16-token pages (measured there only); FA4's FP8 path
     # prefills 9x faster but reads 64-token pages, which only a combination decoding on FA4 gives.
     # Per step: FA4 decode costs 50 x 0.15 = 7.5 ms more, its prefill 50 x 0.8 = 40 ms less.
-    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v4", 256, "decode", 0.2, kv="fp8", page=64),
+    fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8", page=16),
+                      E("FLASH_ATTN_v4", 256, "decode", 0.2, kv="fp8", page=64),
                       E("FLASH_ATTN_v4", 256, "prefill", 0.1, kv="fp8"), E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"),
                       E("FLASHINFER", 512, "decode", 0.2, kv="fp8"), E("FLASHINFER", 512, "prefill", 2.0, kv="fp8")])
     fp8 = ("objective=latency", "kv_cache=fp8", "overlay=[pr48666]")

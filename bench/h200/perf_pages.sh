@@ -1,0 +1,48 @@
+#!/bin/bash
+# Issue #17, H200 window of 2026-12-01 (third session): perf figures per kernel page. A kernel's speed
+# depends on its page, and the objective now reads a figure only at the page a group runs
+# (selector/perf.py bucket ids end in :p<page>; selector/reachable.py lists the pages). Run from the
+# checkout root after the device-kernels activate step, parts in order on one machine:
+#
+#   bash bench/h200/perf_pages.sh P    # ~5 min: `kselect perf` at every page the objective can reach for
+#                                      #   31B and E4B (vLLM 0.33.0's rules and post-#52987's), up to 128
+#   bash bench/h200/perf_pages.sh E1   # ~8 min: e2e 31B bf16 + FP8, explain vs the run
+#   bash bench/h200/perf_pages.sh E2   # ~4 min: e2e E4B bf16 + FP8, explain vs the run
+#
+# e2e options as bench/h200/request_layout.sh (objective resolved at each run's point and request), and
+# e2e.py now also records the attention kernels' timeline share (kernels + the launch gap before each).
+set -u
+PART=${1:?usage: perf_pages.sh P|E1|E2}
+OUT=${OUT:-/tmp/perf_pages_out}
+KEEP=${KEEP:-/tmp/kselect_perf_pages}
+mkdir -p "$KEEP"
+LOG=$PART.log
+source "$(dirname "$0")/window.sh"
+SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
+E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --no-hf
+     --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
+[ -f "$KEEP/perf.yaml" ] && [ "$PART" != P ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
+
+case $PART in
+P)
+  say "perf: every verified kernel at every page the objective reaches (31B, E4B), all buckets"
+  timeout $((590 - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out conf/perf/$GPU.yaml \
+    --models gemma4_31b,gemma4_e4b --kernels FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN \
+    --rules vllm_0_33_0,post_pr52987 --max-page 128 \
+    --decode 1x512,16x512,1x1024,1x8192,16x1024,16x8192,64x1024,64x8192 --prefill 1x512,1x4096 --reps 5 \
+    --warm-jobs 12 --budget-s $((560 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf.log"
+  grep -c " ms graph" "$OUT/perf.log"; grep -v " ms graph" "$OUT/perf.log" | tail -30
+  cp conf/perf/$GPU.yaml "$KEEP/perf.yaml"
+  cp conf/perf/$GPU.yaml "$OUT/perf_$GPU.yaml"
+  ;;
+E1|E2)
+  case $PART in E2) m=e4b ;; *) m=31b ;; esac
+  say "e2e $m"
+  timeout $((500 - (SECONDS - START))) python3 bench/gemma4/e2e.py --out "$OUT/e2e_$m" --presets gemma4_$m \
+    --budget-s $((480 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70
+  say "explain vs the run"
+  timeout 60 python3 bench/h200/explain_vs_e2e.py --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
+    --out "$OUT/explain_$m.md" > /dev/null 2>&1 && sed -n '/^## Attention/,$p' "$OUT/explain_$m.md"
+  ;;
+esac
+say "done"

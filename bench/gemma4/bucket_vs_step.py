@@ -1,0 +1,145 @@
+"""One perf bucket beside one model step, kernel by kernel (#17: where explain's figures and the profiled
+decode step part).
+
+    python3 bench/gemma4/bucket_vs_step.py --out OUT --preset gemma4_31b --kv auto fp8 --selections vllm latency
+
+For each selection and KV dtype (resolved as bench/gemma4/e2e.py resolves them at decode B1): the B1 decode
+step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
+microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf.py
+time_bucket, at the same context and page) under the profiler (the same per-kernel table). Writes
+bucket_vs_step.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.append(str(Path(__file__).resolve().parent))
+sys.path.append(str(ROOT))
+
+from e2e import SEED, SELECTIONS, free, point_overrides  # noqa: E402
+from fusion import category  # noqa: E402
+
+from kselect.gemma4.build import build_model, select  # noqa: E402
+from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
+from kselect.perf import Target, make_target_backend, time_bucket  # noqa: E402
+from kselect.profiling import timeline_ms  # noqa: E402
+from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.vocab import claim_dtype  # noqa: E402
+
+
+def kernels(prof, per: float) -> dict[str, dict]:
+    """Attention kernels by name: launches and microseconds per `per` (steps or calls)."""
+    n, us = defaultdict(int), defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and category(e.name) == "attention":
+            n[e.name[:90]] += 1
+            us[e.name[:90]] += e.time_range.end - e.time_range.start
+    return {k: dict(launches=n[k] / per, mean_us=us[k] / n[k]) for k in sorted(n, key=lambda k: -us[k])}
+
+
+def model_step(model, groups, prompt, steps: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=True)
+    tok = int(eng.extend([0], [prompt]).argmax(-1)[0])
+    eng.decode([0], [tok])
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            eng.decode([0], [tok])
+        sync()
+    out = dict(graphs=eng.use_graphs, kernels=kernels(prof, steps),
+               timeline_ms=timeline_ms(prof.events(), lambda n: category(n) == "attention") / steps)
+    del eng
+    free()
+    return out
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def bucket(t: Target, context: int) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run of the script
+    be = make_target_backend(t)
+    time_bucket(be, t, "decode", 1, context, dev, 2)  # compile and warm outside the profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        ms, graph, _ = time_bucket(be, t, "decode", 1, context, dev, 5)
+    ks = kernels(prof, 1.0)
+    main = max(ks.values(), key=lambda k: k["launches"] * k["mean_us"]) if ks else None
+    calls = main["launches"] if main else 1.0  # one main kernel a call
+    for k in ks.values():
+        k["launches"] /= calls
+    return dict(ms=ms, graph=graph, kernels=ks)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--preset", default="gemma4_31b")
+    ap.add_argument("--kv", nargs="+", default=["auto", "fp8"])
+    ap.add_argument("--selections", nargs="+", default=["vllm", "latency"])
+    ap.add_argument("--rules", default="vllm_0_33_0")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--new", type=int, default=64, help="the request's decode steps (e2e.py --new): the objective's point")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--platform", default="auto")
+    o = ap.parse_args(argv)
+    base = [f"platform={o.platform}", f"model={o.preset}"]
+    cfg0, _ = select(base)
+    model, _, _ = build_model(cfg0, 0)
+    args = model.args
+    prompt = torch.randint(3, args.vocab_size, (o.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
+    context = o.prompt_len + o.steps // 2  # the profiled steps' mean context
+    rows = []
+    for sname in o.selections:
+        for kv in o.kv:
+            over = [f"rules={o.rules}" if x == SEED else x for x in SELECTIONS[sname]]
+            point = point_overrides(SimpleNamespace(prompt_len=o.prompt_len, new=o.new), "decode B1") if sname == "latency" else []
+            _, sel = select(base + [f"kv_cache={kv}", *over, *point])
+            step = model_step(model, model_groups(sel), prompt, o.steps)
+            groups = []
+            for g in (g for g in sel.groups if not g.draft):
+                t = Target(g.backend, g.flash_attn_version, claim_dtype(g.kv_cache_dtype, args.dtype), g.head_size,
+                           args.num_attention_heads, g.num_kv_heads, g.sliding_window, g.kernel_block_size, g.descale)
+                groups.append(dict(kind=g.kind, layers=len(g.layers), target=t.__dict__, bucket=bucket(t, context)))
+            rows.append(dict(selection=sname, kv=kv, context=context, step=step, groups=groups))
+            print(json.dumps(rows[-1], indent=1, default=str)[:3000], flush=True)
+    o.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(o.out / "bucket_vs_step.json", json.dumps(rows, indent=1, default=str))
+    atomic_write(o.out / "bucket_vs_step.md", render(rows))
+    return 0
+
+
+def render(rows) -> str:
+    lines = ["# One bucket beside one model step (B1 decode, attention kernels)", ""]
+    for r in rows:
+        lines += [f"## {r['selection']} kv={r['kv']} (context {r['context']})", "",
+                  f"model step, CUDA graphs {r['step']['graphs']}: attention timeline {r['step']['timeline_ms']:.4f} ms/step",
+                  "", "| where | kernel | launches | mean us |", "|---|---|---:|---:|"]
+        for k, v in r["step"]["kernels"].items():
+            lines.append(f"| model step (per step) | `{k}` | {v['launches']:.1f} | {v['mean_us']:.2f} |")
+        for g in r["groups"]:
+            b = g["bucket"]
+            lines.append(f"| {g['kind']} bucket, {b['ms'] * 1e3:.2f} us/call x {g['layers']} layers "
+                         f"= {b['ms'] * g['layers']:.4f} ms (page {g['target']['page']}) | | | |")
+            for k, v in b["kernels"].items():
+                lines.append(f"| {g['kind']} bucket (per call) | `{k}` | {v['launches']:.2f} | {v['mean_us']:.2f} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -6,11 +6,13 @@ merge the results into `conf/perf/<gpu_model>.yaml` (schema: selector/perf.py).
 
 Targets: for each model's sliding group (its head size, KV heads and window) and full group, every
 kernel path whose conformance claim `<path>:<kv>:d<head>:window` (sliding) or `:causal` (full) is
-verified in conf/conformance/<gpu>.yaml, for each KV dtype. Each target is built like the engine
+verified in conf/conformance/<gpu>.yaml, for each KV dtype, at the claim's own page and every page
+the objective can run it at (selector/reachable.py, `--rules`, up to `--max-page`). Each target is built like the engine
 builds it (backends.make_backend over a hand-made GroupSelection) and timed per bucket:
 decode = B sequences x 1 new token over C cached tokens; prefill = B fresh prompts of C tokens.
 On CUDA: R rotated input sets (R so they exceed 4x L2) captured as one CUDA graph (FlashInfer
-re-planned through prepare_replay as under the engine's graphs), median of --reps replays. On CPU
+re-planned through prepare_replay as under the engine's graphs), median of --reps replays; with
+`--context-spread F` the decode sets run contexts spread over C x (1 +- F), a figure for a range. On CPU
 (tests): eager calls timed with perf_counter, graph=false in the entry. Sliding decode allocates
 only the pages the window reaches. `--warm-jobs N` first runs every target once on a tiny shape in
 N processes, so JIT compiles (FlashInfer, FA4, Triton) overlap and land in their disk caches before
@@ -37,6 +39,7 @@ from kselect.selector.conformance import CONFORMANCE_DIR
 
 L2_BYTES = 50 * 2**20
 COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
+SPREAD_SETS = 8  # with --context-spread, at least this many sets (contexts) per decode bucket
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
 
@@ -177,17 +180,35 @@ def make_target_backend(t: Target):
                                    t.hkv, t.window))
 
 
-def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int) -> tuple[float, bool, float | None]:
-    """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode)."""
+def spread_contexts(context: int, n: int, spread: float) -> list[int]:
+    """n contexts evenly over [context x (1 - spread), context x (1 + spread)], mean `context` (one
+    context when spread is 0). A B1 decode kernel's time moves with the exact context (FA3's FP8 call
+    on the H200: 28 us at 512 tokens, 21 at 516, 17 at 544; bench/results/h200/perf_pages/), while a
+    request decodes over a range of contexts: a spread figure is that range's mean, not one point's."""
+    if spread <= 0 or n < 2:
+        return [context] * n
+    lo, hi = context * (1 - spread), context * (1 + spread)
+    return [max(1, round(lo + (hi - lo) * i / (n - 1))) for i in range(n)]
+
+
+def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int,
+                spread: float = 0.0) -> tuple[float, bool, float | None]:
+    """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode).
+    Decode with `spread` > 0: the rotated input sets run contexts spread around `context` (spread_contexts)."""
     import torch
 
     q_len = 1 if phase == "decode" else context
+    spread = spread if phase == "decode" else 0.0
     first = make_inputs(t, batch, context, q_len, device, seed=0)
     # enough input sets that each call reads its K/V from HBM, as in a model step (the layers' weights
     # stream through L2 between two calls of one layer); the former 8 sets of a small B1 bucket (4 MB of
     # FP8 K/V) fit in the 50 MB L2
     n_sets = 1 if device == "cpu" else max(1, min(COLD_SETS_MAX, math.ceil(COLD_FACTOR * L2_BYTES / first["bytes"])))
-    sets = [first] + [make_inputs(t, batch, context, q_len, device, seed=i) for i in range(1, n_sets)]
+    if spread > 0:  # enough sets to cover the range, within 16 GB of inputs
+        n_sets = max(n_sets, min(SPREAD_SETS, int(16e9 // first["bytes"])))
+    ctxs = spread_contexts(context, n_sets, spread)
+    sets = [first if i == 0 and c == context else make_inputs(t, batch, c, q_len, device, seed=i) for i, c in enumerate(ctxs)]
+    del first
     calls = [lambda s=s: be.forward(s["q"], s["k"], s["v"], s["meta"], s["layer"]) for s in sets]
     if device == "cpu":
         for c in calls:
@@ -200,8 +221,8 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
             times.append((time.perf_counter() - t0) * 1e3 / len(calls))
         return statistics.median(times), False, host_ms(calls, reps) if phase == "prefill" else None
     graph = be.supports_cuda_graphs()
-    for s in sets:
-        be.prepare_replay(s["meta"], [context] * batch, s["meta"].block_table.cpu())
+    for s, c in zip(sets, ctxs):
+        be.prepare_replay(s["meta"], [c] * batch, s["meta"].block_table.cpu())
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -320,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: auto, cpu on --device cpu), as `kselect conformance`")
     ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
                     "(default: the config's own rules)")
+    ap.add_argument("--context-spread", type=float, default=0.0,
+                    help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "
+                    "over the range; 0: the one context)")
     ap.add_argument("--max-page", type=int, default=128, help="time reachable pages up to this many tokens")
     ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
                     "(a prefill bucket without host_ms counts as missing)")
@@ -370,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         entries = {}
         for phase, b, c in todo[t]:
             try:
-                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps)
+                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
                 print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
@@ -379,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             e = perfdata.PerfEntry(kernel=t.path, build=build, versions=versions(t), kv=t.kv, head=t.head, window=t.window,
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
                                    ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None, graph=graph,
+                                   context_spread=args.context_spread if phase == "decode" else 0.0,
                                    gpu=args.gpu_name, date=today)
             entries[e.bucket] = e
             print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}", flush=True)

@@ -51,6 +51,9 @@ class PerfEntry(BaseModel):
     # for prefill, which runs eagerly; None where not measured
     host_ms: float | None = Field(default=None, gt=0)
     graph: bool  # timed as a CUDA-graph replay
+    # decode: the figure is the mean over contexts spread +- this fraction around `context` (kselect perf
+    # --context-spread); 0: the one context
+    context_spread: float = Field(default=0.0, ge=0, lt=1)
     gpu: str
     date: str
 

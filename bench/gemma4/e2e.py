@@ -61,6 +61,7 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 KV_DTYPES = ["auto", "fp8"]
+PROFILE_STEPS = 8  # B1 decode steps profiled per selection
 WRONG = "WRONG"
 HF = "HF transformers sdpa"  # the baseline's name in the prefill table
 
@@ -272,7 +273,8 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
                 attention_timeline_ms_per_step=main["attention_timeline_ms_per_step"],
                 attention_call_ms_per_step=r["attention_call_ms_per_step"],
                 attention_calls_per_step=r["attention_calls_per_step"],
-                eager_attention_ms_per_step=r["ms_per_step"]["attention"], steps=steps, context=len(prompt))
+                eager_attention_ms_per_step=r["ms_per_step"]["attention"], steps=steps,
+                context=len(prompt) + steps // 2)  # the profiled steps' mean context
 
 
 @contextlib.contextmanager
@@ -629,10 +631,14 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
             if left() < 20:
                 rep.data["skipped"].append(f"{preset} {sname} kv={row['kv']} profile")
                 continue
-            prompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
+            # the profiled steps' mean context is the decode point's (--prompt-len + --new / 2), where explain
+            # reads its figures: a B1 decode kernel's time moves with the exact context (FA3's FP8 call: 28 us
+            # at 512 tokens, 17 us at 544; bench/results/h200/perf_pages/)
+            n = opts.prompt_len + opts.new // 2 - PROFILE_STEPS // 2
+            prompt = torch.randint(3, args.vocab_size, (n,), generator=gen).tolist()
             measure(rep, "profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
                     f"{preset} {sname} kv={row['kv']} profile", log,
-                    lambda: profile_attention(model, groups, prompt, 8),  # noqa: B023 (called at once)
+                    lambda: profile_attention(model, groups, prompt, PROFILE_STEPS),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
 
 

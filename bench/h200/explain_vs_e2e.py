@@ -68,7 +68,8 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                        kernels_ms=p["attention_ms_per_step"] if p else None,
                        timeline_ms=p.get("attention_timeline_ms_per_step") if p else None,
                        profile_mode=p.get("mode", "eager") if p else None,
-                       eager_call_ms=p.get("attention_call_ms_per_step") if p else None)
+                       eager_call_ms=p.get("attention_call_ms_per_step") if p else None,
+                       profile_context=p.get("context") if p else None)
             row["profiled_ms"] = row["timeline_ms"] or row["kernels_ms"]  # like for like where recorded
             row["same_kernels"] = bool(ran) and want == ran
             if row["same_kernels"] and pred and row["profiled_ms"]:
@@ -84,6 +85,10 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
              "replays, or eager where noted): their durations, and their durations plus the launch gap before each "
              "(what a conf/perf bucket's graph wall time per call counts: the like-for-like figure); beside them every "
              "kernel of the eager step's attention forward calls.", "",
+             f"Profiled contexts (tokens, the profiled steps' mean where recorded so; before this field e2e.py "
+             f"recorded the prompt length and profiled 8 steps after it): "
+             f"{sorted({r['profile_context'] for r in rows if r['profile_context']})}; explain's point: {ctx}. A B1 "
+             "decode kernel's time moves with the exact context, so the two must agree.", "",
              "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled kernels ms (mode) | "
              "kernels + launch gaps ms | eager forward calls ms | explain vs kernels + gaps | explain vs kernels only |",
              "|---|---|---|---|---|---|---|---|---|---|"]

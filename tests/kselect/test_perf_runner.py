@@ -139,3 +139,16 @@ def test_perf_steps_needs_a_gpu_and_says_so(capsys):
         pytest.skip("a GPU is present")
     assert perf_steps.main(["--gpu-name", "fake"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_spread_contexts_cover_the_range_around_the_bucket():
+    assert runner.spread_contexts(544, 1, 0.25) == [544] and runner.spread_contexts(544, 4, 0.0) == [544] * 4
+    cs = runner.spread_contexts(512, 5, 0.125)
+    assert cs == [448, 480, 512, 544, 576] and sum(cs) / len(cs) == 512
+
+
+def test_context_spread_is_recorded_on_decode_entries(tmp_path, conformance_file):
+    out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16", "--context-spread", "0.25")
+    entries = perf.load("fake", out.parent).entries.values()
+    assert {(e.phase, e.context_spread) for e in entries} == {("decode", 0.25), ("prefill", 0.0)}
+    assert all(e.ms > 0 for e in entries)

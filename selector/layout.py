@@ -24,12 +24,13 @@ from .selection import GroupSelection, Selection
 
 @dataclass
 class Scored:
-    """One valid, verified, measured combination of per-group decode kernels, over its best layout."""
+    """One valid, verified, measured combination of per-group decode kernels over one cache layout."""
 
     decode: float  # decode step, all layers (layers x ms; within `tie` of a group's fastest counts as the fastest)
     prefill: float  # prefill step over this layout, all layers (inf: a group's prefill is not measured)
     rank: tuple  # vLLM's priority order of the combination
     sel: Selection
+    own_block: bool = True  # at the cache block the rules give these kernels (else one the objective sets)
 
     def request(self, new_tokens: int) -> float:
         """A request's attention time: one prefill, then new_tokens decode steps."""

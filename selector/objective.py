@@ -31,17 +31,14 @@ that serves both: selector/layout.py.
 
 from __future__ import annotations
 
-import itertools
-
 from . import perf
 from .errors import SelectionError
 from .figures import figure, label, point, verified
 from .layout import Scored, Search, prefill_over_layout, prefill_total
 from .measured import Figure, PhaseEvidence
-from .pins import choices, fa_pin, pinned, rank, with_objective
-from .reachable import BLOCKS
+from .pins import priority_of, resolutions, with_objective
 from .records import ObjectiveWarning
-from .resolve import base_facts, resolve, resolved_kv_dtype
+from .resolve import resolve, resolved_kv_dtype
 from .rulebook import RuleBook
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
@@ -75,48 +72,39 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
     measured at the decode point at the pages they run, scored by the objective's request over that
     layout. Candidates the rules' own block leaves unverified or unmeasured are reported; other
     blocks are alternatives, tried quietly."""
-    prio = book.matching("priority", base_facts(cfg))
-    priority = list(prio[-1].rule.priority) if prio else []
+    priority = priority_of(cfg, book)
     faithful = resolve(with_objective(cfg, "vllm"), book)
     kinds = [g.kind for g in faithful.groups if not g.draft]
     user_pinned = cfg.attention.backend != "auto"
     free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]
     s = Search(cfg, perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None, priority, kinds, free)
     seen: set[tuple] = set()
-    raw: list[tuple[dict, tuple, Selection]] = []  # (decode figures per kind, priority rank, selection)
-    for combo in itertools.product(*(choices(cfg, priority) for _ in free)):
-        pins = {k: n for k, (n, _) in zip(free, combo)}
-        version = fa_pin(combo)
-        if version == "mixed":
-            continue  # one global FlashAttention version: FA3 and vLLM's default version cannot both be pinned
-        rk = tuple(rank(priority, c) for c in combo)
-        for block in BLOCKS:
-            own = block is None  # the rules' own block for this combination: report what is missing
-            try:
-                sel = resolve(pinned(cfg, pins, block, fa_version=version), book) if pins or block else faithful
-            except SelectionError as e:
-                if own:
-                    for k, n in pins.items():
-                        if n in e.rejected or f"for the {k} group" in str(e):
-                            why = [r.text for r in e.rejected.get(n, ())] or [str(e).splitlines()[0]]
-                            s.out(k, n, "not valid: " + "; ".join(why))
-                continue
-            groups = [g for g in sel.groups if not g.draft]
-            # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
-            key = (sel.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
-            if key in seen:
-                continue
-            seen.add(key)
-            figs = _decode_figures(s, groups, report=own)
-            if figs is not None:
-                raw.append((figs, (*rk, 0 if own else 1), sel))
+    raw: list[tuple[dict, tuple, bool, Selection]] = []  # (decode figures per kind, priority rank, own block, selection)
+    for pins, rk, block, sel in resolutions(cfg, book, free, priority):
+        own = block is None  # the rules' own block for this combination: report what is missing
+        if isinstance(sel, SelectionError):
+            for k, n in pins.items() if own else ():
+                if n in sel.rejected or f"for the {k} group" in str(sel):
+                    why = [r.text for r in sel.rejected.get(n, ())] or [str(sel).splitlines()[0]]
+                    s.out(k, n, "not valid: " + "; ".join(why))
+            continue
+        groups = [g for g in sel.groups if not g.draft]
+        # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
+        key = (sel.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
+        if key in seen:
+            continue
+        seen.add(key)
+        figs = _decode_figures(s, groups, report=own)
+        if figs is not None:
+            raw.append((figs, rk, own, sel))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
     # request total decides, and equal totals go to vLLM's priority order (the rules' own block first)
-    d_eff = _snapped([figs for figs, _, _ in raw], cfg.objective.tie)
-    p_eff = _snapped([prefill_total(cfg, book, s, sel) for _, _, sel in raw], cfg.objective.tie)
-    s.scored = [Scored(decode=d, prefill=p, rank=rk, sel=sel) for (_, rk, sel), d, p in zip(raw, d_eff, p_eff)]
+    d_eff = _snapped([figs for figs, _, _, _ in raw], cfg.objective.tie)
+    p_eff = _snapped([prefill_total(cfg, book, s, sel) for *_, sel in raw], cfg.objective.tie)
+    s.scored = [Scored(decode=d, prefill=p, rank=rk, sel=sel, own_block=own)
+                for (_, rk, own, sel), d, p in zip(raw, d_eff, p_eff)]
     n = cfg.objective.new_tokens
-    s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank))
+    s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank, not c.own_block))
     return s
 
 
@@ -194,10 +182,10 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
 def _layout_note(s: Search) -> str:
     """Where the chosen kernels run over another cache block than the rules give them by default."""
     win = s.scored[0]
-    if win.rank[-1] == 0:
+    if win.own_block:
         return ""
     labels = [label(g) for g in win.sel.groups if not g.draft]
-    own = next((c for c in s.scored if c.rank[-1] == 0 and [label(g) for g in c.sel.groups if not g.draft] == labels), None)
+    own = next((c for c in s.scored if c.own_block and [label(g) for g in c.sel.groups if not g.draft] == labels), None)
     if own is None:
         return f"cache block {win.sel.block_size} set by the objective (kv_cache.block_size)"
     return (f"cache block {own.sel.block_size} -> {win.sel.block_size}: the same kernels over this block serve the request "

@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
+import itertools
+
+from .errors import SelectionError
+from .resolve import base_facts, resolve
+from .rulebook import RuleBook
 from .schema import KSelectConfig
+
+# None: the rules' own cache block. Larger blocks bound what `kselect perf` times (selector/reachable.py);
+# a layout there has no figures, so the objective never chooses it (no guess)
+BLOCKS = (None, 16, 32, 64, 128)
 
 
 def with_objective(cfg: KSelectConfig, name: str) -> KSelectConfig:
@@ -44,3 +53,26 @@ def fa_pin(combo) -> int | str | None:
 def rank(priority: list[str], choice: tuple[str, int | None]) -> float:
     """vLLM's priority order; FA3 right after vLLM's own FlashAttention version (ties keep vLLM's)."""
     return priority.index(choice[0]) + (0.5 if choice[1] else 0.0)
+
+
+def priority_of(cfg: KSelectConfig, book: RuleBook) -> list[str]:
+    """vLLM's backend priority list for this config (the last matching priority rule)."""
+    prio = book.matching("priority", base_facts(cfg))
+    return list(prio[-1].rule.priority) if prio else []
+
+
+def resolutions(cfg: KSelectConfig, book: RuleBook, kinds: list[str], priority: list[str]):
+    """Every combination of per-group pins over `kinds` (choices(), one global FlashAttention version)
+    resolved by the rules at every cache block in BLOCKS, the rules' own first. Yields (pins, priority
+    rank, block, the Selection or the SelectionError that refused it)."""
+    for combo in itertools.product(*(choices(cfg, priority) for _ in kinds)):
+        version = fa_pin(combo)
+        if version == "mixed":
+            continue  # one global FlashAttention version: FA3 and vLLM's default version cannot both be pinned
+        pins = {k: n for k, (n, _) in zip(kinds, combo)}
+        rk = tuple(rank(priority, c) for c in combo)
+        for block in BLOCKS:
+            try:
+                yield pins, rk, block, resolve(pinned(cfg, pins, block, fa_version=version), book)
+            except SelectionError as e:
+                yield pins, rk, block, e

@@ -18,12 +18,9 @@ set -u
 PART=${1:?usage: objective_at_run.sh A|B|C}
 OUT=${OUT:-/tmp/objective_at_run_out}
 KEEP=${KEEP:-/tmp/kselect_objective_at_run}
-mkdir -p "$KEEP"
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
-SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
-E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --hf-new 8
-     --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
+E2E=("${E2E_WINDOW[@]}" --hf-new 8)
 
 if [ "$PART" = C ]; then
   for m in e4b 31b; do

@@ -19,12 +19,9 @@ set -u
 PART=${1:?usage: perf_pages.sh P|Q|E1|E2}
 OUT=${OUT:-/tmp/perf_pages_out}
 KEEP=${KEEP:-/tmp/kselect_perf_pages}
-mkdir -p "$KEEP"
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
-SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
-E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --no-hf
-     --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
+E2E=("${E2E_WINDOW[@]}" --no-hf)
 [ -f "$KEEP/perf.yaml" ] && [ "$PART" != P ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 
 case $PART in

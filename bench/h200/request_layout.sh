@@ -20,12 +20,9 @@ set -u
 PART=${1:?usage: request_layout.sh P|E1|E2|F|F2}
 OUT=${OUT:-/tmp/request_layout_out}
 KEEP=${KEEP:-/tmp/kselect_request_layout}
-mkdir -p "$KEEP"
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
-SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
-E2E=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --no-hf
-     --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
+E2E=("${E2E_WINDOW[@]}" --no-hf)
 # the perf file of part P, kept on the machine for the e2e parts (the checkout is copied afresh each call)
 [ -f "$KEEP/perf.yaml" ] && [ "$PART" != P ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 

@@ -1,8 +1,11 @@
-# Sourced by the H200 window scripts (objective_at_run.sh, request_layout.sh, prefill_buckets.sh) after
-# they set OUT and LOG: the checkout on PYTHONPATH, everything teed into $OUT/$LOG, `say` with the
-# seconds since the start, and $OUT/versions.txt (GPU, driver, torch/CUDA/triton/transformers,
-# FlashInfer and flash-attn-4, KSELECT_COMMIT, host CPU).
-mkdir -p "$OUT"
+# Sourced by the H200 window scripts (objective_at_run.sh, request_layout.sh, perf_pages.sh,
+# prefill_buckets.sh) after they set OUT, LOG and (optionally) KEEP: the checkout on PYTHONPATH, everything
+# teed into $OUT/$LOG, `say` with the seconds since the start, $OUT/versions.txt (GPU, driver,
+# torch/CUDA/triton/transformers, FlashInfer and flash-attn-4, KSELECT_COMMIT, host CPU), and the e2e.py
+# options the #17 windows share (E2E_WINDOW: objective=vllm, objective=latency at each run's own point and
+# request, every single-backend pin; B1/B16 decode after a 512-token prompt with 64 new tokens, prefill
+# 4,096; B1 attention profiles of vllm and latency).
+mkdir -p "$OUT" ${KEEP:+"$KEEP"}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 exec > >(tee -a "$OUT/$LOG") 2>&1
 START=$SECONDS
@@ -13,3 +16,6 @@ GPU=nvidia_h200
   python3 -c "import importlib.metadata as md; [print(p, md.version(p)) for p in ('flashinfer-python', 'flash-attn-4')]" 2>/dev/null
   echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
 } > "$OUT/versions.txt" 2>&1
+SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
+E2E_WINDOW=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096
+            --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")

@@ -147,8 +147,14 @@ def test_spread_contexts_cover_the_range_around_the_bucket():
     assert cs == [448, 480, 512, 544, 576] and sum(cs) / len(cs) == 512
 
 
-def test_context_spread_is_recorded_on_decode_entries(tmp_path, conformance_file):
+def test_context_spread_times_a_range_and_is_recorded_on_decode_entries(tmp_path, conformance_file, monkeypatch):
+    seen = []  # (q_len, context) of every input set the runner builds
+    make = runner.make_inputs
+    monkeypatch.setattr(runner, "make_inputs", lambda t, b, c, q, *a, **k: seen.append((q, c)) or make(t, b, c, q, *a, **k))
     out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16", "--context-spread", "0.25")
+    decode = sorted({c for q, c in seen if q == 1})
+    assert decode[0] == 24 and decode[-1] == 40 and len(decode) > 2  # 32 x (1 +- 0.25)
+    assert {c for q, c in seen if q > 1} == {16}  # prefill: its one prompt length
     entries = perf.load("fake", out.parent).entries.values()
     assert {(e.phase, e.context_spread) for e in entries} == {("decode", 0.25), ("prefill", 0.0)}
     assert all(e.ms > 0 for e in entries)

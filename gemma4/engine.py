@@ -34,6 +34,7 @@ from kselect.gemma4.decode_graph import DecodeGraph
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
+from kselect.gemma4.prefill_graph import PrefillGraph, bucket_for
 from kselect.gemma4.sampling import max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
@@ -127,11 +128,14 @@ class Engine:
         cuda_graphs: bool | None = None,
         backends: dict[str, AttentionBackend] | None = None,
         max_step_tokens: int | None = None,
+        prefill_graphs: bool | None = None,
     ):
         """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
         that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
         to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
-        every token)."""
+        every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to 2,048
+        tokens replay CUDA graphs per token bucket (gemma4/prefill_graph.py); None = whenever decode graphs
+        are on and every prefill backend supports graphs."""
         if max_step_tokens is not None and max_step_tokens < 1:
             raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
         self.model = model.eval()
@@ -155,6 +159,10 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
         self._graphs: dict[int, DecodeGraph] = {}
+        prefill_graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
+        self.use_prefill_graphs = bool(self.use_graphs and prefill_graphable and prefill_graphs is not False)
+        self._prefill_graphs: dict[int, PrefillGraph] = {}
+        self.prefill_graph_steps = 0  # steps that replayed a prefill graph (reported by benchmarks)
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
         self.notes: list[str] = []
 
@@ -256,7 +264,11 @@ class Engine:
         batch = self.begin_step(seqs, [len(t) for t in tokens])
         if mm_spans is not None:
             self._add_spans(seqs, batch.starts, batch.kvlens, mm_spans)
-        hidden = self.runner.forward(batch, tokens, self.sequences.spans(), kv_amax=kv_amax)
+        hidden = None
+        if kv_amax is None and commit and len(seqs) == 1 and batch.qlens[0] > 1:
+            hidden = self._try_prefill_graph(batch, tokens[0])
+        if hidden is None:
+            hidden = self.runner.forward(batch, tokens, self.sequences.spans(), kv_amax=kv_amax)
         self.end_step(batch, commit=commit)
         return hidden, batch.qlens
 
@@ -342,6 +354,26 @@ class Engine:
             self._graphs.clear()
             self.note_fallback("CUDA graph decode", e)
             return None
+
+    def _try_prefill_graph(self, batch: StepBatch, tokens: list[int]) -> torch.Tensor | None:
+        """A one-sequence step's hidden states from a prefill graph, or None (graphs off, no bucket, image
+        spans, or a failed capture, which turns prefill graphs off with a note)."""
+        seq = batch.seqs[0]
+        t = bucket_for(len(tokens))
+        if not self.use_prefill_graphs or t is None or self.sequences[seq].mm_spans:
+            return None
+        try:
+            g = self._prefill_graphs.get(t)
+            if g is None:
+                g = self._prefill_graphs[t] = PrefillGraph(self.runner, t, self.max_seq_len)
+            hidden = g.step(seq, batch.starts[0], tokens)
+        except Exception as e:  # capture problems must never change results: fall back
+            self.use_prefill_graphs = False
+            self._prefill_graphs.clear()
+            self.note_fallback("CUDA graph prefill", e)
+            return None
+        self.prefill_graph_steps += 1
+        return hidden
 
     def note_fallback(self, what: str, e: Exception) -> None:
         """A captured path that failed and now runs eager: a warning, and a note in the next results."""

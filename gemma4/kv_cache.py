@@ -66,7 +66,7 @@ class GroupCache(GroupBlocks):
     # -------------------------------------------------------------- tensors
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor,
               static: bool = False) -> None:
-        if static:  # CUDA-graph capture: no host syncs, no padding slots
+        if static and not k.is_cuda:  # the graph-safe path emulated on CPU: no host syncs, so no padding slots
             for x, cache, scale in ((k, self.k[layer], self.k_scale[layer]), (v, self.v[layer], self.v_scale[layer])):
                 flat = cache.view(-1, cache.shape[2], cache.shape[3])
                 if self.fp8:
@@ -74,6 +74,7 @@ class GroupCache(GroupBlocks):
                 else:
                     flat.index_copy_(0, slot_mapping, x.to(self.dtype))
             return
+        # CUDA (captured or not): one Triton kernel, padding slots skipped in the kernel, no host sync
         if self.fp8:
             write_kv(k, v, self.k[layer], self.v[layer], slot_mapping, self.k_scale[layer], self.v_scale[layer])
         else:

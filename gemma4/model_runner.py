@@ -134,10 +134,18 @@ class ModelRunner:
             slots[k].copy_(blk.long() * bs + positions % bs)
         return self.model(ids, self.context(positions, metas, slots, static=True))
 
+    def padded_forward(self, ids: torch.Tensor, positions: torch.Tensor, metas: dict, slots: dict) -> torch.Tensor:
+        """A captured prefill step (gemma4/prefill_graph.py) from static buffers, on the prefill backends:
+        slots come filled (-1 for pad rows). Capture-safe on CUDA, where the cache-write kernel skips pad
+        rows itself; on CPU (graphs emulated in tests) the eager write drops them. Hidden [T, H]."""
+        static = positions.device.type == "cuda"
+        return self.model(ids, self.context(positions, metas, slots, static=static, prefill=True))
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.compute_logits(hidden)
 
-    def prepare_replay(self, metas: dict, seqused: list[int], tables: dict[str, torch.Tensor]) -> None:
+    def prepare_replay(self, metas: dict, seqused: list[int], tables: dict[str, torch.Tensor], *,
+                       prefill: bool = False) -> None:
         """Backends that plan on the host (FLASHINFER) re-plan for the values in a graph's static buffers."""
-        for k, be in self.backends.items():
+        for k, be in (self.prefill_backends if prefill else self.backends).items():
             be.prepare_replay(metas[k], seqused, tables[k])

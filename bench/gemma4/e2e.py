@@ -238,7 +238,8 @@ def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
     out = dict(prefill_tok_s=r.prompt_tokens / p, decode_tok_s=b * steps / d, prefill_ms=p * 1e3,
                decode_tok_s_reps=[round(b * steps / x, 2) for x in dec],
                decode_ms_per_step=d / steps * 1e3, decode_steps=steps, reps=reps, warmup_s=round(warm_s, 2),
-               cuda_graphs=r.cuda_graphs, notes=r.notes, kv_cache_gib=round(eng.cache.bytes() / 2**30, 3))
+               cuda_graphs=r.cuda_graphs, prefill_graph_steps=eng.prefill_graph_steps, notes=r.notes,
+               kv_cache_gib=round(eng.cache.bytes() / 2**30, 3))
     del eng
     free()
     return out
@@ -524,7 +525,8 @@ def render_md(d: dict) -> str:
                else "")
         L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r['batch']} | {_f(r.get('prefill_tok_s'))} | {pre} | "
                  f"{_f(r.get('decode_tok_s'), ',.1f')} | {_f(r.get('decode_ms_per_step'), '.2f')} | {ratio} | "
-                 f"{'on' if r.get('cuda_graphs') else 'off' if 'cuda_graphs' in r else ''} | "
+                 f"{'on' if r.get('cuda_graphs') else 'off' if 'cuda_graphs' in r else ''}"
+                 f"{' +prefill' if r.get('prefill_graph_steps') else ''} | "
                  f"{r.get('error') or '; '.join(r.get('notes') or [])} |")
     for h in d["hf"]:
         L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {_f(h.get('prefill_tok_s'))} | 1.00x | "

@@ -1,0 +1,77 @@
+"""One sequence's multi-token step (a prompt, or a chunk of one) captured as a CUDA graph per token bucket.
+
+Why: an eager prefill of a short prompt is host-bound on the H200's host. E4B's 512-token prefill took
+27 ms of wall time for 9 ms of kernels, and which backend's host path was slower moved between runs
+(bench/results/h200/objective_at_run/README.md, "The prefill profile"). A replayed graph leaves the host
+out, so the kernels the selector measured are what the step costs.
+
+A step of n new tokens runs padded to the bucket T >= n, as if the sequence appended T tokens: the
+metadata say T queries over p0 + T keys. So every launch (grids, FlashInfer's plan for a prompt at
+p0 = 0) depends on T alone. Real row j sits at position p0 + j and, causally, sees exactly the keys it
+sees eagerly. The T - n pad rows write no K/V (slot -1, skipped by the cache-write kernel). They read
+whatever their table entries hold (reserved blocks, or block 0 as table padding), and their outputs are
+dropped.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kselect.gemma4.cuda_graph import CapturedStep
+from kselect.gemma4.decode_graph import static_metadata
+from kselect.gemma4.model_runner import ModelRunner
+from kselect.gemma4.sampling import max_rel_error
+
+BUCKETS = (16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048)  # longer steps are GPU-bound: they run eager
+
+
+def bucket_for(n: int) -> int | None:
+    """The smallest bucket holding n tokens, or None (run eager)."""
+    return next((t for t in BUCKETS if t >= n), None)
+
+
+class PrefillGraph(CapturedStep):
+    """Steps of up to `tokens` new tokens for one sequence, on the groups' prefill backends."""
+
+    def __init__(self, runner: ModelRunner, tokens: int, max_seq_len: int):
+        self.runner, self.t = runner, tokens
+        dev = runner.device
+        self.ids = torch.zeros(tokens, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(tokens, dtype=torch.long, device=dev)
+        # pad keys reach p0 + T: tables and max_seqlen_k cover max_seq_len + T
+        self.metas, self.slots, self.width = static_metadata(runner, 1, tokens, max_seq_len + tokens)
+
+    def fill(self, seq: int, start: int, tokens: list[int]) -> None:
+        n, t = len(tokens), self.t
+        if not 0 < n <= t:
+            raise ValueError(f"a step of {n} tokens does not fit a {t}-token prefill graph")
+        self.ids.copy_(torch.tensor(tokens + [0] * (t - n), dtype=torch.long), non_blocking=True)
+        self.pos.copy_(torch.arange(start, start + t, dtype=torch.long), non_blocking=True)
+        used = [start + t]
+        tables = {}
+        for k, gc in self.runner.cache.groups.items():
+            tables[k] = gc.block_table([seq], self.width[k])
+            slots = torch.full((t,), -1, dtype=torch.long)
+            slots[:n] = gc.slot_mapping([seq], [start], [n])
+            self.metas[k].seqused_k.copy_(torch.tensor(used, dtype=torch.int32), non_blocking=True)
+            self.metas[k].block_table.copy_(tables[k], non_blocking=True)
+            self.slots[k].copy_(slots, non_blocking=True)
+        self.runner.prepare_replay(self.metas, used, tables, prefill=True)
+
+    def _run(self) -> torch.Tensor:
+        return self.runner.padded_forward(self.ids, self.pos, self.metas, self.slots)
+
+    def step(self, seq: int, start: int, tokens: list[int]) -> torch.Tensor:
+        """Hidden states of the n real rows [n, H] (a copy). Captures on first use: a replay that differs
+        from the same padded step run eagerly raises (the engine then runs eager)."""
+        self.fill(seq, start, tokens)
+        n = len(tokens)
+        if self.graph is None:
+            eager = self.capture()[:n]
+            got = self.replay()[:n]
+            err = max_rel_error(got.float(), eager.float())
+            if not err <= 1e-3:  # NaN fails too
+                self.graph = None
+                raise RuntimeError(f"prefill graph replay differs from the eager padded step (max rel err {err:.2e})")
+            return got.clone()
+        return self.replay()[:n].clone()

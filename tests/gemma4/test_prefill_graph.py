@@ -1,0 +1,131 @@
+"""Prefill steps replayed from CUDA graphs per token bucket (gemma4/prefill_graph.py).
+
+On CPU the graphs are emulated (conftest.py `fake_cuda_graphs`: a replay re-runs the captured step from
+its static buffers), so a stale buffer, a pad row that writes the cache or sees a real row's future, or a
+wrong position shows as different logits or cache contents. On a GPU the real graphs run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from g4_helpers import simple_selection
+from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.prefill_graph import BUCKETS, PrefillGraph, bucket_for
+
+
+def test_bucket_is_the_smallest_that_holds_the_step():
+    assert [bucket_for(n) for n in (1, 16, 17, 512, 513, 2048)] == [16, 16, 32, 512, 768, 2048]
+    assert bucket_for(2049) is None and list(BUCKETS) == sorted(BUCKETS)
+
+
+def _engines(model, kv, step, blocks=16):
+    sel = simple_selection(model.args, kv_block_size=blocks, kv_cache_dtype=kv)
+    make = lambda: Engine(model, sel, max_seqs=2, max_seq_len=64, max_step_tokens=step)  # noqa: E731
+    eager, graphed = make(), make()
+    graphed.use_prefill_graphs = True  # the emulated graphs on CPU
+    return eager, graphed
+
+
+def _caches(eng):
+    return {(k, i): (gc.k[i].clone(), gc.v[i].clone()) for k, gc in eng.cache.groups.items() for i in gc.producers}
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e4m3"])
+@pytest.mark.parametrize("step", [None, 8], ids=["whole", "chunks-of-8"])
+def test_graph_prefill_equals_eager(models, prompts, fake_cuda_graphs, kv, step):
+    """Same logits and tokens, and the same cache after the prefill: pad rows write nothing.
+    Prompts of 23, 11 and 17 tokens pad to buckets of 32 and 16; chunks of 8 start past 0."""
+    model, _ = models["all"]
+    eager, graphed = _engines(model, kv, step)
+    for p in prompts:
+        want = eager.generate([p], 5, return_logits=True)
+        want_cache = _caches(eager)
+        got = graphed.generate([p], 5, return_logits=True)
+        assert got.tokens == want.tokens and not got.notes
+        # fp32: rounding-level (GEMMs over T rows); FP8: such a difference can flip FP8 roundings of K/V
+        assert max_rel_error(torch.stack(got.logits), torch.stack(want.logits)) < (1e-5 if kv == "auto" else 2e-2)
+        for key, got_kv in _caches(graphed).items():
+            for x, ref in zip(got_kv, want_cache[key]):
+                x, ref = x.float(), ref.float()
+                assert torch.equal(x == 0, ref == 0), key  # the same slots written (GEMMs over T rows round
+                assert max_rel_error(x, ref) < (1e-5 if kv == "auto" else 0.07), key  # otherwise; FP8: one step)
+    assert graphed.prefill_graph_steps >= len(prompts) * (2 if step else 1)
+    assert eager.prefill_graph_steps == 0
+    assert set(graphed._prefill_graphs) == ({16} if step else {16, 32})  # one graph per bucket, replayed
+
+
+def test_graph_prefill_replays_stay_equal(models, prompts, fake_cuda_graphs):
+    """A bucket's graph captured by one prompt serves the next of another length (buffers refilled)."""
+    model, _ = models["edge"]
+    eager, graphed = _engines(model, "auto", None)
+    a, b = prompts[0][:20], prompts[2][:27]  # both pad to 32
+    for p in (a, b, a):
+        assert graphed.generate([p], 4).tokens == eager.generate([p], 4).tokens
+    assert list(graphed._prefill_graphs) == [32] and graphed.prefill_graph_steps == 3
+
+
+def test_batches_and_single_tokens_stay_eager(models, prompts, fake_cuda_graphs):
+    model, _ = models["edge"]
+    _, graphed = _engines(model, "auto", None)
+    graphed.generate(prompts[:2], 3)  # two sequences in one step; then one-token decode steps
+    assert graphed.prefill_graph_steps == 0 and not graphed._prefill_graphs
+
+
+def test_failed_capture_falls_back_to_eager_with_a_note(models, prompts, fake_cuda_graphs, monkeypatch):
+    model, _ = models["edge"]
+    eager, graphed = _engines(model, "auto", None)
+
+    def broken(self, *a):
+        raise RuntimeError("capture failed here")
+
+    monkeypatch.setattr(PrefillGraph, "step", broken)
+    with pytest.warns(UserWarning, match="CUDA graph prefill disabled"):
+        got = graphed.generate([prompts[0]], 4)
+    assert got.tokens == eager.generate([prompts[0]], 4).tokens
+    assert not graphed.use_prefill_graphs and any("capture failed here" in n for n in got.notes)
+
+
+def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, monkeypatch):
+    """The capture check compares the replay with the padded step run eagerly."""
+    model, _ = models["edge"]
+    eager, graphed = _engines(model, "auto", None)
+    real = PrefillGraph.replay
+
+    def off(self):
+        return real(self) * 1.01
+
+    monkeypatch.setattr(PrefillGraph, "replay", off)
+    with pytest.warns(UserWarning, match="prefill graph replay differs"):
+        got = graphed.generate([prompts[0]], 4)
+    assert got.tokens == eager.generate([prompts[0]], 4).tokens and graphed.prefill_graph_steps == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("step", [None, 8], ids=["whole-prefill", "chunked-prefill"])
+@pytest.mark.parametrize("over", [(), ("model.dtype=bfloat16", "attention.backend=FLASHINFER"),
+                                  ("model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN")],
+                         ids=["default", "flashinfer-bf16", "triton-fp8"])
+def test_cuda_graph_prefill_matches_eager(step, over):
+    """Real graphs: one prompt at a time (prefill graphs serve one-sequence steps), the same greedy tokens
+    as eager prefill, every step from a graph (FLASHINFER's chunks past position 0 may re-plan to another
+    launch shape: then the engine says so in a note and runs them eager)."""
+    from kselect.gemma4.build import build_model
+    from kselect.selector.api import compose, resolve
+
+    cfg = compose(list(over))
+    sel = resolve(cfg)
+    model, _, _ = build_model(cfg, seed=0)
+    prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30, 100)]
+    eager = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=False, max_step_tokens=step)
+    g = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=step)
+    if not g.use_prefill_graphs:
+        pytest.skip("the selected prefill backends do not support CUDA graphs")
+    for p in prompts:
+        want = eager.generate([p], 24).tokens
+        res = g.generate([p], 24)
+        assert res.tokens == want, p
+    assert g.prefill_graph_steps > 0
+    assert not g.notes or all("FLASHINFER" in n for n in g.notes)

@@ -109,9 +109,11 @@ def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, mon
                                   ("model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN")],
                          ids=["default", "flashinfer-bf16", "triton-fp8"])
 def test_cuda_graph_prefill_matches_eager(step, over):
-    """Real graphs: one prompt at a time (prefill graphs serve one-sequence steps), the same greedy tokens
-    as eager prefill, every step from a graph (FLASHINFER's chunks past position 0 may re-plan to another
-    launch shape: then the engine says so in a note and runs them eager)."""
+    """Real graphs, one prompt at a time (prefill graphs serve one-sequence steps). The default selection
+    (fp32) gives eager prefill's greedy tokens. In bf16 or with an FP8 cache, GEMMs and attention over T
+    padded rows round differently from n rows (another cuBLAS kernel and tile), which can flip a
+    near-tied argmax of random weights: there the logits of the same teacher-forced tokens must stay within
+    the drift between two kernel choices (a wrong position, a pad row written or seen shows as O(1))."""
     from kselect.gemma4.build import build_model
     from kselect.selector.api import compose, resolve
 
@@ -123,9 +125,13 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     g = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=step)
     if not g.use_prefill_graphs:
         pytest.skip("the selected prefill backends do not support CUDA graphs")
+    exact = model.dtype == torch.float32 and not over
     for p in prompts:
-        want = eager.generate([p], 24).tokens
-        res = g.generate([p], 24)
-        assert res.tokens == want, p
+        want = eager.generate([p], 24, return_logits=True, stop_at_eos=False)
+        res = g.generate([p], 24, return_logits=True, stop_at_eos=False, forced=None if exact else want.tokens)
+        if exact:
+            assert res.tokens == want.tokens, p
+        err = max_rel_error(torch.stack(res.logits), torch.stack(want.logits))
+        assert err < (1e-4 if exact else 5e-2), (p, err)
     assert g.prefill_graph_steps > 0
     assert not g.notes or all("FLASHINFER" in n for n in g.notes)

@@ -39,6 +39,7 @@ from kselect.selector.conformance import CONFORMANCE_DIR
 
 L2_BYTES = 50 * 2**20
 COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
+FENCE_BYTES = 96 << 20  # --fence: written before each call, more than the 50 MB L2
 SPREAD_SETS = 8  # with --context-spread, at least this many sets (contexts) per decode bucket
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
@@ -192,9 +193,12 @@ def spread_contexts(context: int, n: int, spread: float) -> list[int]:
 
 
 def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int,
-                spread: float = 0.0) -> tuple[float, bool, float | None]:
+                spread: float = 0.0, fence: bool = False) -> tuple[float, bool, float | None]:
     """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode).
-    Decode with `spread` > 0: the rotated input sets run contexts spread around `context` (spread_contexts)."""
+    Decode with `spread` > 0: the rotated input sets run contexts spread around `context` (spread_contexts).
+    `fence`: each call follows a write of FENCE_BYTES (> L2), as a layer's attention follows the weight
+    reads of the GEMMs before it; the fences' own graph is timed too and subtracted. Back to back, one call's
+    kernels can overlap the next call's and its K/V can stay in L2: neither happens inside a model step."""
     import torch
 
     q_len = 1 if phase == "decode" else context
@@ -231,19 +235,42 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
                 c()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    flush = torch.empty(FENCE_BYTES // 4, dtype=torch.float32, device=device) if fence and graph else None
+    steps = [(lambda c=c: (flush.zero_(), c())) for c in calls] if flush is not None else calls
+    run = _runner(steps, graph)
+    times = _time(run, len(calls), reps)
+    if flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
+        fences = _time(_runner([flush.zero_] * len(calls), True), len(calls), reps)
+        times = [a - b for a, b in zip(sorted(times), sorted(fences))]
+    host = host_ms(calls, reps) if phase == "prefill" else None
+    del sets, calls, steps, flush
+    return statistics.median(times), graph, host
+
+
+def _runner(calls, graph: bool):
+    """One replay of every call: a captured CUDA graph, or the calls in order."""
+    import torch
+
     if graph:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for c in calls:
                 c()
-        run = g.replay
-    else:
-        def run():
-            for c in calls:
-                c()
+        return g.replay
+
+    def run():
+        for c in calls:
+            c()
+    return run
+
+
+def _time(run, n: int, reps: int) -> list[float]:
+    """ms per call of `reps` timed batches of replays (n calls a replay)."""
+    import torch
+
     run()
     torch.cuda.synchronize()
-    inner = max(1, 24 // len(calls))
+    inner = max(1, 24 // n)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -252,10 +279,8 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
             run()
         b.record()
         torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / (inner * len(calls)))
-    host = host_ms(calls, reps) if phase == "prefill" else None
-    del sets, calls
-    return statistics.median(times), graph, host
+        times.append(a.elapsed_time(b) / (inner * n))
+    return times
 
 
 def host_ms(calls, reps: int) -> float:
@@ -341,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: auto, cpu on --device cpu), as `kselect conformance`")
     ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
                     "(default: the config's own rules)")
+    ap.add_argument("--fence", action="store_true",
+                    help="time each call after an L2-sized write, minus the writes' own time (CUDA graphs): no "
+                         "overlap with the next call and cold K/V, as inside a model step")
     ap.add_argument("--context-spread", type=float, default=0.0,
                     help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "
                     "over the range; 0: the one context)")
@@ -394,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         entries = {}
         for phase, b, c in todo[t]:
             try:
-                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread)
+                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread,
+                                              args.fence)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
                 print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
@@ -404,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
                                    ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None, graph=graph,
                                    context_spread=args.context_spread if phase == "decode" else 0.0,
+                                   fenced=bool(args.fence and graph),
                                    gpu=args.gpu_name, date=today)
             entries[e.bucket] = e
             print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}", flush=True)

@@ -54,6 +54,9 @@ class PerfEntry(BaseModel):
     # decode: the figure is the mean over contexts spread +- this fraction around `context` (kselect perf
     # --context-spread); 0: the one context
     context_spread: float = Field(default=0.0, ge=0, lt=1)
+    # each call timed after an L2-sized write, minus the writes' time (kselect perf --fence); false: back to
+    # back, where a call may overlap the next and find its K/V in L2
+    fenced: bool = False
     gpu: str
     date: str
 

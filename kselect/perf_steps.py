@@ -1,10 +1,11 @@
-"""`kselect perf-steps`: is the model's eager prefill step bound by the host or by the GPU?
+"""`kselect perf-steps`: is the model's prefill step, as the engine runs it, bound by the host or by the GPU?
 
     kselect perf-steps --gpu-name nvidia_h200 --models gemma4_31b,gemma4_e4b --prefill 512,4096
 
 For each model (seeded random weights, vLLM's own selection, model-dtype cache) and prompt length:
-the host wall time of a B1 prefill step (median of --reps), the device time of its kernels and the
-part of it in the attention backends' calls (one profiled step). Merged into conf/perf/<gpu>.yaml
+the host wall time of a B1 prefill step as the engine runs it (median of --reps; a one-sequence step of up
+to 2,048 tokens replays a CUDA graph, gemma4/prefill_graph.py, so it waits on no host), the device time of
+its kernels and the part of it in the attention backends' calls (one profiled eager step: the same kernels). Merged into conf/perf/<gpu>.yaml
 `steps` (selector/perf.py StepEntry), atomically. The objective reads them: in a host-bound step an
 attention call costs at least its host time (`kselect perf` host_ms), in a GPU-bound one its kernels.
 """
@@ -21,21 +22,26 @@ from pathlib import Path
 from kselect.selector import perf as perfdata
 
 
-def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, float, str]:
-    """(wall ms, kernel ms, attention kernel ms, backends) of one eager B1 prefill step."""
+def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, float, str, bool]:
+    """(wall ms, kernel ms, attention kernel ms, backends, whether the timed steps replayed a graph) of one B1
+    prefill step: wall as the engine runs it, kernels from one profiled eager step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from kselect.gemma4.engine import Engine
     from kselect.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
-    for _ in range(2):  # compiles, plans
-        eng.generate([prompt], 1, stop_at_eos=False)
+    run = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1)
+    for _ in range(2):  # compiles, plans, captures
+        run.generate([prompt], 1, stop_at_eos=False)
     torch.cuda.synchronize()
-    walls = []
+    walls, before = [], run.prefill_graph_steps
     for _ in range(reps):
-        walls.append(eng.generate([prompt], 1, stop_at_eos=False).prefill_s * 1e3)
+        walls.append(run.generate([prompt], 1, stop_at_eos=False).prefill_s * 1e3)
+    graphs = run.prefill_graph_steps - before == reps
+    del run
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
+    eng.generate([prompt], 1, stop_at_eos=False)
     with in_range(eng.backends.values(), "forward", ATTENTION), \
             profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         eng.generate([prompt], 1, stop_at_eos=False)
@@ -46,7 +52,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     _, attention = in_range_ms(ev, ATTENTION)
     names = "; ".join(f"{k}: {v}" for k, v in eng.backend_names().items())
     del eng
-    return statistics.median(walls), kernels, attention, names
+    return statistics.median(walls), kernels, attention, names, graphs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         for n in lens:
             prompt = torch.randint(3, model.args.vocab_size, (n,), generator=gen).tolist()
             t0 = time.monotonic()
-            wall, kern, att, names = measure(model, model_groups(sel), prompt, args.reps)
-            st = perfdata.StepEntry(model=name, phase="prefill", batch=1, context=n, backends=names,
+            wall, kern, att, names, graphs = measure(model, model_groups(sel), prompt, args.reps)
+            st = perfdata.StepEntry(model=name, phase="prefill", batch=1, context=n, backends=names, graphs=graphs,
                                     wall_ms=float(f"{wall:.4g}"), kernel_ms=float(f"{kern:.4g}"),
                                     attention_ms=float(f"{att:.4g}"), versions=vers, gpu=args.gpu_name, date=today)
             steps[st.key] = st
             print(f"{st.key:32s} wall {wall:8.2f} ms  kernels {kern:8.2f} ms  attention {att:7.2f} ms  "
-                  f"{'HOST-BOUND' if st.host_bound else 'gpu-bound'}  ({time.monotonic() - t0:.0f} s)", flush=True)
+                  f"{'HOST-BOUND' if st.host_bound else 'gpu-bound'}{' (graph)' if graphs else ''}  ({time.monotonic() - t0:.0f} s)", flush=True)
         perfdata.merge_write(out, header, {}, steps)
         del model
         torch.cuda.empty_cache()

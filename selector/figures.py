@@ -1,9 +1,9 @@
 """What was measured for a resolved group: its label, claim dtype, verified status, and its conf/perf
 figure at the objective's operating point (selector/objective.py).
 
-Prefill runs eagerly (the engine; vLLM's piecewise CUDA graphs leave attention out): where the
-model's measured prefill step is host-bound (conf/perf `steps`), a prefill call costs at least its
-measured host time (`host_ms`); in a GPU-bound step, or where no step is measured, its kernels.
+Where the model's prefill step, measured as the engine runs it (conf/perf `steps`, `kselect perf-steps`),
+is host-bound, a prefill call costs at least its measured host time (`host_ms`); in a GPU-bound step (the
+engine's prefill CUDA graphs), or where no step is measured, its kernels.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfE
 
 
 def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:
-    """Group g's measured time per layer call. Prefill runs eagerly: where the model's measured prefill
-    step at this point is host-bound (perf.StepEntry), a call costs at least its host time."""
+    """Group g's measured time per layer call. Where the model's measured prefill step at this point is
+    host-bound (perf.StepEntry), a prefill call costs at least its host time."""
     e = entry(data, g, cfg, phase)
     if e is None:
         return None

@@ -20,9 +20,10 @@ a prefill at the prefill point then `new_tokens` decode steps at the decode poin
 with the least request time (prefill step + new_tokens x decode step, layers x ms) is chosen. Within
 `tie` of the fastest, vLLM's priority order decides, so a choice only moves away from vLLM's for a
 measured gain. `capacity` first switches a model-dtype cache to FP8 when every group has a verified,
-measured FP8 path. Prefill runs eagerly (the engine; vLLM's piecewise CUDA graphs leave attention
-out): where the model's measured prefill step is host-bound (conf/perf `steps`), a prefill call costs
-at least its measured host time (`host_ms`); in a GPU-bound step only its kernels count.
+measured FP8 path. Where the model's prefill step, measured as the engine runs it, is host-bound
+(conf/perf `steps`: eager steps, or vLLM's piecewise CUDA graphs, which leave attention out), a prefill
+call costs at least its measured host time (`host_ms`); in a GPU-bound step (the engine's prefill graphs
+for one sequence up to 2,048 tokens) or where no step is measured, only its kernels count.
 
 Here: the search, the request score and the records. A group's figures: selector/figures.py; one
 combination as per-group pins: selector/pins.py; prefill over a decode layout and the cache block

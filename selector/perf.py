@@ -81,6 +81,7 @@ class StepEntry(BaseModel):
     context: int = Field(gt=0)  # prompt tokens (prefill)
     backends: str  # the selection that ran, per group
     wall_ms: float = Field(gt=0)  # host wall time of the step, median
+    graphs: bool = False  # the timed steps replayed the engine's prefill CUDA graph (false: eager)
     kernel_ms: float = Field(gt=0)  # device time of its kernels
     attention_ms: float = Field(ge=0)  # of which the attention backends' calls
     versions: dict[str, str] = {}

@@ -397,6 +397,20 @@ class Report:
         atomic_write((self.out / "e2e.md"), render_md(self.data))
 
 
+REQUEST = "request B1 (prefill + decode)"  # what objective=latency minimizes at its decode point
+
+
+def request_tok_s(run: dict) -> float | None:
+    """A B1 run's whole request, prompt and decoded tokens over prefill plus decode time: the trade the
+    objective makes at its decode point (a slower prefill for faster decode steps, or the reverse)."""
+    need = ("prefill_tok_s", "prefill_ms", "decode_ms_per_step", "decode_steps")
+    if any(run.get(k) is None for k in need):
+        return None
+    prompt = run["prefill_tok_s"] * run["prefill_ms"] / 1e3
+    ms = run["prefill_ms"] + run["decode_ms_per_step"] * run["decode_steps"]
+    return (prompt + run["decode_steps"]) / ms * 1e3
+
+
 def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
@@ -416,7 +430,7 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     def point_of(metric):
         if metric.startswith("decode"):
             return metric
-        return "decode B1" if metric == "prefill B1 x prompt-len" else f"prefill {metric.split()[-1]}"
+        return "decode B1" if metric in ("prefill B1 x prompt-len", REQUEST) else f"prefill {metric.split()[-1]}"
 
     def value(preset, key, metric):
         sel, kv, point = key
@@ -428,12 +442,15 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
         if metric == "prefill B1 x prompt-len":
             r = [x for x in d["runs"] if at(x) and x["batch"] == 1]
             return r[0].get("prefill_tok_s") if r else None
+        if metric == REQUEST:
+            r = [x for x in d["runs"] if at(x) and x["batch"] == 1]
+            return request_tok_s(r[0]) if r else None
         n = int(metric.split()[-1])
         r = [x for x in d.get("prefills", []) if at(x) and (x["prompt_len"], x.get("chunk")) == (n, None)]
         return r[0].get("prefill_tok_s") if r else None
 
     out = []
-    metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len"]
+    metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len", REQUEST]
                + [f"prefill B1 x {n}" for n in sorted({r["prompt_len"] for r in d.get("prefills", []) if not r.get("chunk")})])
     for preset, kv in dict.fromkeys((s["preset"], s["kv"]) for s in d["selections"]):
         base = measured_as(preset, "vllm", kv)

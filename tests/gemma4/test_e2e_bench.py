@@ -273,3 +273,22 @@ def test_objective_table_reads_each_metric_at_the_objectives_own_point():
     assert t["decode B16"]["value"] == 800.0 and t["decode B16"]["verdict"] == "same kernels as vllm (no gain claimed)"
     assert t["prefill B1 x 4096"]["value"] == 8500.0 and t["prefill B1 x 4096"]["vs_vllm"] == pytest.approx(8500 / 8000)
     assert t["prefill B1 x prompt-len"]["value"] == 1000.0  # the B1 run's prefill, resolved at decode B1
+
+
+def test_request_metric_weighs_a_slower_prefill_against_faster_decode_steps():
+    """objective=latency at decode B1 minimizes the request (prefill + decode steps): a run whose prefill
+    is slower but whose 63 decode steps are faster serves the request faster, and the table says so."""
+    e2e = _load("bench/gemma4/e2e.py")
+    run = lambda name, pre_ms, step_ms, point="": dict(  # noqa: E731
+        preset="m", selection=name, kv="auto", batch=1, point=point, prefill_tok_s=512 / pre_ms * 1e3, prefill_ms=pre_ms,
+        decode_ms_per_step=step_ms, decode_steps=63, decode_tok_s=1e3 / step_ms)
+    d = dict(selections=[dict(preset="m", selection="vllm", kv="auto"), dict(preset="m", selection="latency", kv="auto",
+                                                                            point="decode B1")],
+             runs=[run("vllm", 10.5, 5.18), run("latency", 12.2, 5.04, "decode B1")], prefills=[])
+    t = {r["metric"]: r for r in e2e.objective_table(d)}
+    assert t["prefill B1 x prompt-len"]["verdict"].startswith("SLOWER than vllm")
+    req = t[e2e.REQUEST]
+    assert req["value"] == pytest.approx((512 + 63) / (12.2 + 63 * 5.04) * 1e3)
+    assert req["vs_vllm"] == pytest.approx((10.5 + 63 * 5.18) / (12.2 + 63 * 5.04)) and req["vs_vllm"] > 1
+    assert req["verdict"] == "faster than vllm"
+    assert e2e.request_tok_s(dict(prefill_tok_s=1.0)) is None  # older records without the fields

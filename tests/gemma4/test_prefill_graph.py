@@ -110,10 +110,12 @@ def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, mon
                          ids=["default", "flashinfer-bf16", "triton-fp8"])
 def test_cuda_graph_prefill_matches_eager(step, over):
     """Real graphs, one prompt at a time (prefill graphs serve one-sequence steps). The default selection
-    (fp32) gives eager prefill's greedy tokens. In bf16 or with an FP8 cache, GEMMs and attention over T
-    padded rows round differently from n rows (another cuBLAS kernel and tile), which can flip a
-    near-tied argmax of random weights: there the logits of the same teacher-forced tokens must stay within
-    the drift between two kernel choices (a wrong position, a pad row written or seen shows as O(1))."""
+    (fp32) gives eager prefill's greedy tokens and logits. In bf16 or with an FP8 cache, GEMMs and attention
+    over T padded rows round differently from n rows (another cuBLAS kernel, another split count), so the
+    prefill's logits are compared: within the drift between two kernel choices, where a wrong position or a
+    pad row written or seen shows as O(1). (The decode steps after it drift as much between decode graphs and
+    eager steps, prefill graphs or not: 1.7e-2 in bf16, 0.17 with FP8 over 24 steps of this random model on
+    the H200; bench/results/h200/prefill_graphs/README.md.)"""
     from kselect.gemma4.build import build_model
     from kselect.selector.api import compose, resolve
 
@@ -126,12 +128,15 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     if not g.use_prefill_graphs:
         pytest.skip("the selected prefill backends do not support CUDA graphs")
     exact = model.dtype == torch.float32 and not over
+    fp8 = any("fp8" in o for o in over)
     for p in prompts:
         want = eager.generate([p], 24, return_logits=True, stop_at_eos=False)
-        res = g.generate([p], 24, return_logits=True, stop_at_eos=False, forced=None if exact else want.tokens)
+        res = g.generate([p], 24, return_logits=True, stop_at_eos=False)
         if exact:
             assert res.tokens == want.tokens, p
-        err = max_rel_error(torch.stack(res.logits), torch.stack(want.logits))
-        assert err < (1e-4 if exact else 5e-2), (p, err)
+            assert max_rel_error(torch.stack(res.logits), torch.stack(want.logits)) < 1e-4, p
+        else:
+            err = max_rel_error(res.logits[0], want.logits[0])
+            assert err < (1e-1 if fp8 else 5e-2), (p, err)
     assert g.prefill_graph_steps > 0
     assert not g.notes or all("FLASHINFER" in n for n in g.notes)

@@ -56,6 +56,11 @@ class LayerParams:
     q_scale: torch.Tensor | None = None  # quant-query path: q_fp8 = q / q_scale
 
 
+class ReplayShapeError(RuntimeError):
+    """A captured launch cannot serve this step's values (FlashInfer's re-plan asks for another grid): the
+    step runs eager; the graph stays valid for steps whose plan matches it."""
+
+
 class BackendUnavailableError(RuntimeError):
     """The selected backend's kernel package is not installed: never fall back silently."""
 

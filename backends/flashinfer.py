@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from kselect.backends.base import (AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams,
+                                   ReplayShapeError)
 from kselect.backends.common import kernel_block_table, kernel_block_view
 from kselect.kernels import flashinfer as fi_kernels
 from kselect.kernels.reference import is_fp8
@@ -147,5 +148,5 @@ class FlashInferBackend(AttentionBackend):
         if p.shape is None:
             p.shape = shape
         elif shape != p.shape:
-            raise RuntimeError(f"FLASHINFER: the re-plan changed the captured launch shape ({p.shape} -> {shape}); "
+            raise ReplayShapeError(f"FLASHINFER: the re-plan changed the captured launch shape ({p.shape} -> {shape}); "
                                "the CUDA graph cannot be replayed")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.backends.base import AttentionBackend
+from kselect.backends.base import AttentionBackend, ReplayShapeError
 from kselect.backends.registry import make_backend
 from kselect.gemma4.decode_graph import DecodeGraph
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
@@ -163,6 +163,7 @@ class Engine:
         self.use_prefill_graphs = bool(self.use_graphs and prefill_graphable and prefill_graphs is not False)
         self._prefill_graphs: dict[int, PrefillGraph] = {}
         self.prefill_graph_steps = 0  # steps that replayed a prefill graph (reported by benchmarks)
+        self._noted_eager_prefill = False
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
         self.notes: list[str] = []
 
@@ -367,6 +368,11 @@ class Engine:
             if g is None:
                 g = self._prefill_graphs[t] = PrefillGraph(self.runner, t, self.max_seq_len)
             hidden = g.step(seq, batch.starts[0], tokens)
+        except ReplayShapeError as e:  # this step needs another launch (a chunk's FlashInfer plan): this one runs eager
+            if not self._noted_eager_prefill:
+                self._noted_eager_prefill = True
+                self.notes.append(f"CUDA graph prefill: a step ran eager ({e})")
+            return None
         except Exception as e:  # capture problems must never change results: fall back
             self.use_prefill_graphs = False
             self._prefill_graphs.clear()

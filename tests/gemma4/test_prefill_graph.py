@@ -87,6 +87,29 @@ def test_failed_capture_falls_back_to_eager_with_a_note(models, prompts, fake_cu
     assert not graphed.use_prefill_graphs and any("capture failed here" in n for n in got.notes)
 
 
+def test_a_step_the_captured_launch_cannot_serve_runs_eager_and_graphs_stay(models, prompts, fake_cuda_graphs,
+                                                                            monkeypatch):
+    """FlashInfer re-plans a graph for each step's values; a chunk whose plan needs another grid runs eager
+    (ReplayShapeError), and the next steps replay the graph again."""
+    from kselect.backends.base import ReplayShapeError
+
+    model, _ = models["edge"]
+    eager, graphed = _engines(model, "auto", 8)
+    real, calls = PrefillGraph.fill, []
+
+    def second_fails(self, *a):
+        calls.append(a)
+        if len(calls) == 2:
+            raise ReplayShapeError("FLASHINFER: the re-plan changed the captured launch shape (a -> b)")
+        return real(self, *a)
+
+    monkeypatch.setattr(PrefillGraph, "fill", second_fails)
+    got = graphed.generate([prompts[0]], 4)  # 23 tokens: chunks of 8, 8, 7
+    assert got.tokens == eager.generate([prompts[0]], 4).tokens
+    assert graphed.use_prefill_graphs and graphed.prefill_graph_steps == 2
+    assert any("a step ran eager" in n and "launch shape" in n for n in got.notes)
+
+
 def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, monkeypatch):
     """The capture check compares the replay with the padded step run eagerly."""
     model, _ = models["edge"]

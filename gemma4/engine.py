@@ -16,7 +16,9 @@ On CUDA, decode runs as a CUDA graph when every group's backend `supports_cuda_g
 against an eager step at capture time; any mismatch or capture error falls back to eager with a
 warning). `generate` keeps the tokens on the device, so with graphs the decode loop has no
 per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps; eager checks every step). A
-captured graph is kept across `reset()` (static inputs are reloaded before use).
+captured graph is kept across `reset()` (static inputs are reloaded before use). One sequence's multi-token
+steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per token bucket
+(gemma4/prefill_graph.py), so a short prompt's prefill is not bound by the host's launches.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.backends.base import AttentionBackend, ReplayShapeError
+from kselect.backends.base import AttentionBackend
 from kselect.backends.registry import make_backend
 from kselect.gemma4.decode_graph import DecodeGraph
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
-from kselect.gemma4.prefill_graph import PrefillGraph, bucket_for
+from kselect.gemma4.prefill_graph import PrefillGraphs
 from kselect.gemma4.sampling import max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
@@ -159,13 +161,11 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
         self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
         self._graphs: dict[int, DecodeGraph] = {}
-        prefill_graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
-        self.use_prefill_graphs = bool(self.use_graphs and prefill_graphable and prefill_graphs is not False)
-        self._prefill_graphs: dict[int, PrefillGraph] = {}
-        self.prefill_graph_steps = 0  # steps that replayed a prefill graph (reported by benchmarks)
-        self._noted_eager_prefill = False
-        self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
         self.notes: list[str] = []
+        graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
+        self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
+                                                                           prefill_graphs is not False), self.notes)
+        self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
 
     # -------------------------------------------------------------- bookkeeping
     @property
@@ -177,6 +177,11 @@ class Engine:
     def mm_spans(self) -> dict[int, list[tuple[int, int]]]:
         """Image spans per sequence (a copy)."""
         return self.sequences.spans()
+
+    @property
+    def prefill_graph_steps(self) -> int:
+        """Steps that replayed a prefill graph."""
+        return self.prefill_graphs.steps
 
     @property
     def graphs_captured(self) -> bool:
@@ -267,7 +272,8 @@ class Engine:
             self._add_spans(seqs, batch.starts, batch.kvlens, mm_spans)
         hidden = None
         if kv_amax is None and commit and len(seqs) == 1 and batch.qlens[0] > 1:
-            hidden = self._try_prefill_graph(batch, tokens[0])
+            hidden = None if self.sequences[seqs[0]].mm_spans else self.prefill_graphs.hidden(
+                seqs[0], batch.starts[0], tokens[0])
         if hidden is None:
             hidden = self.runner.forward(batch, tokens, self.sequences.spans(), kv_amax=kv_amax)
         self.end_step(batch, commit=commit)
@@ -355,31 +361,6 @@ class Engine:
             self._graphs.clear()
             self.note_fallback("CUDA graph decode", e)
             return None
-
-    def _try_prefill_graph(self, batch: StepBatch, tokens: list[int]) -> torch.Tensor | None:
-        """A one-sequence step's hidden states from a prefill graph, or None (graphs off, no bucket, image
-        spans, or a failed capture, which turns prefill graphs off with a note)."""
-        seq = batch.seqs[0]
-        t = bucket_for(len(tokens))
-        if not self.use_prefill_graphs or t is None or self.sequences[seq].mm_spans:
-            return None
-        try:
-            g = self._prefill_graphs.get(t)
-            if g is None:
-                g = self._prefill_graphs[t] = PrefillGraph(self.runner, t, self.max_seq_len)
-            hidden = g.step(seq, batch.starts[0], tokens)
-        except ReplayShapeError as e:  # this step needs another launch (a chunk's FlashInfer plan): this one runs eager
-            if not self._noted_eager_prefill:
-                self._noted_eager_prefill = True
-                self.notes.append(f"CUDA graph prefill: a step ran eager ({e})")
-            return None
-        except Exception as e:  # capture problems must never change results: fall back
-            self.use_prefill_graphs = False
-            self._prefill_graphs.clear()
-            self.note_fallback("CUDA graph prefill", e)
-            return None
-        self.prefill_graph_steps += 1
-        return hidden
 
     def note_fallback(self, what: str, e: Exception) -> None:
         """A captured path that failed and now runs eager: a warning, and a note in the next results."""

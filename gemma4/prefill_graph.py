@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import torch
 
+import warnings
+
+from kselect.backends.base import ReplayShapeError
 from kselect.gemma4.cuda_graph import CapturedStep
 from kselect.gemma4.decode_graph import static_metadata
 from kselect.gemma4.model_runner import ModelRunner
@@ -75,3 +78,40 @@ class PrefillGraph(CapturedStep):
                 raise RuntimeError(f"prefill graph replay differs from the eager padded step (max rel err {err:.2e})")
             return got.clone()
         return self.replay()[:n].clone()
+
+
+class PrefillGraphs:
+    """An engine's prefill graphs, one per bucket, and when they serve a step. A capture or replay that fails
+    turns them off for good (warning and note); a step the captured launch cannot serve (ReplayShapeError)
+    runs eager once, with one note, and the graphs stay."""
+
+    def __init__(self, runner: ModelRunner, max_seq_len: int, on: bool, notes: list[str]):
+        self.runner, self.max_seq_len, self.on, self.notes = runner, max_seq_len, on, notes
+        self.graphs: dict[int, PrefillGraph] = {}
+        self.steps = 0  # steps that replayed a graph (reported by benchmarks)
+        self._noted_eager = False
+
+    def hidden(self, seq: int, start: int, tokens: list[int]) -> torch.Tensor | None:
+        """The step's hidden states [n, H] from its bucket's graph, or None (off, no bucket, or failed)."""
+        t = bucket_for(len(tokens))
+        if not self.on or t is None:
+            return None
+        try:
+            g = self.graphs.get(t)
+            if g is None:
+                g = self.graphs[t] = PrefillGraph(self.runner, t, self.max_seq_len)
+            out = g.step(seq, start, tokens)
+        except ReplayShapeError as e:
+            if not self._noted_eager:
+                self._noted_eager = True
+                self.notes.append(f"CUDA graph prefill: a step ran eager ({e})")
+            return None
+        except Exception as e:  # capture problems must never change results: fall back
+            self.on = False
+            self.graphs.clear()
+            msg = f"CUDA graph prefill disabled ({type(e).__name__}: {e}); running eager"
+            warnings.warn(msg)
+            self.notes.append(msg)
+            return None
+        self.steps += 1
+        return out

@@ -24,7 +24,7 @@ def _engines(model, kv, step, blocks=16):
     sel = simple_selection(model.args, kv_block_size=blocks, kv_cache_dtype=kv)
     make = lambda: Engine(model, sel, max_seqs=2, max_seq_len=64, max_step_tokens=step)  # noqa: E731
     eager, graphed = make(), make()
-    graphed.use_prefill_graphs = True  # the emulated graphs on CPU
+    graphed.prefill_graphs.on = True  # the emulated graphs on CPU
     return eager, graphed
 
 
@@ -53,7 +53,7 @@ def test_graph_prefill_equals_eager(models, prompts, fake_cuda_graphs, kv, step)
                 assert max_rel_error(x, ref) < (1e-5 if kv == "auto" else 0.07), key  # otherwise; FP8: one step)
     assert graphed.prefill_graph_steps >= len(prompts) * (2 if step else 1)
     assert eager.prefill_graph_steps == 0
-    assert set(graphed._prefill_graphs) == ({16} if step else {16, 32})  # one graph per bucket, replayed
+    assert set(graphed.prefill_graphs.graphs) == ({16} if step else {16, 32})  # one graph per bucket, replayed
 
 
 def test_graph_prefill_replays_stay_equal(models, prompts, fake_cuda_graphs):
@@ -63,14 +63,14 @@ def test_graph_prefill_replays_stay_equal(models, prompts, fake_cuda_graphs):
     a, b = prompts[0][:20], prompts[2][:27]  # both pad to 32
     for p in (a, b, a):
         assert graphed.generate([p], 4).tokens == eager.generate([p], 4).tokens
-    assert list(graphed._prefill_graphs) == [32] and graphed.prefill_graph_steps == 3
+    assert list(graphed.prefill_graphs.graphs) == [32] and graphed.prefill_graph_steps == 3
 
 
 def test_batches_and_single_tokens_stay_eager(models, prompts, fake_cuda_graphs):
     model, _ = models["edge"]
     _, graphed = _engines(model, "auto", None)
     graphed.generate(prompts[:2], 3)  # two sequences in one step; then one-token decode steps
-    assert graphed.prefill_graph_steps == 0 and not graphed._prefill_graphs
+    assert graphed.prefill_graph_steps == 0 and not graphed.prefill_graphs.graphs
 
 
 def test_failed_capture_falls_back_to_eager_with_a_note(models, prompts, fake_cuda_graphs, monkeypatch):
@@ -84,7 +84,7 @@ def test_failed_capture_falls_back_to_eager_with_a_note(models, prompts, fake_cu
     with pytest.warns(UserWarning, match="CUDA graph prefill disabled"):
         got = graphed.generate([prompts[0]], 4)
     assert got.tokens == eager.generate([prompts[0]], 4).tokens
-    assert not graphed.use_prefill_graphs and any("capture failed here" in n for n in got.notes)
+    assert not graphed.prefill_graphs.on and any("capture failed here" in n for n in got.notes)
 
 
 def test_a_step_the_captured_launch_cannot_serve_runs_eager_and_graphs_stay(models, prompts, fake_cuda_graphs,
@@ -106,7 +106,7 @@ def test_a_step_the_captured_launch_cannot_serve_runs_eager_and_graphs_stay(mode
     monkeypatch.setattr(PrefillGraph, "fill", second_fails)
     got = graphed.generate([prompts[0]], 4)  # 23 tokens: chunks of 8, 8, 7
     assert got.tokens == eager.generate([prompts[0]], 4).tokens
-    assert graphed.use_prefill_graphs and graphed.prefill_graph_steps == 2
+    assert graphed.prefill_graphs.on and graphed.prefill_graph_steps == 2
     assert any("a step ran eager" in n and "launch shape" in n for n in got.notes)
 
 
@@ -148,7 +148,7 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30, 100)]
     eager = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=False, max_step_tokens=step)
     g = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=step)
-    if not g.use_prefill_graphs:
+    if not g.prefill_graphs.on:
         pytest.skip("the selected prefill backends do not support CUDA graphs")
     exact = model.dtype == torch.float32 and not over
     fp8 = any("fp8" in o for o in over)

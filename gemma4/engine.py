@@ -164,7 +164,8 @@ class Engine:
         self.notes: list[str] = []
         graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
         self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
-                                                                           prefill_graphs is not False), self.notes)
+                                                                           prefill_graphs is not False), self.notes,
+                                            self.note_fallback)
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
 
     # -------------------------------------------------------------- bookkeeping

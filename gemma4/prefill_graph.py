@@ -15,9 +15,9 @@ dropped.
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
 
-import warnings
+import torch
 
 from kselect.backends.base import ReplayShapeError
 from kselect.gemma4.cuda_graph import CapturedStep
@@ -85,8 +85,9 @@ class PrefillGraphs:
     turns them off for good (warning and note); a step the captured launch cannot serve (ReplayShapeError)
     runs eager once, with one note, and the graphs stay."""
 
-    def __init__(self, runner: ModelRunner, max_seq_len: int, on: bool, notes: list[str]):
-        self.runner, self.max_seq_len, self.on, self.notes = runner, max_seq_len, on, notes
+    def __init__(self, runner: ModelRunner, max_seq_len: int, on: bool, notes: list[str],
+                 fallback: Callable[[str, Exception], None]):
+        self.runner, self.max_seq_len, self.on, self.notes, self.fallback = runner, max_seq_len, on, notes, fallback
         self.graphs: dict[int, PrefillGraph] = {}
         self.steps = 0  # steps that replayed a graph (reported by benchmarks)
         self._noted_eager = False
@@ -109,9 +110,7 @@ class PrefillGraphs:
         except Exception as e:  # capture problems must never change results: fall back
             self.on = False
             self.graphs.clear()
-            msg = f"CUDA graph prefill disabled ({type(e).__name__}: {e}); running eager"
-            warnings.warn(msg)
-            self.notes.append(msg)
+            self.fallback("CUDA graph prefill", e)
             return None
         self.steps += 1
         return out

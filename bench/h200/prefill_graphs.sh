@@ -40,12 +40,7 @@ S)
   ;;
 E1|E2)
   case $PART in E2) m=e4b ;; *) m=31b ;; esac
-  say "e2e $m"
-  timeout $((520 - (SECONDS - START))) python3 bench/gemma4/e2e.py --out "$OUT/e2e_$m" --presets gemma4_$m \
-    --budget-s $((500 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70
-  say "explain vs the run"
-  timeout 60 python3 bench/h200/explain_vs_e2e.py --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
-    --out "$OUT/explain_$m.md" > /dev/null 2>&1 && sed -n '/^## Attention/,$p' "$OUT/explain_$m.md"
+  e2e_and_explain $m 520
   ;;
 esac
 say "done"

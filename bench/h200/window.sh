@@ -19,3 +19,14 @@ GPU=nvidia_h200
 SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
 E2E_WINDOW=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096
             --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
+# e2e of one model (31b or e4b) with the window's options, then explain vs that run; $2: the seconds since
+# START by which e2e must end (its own budget 20 s less)
+e2e_and_explain() {
+  local m=$1 until=$2
+  say "e2e $m"
+  timeout $((until - (SECONDS - START))) python3 bench/gemma4/e2e.py --out "$OUT/e2e_$m" --presets gemma4_$m \
+    --budget-s $((until - 20 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70
+  say "explain vs the run"
+  timeout 60 python3 bench/h200/explain_vs_e2e.py --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
+    --out "$OUT/explain_$m.md" > /dev/null 2>&1 && sed -n '/^## Attention/,$p' "$OUT/explain_$m.md"
+}

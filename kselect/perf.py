@@ -39,7 +39,7 @@ from kselect.selector.conformance import CONFORMANCE_DIR
 
 L2_BYTES = 50 * 2**20
 COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
-FENCE_BYTES = 96 << 20  # --fence: written before each call, more than the 50 MB L2
+FENCES = ("write", "gemv")  # --fence kinds (parse_fence)
 SPREAD_SETS = 8  # with --context-spread, at least this many sets (contexts) per decode bucket
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
@@ -192,12 +192,39 @@ def spread_contexts(context: int, n: int, spread: float) -> list[int]:
     return [max(1, round(lo + (hi - lo) * i / (n - 1))) for i in range(n)]
 
 
+def parse_fence(text: str) -> tuple[str, int] | None:
+    """`--fence KIND:MIB` -> (kind, MiB); "" -> None. write: zero MIB of memory before each call; gemv: a
+    bf16 matrix-vector product over MIB of weights before each call, as a layer's projections read their
+    weights between two attention calls of a model step."""
+    if not text:
+        return None
+    kind, _, mib = text.partition(":")
+    if kind not in FENCES or not mib.isdigit() or int(mib) < 1:
+        raise ValueError(f"--fence {text!r}: expected KIND:MIB with KIND one of {', '.join(FENCES)} and MIB >= 1 "
+                         "(e.g. gemv:512)")
+    return kind, int(mib)
+
+
+def make_fence(fence: tuple[str, int], device: str):
+    """One fence call (parse_fence): the work a model step puts between two attention calls."""
+    import torch
+
+    kind, mib = fence
+    if kind == "write":
+        buf = torch.empty((mib << 20) // 4, dtype=torch.float32, device=device)
+        return buf.zero_
+    k = 8192  # a layer's hidden size, order of magnitude; n columns make up the bytes
+    w = torch.randn(k, max(1, (mib << 20) // (2 * k)), dtype=torch.bfloat16, device=device)
+    x, out = torch.randn(1, k, dtype=torch.bfloat16, device=device), torch.empty(1, w.shape[1], dtype=torch.bfloat16, device=device)
+    return lambda: torch.mm(x, w, out=out)
+
+
 def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int,
-                spread: float = 0.0, fence: bool = False) -> tuple[float, bool, float | None]:
+                spread: float = 0.0, fence: tuple[str, int] | None = None) -> tuple[float, bool, float | None]:
     """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode).
     Decode with `spread` > 0: the rotated input sets run contexts spread around `context` (spread_contexts).
-    `fence`: each call follows a write of FENCE_BYTES (> L2), as a layer's attention follows the weight
-    reads of the GEMMs before it; the fences' own graph is timed too and subtracted. Back to back, one call's
+    `fence` (parse_fence): each call follows a fence call, as a layer's attention follows the weight reads
+    of the GEMMs before it; the fences' own graph is timed too and subtracted. Back to back, one call's
     kernels can overlap the next call's and its K/V can stay in L2: neither happens inside a model step."""
     import torch
 
@@ -235,12 +262,12 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
                 c()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    flush = torch.empty(FENCE_BYTES // 4, dtype=torch.float32, device=device) if fence and graph else None
-    steps = [(lambda c=c: (flush.zero_(), c())) for c in calls] if flush is not None else calls
+    flush = make_fence(fence, device) if fence and graph else None
+    steps = [(lambda c=c: (flush(), c())) for c in calls] if flush is not None else calls
     run = _runner(steps, graph)
     times = _time(run, len(calls), reps)
     if flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
-        fences = _time(_runner([flush.zero_] * len(calls), True), len(calls), reps)
+        fences = _time(_runner([flush] * len(calls), True), len(calls), reps)
         times = [a - b for a, b in zip(sorted(times), sorted(fences))]
     host = host_ms(calls, reps) if phase == "prefill" else None
     del sets, calls, steps, flush
@@ -366,9 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: auto, cpu on --device cpu), as `kselect conformance`")
     ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
                     "(default: the config's own rules)")
-    ap.add_argument("--fence", action="store_true",
-                    help="time each call after an L2-sized write, minus the writes' own time (CUDA graphs): no "
-                         "overlap with the next call and cold K/V, as inside a model step")
+    ap.add_argument("--fence", default="",
+                    help="KIND:MIB: time each call after a fence, minus the fences' own time (CUDA graphs): "
+                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do, write:MIB zeroes MIB; "
+                         "no overlap with the next call and cold K/V, as inside a model step")
     ap.add_argument("--context-spread", type=float, default=0.0,
                     help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "
                     "over the range; 0: the one context)")
@@ -379,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.selector.files import safe_name
 
     safe_name(args.gpu_name, "--gpu-name")  # it names files in conf/
+    try:
+        fence = parse_fence(args.fence)
+    except ValueError as e:
+        print(f"kselect perf: {e}", file=sys.stderr)
+        return 2
+    if fence and args.device == "cpu":
+        print("kselect perf: --fence applies to CUDA-graph timing only; CPU entries are timed back to back (fence \"\")",
+              file=sys.stderr)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     conf = Path(args.conformance) if args.conformance else CONFORMANCE_DIR / f"{args.gpu_name}.yaml"
@@ -422,8 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         entries = {}
         for phase, b, c in todo[t]:
             try:
-                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread,
-                                              args.fence)
+                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread, fence)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
                 print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
@@ -433,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
                                    ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None, graph=graph,
                                    context_spread=args.context_spread if phase == "decode" else 0.0,
-                                   fenced=bool(args.fence and graph),
+                                   fence=f"{fence[0]}:{fence[1]}" if fence and graph else "",
                                    gpu=args.gpu_name, date=today)
             entries[e.bucket] = e
             print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}", flush=True)

@@ -54,9 +54,10 @@ class PerfEntry(BaseModel):
     # decode: the figure is the mean over contexts spread +- this fraction around `context` (kselect perf
     # --context-spread); 0: the one context
     context_spread: float = Field(default=0.0, ge=0, lt=1)
-    # each call timed after an L2-sized write, minus the writes' time (kselect perf --fence); false: back to
-    # back, where a call may overlap the next and find its K/V in L2
-    fenced: bool = False
+    # KIND:MIB: each call timed after a fence call, minus the fences' time (kselect perf --fence: gemv reads
+    # MIB of weights as a layer's projections do, write zeroes MIB); "": back to back, where a call may
+    # overlap the next and find its K/V in L2
+    fence: str = Field(default="", pattern=r"^((write|gemv):[1-9][0-9]*)?$")
     gpu: str
     date: str
 

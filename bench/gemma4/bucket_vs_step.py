@@ -6,8 +6,9 @@ decode step part).
 For each selection and KV dtype (resolved as bench/gemma4/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
 microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf.py
-time_bucket, at the same context and page) under the profiler (the same per-kernel table). Writes
-bucket_vs_step.json and .md.
+time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per
+`--fences` variant ("none": back to back; KIND:MIB as `kselect perf --fence`). Writes bucket_vs_step.json
+and .md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fusion import category  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
-from kselect.perf import Target, make_target_backend, time_bucket  # noqa: E402
+from kselect.perf import Target, make_target_backend, parse_fence, time_bucket  # noqa: E402
 from kselect.profiling import timeline_ms  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 from kselect.selector.vocab import claim_dtype  # noqa: E402
@@ -69,20 +70,21 @@ def sync():
         torch.cuda.synchronize()
 
 
-def bucket(t: Target, context: int) -> dict:
+def bucket(t: Target, context: int, fence: str = "none") -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run of the script
     be = make_target_backend(t)
-    time_bucket(be, t, "decode", 1, context, dev, 2)  # compile and warm outside the profile
+    f = None if fence == "none" else parse_fence(fence)
+    ms, _, _ = time_bucket(be, t, "decode", 1, context, dev, 5, fence=f)  # compiled and warm; unprofiled figure
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        ms, graph, _ = time_bucket(be, t, "decode", 1, context, dev, 5)
+        _, graph, _ = time_bucket(be, t, "decode", 1, context, dev, 3, fence=f)
     ks = kernels(prof, 1.0)
     main = max(ks.values(), key=lambda k: k["launches"] * k["mean_us"]) if ks else None
     calls = main["launches"] if main else 1.0  # one main kernel a call
     for k in ks.values():
         k["launches"] /= calls
-    return dict(ms=ms, graph=graph, kernels=ks)
+    return dict(ms=ms, graph=graph, fence=fence, kernels=ks)
 
 
 def main(argv: list[str]) -> int:
@@ -96,6 +98,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--new", type=int, default=64, help="the request's decode steps (e2e.py --new): the objective's point")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--platform", default="auto")
+    ap.add_argument("--fences", nargs="+", default=["none"], help="bucket variants: none, or KIND:MIB (kselect perf --fence)")
     o = ap.parse_args(argv)
     base = [f"platform={o.platform}", f"model={o.preset}"]
     cfg0, _ = select(base)
@@ -114,7 +117,8 @@ def main(argv: list[str]) -> int:
             for g in (g for g in sel.groups if not g.draft):
                 t = Target(g.backend, g.flash_attn_version, claim_dtype(g.kv_cache_dtype, args.dtype), g.head_size,
                            args.num_attention_heads, g.num_kv_heads, g.sliding_window, g.kernel_block_size, g.descale)
-                groups.append(dict(kind=g.kind, layers=len(g.layers), target=t.__dict__, bucket=bucket(t, context)))
+                groups.append(dict(kind=g.kind, layers=len(g.layers), target=t.__dict__,
+                                   buckets=[bucket(t, context, f) for f in o.fences]))
             rows.append(dict(selection=sname, kv=kv, context=context, step=step, groups=groups))
             print(json.dumps(rows[-1], indent=1, default=str)[:3000], flush=True)
     o.out.mkdir(parents=True, exist_ok=True)
@@ -132,11 +136,11 @@ def render(rows) -> str:
         for k, v in r["step"]["kernels"].items():
             lines.append(f"| model step (per step) | `{k}` | {v['launches']:.1f} | {v['mean_us']:.2f} |")
         for g in r["groups"]:
-            b = g["bucket"]
-            lines.append(f"| {g['kind']} bucket, {b['ms'] * 1e3:.2f} us/call x {g['layers']} layers "
-                         f"= {b['ms'] * g['layers']:.4f} ms (page {g['target']['page']}) | | | |")
-            for k, v in b["kernels"].items():
-                lines.append(f"| {g['kind']} bucket (per call) | `{k}` | {v['launches']:.2f} | {v['mean_us']:.2f} |")
+            for b in g["buckets"]:
+                lines.append(f"| {g['kind']} bucket, fence {b['fence']}: {b['ms'] * 1e3:.2f} us/call x {g['layers']} layers "
+                             f"= {b['ms'] * g['layers']:.4f} ms (page {g['target']['page']}) | | | |")
+                for k, v in b["kernels"].items():
+                    lines.append(f"| {g['kind']} bucket (per call) | `{k}` | {v['launches']:.2f} | {v['mean_us']:.2f} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

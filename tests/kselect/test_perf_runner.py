@@ -158,3 +158,33 @@ def test_context_spread_times_a_range_and_is_recorded_on_decode_entries(tmp_path
     entries = perf.load("fake", out.parent).entries.values()
     assert {(e.phase, e.context_spread) for e in entries} == {("decode", 0.25), ("prefill", 0.0)}
     assert all(e.ms > 0 for e in entries)
+
+
+def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conformance_file, capsys):
+    import torch
+
+    assert runner.parse_fence("") is None and runner.parse_fence("gemv:512") == ("gemv", 512)
+    for bad in ("gemv", "gemv:0", "read:64", "write:-1", "write:1.5"):
+        with pytest.raises(ValueError, match="expected KIND:MIB"):
+            runner.parse_fence(bad)
+    assert runner.main(["--gpu-name", "fake", "--conformance", str(conformance_file), "--device", "cpu",
+                        "--fence", "gemv:0"]) == 2
+    assert "--fence 'gemv:0'" in capsys.readouterr().err
+    # the fence does its bytes of work: a gemv reads MIB of bf16 weights, a write zeroes MIB
+    w = runner.make_fence(("write", 1), "cpu")
+    assert w.__self__.numel() * 4 == 1 << 20 and w().abs().sum() == 0
+    out = runner.make_fence(("gemv", 1), "cpu")()
+    assert out.dtype == torch.bfloat16 and out.shape == (1, (1 << 20) // (2 * 8192))
+    # CPU entries are timed back to back: the fence is not applied there, and the entry says so
+    run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "", "--kv", "bf16", "--fence", "write:1")
+    assert "CUDA-graph timing only" in capsys.readouterr().err
+    assert {e.fence for e in perf.load("fake", tmp_path / "perf").entries.values()} == {""}
+
+
+def test_a_perf_entry_names_its_fence_or_is_refused():
+    e = dict(kernel="TORCH_REFERENCE", build="b", versions={}, kv="bf16", head=64, window=None, phase="decode", batch=1,
+             context=32, num_q_heads=4, num_kv_heads=1, page=16, ms=0.1, graph=True, gpu="fake", date="2026-12-01")
+    assert perf.PerfEntry(**e, fence="gemv:512").fence == "gemv:512"
+    for bad in ("gemv:0", "read:64", "gemv"):
+        with pytest.raises(ValueError):
+            perf.PerfEntry(**e, fence=bad)

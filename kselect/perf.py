@@ -263,6 +263,9 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     flush = make_fence(fence, device) if fence and graph else None
+    if flush is not None:  # its first call sets up cuBLAS, which must not happen inside a capture
+        flush()
+        torch.cuda.synchronize()
     steps = [(lambda c=c: (flush(), c())) for c in calls] if flush is not None else calls
     run = _runner(steps, graph)
     times = _time(run, len(calls), reps)

@@ -12,9 +12,9 @@
 #
 # The fence before each timed call is a bf16 GEMV over about one layer's weights (31B: 0.96 GB, E4B: 0.19 GB:
 # q/k/v/o and gate/up/down, conf/model), the reads that separate two attention calls in a model step. P
-# writes a copy of conf/perf ($KEEP/fenced.yaml); only when every target was timed (no budget skip, no
-# error) does it become the figures E1/E2 select on ($KEEP/perf.yaml), so a group's candidates are never
-# a mix of fenced and back-to-back figures.
+# writes a copy of conf/perf ($KEEP/fenced.yaml); only when every target of that model was timed (no budget
+# skip, no error) does it become the figures E1/E2 select on ($KEEP/perf.yaml). A group's candidates all
+# have one model's shapes, so they are never a mix of fenced and back-to-back figures.
 set -u
 PART=${1:?usage: fenced.sh D|P31|P4|E1|E2|TF}
 OUT=${OUT:-/tmp/fenced_out}
@@ -29,19 +29,19 @@ FENCE_E4B=gemv:192
 perf_fenced() {  # $1 model, $2 fence
   [ -f "$KEEP/fenced.yaml" ] || cp conf/perf/$GPU.yaml "$KEEP/fenced.yaml"
   say "perf $1 --fence $2: decode at 544 tokens spread +-6.25%, B1 and B16, every verified kernel at every reachable page"
-  timeout $((590 - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/fenced.yaml" \
+  timeout $((${UNTIL:-590} - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/fenced.yaml" \
     --models $1 --kernels FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN --fence $2 \
     --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode 1x544,16x544 --context-spread 0.0625 --prefill "" \
-    --reps 5 --warm-jobs 12 --budget-s $((540 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf_$1.log"
+    --reps 5 --warm-jobs 12 --budget-s $((${UNTIL:-590} - 50 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf_$1.log"
   grep -c " ms graph" "$OUT/perf_$1.log"; grep -v " ms graph" "$OUT/perf_$1.log" | grep -v "^kselect: FlashInfer" | tail -20
   cp "$KEEP/fenced.yaml" "$OUT/perf_fenced_$GPU.yaml"
   if grep -q "budget: skipped\|cannot build\|Error" "$OUT/perf_$1.log"; then
-    say "NOT complete: $KEEP/perf.yaml left as it was"
+    # A model left part fenced would mix timings among one group's candidates: back to the last complete file.
+    say "NOT complete: $1's fenced figures dropped, $KEEP/perf.yaml left as it was"
+    cp "${KEEP}/perf.yaml" "$KEEP/fenced.yaml" 2>/dev/null || cp conf/perf/$GPU.yaml "$KEEP/fenced.yaml"
   else
-    echo "$1" >> "$KEEP/complete"
-  fi
-  if [ "$(sort -u "$KEEP/complete" 2>/dev/null | wc -l)" = 2 ]; then
-    cp "$KEEP/fenced.yaml" "$KEEP/perf.yaml"; say "both models complete: E1/E2 select on the fenced figures"
+    # Every candidate of a group shares its model's shapes, so one model fenced whole is consistent.
+    cp "$KEEP/fenced.yaml" "$KEEP/perf.yaml"; say "$1 complete: E runs select on its fenced figures"
   fi
 }
 
@@ -52,11 +52,11 @@ D)
     > "$OUT/gpu_tests_prefill_graph.log" 2>&1; tail -4 "$OUT/gpu_tests_prefill_graph.log"
   say "one bucket beside one model step, per fence kind: 31B"
   timeout $((400 - (SECONDS - START))) python3 bench/gemma4/bucket_vs_step.py --out "$OUT/D31" --preset gemma4_31b \
-    --prompt-len 540 --steps 8 --kv auto fp8 --fences none write:96 gemv:256 $FENCE_31B > /dev/null 2>&1
+    --prompt-len 540 --steps 8 --kv auto fp8 --fences none write:96 gemv:256 $FENCE_31B > "$OUT/bvs_31b.log" 2>&1
   cp "$OUT/D31/bucket_vs_step.md" "$OUT/bucket_vs_step_31b.md"; rm -rf "$OUT/D31"
   say "E4B"
   timeout $((580 - (SECONDS - START))) python3 bench/gemma4/bucket_vs_step.py --out "$OUT/D4" --preset gemma4_e4b \
-    --prompt-len 540 --steps 8 --kv auto fp8 --fences none write:96 $FENCE_E4B gemv:1024 > /dev/null 2>&1
+    --prompt-len 540 --steps 8 --kv auto fp8 --fences none write:96 $FENCE_E4B gemv:1024 > "$OUT/bvs_e4b.log" 2>&1
   cp "$OUT/D4/bucket_vs_step.md" "$OUT/bucket_vs_step_e4b.md"; rm -rf "$OUT/D4"
   grep "model step\|bucket, fence" "$OUT"/bucket_vs_step_*.md
   ;;

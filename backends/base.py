@@ -14,7 +14,7 @@ views each kv block as kv_block_size // kernel_block_size kernel blocks.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,6 +41,16 @@ class AttentionMetadata:
     # backend that plans on the host (FlashInfer) reads these instead of copying the device ones back,
     # a device->host copy that waits for every queued kernel (the GPU then idles while the host plans)
     host: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # The block table in kernel blocks, per (kv block, kernel block): made by a step's first layer call that
+    # needs it and read by the rest, so a group expands its table once a step, not once per layer (E4B FP8:
+    # 7 small kernels x 42 layers). Stamped with block_table's address and whether a graph was capturing;
+    # whoever runs a forward's layers calls begin_step() first (block tables change between steps).
+    kernel_tables: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def begin_step(self) -> None:
+        """Forget the kernel-block tables: called before a forward runs its layers, so a table made in one
+        capture (or eager step) is never read by another."""
+        self.kernel_tables.clear()
 
 
 @dataclass

@@ -25,20 +25,26 @@ def kernel_block_table(block_table: torch.Tensor, kv_block_size: int, kernel_blo
     return bt.contiguous()
 
 
-def kernel_block_view(k_cache, v_cache, block_table, kernel_block_size: int):
+def kernel_block_view(k_cache, v_cache, meta, kernel_block_size: int):
     """View each kv block as kv_block_size // kernel_block_size kernel blocks.
 
     Kv block b becomes kernel blocks b*r .. b*r + r-1 (contiguous in memory, so a pure view),
-    and each block-table entry expands to those r entries in order.
+    and each block-table entry expands to those r entries in order. The expanded table is kept on
+    `meta` for the step's other layers (AttentionMetadata.kernel_tables).
     """
     nb, bs, hkv, d = k_cache.shape
-    bt = kernel_block_table(block_table, bs, kernel_block_size)
-    if bt is block_table:
-        return k_cache, v_cache, block_table
+    if kernel_block_size in (0, bs):
+        return k_cache, v_cache, meta.block_table
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    stamp = (meta.block_table.data_ptr(), capturing)  # inference tensors keep no version counter
+    hit = meta.kernel_tables.get((bs, kernel_block_size))
+    if hit is None or hit[0] != stamp:
+        hit = meta.kernel_tables[(bs, kernel_block_size)] = (
+            stamp, kernel_block_table(meta.block_table, bs, kernel_block_size))
     r = bs // kernel_block_size
     kc = k_cache.view(nb * r, kernel_block_size, hkv, d)
     vc = v_cache.view(nb * r, kernel_block_size, hkv, v_cache.shape[3])
-    return kc, vc, bt
+    return kc, vc, hit[1]
 
 
 @dataclass

@@ -26,7 +26,7 @@ class _FlashAttnBase(AttentionBackend):
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         if meta.q_positions is not None:
             raise NotImplementedError(f"{self.label}: explicit q_positions (MTP drafts) are not supported")
-        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
+        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta, self.group.kernel_block_size)
         qi = quant_inputs(self.group.descale, q, k_cache, layer)
         b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
         ds = [expand_descale(d, b, hkv) for d in (qi.q_descale, qi.k_descale, qi.v_descale)]

@@ -106,7 +106,7 @@ class FlashInferBackend(AttentionBackend):
             raise NotImplementedError("FLASHINFER: explicit q_positions (MTP drafts) are not supported")
         if layer.sinks is not None:
             raise NotImplementedError("FLASHINFER: attention sinks need FlashInfer's SM100/SM12x kernels")
-        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
+        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta, self.group.kernel_block_size)
         ks = vs = None
         if is_fp8(k_cache.dtype):  # unset scales are 1.0
             ks = 1.0 if layer.k_scale is None else self._scales.get(layer.k_scale, "K")

@@ -11,7 +11,7 @@ class TorchReferenceBackend(AttentionBackend):
     name = "TORCH_REFERENCE"
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
-        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
+        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta, self.group.kernel_block_size)
         qi = quant_inputs(self.group.descale, q, k_cache, layer)
         return paged_attention(
             qi.q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, layer.softmax_scale,

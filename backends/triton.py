@@ -28,7 +28,7 @@ class TritonAttnBackend(AttentionBackend):
         self.kernel = triton_paged
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
-        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta.block_table, self.group.kernel_block_size)
+        kc, vc, bt = kernel_block_view(k_cache, v_cache, meta, self.group.kernel_block_size)
         qi = quant_inputs(self.group.descale, q, k_cache, layer)
         b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
         return self.kernel.paged_attention_triton(

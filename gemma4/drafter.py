@@ -382,6 +382,8 @@ class Drafter(nn.Module):
     def forward(self, inputs: torch.Tensor, ctx: DraftContext) -> tuple[torch.Tensor, torch.Tensor]:
         """inputs [B, 2*backbone] = [target embedding * sqrt(backbone), target hidden] ->
         (logits [B, V] fp32, next hidden [B, backbone])."""
+        for g in ctx.groups.values():
+            g.meta.begin_step()
         h = self.pre_projection(inputs.to(self.dtype))
         rope = {SLIDING: rope_cos_sin(ctx.positions, self.sliding_inv_freq, h.dtype),
                 FULL: rope_cos_sin(ctx.positions, self.full_inv_freq, h.dtype)}

@@ -346,6 +346,8 @@ class Gemma4(nn.Module):
     def forward(self, input_ids: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, hidden]."""
         mode = self.compute_mode(ctx)
+        for g in ctx.groups.values():
+            g.meta.begin_step()
         if mode != "unfused":
             from kselect.gemma4 import fused
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kselect.backends import BackendUnavailableError, LayerParams, make_backend
+from kselect.backends.base import AttentionMetadata
 from kselect.backends.reference import TorchReferenceBackend
 from kselect.kernels.cache_ops import quantize_query
 from kselect.kernels.cases import make_case
@@ -73,12 +74,34 @@ def test_kernel_block_reindexing(kv_block, kernel_block):
     assert rel_err(out, case.reference()) < 1e-6
 
 
+def _table_meta(rows):
+    table = torch.tensor(rows, dtype=torch.int32)
+    return AttentionMetadata(torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([4, 2], dtype=torch.int32),
+                             table, 1, 4)
+
+
 def test_kernel_block_view_indices():
     from kselect.backends.common import kernel_block_view
     kc = torch.arange(3 * 4).float().view(3, 4, 1, 1)
-    kv, vv, bt = kernel_block_view(kc, kc, torch.tensor([[2, 0], [1, -1]], dtype=torch.int32), 2)
+    kv, vv, bt = kernel_block_view(kc, kc, _table_meta([[2, 0], [1, -1]]), 2)
     assert bt.tolist() == [[4, 5, 0, 1], [2, 3, -1, -1]]
     assert kv[4].flatten().tolist() == [8.0, 9.0] and kv.data_ptr() == kc.data_ptr()
+
+
+def test_kernel_block_table_is_made_once_a_step():
+    """Every layer of a step reads one expanded table; begin_step() (the model's forward) or a new table
+    tensor makes it again, so the next step's blocks are read."""
+    from kselect.backends.common import kernel_block_view
+    kc = torch.zeros(3, 4, 1, 1)
+    meta = _table_meta([[2, 0], [1, -1]])
+    bt = kernel_block_view(kc, kc, meta, 2)[2]
+    assert kernel_block_view(kc, kc, meta, 2)[2] is bt  # the step's other layers
+    assert kernel_block_view(kc, kc, meta, 4)[2] is meta.block_table  # kernel block = kv block: no table made
+    meta.block_table[1, 1] = 2  # the next step's block, written in place as the engine's static tables are
+    meta.begin_step()
+    assert kernel_block_view(kc, kc, meta, 2)[2].tolist() == [[4, 5, 0, 1], [2, 3, 4, 5]]
+    meta.block_table = torch.tensor([[0, 1], [2, -1]], dtype=torch.int32)
+    assert kernel_block_view(kc, kc, meta, 2)[2].tolist() == [[0, 1, 2, 3], [4, 5, -1, -1]]
 
 
 @pytest.mark.parametrize("mode", ["q_k_v", "k_v", "kv_dequant"])

@@ -227,6 +227,20 @@ def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs,
     assert g.use_graphs and not g.notes
 
 
+def test_graph_decode_with_kernel_blocks_reads_each_steps_table(models, prompts, fake_cuda_graphs):
+    """Kernel blocks of 4 inside kv blocks of 8 / 16: a step expands its group's table once
+    (AttentionMetadata.kernel_tables) and no replay reads the table of an earlier step."""
+    model, _ = models["edge"]
+    sel = simple_selection(model.args, kv_block_size={"sliding_attention": 8, "full_attention": 16}, kernel_block_size=4)
+    eager = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g.use_graphs = True
+    want = eager.generate(prompts, 20, return_logits=True, stop_at_eos=False)
+    got = g.generate(prompts, 20, return_logits=True, stop_at_eos=False)
+    assert got.cuda_graphs and not got.notes and got.tokens == want.tokens
+    assert max_rel_error(torch.stack(got.logits), torch.stack(want.logits)) < 1e-5
+
+
 def test_init_weights_inplace_is_seeded_in_the_model_dtype():
     from kselect.gemma4.checkpoint import init_weights_inplace
     from kselect.gemma4.config import Gemma4Args

@@ -42,7 +42,7 @@ def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | 
     if e is None:
         return None
     host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms and host_bound(data, cfg) else None
-    return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None)
+    return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None, fence=e.fence)
 
 
 def host_bound(data, cfg: KSelectConfig) -> bool:

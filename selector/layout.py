@@ -49,9 +49,20 @@ class Search:
     left_out: dict[str, dict[str, str]] = field(default_factory=dict)  # kind -> backend -> why (a reason)
     unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
     scored: list[Scored] = field(default_factory=list)  # best request first
+    timings: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (kind, phase) -> fence -> a bucket
 
     def out(self, kind: str, name: str, why: str) -> None:
         self.left_out.setdefault(kind, {}).setdefault(name, why)
+
+    def timed(self, kind: str, phase: str, f: Figure) -> None:
+        self.timings.setdefault((kind, phase), {}).setdefault(f.fence, f.bucket)
+
+    def mixed_timing(self, kind: str) -> list[ObjectiveWarning]:
+        """A warning per phase whose compared figures for this group were timed differently: a fenced figure
+        reads slower than a back-to-back one of the same kernel, so the comparison would favour the latter."""
+        return [ObjectiveWarning(code="objective_mixed_timing", group=kind, objective=self.cfg.objective.name, phase=phase,
+                                 timings="; ".join(f"{fence or 'back to back'}: {bucket}" for fence, bucket in sorted(seen.items())))
+                for (k, phase), seen in sorted(self.timings.items()) if k == kind and len(seen) > 1]
 
     def no_data(self, g: GroupSelection, phase: str) -> None:
         shape = (f"{point(self.cfg, phase)} (d{g.head_size}, {kv_tag(g, self.cfg.model.dtype)}, "
@@ -89,6 +100,7 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
         if f is None:
             s.no_data(p, "prefill")
             continue
+        s.timed(g.kind, "prefill", f)
         same = 0 if label(p) == label(g) else 1
         cands.append((f.ms, same * 1000 + rank(s.priority, (name, version)), p, f))
     if not cands or not cfg.objective.per_phase:

@@ -21,10 +21,12 @@ class Figure(_Frozen):
     ms: float  # per layer call, at the nearest measured bucket
     bucket: str  # conf/perf/<gpu>.yaml entry id
     kernel_ms: float | None = None  # set when the call is host-bound: ms is its host time, this its kernels'
+    fence: str = ""  # how the bucket was timed (PerfEntry.fence): "" back to back, "gemv:1024" fenced
 
     def text(self) -> str:
         host = f" (host-bound: kernels {self.kernel_ms:.4g} ms)" if self.kernel_ms is not None else ""
-        return f"{self.backend} {self.ms:.4g} ms{host} [{self.bucket}]"
+        fence = f", fence {self.fence}" if self.fence else ""
+        return f"{self.backend} {self.ms:.4g} ms{host} [{self.bucket}{fence}]"
 
 
 class StepFigure(_Frozen):

@@ -126,6 +126,7 @@ def _decode_figures(s: Search, groups: list[GroupSelection], report: bool) -> di
                 s.no_data(g, "decode")
             ok = False
             continue
+        s.timed(g.kind, "decode", f)
         figs[g.kind] = (f.ms, len(g.layers), label(g))
     return figs if ok else None
 
@@ -162,7 +163,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         fg = next(x for x in faithful.groups if x.kind == g.kind and not x.draft)
         dec = _decode_evidence(cfg, s, g, fg)
         pre_g, pre = prefill_over_layout(cfg, book, s, chosen, g, fg)
-        warns = list(s.unmeasured.get(g.kind, {}).values())
+        warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind)]
         refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
         not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()

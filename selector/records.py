@@ -116,9 +116,10 @@ class ClaimsWarning(Record):
 
 class ObjectiveWarning(Record):
     """An objective (selector/objective.py) could not use measured data: a candidate no measurement
-    covers (left out, never guessed), no measured choice at all (vLLM's kept), or nothing to choose."""
+    covers (left out, never guessed), no measured choice at all (vLLM's kept), nothing to choose, or
+    candidates of one group and phase compared on figures timed differently (fenced vs back to back)."""
 
-    code: Literal["objective_no_measurement", "objective_kept_vllm", "objective_all_pinned"]
+    code: Literal["objective_no_measurement", "objective_kept_vllm", "objective_all_pinned", "objective_mixed_timing"]
     group: str
     rule: None = None
     objective: str
@@ -126,12 +127,14 @@ class ObjectiveWarning(Record):
     phase: str | None = None
     shape: str | None = None  # e.g. "B1 x 8192 (d256, bf16, 16 KV heads)"
     gpu: str | None = None
+    timings: str | None = None  # objective_mixed_timing: each timing and one bucket timed so
 
 
 Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning | ObjectiveWarning,
                     Field(discriminator="code")]
 WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_precluded": 1, "claims_unverified": 2,
-                "objective_no_measurement": 2, "objective_kept_vllm": 1, "objective_all_pinned": 2}
+                "objective_no_measurement": 2, "objective_kept_vllm": 1, "objective_all_pinned": 2,
+                "objective_mixed_timing": 1}
 
 
 # ---------------------------------------------------------------- no selection

@@ -28,6 +28,8 @@ WARNING_PHRASE = {
     "objective_kept_vllm": "objective {objective}: no combination of backends is valid, verified and measured on {gpu}; "
     "kept vLLM's selection (no guess) [perf]",
     "objective_all_pinned": "objective {objective}: every group is pinned; nothing to choose",
+    "objective_mixed_timing": "objective {objective}: the {phase} figures compared for this group were not timed alike "
+    "({timings}); time them the same way (kselect perf --fence) [perf]",
 }
 CLAIM_RUN = "{claim}: page {page}, descale {descale} (from {source})"
 RULE_PHRASE = "{reason} [{rule}]"  # a reject or warning rule: its declared reason and id

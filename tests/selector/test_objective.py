@@ -312,3 +312,21 @@ def test_a_host_bound_prefill_call_costs_its_host_time(fake_gpu):
     # a step measured at another prompt length far away (> 4x) does not cover this point
     fake_gpu(buckets=buckets, steps=[step(27.0, 9.0, context=512)])
     assert run("objective=latency", "objective.prefill.context=4096").group("sliding_window").prefill.flash_attn_version == 4
+
+
+def test_figures_timed_differently_are_flagged(fake_gpu):
+    """A fenced figure (kselect perf --fence) reads slower than a back-to-back one of the same kernel: a group
+    whose candidates mix the two is compared unfairly, and says so; timed alike, it does not."""
+    fenced = lambda e: e.model_copy(update={"fence": "gemv:1024"})  # noqa: E731
+    fake_gpu(buckets=[fenced(b) if (b.kernel, b.head, b.phase) == ("FLASHINFER", 256, "decode") else b for b in BUCKETS])
+    sel = run("objective=latency")
+    sw, full = sel.group("sliding_window"), sel.group("full_attention")
+    w = next(w for w in sw.warnings if w.code == "objective_mixed_timing")
+    assert w.phase == "decode" and "gemv:1024: FLASHINFER:bf16:d256" in w.timings and "back to back: " in w.timings
+    assert "not timed alike" in w.text and "kselect perf --fence" in w.text
+    assert not any(x.code == "objective_mixed_timing" for x in full.warnings)
+    dec = {m.phase: m for m in sw.measured}["decode"]
+    shown = [f for f in (dec.chosen, dec.runner_up, dec.vllm) if f is not None and f.backend == "FLASHINFER"]
+    assert shown and shown[0].text().endswith(", fence gemv:1024]")
+    fake_gpu(buckets=[fenced(b) if b.phase == "decode" else b for b in BUCKETS])
+    assert not any(x.code == "objective_mixed_timing" for g in run("objective=latency").groups for x in g.warnings)

@@ -62,6 +62,7 @@ DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 KV_DTYPES = ["auto", "fp8"]
 PROFILE_STEPS = 8  # B1 decode steps profiled per selection
+PROFILE_PREFILLS = 3  # B1 prefills of --prompt-len profiled per selection
 WRONG = "WRONG"
 HF = "HF transformers sdpa"  # the baseline's name in the prefill table
 
@@ -256,6 +257,14 @@ def time_prefill(model, groups, prompt: list[int], reps: int, chunk: int | None 
     return dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, reps=reps, chunk=chunk)
 
 
+def profile_prefill(model, groups, prompt: list[int], reps: int) -> dict:
+    """Device ms of one B1 prefill of `prompt` by kernel category (bench/gemma4/fusion.py), from the prefill
+    graph the engine replays: what `kselect explain`'s prefill figures predict."""
+    from fusion import profile_prefill as run  # noqa: PLC0415 - fusion imports this module
+
+    return run(model, groups, prompt, reps)
+
+
 def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     """Device ms per B1 decode step by kernel category (bench/gemma4/fusion.py's profile): the attention
     share is what `kselect explain` predicts from conf/perf. Taken of the CUDA-graph replays the run
@@ -389,7 +398,7 @@ class Report:
     def __init__(self, out: Path, env: dict, opts: dict):
         self.out = out
         self.data = dict(environment=env, options=opts, ceilings={}, presets={}, selections=[], runs=[], hf=[],
-                         prefills=[], profiles=[], skipped=[], errors=[])
+                         prefills=[], profiles=[], prefill_profiles=[], skipped=[], errors=[])
         out.mkdir(parents=True, exist_ok=True)
 
     def save(self):
@@ -571,6 +580,14 @@ def render_md(d: dict) -> str:
             L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r.get('context', '')} | "
                      f"{_f(r.get('attention_ms_per_step'), '.3f')} | {_f(r.get('kernel_ms_per_step'), '.2f')} | "
                      f"{_f(r.get('kernels_per_step'))} | {r.get('error', '')} |")
+    if d.get("prefill_profiles"):
+        L += ["", "## B1 prefill profile (torch.profiler; ms per prefill of the prompt by kernel category)", "",
+              "| preset | selection | kv | prompt | mode | attention ms | kernel ms | kernels | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for r in d["prefill_profiles"]:
+            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r.get('prompt_len', '')} | {r.get('mode', '')} | "
+                     f"{_f(r.get('attention_ms'), '.3f')} | {_f(r.get('kernel_ms'), '.2f')} | {_f(r.get('kernels'))} | "
+                     f"{r.get('error', '')} |")
     table = objective_table(d)
     if table:
         L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",
@@ -659,6 +676,12 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                     f"{preset} {sname} kv={row['kv']} profile", log,
                     lambda: profile_attention(model, groups, prompt, PROFILE_STEPS),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
+            # the B1 run's prefill of --prompt-len tokens, where explain reads its prefill figures
+            pprompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
+            measure(rep, "prefill_profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
+                    f"{preset} {sname} kv={row['kv']} prefill profile", log,
+                    lambda: profile_prefill(model, groups, pprompt, PROFILE_PREFILLS),  # noqa: B023 (called at once)
+                    lambda p: f"attention {p['attention_ms']:.3f} ms of {p['kernel_ms']:.2f} ({p['mode']})")
 
 
 # ---------------------------------------------------------------------------- main

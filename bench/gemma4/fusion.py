@@ -113,6 +113,35 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
 
 
+def profile_prefill(model, groups, prompt, reps: int) -> dict:
+    """Kernels and device time of one sequence's prefill of `prompt`, as the engine runs it: replayed from its
+    token bucket's CUDA graph (gemma4/prefill_graph.py) where the bucket holds the prompt, else eager. The
+    attention share is what `kselect explain` predicts for the prefill phase."""
+    from torch.profiler import ProfilerActivity, profile
+
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 8, cuda_graphs=True)
+    eng.extend([0], [prompt])  # warm-up: compiles, captures the bucket's graph and checks it
+    torch.cuda.synchronize()
+    before = eng.prefill_graph_steps
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            eng.reset()  # the captured graphs stay; the same prompt is prefilled again from an empty cache
+            eng.extend([0], [prompt])
+        torch.cuda.synchronize()
+    ms, count = defaultdict(float), 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            ms[category(e.name)] += device_ms(e)
+            count += category(e.name) != "copies"
+    graphs = eng.prefill_graph_steps - before >= reps
+    timeline = timeline_ms(prof.events(), lambda n: category(n) == "attention")
+    del eng
+    free()
+    return dict(prompt_len=len(prompt), reps=reps, mode="graph" if graphs else "eager", kernels=count / reps,
+                ms={c: ms[c] / reps for c in CATEGORIES}, kernel_ms=sum(ms[c] for c in CATEGORIES if c != "copies") / reps,
+                attention_ms=ms["attention"] / reps, attention_timeline_ms=timeline / reps)
+
+
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:
     eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]) + steps + 1)
     res = eng.generate(prompts, steps, stop_at_eos=False)

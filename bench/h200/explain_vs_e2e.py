@@ -8,7 +8,9 @@ B1 prefill of --prompt-len and of each --prefill-lens prompt) and sets its figur
     and of the fastest verified choice vs the profiled attention kernels of a B1 decode step of the
     `vllm` and `latency` selections (e2e.py --profile-selections), bf16 and FP8;
   * "is FP8 faster than bf16": explain's attention ratio vs the profiled ratio, and vs the whole
-    decode step (e2e decode ms/step, bf16 - fp8: the attention difference is all that changes).
+    decode step (e2e decode ms/step, bf16 - fp8: the attention difference is all that changes);
+  * attention ms per B1 prefill of --prompt-len tokens: explain's prefill step total vs the profiled
+    attention kernels of that prefill (e2e.py's prefill_profiles, from the engine's prefill graph).
 A row whose explain choice is not the kernel the run used says so instead of comparing.
 """
 
@@ -101,6 +103,8 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
         lines.append(f"| {r['kv']} | {r['selection']} | {fmt(r['explain_backends'])} | {fmt(r['run_backends'])} | "
                      f"{ms(r['explain_ms'])} | {ms(r['kernels_ms'])} ({r['profile_mode']}) | {ms(r['timeline_ms'])} | "
                      f"{ms(r['eager_call_ms'])} | {verdict} |")
+    prows, ptext = prefill_rows(e2e, model, caches, prompt)
+    lines += ptext
     # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
     lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
               "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "
@@ -116,7 +120,44 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
         lines.append(f"| {sel} | {ea and eb and f'{ea:.3f} / {eb:.3f} ({ea / eb:.2f}x)'} | "
                      f"{pa and pb and f'{pa:.3f} / {pb:.3f} ({pa / pb:.2f}x)'} | "
                      f"{sa and sb and f'{sa:.2f} / {sb:.2f} ({sa / sb:.3f}x)'} | {share} |")
-    return "\n".join(lines) + "\n", rows
+    return "\n".join(lines) + "\n", rows + prows
+
+
+def prefill_rows(e2e: dict, model: str, caches: list[dict], prompt: int) -> tuple[list[dict], list[str]]:
+    """Explain's prefill step (layers x conf/perf ms at prefill B1 x prompt) of vLLM's choice and of the
+    fastest verified choice vs the profiled attention of the B1 run's prefill, for the selections e2e.py
+    profiled; rows whose prefill kernels differ from the run's say so instead of comparing."""
+    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
+    prof = {(p["selection"], p["kv"]): p for p in e2e.get("prefill_profiles", []) if b1(p) and not p.get("error")}
+    if not prof:
+        return [], []
+    groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if b1(s)}
+    rows, lines = [], ["", f"## Attention ms per B1 prefill of {prompt} tokens: explain (layers x conf/perf ms) vs profiled kernels",
+                       "", "| kv | selection | explain's kernels | kernels that ran | explain ms | profiled kernels ms (mode) | "
+                       "kernels + launch gaps ms | explain vs kernels + gaps |", "|---|---|---|---|---|---|---|---|"]
+    for kv, i in KV:
+        c = caches[i]
+        for sel, key in (("vllm", "vllm"), ("latency", "best")):
+            p = prof.get((sel, kv))
+            if p is None:
+                continue
+            want = {r["group"]: r[key]["backend"] for r in c["rows"] if r["phase"] == "prefill"}
+            ran = {k: g.get("prefill_backend", g["backend"]) for k, g in groups.get((sel, kv), {}).items()}
+            pred = step(c["rows"], "prefill", key)
+            got = p.get("attention_timeline_ms") or p.get("attention_ms")
+            row = dict(phase="prefill", kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
+                       kernels_ms=p.get("attention_ms"), timeline_ms=p.get("attention_timeline_ms"),
+                       profile_mode=p.get("mode"), prompt_len=p.get("prompt_len"), same_kernels=bool(ran) and want == ran)
+            if row["same_kernels"] and pred and got:
+                row["diff"] = pred / got - 1
+            rows.append(row)
+            fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
+            ms = lambda x: "n/a" if x is None else round(x, 3)  # noqa: E731
+            verdict = (f"{row['diff'] * 100:+.1f}%" if "diff" in row else
+                       "other kernels" if not row["same_kernels"] else "no profile")
+            lines.append(f"| {kv} | {sel} | {fmt(want)} | {fmt(ran)} | {ms(pred)} | {ms(row['kernels_ms'])} "
+                         f"({row['profile_mode']}) | {ms(row['timeline_ms'])} | {verdict} |")
+    return rows, lines
 
 
 def main(argv: list[str]) -> int:

@@ -102,9 +102,13 @@ def test_objective_table_compares_same_run_and_names_identical_selections():
     assert t[("auto", "prefill B1 x prompt-len")]["verdict"] == "within noise of vllm; >= best pin (pin_fa)"
     # an objective that resolved to vLLM's own groups claims no gain, even where a pin is faster
     assert t[("fp8", "decode B1")]["verdict"] == "same kernels as vllm (no gain claimed)"
-    assert "## Objectives vs objective=vllm" in e2e.render_md(dict(
+    md = e2e.render_md(dict(
         d, environment=dict(command="x", git_commit="abc", torch="t", date="d"), hf=[], presets={}, skipped=[], errors=[],
-        ceilings={}, options=dict(prompt_len=1, new=1, hf_new=1, reps=1, capacity_gib=1)))
+        ceilings={}, options=dict(prompt_len=1, new=1, hf_new=1, reps=1, capacity_gib=1),
+        prefill_profiles=[dict(preset="m", selection="vllm", kv="auto", point="", prompt_len=512, mode="graph",
+                               attention_ms=1.5, kernel_ms=9.25, kernels=700)]))
+    assert "## Objectives vs objective=vllm" in md
+    assert "## B1 prefill profile" in md and "| m | vllm | auto | 512 | graph | 1.500 | 9.25 | 700 |" in md
 
 
 def test_e2e_capacity_counts_only_kv_producing_layers():
@@ -306,3 +310,34 @@ def test_request_metric_weighs_a_slower_prefill_against_faster_decode_steps():
     assert req["vs_vllm"] == pytest.approx((10.5 + 63 * 5.18) / (12.2 + 63 * 5.04)) and req["vs_vllm"] > 1
     assert req["verdict"] == "faster than vllm"
     assert e2e.request_tok_s(dict(prefill_tok_s=1.0)) is None  # older records without the fields
+
+
+def test_explain_vs_run_compares_prefill_attention():
+    """bench/h200/explain_vs_e2e.py sets explain's prefill step (layers x conf/perf ms) beside the profiled
+    prefill of the run (e2e.py prefill_profiles): like for like against the kernels plus launch gaps, and
+    only where the run's prefill kernels are explain's; otherwise it says so."""
+    from kselect.selector.api import compose
+    from kselect.selector.explain import explain, step
+
+    xv = _load("bench/h200/explain_vs_e2e.py")
+    model, prompt = "gemma4_31b", 512
+    cfg = compose(["platform=sm90", f"model={model}", "objective=latency", "objective.decode.context=544",
+                   f"objective.prefill.context={prompt}"])
+    caches = list(explain(cfg)["caches"].values())
+    rows16 = caches[0]["rows"]
+    want = step(rows16, "prefill", "vllm")
+    ran = {r["group"]: {"backend": "TRITON_ATTN", "prefill_backend": r["vllm"]["backend"]}
+           for r in rows16 if r["phase"] == "prefill"}  # decodes elsewhere, prefills on explain's kernels
+    e2e = dict(selections=[dict(preset=model, selection="vllm", kv="auto", groups=ran),
+                           dict(preset=model, selection="latency", kv="auto",
+                                groups={k: {"backend": "TORCH_REFERENCE"} for k in ran})],
+               prefill_profiles=[dict(preset=model, selection="vllm", kv="auto", attention_ms=want * 0.8,
+                                      attention_timeline_ms=want * 1.25, mode="graph", prompt_len=prompt),
+                                 dict(preset=model, selection="latency", kv="auto", attention_ms=1.0, mode="graph")])
+    rows, lines = xv.prefill_rows(e2e, model, caches, prompt)
+    v = next(r for r in rows if r["selection"] == "vllm")
+    assert v["same_kernels"] and v["diff"] == pytest.approx(1 / 1.25 - 1)
+    lat = next(r for r in rows if r["selection"] == "latency")
+    assert not lat["same_kernels"] and "diff" not in lat
+    assert any("| -20.0% |" in line for line in lines) and any("| other kernels |" in line for line in lines)
+    assert xv.prefill_rows(dict(e2e, prefill_profiles=[]), model, caches, prompt) == ([], [])

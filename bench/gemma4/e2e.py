@@ -257,14 +257,6 @@ def time_prefill(model, groups, prompt: list[int], reps: int, chunk: int | None 
     return dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, reps=reps, chunk=chunk)
 
 
-def profile_prefill(model, groups, prompt: list[int], reps: int) -> dict:
-    """Device ms of one B1 prefill of `prompt` by kernel category (bench/gemma4/fusion.py), from the prefill
-    graph the engine replays: what `kselect explain`'s prefill figures predict."""
-    from fusion import profile_prefill as run  # noqa: PLC0415 - fusion imports this module
-
-    return run(model, groups, prompt, reps)
-
-
 def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     """Device ms per B1 decode step by kernel category (bench/gemma4/fusion.py's profile): the attention
     share is what `kselect explain` predicts from conf/perf. Taken of the CUDA-graph replays the run
@@ -677,6 +669,8 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                     lambda: profile_attention(model, groups, prompt, PROFILE_STEPS),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
             # the B1 run's prefill of --prompt-len tokens, where explain reads its prefill figures
+            from fusion import profile_prefill  # noqa: PLC0415 - fusion imports this module
+
             pprompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
             measure(rep, "prefill_profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
                     f"{preset} {sname} kv={row['kv']} prefill profile", log,

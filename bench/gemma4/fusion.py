@@ -72,6 +72,19 @@ def save(out: Path, data: dict) -> None:
         atomic_write(out / name, text)
 
 
+def by_category(events) -> tuple[dict, dict, dict]:
+    """The profiler's device kernels: (count, ms) per category, and launches per kernel name."""
+    count, ms, names = defaultdict(int), defaultdict(float), defaultdict(int)
+    for e in events:
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        c = category(e.name)
+        count[c] += 1
+        ms[c] += device_ms(e)
+        names[e.name[:80]] += 1
+    return count, ms, names
+
+
 def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool = False) -> dict:
     """Kernels and device time per decode step: eager, or (graphs=True) the CUDA-graph replays the engine
     decodes with (FlashInfer plans its graph calls differently; no attention-call ranges there)."""
@@ -87,14 +100,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
         for _ in range(steps):
             eng.decode([0], [tok])
         torch.cuda.synchronize()
-    count, ms, names = defaultdict(int), defaultdict(float), defaultdict(int)
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        c = category(e.name)
-        count[c] += 1
-        ms[c] += device_ms(e)
-        names[e.name[:80]] += 1
+    count, ms, names = by_category(prof.events())
     calls, range_ms = in_range_ms(prof.events(), ATTENTION_RANGE)
     timeline = timeline_ms(prof.events(), lambda n: category(n) == "attention")
     replayed = eng.use_graphs
@@ -128,16 +134,13 @@ def profile_prefill(model, groups, prompt, reps: int) -> dict:
             eng.reset()  # the captured graphs stay; the same prompt is prefilled again from an empty cache
             eng.extend([0], [prompt])
         torch.cuda.synchronize()
-    ms, count = defaultdict(float), 0
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            ms[category(e.name)] += device_ms(e)
-            count += category(e.name) != "copies"
+    count, ms, _ = by_category(prof.events())
     graphs = eng.prefill_graph_steps - before >= reps
     timeline = timeline_ms(prof.events(), lambda n: category(n) == "attention")
     del eng
     free()
-    return dict(prompt_len=len(prompt), reps=reps, mode="graph" if graphs else "eager", kernels=count / reps,
+    kernels = sum(v for k, v in count.items() if k != "copies")
+    return dict(prompt_len=len(prompt), reps=reps, mode="graph" if graphs else "eager", kernels=kernels / reps,
                 ms={c: ms[c] / reps for c in CATEGORIES}, kernel_ms=sum(ms[c] for c in CATEGORIES if c != "copies") / reps,
                 attention_ms=ms["attention"] / reps, attention_timeline_ms=timeline / reps)
 

@@ -354,6 +354,9 @@ def timed_s(fn, device) -> float:
     return time.perf_counter() - t
 
 
+# Inference mode around the warm-up calls too: HF's parameters require grad, so a forward outside it keeps
+# every layer's activations for a backward (31B at 4,096 tokens ran out of memory so).
+@torch.inference_mode()
 def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
     ids = torch.tensor(prompts, device=device)
     am = torch.ones_like(ids)
@@ -374,6 +377,7 @@ def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
     return out
 
 
+@torch.inference_mode()
 def time_hf_prefill(hf, n: int, vocab: int, reps: int, device, seed: int) -> dict:
     """HF's B1 prefill of one n-token prompt (logits of the last token only), as time_hf's prefill."""
     ids = torch.randint(3, vocab, (1, n), generator=torch.Generator().manual_seed(seed)).to(device)

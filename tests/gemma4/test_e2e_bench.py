@@ -341,3 +341,25 @@ def test_explain_vs_run_compares_prefill_attention():
     assert not lat["same_kernels"] and "diff" not in lat
     assert any("| -20.0% |" in line for line in lines) and any("| other kernels |" in line for line in lines)
     assert xv.prefill_rows(dict(e2e, prefill_profiles=[]), model, caches, prompt) == ([], [])
+
+
+def test_hf_timing_keeps_no_autograd_graph():
+    """HF's parameters require grad: a timed or warm-up call outside inference mode would keep every layer's
+    activations for a backward (31B's 4,096-token prefill ran out of memory so)."""
+    e2e = _load("bench/gemma4/e2e.py")
+    w = torch.nn.Parameter(torch.ones(4, 4))
+    seen = []
+
+    class FakeHF:
+        def __call__(self, input_ids, attention_mask, logits_to_keep):
+            out = input_ids.float()[..., None] * w[0]
+            seen.append(out.requires_grad)
+            return out
+
+        def generate(self, ids, **kw):
+            return self(ids, None, 1)
+
+    hf = FakeHF()
+    e2e.time_hf_prefill(hf, 8, 100, 2, torch.device("cpu"), 0)
+    e2e.time_hf(hf, [[5, 6, 7]], 4, 2, torch.device("cpu"))
+    assert seen and not any(seen)

@@ -134,12 +134,15 @@ def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, mon
 def test_cuda_graph_prefill_matches_eager(step, over):
     """Real graphs, one prompt at a time (prefill graphs serve one-sequence steps). The default selection
     (fp32) gives eager prefill's greedy tokens and logits. In bf16 or with an FP8 cache, GEMMs and attention
-    over T padded rows round differently from n rows (another cuBLAS kernel, another split count), so the
-    prefill's logits are compared: within the drift between two kernel choices, where a wrong position or a
-    pad row written or seen shows as O(1). (The decode steps after it drift as much between decode graphs and
-    eager steps, prefill graphs or not: 1.7e-2 in bf16, 0.17 with FP8 over 24 steps of this random model on
-    the H200; bench/results/h200/prefill_graphs/README.md.)"""
+    over T padded rows round differently from n rows (another cuBLAS kernel, another split count), so graph
+    and eager prefill logits differ by about as much as two bf16 kernel choices do (0.054 with FlashInfer
+    on a 6-token prompt, bench/results/h200/fenced/TF). Both are set against the truth instead: the same
+    weights in fp32 on the PyTorch reference backend. The graph's prefill must be as accurate as eager's
+    (within 1.5x + 1e-2), where a wrong position or a pad row written or seen shows as O(1)."""
+    import copy
+
     from kselect.gemma4.build import build_model
+    from kselect.gemma4.engine import model_groups, reference_groups
     from kselect.selector.api import compose, resolve
 
     cfg = compose(list(over))
@@ -151,7 +154,8 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     if not g.prefill_graphs.on:
         pytest.skip("the selected prefill backends do not support CUDA graphs")
     exact = model.dtype == torch.float32 and not over
-    fp8 = any("fp8" in o for o in over)
+    truth = None if exact else Engine(copy.deepcopy(model).float(), reference_groups(model_groups(sel)), max_seqs=1,
+                                      max_seq_len=256, cuda_graphs=False)
     for p in prompts:
         want = eager.generate([p], 24, return_logits=True, stop_at_eos=False)
         res = g.generate([p], 24, return_logits=True, stop_at_eos=False)
@@ -159,7 +163,10 @@ def test_cuda_graph_prefill_matches_eager(step, over):
             assert res.tokens == want.tokens, p
             assert max_rel_error(torch.stack(res.logits), torch.stack(want.logits)) < 1e-4, p
         else:
-            err = max_rel_error(res.logits[0], want.logits[0])
-            assert err < (1e-1 if fp8 else 5e-2), (p, err)
+            ref = truth.generate([p], 1, return_logits=True, stop_at_eos=False).logits[0]
+            graph_err, eager_err = max_rel_error(res.logits[0], ref), max_rel_error(want.logits[0], ref)
+            print(f"prompt of {len(p)}: prefill logits vs fp32, graph {graph_err:.4f}, eager {eager_err:.4f}, "
+                  f"graph vs eager {max_rel_error(res.logits[0], want.logits[0]):.4f}")
+            assert graph_err <= 1.5 * eager_err + 1e-2, (p, graph_err, eager_err)
     assert g.prefill_graph_steps > 0
     assert not g.notes or all("FLASHINFER" in n for n in g.notes)

@@ -39,7 +39,7 @@ from kselect.selector.conformance import CONFORMANCE_DIR
 
 L2_BYTES = 50 * 2**20
 COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
-FENCES = ("write", "gemv")  # --fence kinds (parse_fence)
+FENCES = ("write", "gemv", "layer")  # --fence kinds (parse_fence)
 SPREAD_SETS = 8  # with --context-spread, at least this many sets (contexts) per decode bucket
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
@@ -195,7 +195,11 @@ def spread_contexts(context: int, n: int, spread: float) -> list[int]:
 def parse_fence(text: str) -> tuple[str, int] | None:
     """`--fence KIND:MIB` -> (kind, MiB); "" -> None. write: zero MIB of memory before each call; gemv: a
     bf16 matrix-vector product over MIB of weights before each call, as a layer's projections read their
-    weights between two attention calls of a model step."""
+    weights between two attention calls of a model step; layer: that GEMV, then one small elementwise kernel,
+    as the model's norm/rope/KV-write kernel comes between its q/k/v GEMM and attention. The GEMV (cuBLAS)
+    lets a kernel launched with programmatic dependent launch start before it ends, as FA3's are: after a
+    bare GEMV, FA3 bf16's first kernels overlapped it and the figure came out 3 us a call under the
+    kernels' own time (bench/results/h200/hf_mtp/D), which a model step never gives them."""
     if not text:
         return None
     kind, _, mib = text.partition(":")
@@ -216,7 +220,15 @@ def make_fence(fence: tuple[str, int], device: str):
     k = 8192  # a layer's hidden size, order of magnitude; n columns make up the bytes
     w = torch.randn(k, max(1, (mib << 20) // (2 * k)), dtype=torch.bfloat16, device=device)
     x, out = torch.randn(1, k, dtype=torch.bfloat16, device=device), torch.empty(1, w.shape[1], dtype=torch.bfloat16, device=device)
-    return lambda: torch.mm(x, w, out=out)
+    if kind == "gemv":
+        return lambda: torch.mm(x, w, out=out)
+    head = out[:, :k]  # up to a q/k/v row's size: a few us, like the model's kernel
+    tail = torch.empty_like(head)
+
+    def layer():
+        torch.mm(x, w, out=out)
+        return tail.copy_(head)  # plain stream order: what follows starts when it ends
+    return layer
 
 
 def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int,
@@ -398,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: the config's own rules)")
     ap.add_argument("--fence", default="",
                     help="KIND:MIB: time each call after a fence, minus the fences' own time (CUDA graphs): "
-                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do, write:MIB zeroes MIB; "
+                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do, layer:MIB adds the small "
+                         "kernel a model runs between them and attention, write:MIB zeroes MIB; "
                          "no overlap with the next call and cold K/V, as inside a model step")
     ap.add_argument("--context-spread", type=float, default=0.0,
                     help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "

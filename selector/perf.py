@@ -55,9 +55,9 @@ class PerfEntry(BaseModel):
     # --context-spread); 0: the one context
     context_spread: float = Field(default=0.0, ge=0, lt=1)
     # KIND:MIB: each call timed after a fence call, minus the fences' time (kselect perf --fence: gemv reads
-    # MIB of weights as a layer's projections do, write zeroes MIB); "": back to back, where a call may
-    # overlap the next and find its K/V in L2
-    fence: str = Field(default="", pattern=r"^((write|gemv):[1-9][0-9]*)?$")
+    # MIB of weights as a layer's projections do, layer adds the small kernel before attention, write zeroes
+    # MIB); "": back to back, where a call may overlap the next and find its K/V in L2
+    fence: str = Field(default="", pattern=r"^((write|gemv|layer):[1-9][0-9]*)?$")
     gpu: str
     date: str
 

@@ -22,8 +22,9 @@ KEEP=${KEEP:-/tmp/kselect_fenced}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
 E2E=("${E2E_WINDOW[@]}" --no-hf)
-FENCE_31B=gemv:1024
-FENCE_E4B=gemv:192
+FENCE_31B=${FENCE_31B:-gemv:1024}
+FENCE_E4B=${FENCE_E4B:-gemv:192}
+DECODE=${DECODE:-1x544,16x544}  # the buckets P31/P4 time
 [ -f "$KEEP/perf.yaml" ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 
 perf_fenced() {  # $1 model, $2 fence
@@ -31,7 +32,7 @@ perf_fenced() {  # $1 model, $2 fence
   say "perf $1 --fence $2: decode at 544 tokens spread +-6.25%, B1 and B16, every verified kernel at every reachable page"
   timeout $((${UNTIL:-590} - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/fenced.yaml" \
     --models $1 --kernels FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN --fence $2 \
-    --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode 1x544,16x544 --context-spread 0.0625 --prefill "" \
+    --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode $DECODE --context-spread 0.0625 --prefill "" \
     --reps 5 --warm-jobs 12 --budget-s $((${UNTIL:-590} - 50 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf_$1.log"
   grep -c " ms graph" "$OUT/perf_$1.log"; grep -v " ms graph" "$OUT/perf_$1.log" | grep -v "^kselect: FlashInfer" | tail -20
   cp "$KEEP/fenced.yaml" "$OUT/perf_fenced_$GPU.yaml"

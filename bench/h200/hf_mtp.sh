@@ -10,8 +10,12 @@
 #                                   #   every cell (FlashInfer JIT included), graph and eager against fp32
 #   bash bench/h200/hf_mtp.sh M     # ~5 min: speculative decoding (k = 4) vs plain under CUDA graphs, 31B B1,
 #                                   #   on `objective=latency` at the e2e point, then pinned to Triton
+#   bash bench/h200/hf_mtp.sh L     # ~6 min: D found FA3 bf16's fenced figure 3 us a call under its kernels'
+#                                   #   time. The bucket beside the step again with the gemv and the layer fence
+#                                   #   (kselect/perf.py make_fence), then 31B's B1 buckets re-timed with the
+#                                   #   layer fence (fenced.sh P31); `bash bench/h200/fenced.sh E1` after it
 set -u
-PART=${1:?usage: hf_mtp.sh E1H|D|M}
+PART=${1:?usage: hf_mtp.sh E1H|D|M|L}
 OUT=${OUT:-/tmp/hf_mtp_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -43,6 +47,15 @@ M)
     tail -15 "$OUT/mtp_$tag.log"; cp "$OUT/mtp_$tag/bench_mtp.json" "$OUT/mtp_$tag.json" 2>/dev/null
     rm -rf "$OUT/mtp_$tag"
   done
+  ;;
+L)
+  say "one bucket beside one model step, latency bf16: gemv vs layer fence"
+  timeout 150 python3 bench/gemma4/bucket_vs_step.py --out "$OUT/L31" --preset gemma4_31b --prompt-len 540 \
+    --steps 8 --kv auto --selections latency --fences gemv:1024 layer:1024 > "$OUT/bvs_layer_31b.log" 2>&1
+  cp "$OUT/L31/bucket_vs_step.md" "$OUT/bucket_vs_step_layer_31b.md"; rm -rf "$OUT/L31"
+  grep "model step\|bucket, fence" "$OUT/bucket_vs_step_layer_31b.md"
+  say "31B B1 buckets re-timed with the layer fence"
+  FENCE_31B=layer:1024 DECODE=1x544 UNTIL=$((${UNTIL:-560} - (SECONDS - START))) bash bench/h200/fenced.sh P31
   ;;
 esac
 say "done"

@@ -175,6 +175,10 @@ def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conforma
     assert w.__self__.numel() * 4 == 1 << 20 and w().abs().sum() == 0
     out = runner.make_fence(("gemv", 1), "cpu")()
     assert out.dtype == torch.bfloat16 and out.shape == (1, (1 << 20) // (2 * 8192))
+    # layer: the same GEMV, then a small kernel that reads its output (what the model runs before attention)
+    assert runner.parse_fence("layer:1024") == ("layer", 1024)
+    tail = runner.make_fence(("layer", 1), "cpu")()
+    assert tail.shape == (1, 64) and tail.abs().sum() > 0
     # CPU entries are timed back to back: the fence is not applied there, and the entry says so
     run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "", "--kv", "bf16", "--fence", "write:1")
     assert "CUDA-graph timing only" in capsys.readouterr().err
@@ -185,6 +189,7 @@ def test_a_perf_entry_names_its_fence_or_is_refused():
     e = dict(kernel="TORCH_REFERENCE", build="b", versions={}, kv="bf16", head=64, window=None, phase="decode", batch=1,
              context=32, num_q_heads=4, num_kv_heads=1, page=16, ms=0.1, graph=True, gpu="fake", date="2026-12-01")
     assert perf.PerfEntry(**e, fence="gemv:512").fence == "gemv:512"
-    for bad in ("gemv:0", "read:64", "gemv"):
+    assert perf.PerfEntry(**e, fence="layer:1024").fence == "layer:1024"
+    for bad in ("gemv:0", "read:64", "gemv", "layer"):
         with pytest.raises(ValueError):
             perf.PerfEntry(**e, fence=bad)

@@ -195,11 +195,10 @@ def spread_contexts(context: int, n: int, spread: float) -> list[int]:
 def parse_fence(text: str) -> tuple[str, int] | None:
     """`--fence KIND:MIB` -> (kind, MiB); "" -> None. write: zero MIB of memory before each call; gemv: a
     bf16 matrix-vector product over MIB of weights before each call, as a layer's projections read their
-    weights between two attention calls of a model step; layer: that GEMV, then one small elementwise kernel,
-    as the model's norm/rope/KV-write kernel comes between its q/k/v GEMM and attention. The GEMV (cuBLAS)
-    lets a kernel launched with programmatic dependent launch start before it ends, as FA3's are: after a
-    bare GEMV, FA3 bf16's first kernels overlapped it and the figure came out 3 us a call under the
-    kernels' own time (bench/results/h200/hf_mtp/D), which a model step never gives them."""
+    weights between two attention calls of a model step, the figure being the fenced graph's time less the
+    fences' own; layer: that GEMV, then one small elementwise kernel, as the model runs its norm/rope/KV-write
+    kernel between the q/k/v GEMM and attention, the figure being the calls' own kernels on the fenced
+    graph's timeline (calls_timeline_ms)."""
     if not text:
         return None
     kind, _, mib = text.partition(":")
@@ -281,12 +280,48 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
     steps = [(lambda c=c: (flush(), c())) for c in calls] if flush is not None else calls
     run = _runner(steps, graph)
     times = _time(run, len(calls), reps)
-    if flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
+    if flush is not None and fence[0] == "layer":  # the calls' own kernels on the fenced graph's timeline
+        times = [_fenced_timeline_ms(run, flush, len(calls), reps)]
+    elif flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
         fences = _time(_runner([flush] * len(calls), True), len(calls), reps)
         times = [a - b for a, b in zip(sorted(times), sorted(fences))]
     host = host_ms(calls, reps) if phase == "prefill" else None
     del sets, calls, steps, flush
     return statistics.median(times), graph, host
+
+
+def calls_timeline_ms(events, fence_kernels: set[str], calls: int) -> float:
+    """ms per call that the kernels other than the fence's hold on a fenced graph's timeline: their durations
+    plus the launch gap before each (kselect.profiling.timeline_ms), the measure the model step's profile in
+    bench/gemma4/e2e.py takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
+    1% of a 1 GiB read is 2.5 us, and FA3's B1 call (16 us of kernels in the model step) came out between
+    12.7 and 18.8 us so (bench/results/h200/hf_mtp/R)."""
+    import torch
+
+    from kselect.profiling import timeline_ms
+
+    cuda = torch.autograd.DeviceType.CUDA
+    if not any(e.device_type == cuda and e.name not in fence_kernels for e in events):
+        raise RuntimeError("the profiler listed none of the calls' kernels in the fenced CUDA graph, so a "
+                           "layer fence cannot time them here; use --fence gemv:MIB")
+    return timeline_ms(events, lambda n: n not in fence_kernels) / calls
+
+
+def _fenced_timeline_ms(run, flush, calls: int, reps: int) -> float:
+    """calls_timeline_ms of `reps` replays of `run`; the fence's kernels are named by profiling one alone."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    alone = _runner([flush], True)
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        alone()
+        torch.cuda.synchronize()
+    fence_kernels = {e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(reps):
+            run()
+        torch.cuda.synchronize()
+    return calls_timeline_ms(p.events(), fence_kernels, calls * reps)
 
 
 def _runner(calls, graph: bool):
@@ -410,8 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: the config's own rules)")
     ap.add_argument("--fence", default="",
                     help="KIND:MIB: time each call after a fence, minus the fences' own time (CUDA graphs): "
-                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do, layer:MIB adds the small "
-                         "kernel a model runs between them and attention, write:MIB zeroes MIB; "
+                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do (figure: the graph less the "
+                         "fences' own), layer:MIB adds the small kernel a model runs between them and attention "
+                         "(figure: the calls' kernels on the graph's profiled timeline), write:MIB zeroes MIB; "
                          "no overlap with the next call and cold K/V, as inside a model step")
     ap.add_argument("--context-spread", type=float, default=0.0,
                     help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,7 +26,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(ROOT))
 
 from e2e import SEED, SELECTIONS, free, point_overrides  # noqa: E402
-from fusion import category  # noqa: E402
+from fusion import attention_kernels, category  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
@@ -35,16 +34,6 @@ from kselect.perf import Target, make_target_backend, parse_fence, time_bucket  
 from kselect.profiling import timeline_ms  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 from kselect.selector.vocab import claim_dtype  # noqa: E402
-
-
-def kernels(prof, per: float) -> dict[str, dict]:
-    """Attention kernels by name: launches and microseconds per `per` (steps or calls)."""
-    n, us = defaultdict(int), defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and category(e.name) == "attention":
-            n[e.name[:90]] += 1
-            us[e.name[:90]] += e.time_range.end - e.time_range.start
-    return {k: dict(launches=n[k] / per, mean_us=us[k] / n[k]) for k in sorted(n, key=lambda k: -us[k])}
 
 
 def model_step(model, groups, prompt, steps: int) -> dict:
@@ -58,7 +47,7 @@ def model_step(model, groups, prompt, steps: int) -> dict:
         for _ in range(steps):
             eng.decode([0], [tok])
         sync()
-    out = dict(graphs=eng.use_graphs, kernels=kernels(prof, steps),
+    out = dict(graphs=eng.use_graphs, kernels=attention_kernels(prof.events(), steps),
                timeline_ms=timeline_ms(prof.events(), lambda n: category(n) == "attention") / steps)
     del eng
     free()
@@ -79,7 +68,7 @@ def bucket(t: Target, context: int, fence: str = "none") -> dict:
     ms, _, _ = time_bucket(be, t, "decode", 1, context, dev, 5, fence=f)  # compiled and warm; unprofiled figure
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         _, graph, _ = time_bucket(be, t, "decode", 1, context, dev, 3, fence=f)
-    ks = kernels(prof, 1.0)
+    ks = attention_kernels(prof.events(), 1.0)
     main = max(ks.values(), key=lambda k: k["launches"] * k["mean_us"]) if ks else None
     calls = main["launches"] if main else 1.0  # one main kernel a call
     for k in ks.values():

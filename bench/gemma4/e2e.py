@@ -273,6 +273,7 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     return dict(attention_ms_per_step=main["ms_per_step"]["attention"], kernel_ms_per_step=main["kernel_ms_per_step"],
                 kernels_per_step=main["kernels_per_step"], ms_per_step=main["ms_per_step"], mode="graph" if graph_ok else "eager",
                 attention_timeline_ms_per_step=main["attention_timeline_ms_per_step"],
+                attention_kernels=main["attention_kernels"],  # by name: where explain and the step part
                 attention_call_ms_per_step=r["attention_call_ms_per_step"],
                 attention_calls_per_step=r["attention_calls_per_step"],
                 eager_attention_ms_per_step=r["ms_per_step"]["attention"], steps=steps,

@@ -85,6 +85,16 @@ def by_category(events) -> tuple[dict, dict, dict]:
     return count, ms, names
 
 
+def attention_kernels(events, per: float) -> dict[str, dict]:
+    """Attention kernels by name: launches and mean microseconds, per `per` (steps, prefills or calls)."""
+    n, us = defaultdict(int), defaultdict(float)
+    for e in events:
+        if e.device_type == torch.autograd.DeviceType.CUDA and category(e.name) == "attention":
+            n[e.name[:90]] += 1
+            us[e.name[:90]] += e.time_range.end - e.time_range.start
+    return {k: dict(launches=n[k] / per, mean_us=us[k] / n[k]) for k in sorted(n, key=lambda k: -us[k])}
+
+
 def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool = False) -> dict:
     """Kernels and device time per decode step: eager, or (graphs=True) the CUDA-graph replays the engine
     decodes with (FlashInfer plans its graph calls differently; no attention-call ranges there)."""
@@ -116,6 +126,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
                 attention_call_ms_per_step=range_ms / steps, attention_calls_per_step=len(calls) / steps,
                 # the attention kernels plus the launch gap before each: a perf bucket's graph wall time counts both
                 attention_timeline_ms_per_step=timeline / steps,
+                attention_kernels=attention_kernels(prof.events(), steps),
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
 
 
@@ -142,7 +153,8 @@ def profile_prefill(model, groups, prompt, reps: int) -> dict:
     kernels = sum(v for k, v in count.items() if k != "copies")
     return dict(prompt_len=len(prompt), reps=reps, mode="graph" if graphs else "eager", kernels=kernels / reps,
                 ms={c: ms[c] / reps for c in CATEGORIES}, kernel_ms=sum(ms[c] for c in CATEGORIES if c != "copies") / reps,
-                attention_ms=ms["attention"] / reps, attention_timeline_ms=timeline / reps)
+                attention_ms=ms["attention"] / reps, attention_timeline_ms=timeline / reps,
+                attention_kernels=attention_kernels(prof.events(), reps))
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:

@@ -363,3 +363,23 @@ def test_hf_timing_keeps_no_autograd_graph():
     e2e.time_hf_prefill(hf, 8, 100, 2, torch.device("cpu"), 0)
     e2e.time_hf(hf, [[5, 6, 7]], 4, 2, torch.device("cpu"))
     assert seen and not any(seen)
+
+
+def test_profiles_name_each_attention_kernel():
+    """fusion.attention_kernels (the e2e profiles' and bucket_vs_step's table): attention kernels only, by
+    name, launches per step and mean microseconds, the heaviest first."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    fusion = _load("bench/gemma4/fusion.py")
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def ev(name, a, b, dev=cuda):
+        return SimpleNamespace(name=name, device_type=dev, time_range=SimpleNamespace(start=a, end=b))
+
+    events = [ev("flash_fwd_sm90", 0, 11), ev("void flash::prepare_varlen_num_blocks_kernel<1, false>", 11, 13), ev("nvjet_gemv", 13, 40),
+              ev("flash_fwd_sm90", 40, 53), ev("_merge_splits", 53, 54), ev("flash_fwd_sm90", 0, 99, cpu)]
+    ks = fusion.attention_kernels(events, 2)
+    assert list(ks) == ["flash_fwd_sm90", "void flash::prepare_varlen_num_blocks_kernel<1, false>", "_merge_splits"]
+    assert ks["flash_fwd_sm90"] == dict(launches=1.0, mean_us=12.0) and ks["_merge_splits"]["launches"] == 0.5

@@ -193,3 +193,29 @@ def test_a_perf_entry_names_its_fence_or_is_refused():
     for bad in ("gemv:0", "read:64", "gemv", "layer"):
         with pytest.raises(ValueError):
             perf.PerfEntry(**e, fence=bad)
+
+
+def test_a_layer_fenced_figure_is_the_calls_kernels_on_the_timeline():
+    """The calls' kernels and the launch gap before each, per call; the fence's kernels (named by profiling
+    one fence alone) are not the call's, however long the GEMV takes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    cuda = torch.autograd.DeviceType.CUDA
+
+    def ev(name, a, b):
+        return SimpleNamespace(name=name, device_type=cuda, time_range=SimpleNamespace(start=a, end=b))
+
+    fence = {"nvjet_gemv", "copy_kernel"}
+    # us: two calls, each after a GEMV (jittering 250 / 260 us) and its tail copy; each call is a 2 us
+    # prepare kernel 1 us after the copy, then a 10 us main kernel 1 us after it
+    events, t = [], 0
+    for gemv in (250, 260):
+        events += [ev("nvjet_gemv", t, t + gemv), ev("copy_kernel", t + gemv, t + gemv + 2)]
+        t += gemv + 2
+        events += [ev("prepare", t + 1, t + 3), ev("fwd", t + 4, t + 14)]
+        t += 14
+    assert abs(runner.calls_timeline_ms(events, fence, 2) - (1 + 2 + 1 + 10) / 1e3) < 1e-12
+    with pytest.raises(RuntimeError, match="none of the calls' kernels"):
+        runner.calls_timeline_ms([e for e in events if e.name in fence], fence, 2)

@@ -312,6 +312,9 @@ def _fenced_timeline_ms(run, flush, calls: int, reps: int) -> float:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    if torch._C._autograd._profiler_enabled():  # kineto does not nest
+        raise RuntimeError("a layer-fenced figure is read from its own profile and cannot be timed inside "
+                           "another profiler")
     alone = _runner([flush], True)
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         alone()

@@ -10,7 +10,8 @@ B1 prefill of --prompt-len and of each --prefill-lens prompt) and sets its figur
   * "is FP8 faster than bf16": explain's attention ratio vs the profiled ratio, and vs the whole
     decode step (e2e decode ms/step, bf16 - fp8: the attention difference is all that changes);
   * attention ms per B1 prefill of --prompt-len tokens: explain's prefill step total vs the profiled
-    attention kernels of that prefill (e2e.py's prefill_profiles, from the engine's prefill graph).
+    attention kernels of that prefill (e2e.py's prefill_profiles, from the engine's prefill graph);
+  * the run's attention kernels by name, decode step and prefill, where e2e.py recorded them.
 A row whose explain choice is not the kernel the run used says so instead of comparing.
 """
 
@@ -104,7 +105,7 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                      f"{ms(r['explain_ms'])} | {ms(r['kernels_ms'])} ({r['profile_mode']}) | {ms(r['timeline_ms'])} | "
                      f"{ms(r['eager_call_ms'])} | {verdict} |")
     prows, ptext = prefill_rows(e2e, model, caches, prompt)
-    lines += ptext
+    lines += ptext + kernel_lines(e2e, model)
     # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
     lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
               "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "
@@ -158,6 +159,24 @@ def prefill_rows(e2e: dict, model: str, caches: list[dict], prompt: int) -> tupl
             lines.append(f"| {kv} | {sel} | {fmt(want)} | {fmt(ran)} | {ms(pred)} | {ms(row['kernels_ms'])} "
                          f"({row['profile_mode']}) | {ms(row['timeline_ms'])} | {verdict} |")
     return rows, lines
+
+
+def kernel_lines(e2e: dict, model: str) -> list[str]:
+    """The run's attention kernels by name (e2e.py profiles' attention_kernels, where recorded): where a row
+    above parts from explain, which kernel holds the time."""
+    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
+    profs = [("decode step", p) for p in e2e.get("profiles", []) if b1(p)] + \
+            [(f"prefill of {p.get('prompt_len')}", p) for p in e2e.get("prefill_profiles", []) if b1(p)]
+    profs = [(what, p) for what, p in profs if p.get("attention_kernels")]
+    if not profs:
+        return []
+    lines = ["", "## Attention kernels that ran (per decode step, or per prefill)", "",
+             "| phase | kv | selection | kernel | launches | mean us | us |", "|---|---|---|---|---:|---:|---:|"]
+    for what, p in profs:
+        for name, k in p["attention_kernels"].items():
+            lines.append(f"| {what} | {p['kv']} | {p['selection']} | `{name}` | {k['launches']:g} | {k['mean_us']:.2f} | "
+                         f"{k['launches'] * k['mean_us']:.1f} |")
+    return lines
 
 
 def main(argv: list[str]) -> int:

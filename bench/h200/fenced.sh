@@ -4,7 +4,7 @@
 #
 #   bash bench/h200/fenced.sh D     # ~4 min: the prefill-graph GPU test (not FlashInfer); one bucket beside
 #                                   #   one model step per fence kind (bench/gemma4/bucket_vs_step.py), 31B, E4B
-#   bash bench/h200/fenced.sh P31   # ~4 min: `kselect perf --fence gemv:<one layer's weights>` over the
+#   bash bench/h200/fenced.sh P31   # ~4 min: `kselect perf --fence layer:<one layer's weights>` over the
 #   bash bench/h200/fenced.sh P4    #   decode buckets at 544 tokens (B1, B16, spread +-6.25%) of 31B / E4B
 #   bash bench/h200/fenced.sh E1    # ~4 min: e2e 31B bf16 + FP8 on the fenced figures, explain vs the run
 #   bash bench/h200/fenced.sh E2    # ~2 min: the same for E4B
@@ -22,8 +22,11 @@ KEEP=${KEEP:-/tmp/kselect_fenced}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
 E2E=("${E2E_WINDOW[@]}" --no-hf)
-FENCE_31B=${FENCE_31B:-gemv:1024}
-FENCE_E4B=${FENCE_E4B:-gemv:192}
+# layer: the calls' own kernels on the fenced graph's timeline (kselect/perf.py calls_timeline_ms); the committed
+# figures were timed with gemv (a difference of graph times, 12.7-18.8 us for one 16 us FA3 call:
+# bench/results/h200/hf_mtp/R), layer gave 16.19-16.26 us (hf_mtp/T)
+FENCE_31B=${FENCE_31B:-layer:1024}
+FENCE_E4B=${FENCE_E4B:-layer:192}
 DECODE=${DECODE:-1x544,16x544}  # the buckets P31/P4 time
 [ -f "$KEEP/perf.yaml" ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 

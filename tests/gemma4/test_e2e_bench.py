@@ -383,3 +383,17 @@ def test_profiles_name_each_attention_kernel():
     ks = fusion.attention_kernels(events, 2)
     assert list(ks) == ["flash_fwd_sm90", "void flash::prepare_varlen_num_blocks_kernel<1, false>", "_merge_splits"]
     assert ks["flash_fwd_sm90"] == dict(launches=1.0, mean_us=12.0) and ks["_merge_splits"]["launches"] == 0.5
+
+
+def test_explain_vs_run_lists_the_runs_attention_kernels():
+    xv = _load("bench/h200/explain_vs_e2e.py")
+    ks = {"flash_fwd": dict(launches=50.0, mean_us=11.0), "_quant_query_kernel": dict(launches=50.0, mean_us=1.5)}
+    e2e = dict(profiles=[dict(preset="m", selection="vllm", kv="fp8", attention_kernels=ks),
+                         dict(preset="m", selection="latency", kv="fp8")],  # recorded before the field: left out
+               prefill_profiles=[dict(preset="m", selection="vllm", kv="fp8", prompt_len=512, attention_kernels=ks),
+                                 dict(preset="other", selection="vllm", kv="fp8", attention_kernels=ks)])
+    lines = xv.kernel_lines(e2e, "m")
+    rows = [line for line in lines if line.startswith("| decode step") or line.startswith("| prefill")]
+    assert len(rows) == 4 and "| decode step | fp8 | vllm | `flash_fwd` | 50 | 11.00 | 550.0 |" in rows
+    assert any(r.startswith("| prefill of 512 | fp8 | vllm | `_quant_query_kernel` | 50 | 1.50 | 75.0 |") for r in rows)
+    assert xv.kernel_lines(dict(profiles=[dict(preset="m", selection="vllm", kv="fp8")]), "m") == []

@@ -219,3 +219,12 @@ def test_a_layer_fenced_figure_is_the_calls_kernels_on_the_timeline():
     assert abs(runner.calls_timeline_ms(events, fence, 2) - (1 + 2 + 1 + 10) / 1e3) < 1e-12
     with pytest.raises(RuntimeError, match="none of the calls' kernels"):
         runner.calls_timeline_ms([e for e in events if e.name in fence], fence, 2)
+
+
+def test_a_layer_fenced_figure_refuses_to_run_inside_another_profiler():
+    """kineto does not nest: the figure is read from its own profile, so under another it says so."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]):
+        with pytest.raises(RuntimeError, match="inside another profiler"):
+            runner._fenced_timeline_ms(None, None, 1, 1)

@@ -279,12 +279,13 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
         torch.cuda.synchronize()
     steps = [(lambda c=c: (flush(), c())) for c in calls] if flush is not None else calls
     run = _runner(steps, graph)
-    times = _time(run, len(calls), reps)
     if flush is not None and fence[0] == "layer":  # the calls' own kernels on the fenced graph's timeline
         times = [_fenced_timeline_ms(run, flush, len(calls), reps)]
-    elif flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
-        fences = _time(_runner([flush] * len(calls), True), len(calls), reps)
-        times = [a - b for a, b in zip(sorted(times), sorted(fences))]
+    else:
+        times = _time(run, len(calls), reps)
+        if flush is not None:  # the fences alone, replayed the same way: their time is not the kernel's
+            fences = _time(_runner([flush] * len(calls), True), len(calls), reps)
+            times = [a - b for a, b in zip(sorted(times), sorted(fences))]
     host = host_ms(calls, reps) if phase == "prefill" else None
     del sets, calls, steps, flush
     return statistics.median(times), graph, host
@@ -295,7 +296,7 @@ def calls_timeline_ms(events, fence_kernels: set[str], calls: int) -> float:
     plus the launch gap before each (kselect.profiling.timeline_ms), the measure the model step's profile in
     bench/gemma4/e2e.py takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
     1% of a 1 GiB read is 2.5 us, and FA3's B1 call (16 us of kernels in the model step) came out between
-    12.7 and 18.8 us so (bench/results/h200/hf_mtp/R)."""
+    12.7 and 18.8 us so in five timings (bench/results/h200/hf_mtp/D, L, R)."""
     import torch
 
     from kselect.profiling import timeline_ms
@@ -316,6 +317,7 @@ def _fenced_timeline_ms(run, flush, calls: int, reps: int) -> float:
         raise RuntimeError("a layer-fenced figure is read from its own profile and cannot be timed inside "
                            "another profiler")
     alone = _runner([flush], True)
+    run()  # a graph's first replay uploads it: not timed
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         alone()
         torch.cuda.synchronize()
@@ -447,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
                     "(default: the config's own rules)")
     ap.add_argument("--fence", default="",
-                    help="KIND:MIB: time each call after a fence, minus the fences' own time (CUDA graphs): "
+                    help="KIND:MIB: time each call after a fence (CUDA graphs): "
                          "gemv:MIB reads MIB of bf16 weights as a layer's projections do (figure: the graph less the "
                          "fences' own), layer:MIB adds the small kernel a model runs between them and attention "
                          "(figure: the calls' kernels on the graph's profiled timeline), write:MIB zeroes MIB; "

@@ -23,8 +23,8 @@ LOG=$PART.log
 source "$(dirname "$0")/window.sh"
 E2E=("${E2E_WINDOW[@]}" --no-hf)
 # layer: the calls' own kernels on the fenced graph's timeline (kselect/perf.py calls_timeline_ms); the committed
-# figures were timed with gemv (a difference of graph times, 12.7-18.8 us for one 16 us FA3 call:
-# bench/results/h200/hf_mtp/R), layer gave 16.19-16.26 us (hf_mtp/T)
+# figures were timed with gemv (a difference of graph times, 12.7-18.8 us for one 16 us FA3 call in five
+# timings: bench/results/h200/hf_mtp/D, L, R), layer gave 16.19-16.26 us (hf_mtp/T)
 FENCE_31B=${FENCE_31B:-layer:1024}
 FENCE_E4B=${FENCE_E4B:-layer:192}
 DECODE=${DECODE:-1x544,16x544}  # the buckets P31/P4 time

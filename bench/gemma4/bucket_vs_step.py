@@ -2,13 +2,16 @@
 decode step part).
 
     python3 bench/gemma4/bucket_vs_step.py --out OUT --preset gemma4_31b --kv auto fp8 --selections vllm latency
+    python3 bench/gemma4/bucket_vs_step.py --phase prefill --max-seq-lens 520 4608 ...
 
 For each selection and KV dtype (resolved as bench/gemma4/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
 microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf.py
 time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per
-`--fences` variant ("none": back to back; KIND:MIB as `kselect perf --fence`). Writes bucket_vs_step.json
-and .md.
+`--fences` variant ("none": back to back; KIND:MIB as `kselect perf --fence`). `--phase prefill`: the B1
+prefill of the prompt from the engine's prefill graph (fusion.profile_prefill), once per `--max-seq-lens`
+(the graph's key bound is max_seq_len + its token bucket), beside each group's prefill bucket at the prompt's
+length on the group's prefill kernel. Writes bucket_vs_step.json and .md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(ROOT))
 
 from e2e import SEED, SELECTIONS, free, point_overrides  # noqa: E402
-from fusion import attention_kernels, category  # noqa: E402
+from fusion import attention_kernels, category, profile_prefill  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
@@ -59,18 +62,28 @@ def sync():
         torch.cuda.synchronize()
 
 
-def bucket(t: Target, context: int, fence: str = "none") -> dict:
+def prefill_steps(model, groups, prompt, reps: int, max_seq_lens: list[int]) -> dict:
+    """The engine's B1 prefill of `prompt`, per engine max_seq_len: attention kernels per prefill."""
+    out = {}
+    for n in max_seq_lens:
+        p = profile_prefill(model, groups, prompt, reps, max_seq_len=n)
+        out[str(n)] = dict(graphs=p["mode"] == "graph", kernels=p["attention_kernels"], timeline_ms=p["attention_timeline_ms"],
+                           all_kernels=p["kernels"])
+    return out
+
+
+def bucket(t: Target, context: int, fence: str = "none", phase: str = "decode") -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run of the script
     be = make_target_backend(t)
     f = None if fence == "none" else parse_fence(fence)
-    ms, _, _ = time_bucket(be, t, "decode", 1, context, dev, 5, fence=f)  # compiled and warm; unprofiled figure
+    ms, _, _ = time_bucket(be, t, phase, 1, context, dev, 5, fence=f)  # compiled and warm; unprofiled figure
     # the kernel table: a layer fence reads its figure from its own profile (no nesting), so its gemv twin
     # (the same GEMV before each call) runs under this one
     shown = ("gemv", f[1]) if f and f[0] == "layer" else f
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _, graph, _ = time_bucket(be, t, "decode", 1, context, dev, 3, fence=shown)
+        _, graph, _ = time_bucket(be, t, phase, 1, context, dev, 3, fence=shown)
     ks = attention_kernels(prof.events(), 1.0)
     main = max(ks.values(), key=lambda k: k["launches"] * k["mean_us"]) if ks else None
     calls = main["launches"] if main else 1.0  # one main kernel a call
@@ -91,27 +104,35 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--platform", default="auto")
     ap.add_argument("--fences", nargs="+", default=["none"], help="bucket variants: none, or KIND:MIB (kselect perf --fence)")
+    ap.add_argument("--phase", choices=("decode", "prefill"), default="decode")
+    ap.add_argument("--max-seq-lens", nargs="+", type=int, default=[],
+                    help="prefill: the engine's max_seq_len per profiled prefill (default: the prompt + 8)")
     o = ap.parse_args(argv)
     base = [f"platform={o.platform}", f"model={o.preset}"]
     cfg0, _ = select(base)
     model, _, _ = build_model(cfg0, 0)
     args = model.args
     prompt = torch.randint(3, args.vocab_size, (o.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
-    context = o.prompt_len + o.steps // 2  # the profiled steps' mean context
+    prefill = o.phase == "prefill"
+    context = o.prompt_len if prefill else o.prompt_len + o.steps // 2  # decode: the profiled steps' mean context
     rows = []
     for sname in o.selections:
         for kv in o.kv:
             over = [f"rules={o.rules}" if x == SEED else x for x in SELECTIONS[sname]]
             point = point_overrides(SimpleNamespace(prompt_len=o.prompt_len, new=o.new), "decode B1") if sname == "latency" else []
             _, sel = select(base + [f"kv_cache={kv}", *over, *point])
-            step = model_step(model, model_groups(sel), prompt, o.steps)
+            if prefill:
+                steps = prefill_steps(model, model_groups(sel), prompt, o.steps, o.max_seq_lens or [o.prompt_len + 8])
+            else:
+                steps = {"": model_step(model, model_groups(sel), prompt, o.steps)}
             groups = []
             for g in (g for g in sel.groups if not g.draft):
-                t = Target(g.backend, g.flash_attn_version, claim_dtype(g.kv_cache_dtype, args.dtype), g.head_size,
-                           args.num_attention_heads, g.num_kv_heads, g.sliding_window, g.kernel_block_size, g.descale)
+                k = g.prefill if prefill and g.prefill is not None else g  # the group's kernel in this phase
+                t = Target(k.backend, k.flash_attn_version, claim_dtype(g.kv_cache_dtype, args.dtype), g.head_size,
+                           args.num_attention_heads, g.num_kv_heads, g.sliding_window, k.kernel_block_size, k.descale)
                 groups.append(dict(kind=g.kind, layers=len(g.layers), target=t.__dict__,
-                                   buckets=[bucket(t, context, f) for f in o.fences]))
-            rows.append(dict(selection=sname, kv=kv, context=context, step=step, groups=groups))
+                                   buckets=[bucket(t, context, f, o.phase) for f in o.fences]))
+            rows.append(dict(selection=sname, kv=kv, phase=o.phase, context=context, steps=steps, groups=groups))
             print(json.dumps(rows[-1], indent=1, default=str)[:3000], flush=True)
     o.out.mkdir(parents=True, exist_ok=True)
     atomic_write(o.out / "bucket_vs_step.json", json.dumps(rows, indent=1, default=str))
@@ -120,13 +141,17 @@ def main(argv: list[str]) -> int:
 
 
 def render(rows) -> str:
-    lines = ["# One bucket beside one model step (B1 decode, attention kernels)", ""]
+    lines = [f"# One bucket beside one model step (B1 {rows[0]['phase'] if rows else 'decode'}, attention kernels)", ""]
     for r in rows:
-        lines += [f"## {r['selection']} kv={r['kv']} (context {r['context']})", "",
-                  f"model step, CUDA graphs {r['step']['graphs']}: attention timeline {r['step']['timeline_ms']:.4f} ms/step",
-                  "", "| where | kernel | launches | mean us |", "|---|---|---:|---:|"]
-        for k, v in r["step"]["kernels"].items():
-            lines.append(f"| model step (per step) | `{k}` | {v['launches']:.1f} | {v['mean_us']:.2f} |")
+        per = "prefill" if r["phase"] == "prefill" else "step"
+        lines += [f"## {r['selection']} kv={r['kv']} (context {r['context']})", ""]
+        for n, s in r["steps"].items():
+            at = f" (engine max_seq_len {n})" if n else ""
+            lines.append(f"model {per}{at}, CUDA graphs {s['graphs']}: attention timeline {s['timeline_ms']:.4f} ms/{per}")
+        lines += ["", "| where | kernel | launches | mean us |", "|---|---|---:|---:|"]
+        for n, s in r["steps"].items():
+            for k, v in s["kernels"].items():
+                lines.append(f"| model {per}{f' max_seq_len {n}' if n else ''} (per {per}) | `{k}` | {v['launches']:.1f} | {v['mean_us']:.2f} |")
         for g in r["groups"]:
             for b in g["buckets"]:
                 lines.append(f"| {g['kind']} bucket, fence {b['fence']}: {b['ms'] * 1e3:.2f} us/call x {g['layers']} layers "

@@ -130,21 +130,27 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
 
 
-def profile_prefill(model, groups, prompt, reps: int) -> dict:
+def _sync() -> None:
+    if torch.cuda.is_available():  # CPU: a smoke run of the profiles
+        torch.cuda.synchronize()
+
+
+def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = None) -> dict:
     """Kernels and device time of one sequence's prefill of `prompt`, as the engine runs it: replayed from its
     token bucket's CUDA graph (gemma4/prefill_graph.py) where the bucket holds the prompt, else eager. The
-    attention share is what `kselect explain` predicts for the prefill phase."""
+    attention share is what `kselect explain` predicts for the prefill phase. `max_seq_len`: the engine's
+    (default: the prompt + 8)."""
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 8, cuda_graphs=True)
+    eng = Engine(model, groups, max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True)
     eng.extend([0], [prompt])  # warm-up: compiles, captures the bucket's graph and checks it
-    torch.cuda.synchronize()
+    _sync()
     before = eng.prefill_graph_steps
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             eng.reset()  # the captured graphs stay; the same prompt is prefilled again from an empty cache
             eng.extend([0], [prompt])
-        torch.cuda.synchronize()
+        _sync()
     count, ms, _ = by_category(prof.events())
     graphs = eng.prefill_graph_steps - before >= reps
     timeline = timeline_ms(prof.events(), lambda n: category(n) == "attention")

@@ -13,7 +13,8 @@ fewer, larger kernels. Per layer:
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
 `ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
-other in bench/gemma4/fusion.py. MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
+other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
+kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline). MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
 """
 
 from __future__ import annotations
@@ -75,12 +76,28 @@ class TritonOps:
     name = "triton"
 
     def __init__(self):
-        from kselect.kernels import gelu_mul, qkv_rope, rms_norm
+        from kselect.kernels import gelu_mul, gemv, qkv_rope, rms_norm
 
         self.rms_norm = rms_norm.rms_norm
         self.add_rms_norm = rms_norm.add_rms_norm
         self.gelu_mul = gelu_mul.gelu_tanh_mul
         self.qkv = qkv_rope.qkv_norm_rope_write
+        self._gemv = gemv.gemv
+
+    def linear(self, x, w):
+        """x @ w.T: one row (a batch-1 decode step) on the GEMV kernel, more rows on cuBLAS's GEMMs."""
+        if x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(-1) == 1:
+            return self._gemv(x, w)
+        return F.linear(x, w)
+
+
+class TritonCublasOps(TritonOps):
+    """The Triton fused regions with every projection on cuBLAS: the GEMV's baseline."""
+
+    name = "triton_cublas"
+
+    def linear(self, x, w):
+        return F.linear(x, w)
 
 
 def _t_norm(x, w, eps):
@@ -120,6 +137,7 @@ class CompiledOps:
     The KV write after the compiled norm+rope is kernels/kv_write (one more kernel per KV layer)."""
 
     name = "compile"
+    linear = staticmethod(F.linear)
 
     def __init__(self):
         import torch._dynamo
@@ -152,7 +170,7 @@ _OPS: dict[str, object] = {}
 
 def ops_for(name: str):
     if name not in _OPS:
-        _OPS[name] = {"triton": TritonOps, "compile": CompiledOps}[name]()
+        _OPS[name] = {"triton": TritonOps, "triton_cublas": TritonCublasOps, "compile": CompiledOps}[name]()
     return _OPS[name]
 
 
@@ -161,7 +179,7 @@ def _attention(ops, a, xn, cos, sin, ctx):
     t = xn.shape[0]
     g = ctx.groups[a.kind]
     eps = a.q_norm.eps
-    qkv = F.linear(xn, a.qkv_weight)
+    qkv = ops.linear(xn, a.qkv_weight)
     if a.kv_shared:
         q = ops.qkv(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps)
     else:
@@ -173,7 +191,7 @@ def _attention(ops, a, xn, cos, sin, ctx):
     o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(a.kv_source, a.window_left))
     for rows, meta, window_left in g.far:
         o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
-    return F.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
+    return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
 
 
 def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
@@ -182,16 +200,16 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
     h, z = ops.add_rms_norm(o, x, layer.post_attention_layernorm.weight, eps, None, layer.pre_feedforward_layernorm.weight)
     mlp = layer.mlp
     i = mlp.gate_proj.weight.shape[0]
-    gu = F.linear(z, mlp.gate_up_weight)
-    y = F.linear(ops.gelu_mul(gu[:, :i], gu[:, i:]), mlp.down_proj.weight)
+    gu = ops.linear(z, mlp.gate_up_weight)
+    y = ops.linear(ops.gelu_mul(gu[:, :i], gu[:, i:]), mlp.down_proj.weight)
     if layer.moe:  # unfused: the expert block reads the pre-MLP residual h
         w, idx = layer.router(h)
         y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = layer.post_feedforward_layernorm_1(y) + layer.post_feedforward_layernorm_2(y2)
     if layer.ple_dim:
         h, _ = ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps)
-        p = ops.gelu_mul(F.linear(h, layer.per_layer_input_gate.weight), ple)
-        y = F.linear(p, layer.per_layer_projection.weight)
+        p = ops.gelu_mul(ops.linear(h, layer.per_layer_input_gate.weight), ple)
+        y = ops.linear(p, layer.per_layer_projection.weight)
         return ops.add_rms_norm(y, h, layer.post_per_layer_input_norm.weight, eps, layer.layer_scalar, next_norm)
     return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
 

@@ -38,8 +38,17 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M:
         tl.store(out_ptr + m * stride_out + rows, round_like(y, out_ptr).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512, num_warps: int = 4) -> torch.Tensor:
+def config(n: int, k: int) -> dict:
+    """Block sizes by shape, the fastest measured per Gemma-4 projection on the H200
+    (bench/results/h200/gemv/gemv.md): two rows of W a program over long K chunks for the small projections
+    (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256."""
+    return dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
+         num_warps: int = 4) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype.
+    Block sizes left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
@@ -49,6 +58,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512,
     if not 0 < m <= MAX_ROWS:
         raise ValueError(f"gemv takes 1 to {MAX_ROWS} rows of x, got {m}")
     n = w.shape[0]
+    cfg = config(n, k)
+    block_n, block_k = block_n or cfg["block_n"], block_k or cfg["block_k"]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), M=m,
                                              BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps)

@@ -6,8 +6,12 @@
 #                                       #   decode projections of E4B and 31B) and the GEMV GPU tests
 #   bash bench/h200/prefill_gemv.sh P   # ~4 min: bucket_vs_step --phase prefill for 31B (vLLM's choice and
 #                                       #   latency, bf16 and FP8): where explain's FP8 prefill falls short
+#   bash bench/h200/prefill_gemv.sh P2  # ~1 min: P again for vLLM's choice (first-chunk prefill graphs)
+#   bash bench/h200/prefill_gemv.sh F   # ~4 min: bench/gemma4/fusion.py, E4B then 31B, compute triton_cublas
+#                                       #   (every projection on cuBLAS) vs triton (batch-1 projections on
+#                                       #   kernels/gemv.py): decode B1/B16, profiles, greedy vs unfused
 set -u
-PART=${1:?usage: prefill_gemv.sh G|P}
+PART=${1:?usage: prefill_gemv.sh G|P|P2|F}
 OUT=${OUT:-/tmp/pg_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -27,6 +31,18 @@ P)
   tail -3 "$OUT/bvs_prefill_31b.log"
   cp "$OUT/P31/bucket_vs_step.md" "$OUT/bucket_vs_step_prefill_31b.md" 2>/dev/null
   grep "model prefill\|bucket, fence" "$OUT/bucket_vs_step_prefill_31b.md"
+  ;;
+P2)
+  say "prefill after the first-chunk graphs: vLLM's choice, bf16 and FP8, 31B"
+  timeout 150 python3 bench/gemma4/bucket_vs_step.py --phase prefill --out "$OUT/P2" --preset gemma4_31b \
+    --prompt-len 512 --steps 3 --kv auto fp8 --selections vllm --max-seq-lens 520 > "$OUT/bvs_prefill2_31b.log" 2>&1
+  grep "model prefill\|bucket, fence" "$OUT/P2/bucket_vs_step.md"
+  ;;
+F)
+  say "fusion: triton_cublas vs triton (GEMV), E4B and 31B"
+  timeout $((${UNTIL:-300} - (SECONDS - START))) python3 bench/gemma4/fusion.py --out "$OUT/F" \
+    --presets gemma4_e4b gemma4_31b --modes triton_cublas triton --compile-presets --fp8-presets --batches 1 16 \
+    --no-hf --long 64 --budget-s $((${UNTIL:-300} - 15 - (SECONDS - START))) 2>&1 | grep -v Warning | grep "^\[" | tail -30
   ;;
 esac
 say "done"

@@ -198,7 +198,8 @@ def parse_fence(text: str) -> tuple[str, int] | None:
     weights between two attention calls of a model step, the figure being the fenced graph's time less the
     fences' own; layer: that GEMV, then one small elementwise kernel, as the model runs its norm/rope/KV-write
     kernel between the q/k/v GEMM and attention, the figure being the calls' own kernels on the fenced
-    graph's timeline (calls_timeline_ms)."""
+    graph's timeline (calls_timeline_ms). In prefill the layer fence multiplies the call's query rows (the
+prompt's tokens) by those weights: a layer's GEMMs at that many tokens, compute-bound as in the model."""
     if not text:
         return None
     kind, _, mib = text.partition(":")
@@ -208,17 +209,20 @@ def parse_fence(text: str) -> tuple[str, int] | None:
     return kind, int(mib)
 
 
-def make_fence(fence: tuple[str, int], device: str):
-    """One fence call (parse_fence): the work a model step puts between two attention calls."""
+def make_fence(fence: tuple[str, int], device: str, rows: int = 1):
+    """One fence call (parse_fence): the work a model step puts between two attention calls. `rows`: the
+    activations' rows of a layer fence (the call's query tokens in prefill; 1, a GEMV, in decode)."""
     import torch
 
     kind, mib = fence
+    rows = rows if kind == "layer" else 1
     if kind == "write":
         buf = torch.empty((mib << 20) // 4, dtype=torch.float32, device=device)
         return buf.zero_
     k = 8192  # a layer's hidden size, order of magnitude; n columns make up the bytes
     w = torch.randn(k, max(1, (mib << 20) // (2 * k)), dtype=torch.bfloat16, device=device)
-    x, out = torch.randn(1, k, dtype=torch.bfloat16, device=device), torch.empty(1, w.shape[1], dtype=torch.bfloat16, device=device)
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device=device)
+    out = torch.empty(rows, w.shape[1], dtype=torch.bfloat16, device=device)
     if kind == "gemv":
         return lambda: torch.mm(x, w, out=out)
     head = out[:, :k]  # up to a q/k/v row's size: a few us, like the model's kernel
@@ -273,7 +277,7 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
                 c()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    flush = make_fence(fence, device) if fence and graph else None
+    flush = make_fence(fence, device, rows=batch * q_len if phase == "prefill" else 1) if fence and graph else None
     if flush is not None:  # its first call sets up cuBLAS, which must not happen inside a capture
         flush()
         torch.cuda.synchronize()

@@ -10,8 +10,10 @@
 #   bash bench/h200/prefill_gemv.sh F   # ~4 min: bench/gemma4/fusion.py, E4B then 31B, compute triton_cublas
 #                                       #   (every projection on cuBLAS) vs triton (batch-1 projections on
 #                                       #   kernels/gemv.py): decode B1/B16, profiles, greedy vs unfused
+#   bash bench/h200/prefill_gemv.sh PF  # ~1.5 min: P2 with the prefill buckets also behind a layer fence (a
+#                                       #   GEMM of the prompt's rows over one layer's weights before each call)
 set -u
-PART=${1:?usage: prefill_gemv.sh G|P|P2|F}
+PART=${1:?usage: prefill_gemv.sh G|P|P2|F|PF}
 OUT=${OUT:-/tmp/pg_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -37,6 +39,13 @@ P2)
   timeout 150 python3 bench/gemma4/bucket_vs_step.py --phase prefill --out "$OUT/P2" --preset gemma4_31b \
     --prompt-len 512 --steps 3 --kv auto fp8 --selections vllm --max-seq-lens 520 > "$OUT/bvs_prefill2_31b.log" 2>&1
   grep "model prefill\|bucket, fence" "$OUT/P2/bucket_vs_step.md"
+  ;;
+PF)
+  say "prefill buckets back to back and behind a layer fence, vLLM's choice, bf16 and FP8, 31B"
+  timeout 200 python3 bench/gemma4/bucket_vs_step.py --phase prefill --out "$OUT/PF" --preset gemma4_31b \
+    --prompt-len 512 --steps 3 --kv auto fp8 --selections vllm --max-seq-lens 520 --fences none layer:1024 \
+    > "$OUT/bvs_prefill_fenced_31b.log" 2>&1
+  grep "model prefill\|bucket, fence" "$OUT/PF/bucket_vs_step.md"
   ;;
 F)
   say "fusion: triton_cublas vs triton (GEMV), E4B and 31B"

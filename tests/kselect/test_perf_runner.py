@@ -179,6 +179,10 @@ def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conforma
     assert runner.parse_fence("layer:1024") == ("layer", 1024)
     tail = runner.make_fence(("layer", 1), "cpu")()
     assert tail.shape == (1, 64) and tail.abs().sum() > 0
+    # in prefill a layer fence runs the call's query rows through those weights (a GEMM, as the model's layer
+    # at the prompt's tokens); a gemv fence stays one row whatever the rows
+    assert runner.make_fence(("layer", 1), "cpu", rows=12)().shape == (12, 64)
+    assert runner.make_fence(("gemv", 1), "cpu", rows=12)().shape == (1, 64)
     # CPU entries are timed back to back: the fence is not applied there, and the entry says so
     run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "", "--kv", "bf16", "--fence", "write:1")
     assert "CUDA-graph timing only" in capsys.readouterr().err

@@ -11,11 +11,6 @@ p0 = 0) depends on T alone. Real row j sits at position p0 + j and, causally, se
 sees eagerly. The T - n pad rows write no K/V (slot -1, skipped by the cache-write kernel). They read
 whatever their table entries hold (reserved blocks, or block 0 as table padding), and their outputs are
 dropped.
-
-A first chunk (p0 = 0) has its own graph, bounded to T keys: its max_seqlen_k is T, as eager passes the
-real key count. The bound reaches the kernels: FA3 drops a sliding window that covers max_seqlen_k and runs
-its plain causal kernel, so with the chunk graph's bound (max_seq_len + T) a 512-token prompt ran the
-local kernel, 30% slower in FP8 (bench/results/h200/prefill_graph_keys/README.md).
 """
 
 from __future__ import annotations
@@ -41,24 +36,18 @@ def bucket_for(n: int) -> int | None:
 class PrefillGraph(CapturedStep):
     """Steps of up to `tokens` new tokens for one sequence, on the groups' prefill backends."""
 
-    def __init__(self, runner: ModelRunner, tokens: int, max_seq_len: int, first: bool = False):
-        self.runner, self.t, self.first = runner, tokens, first
+    def __init__(self, runner: ModelRunner, tokens: int, max_seq_len: int):
+        self.runner, self.t = runner, tokens
         dev = runner.device
         self.ids = torch.zeros(tokens, dtype=torch.long, device=dev)
         self.pos = torch.zeros(tokens, dtype=torch.long, device=dev)
-        # pad keys reach p0 + T: tables and max_seqlen_k cover max_seq_len + T. A first chunk's keys end at T
-        # (its table stays as wide: the sequence may hold blocks for the chunks after it)
+        # pad keys reach p0 + T: tables and max_seqlen_k cover max_seq_len + T
         self.metas, self.slots, self.width = static_metadata(runner, 1, tokens, max_seq_len + tokens)
-        if first:
-            for m in self.metas.values():
-                m.max_seqlen_k = tokens
 
     def fill(self, seq: int, start: int, tokens: list[int]) -> None:
         n, t = len(tokens), self.t
         if not 0 < n <= t:
             raise ValueError(f"a step of {n} tokens does not fit a {t}-token prefill graph")
-        if self.first and start != 0:
-            raise ValueError(f"a step at position {start} does not fit a first-chunk prefill graph (keys up to {t})")
         self.ids.copy_(torch.tensor(tokens + [0] * (t - n), dtype=torch.long), non_blocking=True)
         self.pos.copy_(torch.arange(start, start + t, dtype=torch.long), non_blocking=True)
         used = [start + t]
@@ -99,7 +88,7 @@ class PrefillGraphs:
     def __init__(self, runner: ModelRunner, max_seq_len: int, on: bool, notes: list[str],
                  fallback: Callable[[str, Exception], None]):
         self.runner, self.max_seq_len, self.on, self.notes, self.fallback = runner, max_seq_len, on, notes, fallback
-        self.graphs: dict[tuple[int, bool], PrefillGraph] = {}  # (token bucket, first chunk)
+        self.graphs: dict[int, PrefillGraph] = {}
         self.steps = 0  # steps that replayed a graph (reported by benchmarks)
         self._noted_eager = False
 
@@ -109,10 +98,9 @@ class PrefillGraphs:
         if not self.on or t is None:
             return None
         try:
-            key = (t, start == 0)
-            g = self.graphs.get(key)
+            g = self.graphs.get(t)
             if g is None:
-                g = self.graphs[key] = PrefillGraph(self.runner, t, self.max_seq_len, first=start == 0)
+                g = self.graphs[t] = PrefillGraph(self.runner, t, self.max_seq_len)
             out = g.step(seq, start, tokens)
         except ReplayShapeError as e:
             if not self._noted_eager:

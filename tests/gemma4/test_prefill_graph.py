@@ -53,22 +53,7 @@ def test_graph_prefill_equals_eager(models, prompts, fake_cuda_graphs, kv, step)
                 assert max_rel_error(x, ref) < (1e-5 if kv == "auto" else 0.07), key  # otherwise; FP8: one step)
     assert graphed.prefill_graph_steps >= len(prompts) * (2 if step else 1)
     assert eager.prefill_graph_steps == 0
-    # one graph per bucket and kind of chunk (first, or later), replayed
-    assert set(graphed.prefill_graphs.graphs) == ({(16, True), (16, False)} if step else {(16, True), (32, True)})
-
-
-def test_a_first_chunk_graph_bounds_keys_to_its_bucket(models, prompts, fake_cuda_graphs):
-    """The kernels get max_seqlen_k = T for a prompt's first chunk, as eager passes the real key count (FA3
-    keeps a sliding window only below max_seqlen_k: a larger bound ran its slower local kernel); a later
-    chunk's graph covers max_seq_len + T. A first-chunk graph refuses a step past position 0."""
-    model, _ = models["all"]
-    _, graphed = _engines(model, "auto", 8)
-    graphed.generate([prompts[0]], 2)  # 23 tokens: chunks of 8 at 0, 8, 16
-    graphs = graphed.prefill_graphs.graphs
-    assert {m.max_seqlen_k for m in graphs[(16, True)].metas.values()} == {16}
-    assert {m.max_seqlen_k for m in graphs[(16, False)].metas.values()} == {64 + 16}
-    with pytest.raises(ValueError, match="position 8 does not fit a first-chunk prefill graph"):
-        graphs[(16, True)].fill(0, 8, prompts[0][8:16])
+    assert set(graphed.prefill_graphs.graphs) == ({16} if step else {16, 32})  # one graph per bucket, replayed
 
 
 def test_graph_prefill_replays_stay_equal(models, prompts, fake_cuda_graphs):
@@ -78,7 +63,7 @@ def test_graph_prefill_replays_stay_equal(models, prompts, fake_cuda_graphs):
     a, b = prompts[0][:20], prompts[2][:27]  # both pad to 32
     for p in (a, b, a):
         assert graphed.generate([p], 4).tokens == eager.generate([p], 4).tokens
-    assert list(graphed.prefill_graphs.graphs) == [(32, True)] and graphed.prefill_graph_steps == 3
+    assert list(graphed.prefill_graphs.graphs) == [32] and graphed.prefill_graph_steps == 3
 
 
 def test_batches_and_single_tokens_stay_eager(models, prompts, fake_cuda_graphs):

@@ -40,7 +40,7 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M:
 
 def config(n: int, k: int) -> dict:
     """Block sizes by shape, the fastest measured per Gemma-4 projection on the H200
-    (bench/results/h200/gemv/gemv.md): two rows of W a program over long K chunks for the small projections
+    (bench/results/h200/prefill_gemv/G/gemv.md): two rows of W a program over long K chunks for the small projections
     (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256."""
     return dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
 

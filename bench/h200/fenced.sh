@@ -6,6 +6,8 @@
 #                                   #   one model step per fence kind (bench/gemma4/bucket_vs_step.py), 31B, E4B
 #   bash bench/h200/fenced.sh P31   # ~4 min: `kselect perf --fence layer:<one layer's weights>` over the
 #   bash bench/h200/fenced.sh P4    #   decode buckets at 544 tokens (B1, B16, spread +-6.25%) of 31B / E4B
+#   bash bench/h200/fenced.sh Q31   # ~4 min: the same fence over 31B's prefill buckets (1x512, 1x4096): in
+#                                   #   prefill the layer fence is a GEMM of the prompt's rows (kselect perf)
 #   bash bench/h200/fenced.sh E1    # ~4 min: e2e 31B bf16 + FP8 on the fenced figures, explain vs the run
 #   bash bench/h200/fenced.sh E2    # ~2 min: the same for E4B
 #   bash bench/h200/fenced.sh TF    # the prefill-graph GPU test's FlashInfer cases (JIT compiles)
@@ -16,7 +18,7 @@
 # skip, no error) does it become the figures E1/E2 select on ($KEEP/perf.yaml). A group's candidates all
 # have one model's shapes, so they are never a mix of fenced and back-to-back figures.
 set -u
-PART=${1:?usage: fenced.sh D|P31|P4|E1|E2|TF}
+PART=${1:?usage: fenced.sh D|P31|P4|Q31|E1|E2|TF}
 OUT=${OUT:-/tmp/fenced_out}
 KEEP=${KEEP:-/tmp/kselect_fenced}
 LOG=$PART.log
@@ -30,12 +32,12 @@ FENCE_E4B=${FENCE_E4B:-layer:192}
 DECODE=${DECODE:-1x544,16x544}  # the buckets P31/P4 time
 [ -f "$KEEP/perf.yaml" ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 
-perf_fenced() {  # $1 model, $2 fence
+perf_fenced() {  # $1 model, $2 fence, $3 decode buckets, $4 prefill buckets
   [ -f "$KEEP/fenced.yaml" ] || cp conf/perf/$GPU.yaml "$KEEP/fenced.yaml"
-  say "perf $1 --fence $2: decode at 544 tokens spread +-6.25%, B1 and B16, every verified kernel at every reachable page"
+  say "perf $1 --fence $2: decode ${3:-none} (spread +-6.25%), prefill ${4:-none}, every verified kernel at every reachable page"
   timeout $((${UNTIL:-590} - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/fenced.yaml" \
     --models $1 --kernels FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN --fence $2 \
-    --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode $DECODE --context-spread 0.0625 --prefill "" \
+    --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode "$3" --context-spread 0.0625 --prefill "$4" \
     --reps 5 --warm-jobs 12 --budget-s $((${UNTIL:-590} - 50 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf_$1.log"
   grep -c " ms graph" "$OUT/perf_$1.log"; grep -v " ms graph" "$OUT/perf_$1.log" | grep -v "^kselect: FlashInfer" | tail -20
   cp "$KEEP/fenced.yaml" "$OUT/perf_fenced_$GPU.yaml"
@@ -64,8 +66,9 @@ D)
   cp "$OUT/D4/bucket_vs_step.md" "$OUT/bucket_vs_step_e4b.md"; rm -rf "$OUT/D4"
   grep "model step\|bucket, fence" "$OUT"/bucket_vs_step_*.md
   ;;
-P31) perf_fenced gemma4_31b $FENCE_31B ;;
-P4) perf_fenced gemma4_e4b $FENCE_E4B ;;
+P31) perf_fenced gemma4_31b $FENCE_31B "$DECODE" "" ;;
+P4) perf_fenced gemma4_e4b $FENCE_E4B "$DECODE" "" ;;
+Q31) perf_fenced gemma4_31b $FENCE_31B "" "${PREFILL:-1x512,1x4096}" ;;
 E1|E2)
   case $PART in E2) m=e4b ;; *) m=31b ;; esac
   e2e_and_explain $m 520

@@ -14,7 +14,8 @@ No parameter is cast per call (kernels widen bf16 weights in registers), nothing
 `ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
-kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline). MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
+kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
+MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
 """
 
 from __future__ import annotations

@@ -397,3 +397,20 @@ def test_explain_vs_run_lists_the_runs_attention_kernels():
     assert len(rows) == 4 and "| decode step | fp8 | vllm | `flash_fwd` | 50 | 11.00 | 550.0 |" in rows
     assert any(r.startswith("| prefill of 512 | fp8 | vllm | `_quant_query_kernel` | 50 | 1.50 | 75.0 |") for r in rows)
     assert xv.kernel_lines(dict(profiles=[dict(preset="m", selection="vllm", kv="fp8")]), "m") == []
+
+
+def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bucket(tmp_path):
+    """bench/gemma4/bucket_vs_step.py --phase prefill (CPU smoke): one engine prefill per --max-seq-lens, each
+    group's prefill bucket at the prompt's length, json and markdown that say which is which."""
+    bvs = _load("bench/gemma4/bucket_vs_step.py")
+    out = tmp_path / "bvs"
+    assert bvs.main(["--out", str(out), "--preset", "gemma4_tiny", "--platform", "cpu", "--kv", "auto",
+                     "--selections", "vllm", "--phase", "prefill", "--prompt-len", "20", "--steps", "1",
+                     "--max-seq-lens", "28", "60"]) == 0
+    (row,) = json.loads((out / "bucket_vs_step.json").read_text())
+    assert row["phase"] == "prefill" and row["context"] == 20 and set(row["steps"]) == {"28", "60"}
+    assert {g["kind"] for g in row["groups"]} == {"sliding_window", "full_attention"}
+    for g in row["groups"]:
+        assert g["layers"] > 0 and [b["fence"] for b in g["buckets"]] == ["none"] and g["buckets"][0]["ms"] > 0
+    md = (out / "bucket_vs_step.md").read_text()
+    assert "B1 prefill" in md and "model prefill (engine max_seq_len 60)" in md and "bucket, fence none" in md

@@ -29,7 +29,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(ROOT))
 
 from e2e import SEED, SELECTIONS, free, point_overrides  # noqa: E402
-from fusion import attention_kernels, category, profile_prefill  # noqa: E402
+from fusion import attention_kernels, category, profile_prefill, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
@@ -55,11 +55,6 @@ def model_step(model, groups, prompt, steps: int) -> dict:
     del eng
     free()
     return out
-
-
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def prefill_steps(model, groups, prompt, reps: int, max_seq_lens: list[int]) -> dict:

@@ -130,7 +130,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
                 top_kernels=sorted(((n, c / steps) for n, c in names.items()), key=lambda x: -x[1])[:25])
 
 
-def _sync() -> None:
+def sync() -> None:
     if torch.cuda.is_available():  # CPU: a smoke run of the profiles
         torch.cuda.synchronize()
 
@@ -144,13 +144,13 @@ def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = 
 
     eng = Engine(model, groups, max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True)
     eng.extend([0], [prompt])  # warm-up: compiles, captures the bucket's graph and checks it
-    _sync()
+    sync()
     before = eng.prefill_graph_steps
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             eng.reset()  # the captured graphs stay; the same prompt is prefilled again from an empty cache
             eng.extend([0], [prompt])
-        _sync()
+        sync()
     count, ms, _ = by_category(prof.events())
     graphs = eng.prefill_graph_steps - before >= reps
     timeline = timeline_ms(prof.events(), lambda n: category(n) == "attention")

@@ -27,16 +27,11 @@ sys.path.append(str(ROOT))
 sys.path.append(str(Path(__file__).resolve().parent))
 
 from e2e import SELECTIONS, describe, environment, free  # noqa: E402
-from fusion import CATEGORIES, category  # noqa: E402
+from fusion import CATEGORIES, category, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
 

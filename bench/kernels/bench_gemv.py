@@ -4,7 +4,7 @@
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
-(kernels plus the gaps between them), median of --reps replays. Writes gemv.json and gemv.md with GB/s.
+(kernels plus the gaps between them), median of --reps replays (bench_attention.time_graph). Writes gemv.json and gemv.md with GB/s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,6 +20,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))
+sys.path.append(str(Path(__file__).resolve().parent))
+
+from bench_attention import time_graph  # noqa: E402
 
 from kselect.kernels.gemv import gemv  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
@@ -34,28 +36,6 @@ SHAPES = {
 CONFIGS = [dict(block_n=bn, block_k=bk, num_warps=nw) for bn, bk, nw in
            itertools.product((2, 4, 8, 16), (256, 512, 1024), (4, 8))]
 L2 = 50 << 20
-
-
-def time_calls(fn, ws, x, reps: int) -> float:
-    """ms per call: one graph of len(ws) calls, replayed `reps` times."""
-    for w in ws[:2]:
-        fn(x, w)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for w in ws:
-            fn(x, w)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / len(ws))
-    return statistics.median(times)
 
 
 def main(argv: list[str]) -> int:
@@ -74,13 +54,14 @@ def main(argv: list[str]) -> int:
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
             x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
             ref = (x.float() @ ws[0].float().T)
-            base = time_calls(F.linear, ws, x, o.reps)
+            calls = lambda fn: [lambda w=w: fn(x, w) for w in ws]  # noqa: E731 - one graph over every copy
+            base = time_graph(calls(F.linear), o.reps)
             best = None
             for cfg in CONFIGS:
                 fn = lambda x, w, cfg=cfg: gemv(x, w, **cfg)  # noqa: E731
                 try:
                     err = ((fn(x, ws[0]).float() - ref).abs().max() / ref.abs().max()).item()
-                    ms = time_calls(fn, ws, x, o.reps)
+                    ms = time_graph(calls(fn), o.reps)
                 except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped, and said
                     print(f"{model} {name} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
                     continue

@@ -64,6 +64,8 @@ class LayerParams:
     k_scale: torch.Tensor | None = None
     v_scale: torch.Tensor | None = None
     q_scale: torch.Tensor | None = None  # quant-query path: q_fp8 = q / q_scale
+    # the model dtype (the output's): set where q may arrive already quantized (AttentionBackend.query_scale)
+    out_dtype: torch.dtype | None = None
 
 
 class ReplayShapeError(RuntimeError):
@@ -92,6 +94,14 @@ class AttentionBackend(ABC):
         layer: LayerParams,
     ) -> torch.Tensor:  # [total_q, num_q_heads, head_size], model dtype
         ...
+
+    def query_scale(self, meta: AttentionMetadata, layer: LayerParams, kv_dtype: torch.dtype) -> torch.Tensor | None:
+        """The scale this call would quantize q with (quant-query on an FP8 cache), or None. A model that
+        quantizes q itself with it (fused into its q/k/v kernel) may pass forward() that FP8 q, with
+        layer.out_dtype set to the model dtype; the backend then skips its own quantize kernel."""
+        from kselect.backends.common import query_scale  # noqa: PLC0415 - common imports this module
+
+        return query_scale(self.group.descale, kv_dtype, layer, meta.seqused_k.device)
 
     def supports_cuda_graphs(self) -> bool:
         return False

@@ -43,5 +43,8 @@ class CheckingBackend(AttentionBackend):
         self.record.errors.append(rel_err(out, ref))
         return out
 
+    def query_scale(self, meta, layer, kv_dtype):
+        return None  # the reference takes q in the model dtype: the selected backend quantizes its own copy
+
     def supports_cuda_graphs(self) -> bool:
         return False  # the comparison runs eagerly, call by call

@@ -53,6 +53,7 @@ class QuantInputs:
     q_descale: torch.Tensor | None
     k_descale: torch.Tensor | None
     v_descale: torch.Tensor | None
+    out_dtype: torch.dtype  # the model dtype: the attention output's
 
 
 _UNIT: dict[torch.device, torch.Tensor] = {}
@@ -73,17 +74,32 @@ def _capturing(device) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def query_scale(descale_mode: str, kv_dtype: torch.dtype, layer: LayerParams, device) -> torch.Tensor | None:
+    """The scale q is quantized with on the quant-query path (q_fp8 = q / scale), else None."""
+    if descale_mode != "q_k_v" or not is_fp8(kv_dtype):
+        return None
+    return layer.q_scale if layer.q_scale is not None else unit_scale(device)
+
+
 def quant_inputs(descale_mode: str, q, k_cache, layer: LayerParams) -> QuantInputs:
-    """Apply the group's descale mode: q_k_v quantizes q with layer.q_scale; fp8 caches get k/v descales."""
+    """Apply the group's descale mode: q_k_v quantizes q with layer.q_scale (unless the model's q/k/v
+    kernel already did, with the same query_scale); fp8 caches get k/v descales."""
+    pre = is_fp8(q.dtype)
+    if pre and (layer.out_dtype is None or query_scale(descale_mode, k_cache.dtype, layer, q.device) is None
+                or q.dtype != k_cache.dtype):
+        raise ValueError(f"q arrived quantized ({q.dtype}) but this group's descale mode is {descale_mode!r} on a "
+                         f"{k_cache.dtype} cache (out dtype {layer.out_dtype}): only the quant-query path (q_k_v, "
+                         "q in the cache's FP8 dtype, LayerParams.out_dtype set) takes a quantized q")
+    out = layer.out_dtype or q.dtype
     if not is_fp8(k_cache.dtype):
-        return QuantInputs(q, None, None, None)
+        return QuantInputs(q, None, None, None, out)
     dev = q.device
     ks = layer.k_scale if layer.k_scale is not None else unit_scale(dev)
     vs = layer.v_scale if layer.v_scale is not None else unit_scale(dev)
-    if descale_mode == "q_k_v":
-        qs = layer.q_scale if layer.q_scale is not None else unit_scale(dev)
-        return QuantInputs(quantize_query(q, qs, k_cache.dtype), qs, ks, vs)
-    return QuantInputs(q, None, ks, vs)
+    qs = query_scale(descale_mode, k_cache.dtype, layer, dev)
+    if qs is not None:
+        return QuantInputs(q if pre else quantize_query(q, qs, k_cache.dtype), qs, ks, vs, out)
+    return QuantInputs(q, None, ks, vs, out)
 
 
 _EXPANDED: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}

@@ -30,12 +30,12 @@ class _FlashAttnBase(AttentionBackend):
         qi = quant_inputs(self.group.descale, q, k_cache, layer)
         b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
         ds = [expand_descale(d, b, hkv) for d in (qi.q_descale, qi.k_descale, qi.v_descale)]
-        out = self._call(qi.q, kc, vc, meta, bt, layer, ds, causal=True, out_dtype=q.dtype)
+        out = self._call(qi.q, kc, vc, meta, bt, layer, ds, causal=True, out_dtype=qi.out_dtype)
         sp = span_pass(meta)
         if sp is not None:
             sub_ds = [select_descale(d, sp.batch_index) for d in ds]
             out[sp.rows] = self._call(qi.q[sp.rows], kc, vc, sp.meta, bt[sp.batch_index], layer, sub_ds,
-                                      causal=False, out_dtype=q.dtype)
+                                      causal=False, out_dtype=qi.out_dtype)
         return out
 
     def _call(self, q, kc, vc, meta, bt, layer, descales, *, causal: bool, out_dtype) -> torch.Tensor:

@@ -17,5 +17,5 @@ class TorchReferenceBackend(AttentionBackend):
             qi.q, kc, vc, meta.cu_seqlens_q, meta.seqused_k, bt, layer.softmax_scale,
             causal=True, window_left=layer.window_left, mm_prefix=meta.mm_prefix, sinks=layer.sinks,
             q_descale=qi.q_descale, k_descale=qi.k_descale, v_descale=qi.v_descale,
-            q_positions=meta.q_positions, out_dtype=q.dtype,
+            q_positions=meta.q_positions, out_dtype=qi.out_dtype,
         )

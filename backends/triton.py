@@ -36,7 +36,7 @@ class TritonAttnBackend(AttentionBackend):
             max_seqlen_q=meta.max_seqlen_q, max_seqlen_k=meta.max_seqlen_k, window_left=layer.window_left,
             mm_prefix=meta.mm_prefix, sinks=layer.sinks, q_descale=expand_descale(qi.q_descale, b, hkv),
             k_descale=expand_descale(qi.k_descale, b, hkv), v_descale=expand_descale(qi.v_descale, b, hkv),
-            q_positions=meta.q_positions, out_dtype=q.dtype)
+            q_positions=meta.q_positions, out_dtype=qi.out_dtype)
 
     def supports_cuda_graphs(self) -> bool:
         return True  # launch grid depends only on shapes and max_seqlen_*; no host syncs

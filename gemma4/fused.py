@@ -2,7 +2,8 @@
 fewer, larger kernels. Per layer:
 
     qkv  = xn @ [Wq; Wk; Wv]                  one GEMM (weights concatenated once, module weights become views)
-    q    = qkv_norm_rope_write(qkv)           one kernel: q/k/v norms, rope, paged KV write (FP8 included)
+    q    = qkv_norm_rope_write(qkv)           one kernel: q/k/v norms, rope, paged KV write (FP8 included),
+                                              and q quantized where the backend takes FP8 q (quant-query)
     o    = attention(q, cache) @ Wo           the selected backend, one GEMM
     h, z = h + norm(o), norm'(h)              one kernel
     y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel
@@ -143,6 +144,7 @@ class CompiledOps:
     def __init__(self):
         import torch._dynamo
 
+        from kselect.kernels.cache_ops import quantize_query
         from kselect.kernels.kv_write import write_kv_triton
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
@@ -154,16 +156,17 @@ class CompiledOps:
         self.gelu_mul = c(_t_gelu_mul)
         self._qkv = c(_t_qkv)
         self._write = write_kv_triton
+        self._quant_q = quantize_query
 
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         return self._add_norm(y, res, wa, eps, scalar, w_b)
 
     def qkv(self, qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_cache=None, v_cache=None, slot_mapping=None,
-            k_scale=None, v_scale=None, k_eq_v=False):
+            k_scale=None, v_scale=None, k_eq_v=False, q_scale=None, q_dtype=None):
         q, k, v = self._qkv(qkv, hq, hkv if k_cache is not None else 0, d, qw, kw, cos, sin, eps, k_eq_v)
         if k_cache is not None:
             self._write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
-        return q
+        return q if q_scale is None else self._quant_q(q, q_scale, q_dtype)
 
 
 _OPS: dict[str, object] = {}
@@ -181,15 +184,20 @@ def _attention(ops, a, xn, cos, sin, ctx):
     g = ctx.groups[a.kind]
     eps = a.q_norm.eps
     qkv = ops.linear(xn, a.qkv_weight)
+    k_cache, v_cache = g.cache.kv(a.kv_source)
+    src = g.cache.layer_params(a.kv_source, a.window_left)
+    # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer); a
+    # step with far rows keeps q in the model dtype (their calls may take another path)
+    qs = None if g.far else g.backend.query_scale(g.meta, src, k_cache.dtype)
+    quant = dict(q_scale=qs, q_dtype=k_cache.dtype) if qs is not None else {}
     if a.kv_shared:
-        q = ops.qkv(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps)
+        q = ops.qkv(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)
     else:
         kc, vc = g.cache.kv(a.layer)
         p = g.cache.layer_params(a.layer, a.window_left)
         q = ops.qkv(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps, kc, vc,
-                    g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None)
-    k_cache, v_cache = g.cache.kv(a.kv_source)
-    o = g.backend.forward(q, k_cache, v_cache, g.meta, g.cache.layer_params(a.kv_source, a.window_left))
+                    g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
+    o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
     for rows, meta, window_left in g.far:
         o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
     return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)

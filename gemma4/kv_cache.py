@@ -44,6 +44,7 @@ class GroupCache(GroupBlocks):
         self.group = group
         self.kind = GROUP_TO_LAYER_TYPE[group.kind]
         self.dtype = kv_torch_dtype(group.kv_cache_dtype, model_dtype)
+        self.model_dtype = model_dtype
         self.fp8 = is_fp8(self.dtype)
         layers = args.layers_of(self.kind)
         self.producers = [i for i in layers if not args.is_kv_shared(i)]
@@ -87,7 +88,7 @@ class GroupCache(GroupBlocks):
         key = (layer, window_left)
         p = self._params.get(key)
         if p is None:
-            p = LayerParams(softmax_scale=1.0, window_left=window_left)
+            p = LayerParams(softmax_scale=1.0, window_left=window_left, out_dtype=self.model_dtype)
             if self.fp8:
                 p.k_scale, p.v_scale = self.k_scale[layer], self.v_scale[layer]
             self._params[key] = p

@@ -1,5 +1,7 @@
 """After the fused q/k/v projection, one Triton kernel per layer: per-head RMSNorm of q, k, v, rotary
-embedding of q and k, and the paged KV-cache write (FP8 quantization included).
+embedding of q and k, and the paged KV-cache write (FP8 quantization included). On the quant-query
+path (q_scale given) q leaves it already quantized, q_fp8 = clamp(q / q_scale) from the rounded q, as
+kernels/quant_query.py would make it: one kernel launch a layer fewer.
 
 qkv [T, (Hq + Hkv + Hkv) * D] holds q | k | v heads (K=V layers: q | k, and v is the norm of the raw
 k). One program per (token, head row): q rows go to q_out [T, Hq, D]; k and v rows go straight to
@@ -46,27 +48,29 @@ def _norm_rope(src, t, w_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, ref_ptr, D
 
 @triton.jit
 def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
-                stride_t, stride_cs, stride_qt, hq, hkv, v_col, eps,
+                qs_ptr, stride_t, stride_cs, stride_qt, hq, hkv, v_col, eps,
                 D: tl.constexpr, HAS_KV: tl.constexpr, IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr,
-                FMAX: tl.constexpr):
+                FMAX: tl.constexpr, QUANT_Q: tl.constexpr, QMAX: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, D)
     dt = q_ptr.dtype.element_ty
     row = qkv_ptr + t * stride_t
     if h < hq:
-        q = _norm_rope(row + h * D, t, qw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, q_ptr, D, True, True)
+        q = _norm_rope(row + h * D, t, qw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
+        if QUANT_Q:
+            q = tl.minimum(tl.maximum(q / tl.load(qs_ptr), -QMAX), QMAX)
         tl.store(q_ptr + t * stride_qt + h * D + offs, q.to(dt))
     elif HAS_KV:
         slot = tl.load(slot_ptr + t)
         mask = offs < D
         if h < hq + hkv:
             kh = h - hq
-            k = _norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, q_ptr, D, True, True)
+            k = _norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
             store_kv_row(kc_ptr, ks_ptr, slot, kh, hkv, k, offs, mask, D, IS_FP8, SCALE_PER_HEAD, FMAX)
         else:
             vh = h - hq - hkv
-            v = _norm_rope(row + v_col + vh * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, q_ptr, D,
+            v = _norm_rope(row + v_col + vh * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D,
                            False, False)
             store_kv_row(vc_ptr, vs_ptr, slot, vh, hkv, v, offs, mask, D, IS_FP8, SCALE_PER_HEAD, FMAX)
 
@@ -75,17 +79,23 @@ def qkv_norm_rope_write(qkv: torch.Tensor, hq: int, hkv: int, d: int, q_weight: 
                         k_weight: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, eps: float,
                         k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None,
                         slot_mapping: torch.Tensor | None = None, k_scale=None, v_scale=None,
-                        k_eq_v: bool = False) -> torch.Tensor:
+                        k_eq_v: bool = False, q_scale: torch.Tensor | None = None,
+                        q_dtype: torch.dtype | None = None) -> torch.Tensor:
     """qkv [T, W] -> q [T, hq, d] (normed, rotated); k (normed, rotated) and v (normed) written to the caches.
 
-    W = (hq + 2 hkv) d, or (hq + hkv) d when k_eq_v (v = norm of the raw k), or hq d without caches."""
+    W = (hq + 2 hkv) d, or (hq + hkv) d when k_eq_v (v = norm of the raw k), or hq d without caches.
+    q_scale (a one-element fp32 tensor) with q_dtype (an FP8 dtype): q comes back quantized with it."""
     if d & (d - 1):
         raise ValueError(f"head dim {d} is not a power of two")
     if qkv.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1 or cos.stride(0) != sin.stride(0):
         raise ValueError("qkv_norm_rope_write needs unit column strides and cos/sin of one layout")
     t = qkv.shape[0]
     has_kv = k_cache is not None
-    q = torch.empty(t, hq, d, dtype=qkv.dtype, device=qkv.device)
+    quant_q = q_scale is not None
+    if quant_q and (q_dtype not in FP8 or q_scale.numel() != 1):
+        raise ValueError(f"quantizing q needs one fp32 scale and an FP8 q_dtype, got {q_scale.numel()} elements "
+                         f"and {q_dtype}")
+    q = torch.empty(t, hq, d, dtype=q_dtype if quant_q else qkv.dtype, device=qkv.device)
     fp8 = has_kv and k_cache.dtype in FP8
     ks, per_head = scale_arg(k_scale, hkv, qkv.device) if fp8 else (q, False)
     vs, _ = scale_arg(v_scale, hkv, qkv.device) if fp8 else (q, False)
@@ -94,7 +104,8 @@ def qkv_norm_rope_write(qkv: torch.Tensor, hq: int, hkv: int, d: int, q_weight: 
         _qkv_kernel[(t, rows)](
             qkv, q_weight, k_weight if has_kv else q_weight, cos, sin, q,
             k_cache if has_kv else q, v_cache if has_kv else q, slot_mapping if has_kv else q, ks, vs,
-            qkv.stride(0), cos.stride(0), q.stride(0), hq, hkv, (hq if k_eq_v else hq + hkv) * d, float(eps),
+            q_scale if quant_q else q, qkv.stride(0), cos.stride(0), q.stride(0), hq, hkv, (hq if k_eq_v else hq + hkv) * d, float(eps),
             D=d, HAS_KV=has_kv, IS_FP8=fp8, SCALE_PER_HEAD=per_head,
-            FMAX=float(torch.finfo(k_cache.dtype).max) if fp8 else 0.0, num_warps=4 if d >= 256 else 1)
+            FMAX=float(torch.finfo(k_cache.dtype).max) if fp8 else 0.0, QUANT_Q=quant_q,
+            QMAX=float(torch.finfo(q_dtype).max) if quant_q else 0.0, num_warps=4 if d >= 256 else 1)
     return q

@@ -145,6 +145,8 @@ def make_inputs(t: Target, batch: int, context: int, q_len: int, device: str, se
     import torch
 
     from kselect.backends.base import AttentionMetadata, LayerParams
+    from kselect.backends.common import query_scale
+    from kselect.kernels.cache_ops import quantize_query
 
     g = torch.Generator(device=device).manual_seed(seed)
     page = t.page
@@ -168,7 +170,10 @@ def make_inputs(t: Target, batch: int, context: int, q_len: int, device: str, se
     cu = torch.arange(batch + 1, device=device, dtype=torch.int32) * q_len
     used = torch.full((batch,), context, device=device, dtype=torch.int32)
     meta = AttentionMetadata(cu, used, table, q_len, context)
-    layer = LayerParams(t.head ** -0.5, window_left=t.window - 1 if t.window else -1, **scales)
+    layer = LayerParams(t.head ** -0.5, window_left=t.window - 1 if t.window else -1, out_dtype=dtype, **scales)
+    qs = query_scale(t.descale, k.dtype, layer, device)
+    if qs is not None:  # quant-query: the model's q/k/v kernel hands attention q in FP8 (gemma4/fused.py)
+        q = quantize_query(q, qs, k.dtype)
     nbytes = (k.numel() + v.numel()) * k.element_size() + q.numel() * q.element_size()
     return dict(q=q, k=k, v=v, meta=meta, layer=layer, bytes=nbytes)
 

@@ -71,6 +71,43 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
 
 
+def test_quant_query_groups_get_q_quantized_by_the_qkv_kernel(models, monkeypatch):
+    """An FP8 cache with quant-query: the fused q/k/v kernel hands the backend q already in FP8 (no
+    separate quantize kernel), with the logits of the backend quantizing q itself."""
+    from kselect.backends.reference import TorchReferenceBackend
+    from kselect.kernels.quant_query import quantize_query_triton
+
+    model, _ = models["all"]
+    sel = simple_selection(model.args, kv_cache_dtype="fp8_e4m3")
+    sel = sel.model_copy(update={"groups": tuple(g.model_copy(update={"quant_query": True, "descale": "q_k_v"})
+                                                 for g in sel.groups)})
+    seen, calls, real = [], [], TorchReferenceBackend.forward
+    monkeypatch.setattr(TorchReferenceBackend, "forward", lambda self, q, *a: seen.append(q.dtype) or real(self, q, *a))
+    # the backend's own quantize as the one Triton kernel it is on CUDA (on CPU too: the same fp32 -> fp8
+    # conversion as the q/k/v kernel's, which Triton's interpreter emulates with a few slips)
+    monkeypatch.setattr("kselect.backends.common.quantize_query",
+                        lambda q, s, dt: calls.append(1) or quantize_query_triton(q, s, dt))
+    g = torch.Generator().manual_seed(5)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+
+    def logits():
+        seen.clear(), calls.clear()
+        eng = Engine(model, sel, max_seqs=1, max_seq_len=64)
+        out = [torch.cat(eng.extend([0], prompts, all_logits=True))]
+        return torch.cat(out + [eng.decode([0], [cont[0][i]]) for i in range(2)])
+
+    model.set_compute("triton")
+    try:
+        got = logits()
+        assert not calls and set(seen) == {torch.float8_e4m3fn}
+        monkeypatch.setattr(TorchReferenceBackend, "query_scale", lambda *a: None)  # the backend quantizes
+        want = logits()
+        assert calls and set(seen) == {model.dtype}
+    finally:
+        model.set_compute("auto")
+    assert torch.equal(got, want)
+
+
 def test_concatenated_weights_are_views(models):
     model, _ = models["all"]
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -235,3 +235,21 @@ def test_a_layer_fenced_figure_refuses_to_run_inside_another_profiler():
     with profile(activities=[ProfilerActivity.CPU]):
         with pytest.raises(RuntimeError, match="inside another profiler"):
             runner._fenced_timeline_ms(None, None, 1, 1)
+
+
+@pytest.mark.parametrize("descale, q_dtype", [("q_k_v", "float8_e4m3fn"), ("kv_dequant", "bfloat16")])
+def test_quant_query_targets_are_timed_on_the_fp8_q_the_model_hands_them(descale, q_dtype):
+    """The fused q/k/v kernel quantizes q for a quant-query backend (gemma4/fused.py), so its bucket times
+    the kernel on an FP8 q, with no quantize kernel of its own; other paths get q in the model dtype."""
+    import torch
+
+    from kselect.kernels.cache_ops import quantize_query
+
+    t = runner.Target("TORCH_REFERENCE", None, "fp8_e4m3", 64, 4, 2, None, 16, descale)
+    s = runner.make_inputs(t, 1, 32, 1, "cpu", seed=0)
+    assert s["q"].dtype == getattr(torch, q_dtype) and s["layer"].out_dtype == torch.bfloat16
+    if descale == "q_k_v":
+        from dataclasses import replace
+
+        bf16 = runner.make_inputs(replace(t, descale="k_v"), 1, 32, 1, "cpu", seed=0)["q"]
+        assert torch.equal(s["q"].view(torch.uint8), quantize_query(bf16, s["layer"].q_scale, s["q"].dtype).view(torch.uint8))

@@ -25,7 +25,7 @@ def store_kv_row(cache_ptr, scale_ptr, slot, h, hkv, x, offs, mask, D: tl.conste
             sc = tl.load(scale_ptr + h)
         else:
             sc = tl.load(scale_ptr)
-        x = tl.minimum(tl.maximum(x / sc, -FMAX), FMAX)
+        x = tl.minimum(tl.maximum(tl.div_rn(x, sc), -FMAX), FMAX)  # IEEE division: "/" is approximate on the GPU
     dst = cache_ptr + (slot.to(tl.int64) * hkv + h) * D + offs
     tl.store(dst, x.to(dt), mask=mask & ((offs * 0 + slot) >= 0))
 

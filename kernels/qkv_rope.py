@@ -59,7 +59,7 @@ def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr
     if h < hq:
         q = _norm_rope(row + h * D, t, qw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
         if QUANT_Q:
-            q = tl.minimum(tl.maximum(q / tl.load(qs_ptr), -QMAX), QMAX)
+            q = tl.minimum(tl.maximum(tl.div_rn(q, tl.load(qs_ptr)), -QMAX), QMAX)  # IEEE division, as PyTorch
         tl.store(q_ptr + t * stride_qt + h * D + offs, q.to(dt))
     elif HAS_KV:
         slot = tl.load(slot_ptr + t)

@@ -18,7 +18,7 @@ def _quant_query_kernel(q_ptr, out_ptr, scale_ptr, n_cols, stride_row, BLOCK: tl
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_cols
     x = tl.load(q_ptr + row * stride_row + offs, mask=mask, other=0.0).to(tl.float32)
-    x = tl.minimum(tl.maximum(x / tl.load(scale_ptr), -FMAX), FMAX)
+    x = tl.minimum(tl.maximum(tl.div_rn(x, tl.load(scale_ptr)), -FMAX), FMAX)  # IEEE division: "/" is approximate
     tl.store(out_ptr + row * n_cols + offs, x.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -202,6 +202,13 @@ def _num_sms(device) -> int:
     return 4
 
 
+# Decode at batch <= 4: BLOCK_N 32, 2 stages, about one program per SM (kv heads x splits), splits down to one
+# key tile. At B1 x 544 on the H200 (bench/results/h200/splits/S) it took 31B sliding 16.6 -> 11.2 us
+# (FP8 15.6 -> 10.7), 31B full 19.0 -> 10.9, E4B sliding 20.7 -> 8.0, E4B full 18.0 -> 10.2: those calls
+# ran 4-20 programs of 3-5 tiles each. Larger batches keep pick_config's tiles (tuned at B64 x 8192).
+SMALL_BATCH = 4
+
+
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
     """(BLOCK_Q, BLOCK_N, num_warps, num_stages, KV_ASM). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum).
 
@@ -267,9 +274,14 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     kv_asm = kv_asm and k_cache.dtype == torch.float8_e4m3fn and dot_dtype == torch.float16
     n_qt = triton.cdiv(max_q, block_q)
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
+    small = decode and b <= SMALL_BATCH and config is None and not interpret
+    if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
+        block_n, stages = 32, 2
     if num_splits is None:
         num_splits = 1
-        if decode:
+        if small:
+            num_splits = max(1, min(triton.cdiv(_num_sms(dev), b * hkv * n_qt), triton.cdiv(span, block_n), 64))
+        elif decode:
             want = triton.cdiv(2 * _num_sms(dev), b * hkv * n_qt)
             num_splits = max(1, min(want, triton.cdiv(span, 4 * block_n), 64))
     out = torch.empty(total_q, hq, d, dtype=out_dtype, device=dev)

@@ -30,13 +30,14 @@ E2E=("${E2E_WINDOW[@]}" --no-hf)
 FENCE_31B=${FENCE_31B:-layer:1024}
 FENCE_E4B=${FENCE_E4B:-layer:192}
 DECODE=${DECODE:-1x544,16x544}  # the buckets P31/P4 time
+# KERNELS=FLASH_ATTN_v3,TRITON_ATTN re-times only the paths a change moved (the rest of the file stays)
 [ -f "$KEEP/perf.yaml" ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml
 
 perf_fenced() {  # $1 model, $2 fence, $3 decode buckets, $4 prefill buckets
   [ -f "$KEEP/fenced.yaml" ] || cp conf/perf/$GPU.yaml "$KEEP/fenced.yaml"
   say "perf $1 --fence $2: decode ${3:-none} (spread +-6.25%), prefill ${4:-none}, every verified kernel at every reachable page"
   timeout $((${UNTIL:-590} - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/fenced.yaml" \
-    --models $1 --kernels FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN --fence $2 \
+    --models $1 --kernels ${KERNELS:-FLASH_ATTN_v3,FLASH_ATTN_v4,FLASHINFER,TRITON_ATTN} --fence $2 \
     --rules vllm_0_33_0,post_pr52987 --max-page 128 --decode "$3" --context-spread 0.0625 --prefill "$4" \
     --reps 5 --warm-jobs 12 --budget-s $((${UNTIL:-590} - 50 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" > "$OUT/perf_$1.log"
   grep -c " ms graph" "$OUT/perf_$1.log"; grep -v " ms graph" "$OUT/perf_$1.log" | grep -v "^kselect: FlashInfer" | tail -20

@@ -24,7 +24,7 @@ def case(t=5, h=4, d=32, seed=0, strided=False):
 @pytest.mark.parametrize("strided", [False, True])
 def test_matches_pytorch_quantize(dtype, strided):
     q = case(strided=strided)
-    scale = torch.tensor(0.125, device=DEV)
+    scale = torch.tensor(0.37, device=DEV)  # not a power of two: Triton's "/" (approximate on the GPU) would show
     got = K.quantize_query_triton(q, scale, dtype)
     want = cache_ops.quantize(q, scale, dtype)
     assert got.dtype == dtype and got.shape == q.shape and got.is_contiguous()

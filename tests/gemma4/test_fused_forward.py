@@ -77,7 +77,7 @@ def test_quant_query_groups_get_q_quantized_by_the_qkv_kernel(models, monkeypatc
     from kselect.backends.reference import TorchReferenceBackend
     from kselect.kernels.quant_query import quantize_query_triton
 
-    model, _ = models["all"]
+    model, _ = models["all"]  # KV-shared (q only), K=V and MoE layers
     sel = simple_selection(model.args, kv_cache_dtype="fp8_e4m3")
     sel = sel.model_copy(update={"groups": tuple(g.model_copy(update={"quant_query": True, "descale": "q_k_v"})
                                                  for g in sel.groups)})

@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 
 from kselect.selector import perf as perfdata
@@ -239,9 +240,16 @@ def make_fence(fence: tuple[str, int], device: str, rows: int = 1):
     return layer
 
 
+class Timing(NamedTuple):
+    ms: float  # per call
+    graph: bool  # timed as a CUDA graph
+    host_ms: float | None  # prefill: host time of one eager call; None for decode
+    plan_ms: float | None  # prefill graphs: host time of the backend's plan before a replay (plan_ms below)
+
+
 def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str, reps: int,
-                spread: float = 0.0, fence: tuple[str, int] | None = None) -> tuple[float, bool, float | None]:
-    """(ms per call, timed as a CUDA graph, host ms of an eager call: prefill only, None for decode).
+                spread: float = 0.0, fence: tuple[str, int] | None = None) -> Timing:
+    """Timing of one bucket: ms per call, graph, and in prefill the host times (eager call, graph plan).
     Decode with `spread` > 0: the rotated input sets run contexts spread around `context` (spread_contexts).
     `fence` (parse_fence): each call follows a fence call, as a layer's attention follows the weight reads
     of the GEMMs before it; the fences' own graph is timed too and subtracted. Back to back, one call's
@@ -270,7 +278,7 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
             for c in calls:
                 c()
             times.append((time.perf_counter() - t0) * 1e3 / len(calls))
-        return statistics.median(times), False, host_ms(calls, reps) if phase == "prefill" else None
+        return Timing(statistics.median(times), False, host_ms(calls, reps) if phase == "prefill" else None, None)
     graph = be.supports_cuda_graphs()
     for s, c in zip(sets, ctxs):
         be.prepare_replay(s["meta"], [c] * batch, s["meta"].block_table.cpu())
@@ -296,8 +304,9 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
             fences = _time(_runner([flush] * len(calls), True), len(calls), reps)
             times = [a - b for a, b in zip(sorted(times), sorted(fences))]
     host = host_ms(calls, reps) if phase == "prefill" else None
+    plan = plan_ms(be, sets, ctxs, batch, reps) if phase == "prefill" and graph else None
     del sets, calls, steps, flush
-    return statistics.median(times), graph, host
+    return Timing(statistics.median(times), graph, host, plan)
 
 
 def calls_timeline_ms(events, fence_kernels: set[str], calls: int) -> float:
@@ -372,6 +381,25 @@ def _time(run, n: int, reps: int) -> list[float]:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) / (inner * n))
     return times
+
+
+def plan_ms(be, sets, ctxs, batch: int, reps: int) -> float:
+    """Median host time of the backend's prepare_replay for one input set after its calls ran: the planning
+    a graph-replayed step does on the host for each group before its replay (FlashInfer re-plans there,
+    about 1 ms; the others do nothing). Nothing runs on the GPU meanwhile, as at the start of a prefill
+    step, which waits on the previous step's sampled tokens; so the objective charges it once per step."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        for s, c in zip(sets, ctxs):
+            table = s["meta"].block_table.cpu()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            be.prepare_replay(s["meta"], [c] * batch, table)
+            times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def host_ms(calls, reps: int) -> float:
@@ -524,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         entries = {}
         for phase, b, c in todo[t]:
             try:
-                ms, graph, host = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread, fence)
+                ms, graph, host, plan = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread, fence)
             except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
                 print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
                 if args.device != "cpu":
@@ -532,12 +560,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             e = perfdata.PerfEntry(kernel=t.path, build=build, versions=versions(t), kv=t.kv, head=t.head, window=t.window,
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
-                                   ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None, graph=graph,
+                                   ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None,
+                                   plan_ms=float(f"{plan:.4g}") if plan is not None else None, graph=graph,
                                    context_spread=args.context_spread if phase == "decode" else 0.0,
                                    fence=f"{fence[0]}:{fence[1]}" if fence and graph else "",
                                    gpu=args.gpu_name, date=today)
             entries[e.bucket] = e
-            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}", flush=True)
+            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}"
+                  f"{f'  plan {plan:.4f} ms' if plan is not None else ''}", flush=True)
             if args.device != "cpu":
                 torch.cuda.empty_cache()
         if entries:

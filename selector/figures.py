@@ -3,7 +3,10 @@ figure at the objective's operating point (selector/objective.py).
 
 Where the model's prefill step, measured as the engine runs it (conf/perf `steps`, `kselect perf-steps`),
 is host-bound, a prefill call costs at least its measured host time (`host_ms`); in a GPU-bound step (the
-engine's prefill CUDA graphs), or where no step is measured, its kernels.
+engine's prefill CUDA graphs), or where no step is measured, its kernels. A backend that plans on the host
+before each prefill step (FlashInfer, `plan_ms`) adds that plan once per step, spread over the group's layers:
+the GPU waits for it (bench/results/h200/splits/: E4B's FlashInfer prefill of 512 tokens took 1.9 ms more than
+FA3's, its kernels about 0.26 ms more by conf/perf).
 """
 
 from __future__ import annotations
@@ -42,7 +45,11 @@ def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | 
     if e is None:
         return None
     host = e.host_ms if phase == "prefill" and e.host_ms and e.host_ms > e.ms and host_bound(data, cfg) else None
-    return Figure(backend=label(g), ms=host or e.ms, bucket=e.bucket, kernel_ms=e.ms if host else None, fence=e.fence)
+    # a group's backend plans on the host once per prefill step while the GPU waits: its layers share that
+    plan = e.plan_ms if phase == "prefill" and e.plan_ms else None
+    ms = (host or e.ms) + (plan / len(g.layers) if plan else 0.0)
+    return Figure(backend=label(g), ms=ms, bucket=e.bucket, kernel_ms=e.ms if host or plan else None, fence=e.fence,
+                  plan_ms=plan, host_bound=host is not None)
 
 
 def host_bound(data, cfg: KSelectConfig) -> bool:

@@ -20,13 +20,17 @@ class Figure(_Frozen):
     backend: str  # label, e.g. "FLASH_ATTN v4"
     ms: float  # per layer call, at the nearest measured bucket
     bucket: str  # conf/perf/<gpu>.yaml entry id
-    kernel_ms: float | None = None  # set when the call is host-bound: ms is its host time, this its kernels'
+    kernel_ms: float | None = None  # set when ms is not the kernels' time (host-bound, or a plan's share): theirs
     fence: str = ""  # how the bucket was timed (PerfEntry.fence): "" back to back, "gemv:1024" fenced
+    plan_ms: float | None = None  # prefill: the group's host planning before each step (PerfEntry.plan_ms)
+    host_bound: bool = False  # ms is the call's host time
 
     def text(self) -> str:
-        host = f" (host-bound: kernels {self.kernel_ms:.4g} ms)" if self.kernel_ms is not None else ""
+        parts = (["host-bound"] if self.host_bound else []) + \
+            ([f"+ plan {self.plan_ms:.4g} ms a step over the group's layers"] if self.plan_ms else [])
+        note = f" ({', '.join(parts)}: kernels {self.kernel_ms:.4g} ms)" if self.kernel_ms is not None and parts else ""
         fence = f", fence {self.fence}" if self.fence else ""
-        return f"{self.backend} {self.ms:.4g} ms{host} [{self.bucket}{fence}]"
+        return f"{self.backend} {self.ms:.4g} ms{note} [{self.bucket}{fence}]"
 
 
 class StepFigure(_Frozen):

@@ -50,6 +50,9 @@ class PerfEntry(BaseModel):
     # host wall time of one eager call (launch and host work; the GPU idle before it), median; measured
     # for prefill, which runs eagerly; None where not measured
     host_ms: float | None = Field(default=None, gt=0)
+    # prefill graphs: host time of the backend's planning before each replay (FlashInfer's plan), once per
+    # group and step, the GPU idle meanwhile; None where not measured
+    plan_ms: float | None = Field(default=None, ge=0)
     graph: bool  # timed as a CUDA-graph replay
     # decode: the figure is the mean over contexts spread +- this fraction around `context` (kselect perf
     # --context-spread); 0: the one context

@@ -73,12 +73,12 @@ def bucket(t: Target, context: int, fence: str = "none", phase: str = "decode") 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke run of the script
     be = make_target_backend(t)
     f = None if fence == "none" else parse_fence(fence)
-    ms, _, _ = time_bucket(be, t, phase, 1, context, dev, 5, fence=f)  # compiled and warm; unprofiled figure
+    ms = time_bucket(be, t, phase, 1, context, dev, 5, fence=f).ms  # compiled and warm; unprofiled figure
     # the kernel table: a layer fence reads its figure from its own profile (no nesting), so its gemv twin
     # (the same GEMV before each call) runs under this one
     shown = ("gemv", f[1]) if f and f[0] == "layer" else f
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _, graph, _ = time_bucket(be, t, phase, 1, context, dev, 3, fence=shown)
+        graph = time_bucket(be, t, phase, 1, context, dev, 3, fence=shown).graph
     ks = attention_kernels(prof.events(), 1.0)
     main = max(ks.values(), key=lambda k: k["launches"] * k["mean_us"]) if ks else None
     calls = main["launches"] if main else 1.0  # one main kernel a call

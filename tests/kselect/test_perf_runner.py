@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 
@@ -253,3 +255,23 @@ def test_quant_query_targets_are_timed_on_the_fp8_q_the_model_hands_them(descale
 
         bf16 = runner.make_inputs(replace(t, descale="k_v"), 1, 32, 1, "cpu", seed=0)["q"]
         assert torch.equal(s["q"].view(torch.uint8), quantize_query(bf16, s["layer"].q_scale, s["q"].dtype).view(torch.uint8))
+
+
+def test_a_backend_that_plans_on_the_host_has_its_plan_timed(monkeypatch):
+    """plan_ms: the host time of prepare_replay after the calls ran, once per input set and rep (what a
+    graph-replayed prefill step spends on the host per group before its replay)."""
+    import torch
+
+    calls = []
+
+    class Planner:
+        def prepare_replay(self, meta, seqused, table):
+            calls.append((list(seqused), tuple(table.shape)))
+            time.sleep(0.002)
+
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    t = runner.Target("TORCH_REFERENCE", None, "bf16", 64, 4, 2, None, 16, "none")
+    sets = [runner.make_inputs(t, 2, c, c, "cpu", seed=0) for c in (32, 48)]
+    ms = runner.plan_ms(Planner(), sets, [32, 48], 2, reps=3)
+    assert 2.0 <= ms < 50 and len(calls) == 6 and calls[:2] == [([32, 32], (2, 2)), ([48, 48], (2, 3))]

@@ -314,6 +314,29 @@ def test_a_host_bound_prefill_call_costs_its_host_time(fake_gpu):
     assert run("objective=latency", "objective.prefill.context=4096").group("sliding_window").prefill.flash_attn_version == 4
 
 
+def test_a_prefill_that_plans_on_the_host_pays_the_plan_once_a_step(fake_gpu):
+    """FlashInfer's kernel prefills fastest here (0.45 ms a layer), but its backend plans on the host before
+    every prefill step while the GPU waits (plan_ms, measured by kselect perf in prefill graphs): 5 ms over
+    31B's 50 sliding layers is 0.1 ms a call more, and FA4 (0.5) wins. Without a plan figure the kernels decide."""
+    fi = E("FLASHINFER", 256, "prefill", 0.45)
+    rest = [b for b in BUCKETS if b.bucket != fi.bucket]
+    fake_gpu(buckets=rest + [fi])
+    pre = {m.phase: m for m in run("objective=latency").group("sliding_window").measured}["prefill"]
+    assert pre.chosen.backend == "FLASHINFER" and pre.chosen.plan_ms is None and pre.chosen.ms == 0.45
+    fake_gpu(buckets=rest + [fi.model_copy(update={"plan_ms": 5.0})])
+    sw = run("objective=latency").group("sliding_window")
+    pre = {m.phase: m for m in sw.measured}["prefill"]
+    assert (sw.prefill or sw).backend == "FLASH_ATTN" and pre.chosen.backend == "FLASH_ATTN v4"
+    f = pre.figure_of("FLASHINFER")
+    assert f.ms == pytest.approx(0.45 + 5.0 / 50) and f.kernel_ms == 0.45 and not f.host_bound
+    assert "(+ plan 5 ms a step over the group's layers: kernels 0.45 ms)" in f.text()
+    # decode figures carry no plan: the host plans a decode step while the GPU runs the previous one (FlashInfer's
+    # B1 decode steps in bench/results/h200/splits/E1 cost what its kernels do, no extra millisecond)
+    fake_gpu(buckets=[b.model_copy(update={"plan_ms": 5.0}) if b.phase == "decode" else b for b in BUCKETS])
+    dec = {m.phase: m for m in run("objective=latency").group("sliding_window").measured}["decode"]
+    assert dec.chosen.plan_ms is None and dec.chosen.kernel_ms is None
+
+
 def test_figures_timed_differently_are_flagged(fake_gpu):
     """A fenced figure (kselect perf --fence) reads slower than a back-to-back one of the same kernel: a group
     whose candidates mix the two is compared unfairly, and says so; timed alike, it does not."""

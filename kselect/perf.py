@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                     "over the range; 0: the one context)")
     ap.add_argument("--max-page", type=int, default=128, help="time reachable pages up to this many tokens")
     ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
-                    "(a prefill bucket without host_ms counts as missing)")
+                    "(a prefill bucket without host_ms, or a graph-timed one without plan_ms, counts as missing)")
     args = ap.parse_args(argv)
     from kselect.selector.files import safe_name
 
@@ -526,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     have: set[str] = set()
     if args.missing and out.exists():
         old = perfdata.load(out.stem, out.parent)
-        have = {k for k, e in old.entries.items() if e.phase == "decode" or e.host_ms} if old else set()
+        have = {k for k, e in old.entries.items()
+                if e.phase == "decode" or (e.host_ms and (e.plan_ms is not None or not e.graph))} if old else set()
     todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) not in have] for t in ts}
     ts = [t for t in ts if todo[t]]
     if args.missing:

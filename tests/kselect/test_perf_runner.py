@@ -91,6 +91,13 @@ def test_missing_retimes_prefill_buckets_without_host_time(tmp_path, conformance
     log = capsys.readouterr().out
     assert "--missing: 1 buckets of 1 targets" in log and "decode:b1:c32" not in log
     assert perf.load("fake", out.parent).entries[old].host_ms > 0
+    # a graph-timed prefill bucket from before plan times were measured is missing too (CPU buckets are eager)
+    doc = yaml.safe_load(out.read_text())
+    doc["entries"][old]["graph"] = True
+    out.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16", "--missing")
+    assert "--missing: 1 buckets of 1 targets" in capsys.readouterr().out
 
 
 def test_targets_time_each_claim_as_conformance_runs_it_at_every_reachable_page():

@@ -88,13 +88,12 @@ def test_quant_query_groups_get_q_quantized_by_the_qkv_kernel(models, monkeypatc
     monkeypatch.setattr("kselect.backends.common.quantize_query",
                         lambda q, s, dt: calls.append(1) or quantize_query_triton(q, s, dt))
     g = torch.Generator().manual_seed(5)
-    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    prompt, nxt = torch.randint(3, 512, (5,), generator=g).tolist(), int(torch.randint(3, 512, (1,), generator=g))
 
-    def logits():
+    def logits():  # a prefill and one decode step: q quantized in both
         seen.clear(), calls.clear()
-        eng = Engine(model, sel, max_seqs=1, max_seq_len=64)
-        out = [torch.cat(eng.extend([0], prompts, all_logits=True))]
-        return torch.cat(out + [eng.decode([0], [cont[0][i]]) for i in range(2)])
+        eng = Engine(model, sel, max_seqs=1, max_seq_len=16)
+        return torch.cat([torch.cat(eng.extend([0], [prompt], all_logits=True)), eng.decode([0], [nxt])])
 
     model.set_compute("triton")
     try:

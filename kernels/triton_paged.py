@@ -209,6 +209,13 @@ def _num_sms(device) -> int:
 SMALL_BATCH = 4
 
 
+def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
+    """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL_BATCH with `programs` = batch x kv heads x
+    query tiles and `span` visible keys: about one program per SM, each at least one 32-key tile."""
+    block_n = 32
+    return block_n, 2, max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n), 64))
+
+
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
     """(BLOCK_Q, BLOCK_N, num_warps, num_stages, KV_ASM). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum).
 
@@ -276,12 +283,11 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
     small = decode and b <= SMALL_BATCH and config is None and not interpret
     if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
-        block_n, stages = 32, 2
+        block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev))
+        num_splits = splits if num_splits is None else num_splits
     if num_splits is None:
         num_splits = 1
-        if small:
-            num_splits = max(1, min(triton.cdiv(_num_sms(dev), b * hkv * n_qt), triton.cdiv(span, block_n), 64))
-        elif decode:
+        if decode:
             want = triton.cdiv(2 * _num_sms(dev), b * hkv * n_qt)
             num_splits = max(1, min(want, triton.cdiv(span, 4 * block_n), 64))
     out = torch.empty(total_q, hq, d, dtype=out_dtype, device=dev)

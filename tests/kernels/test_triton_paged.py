@@ -128,3 +128,15 @@ def test_fp8_kv_decode_widen_paths(asm, d, window):
     cfg = triton_paged.pick_config(d, 4, 1, True, False, kv_fp8=True)[:4] + (asm,)
     for splits in (1, 3):
         assert rel_err(run(case, config=cfg, num_splits=splits), case.reference()) < 1e-2
+
+
+@pytest.mark.parametrize("name, programs, span, splits", [
+    ("31B sliding B1 x 544: 16 kv heads", 16, 544, 9), ("31B full: 4 kv heads", 4, 544, 17),
+    ("E4B sliding: 2 kv heads, a 512-key window", 2, 512, 16), ("E4B full", 2, 544, 17),
+    ("short context: one tile a program at most", 2, 40, 2), ("E4B sliding B4", 8, 512, 16)])
+def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span, splits):
+    """At batch <= 4 the split count gives about one program per SM (132 on the H200), each at least one
+    32-key tile: the best of bench/results/h200/splits/S at B1 x 544 for each shape (and E4B sliding at B4)."""
+    from kselect.kernels.triton_paged import small_decode
+
+    assert small_decode(programs, span, 132) == (32, 2, splits), name

@@ -7,7 +7,8 @@
 #   bash bench/h200/fenced.sh P31   # ~4 min: `kselect perf --fence layer:<one layer's weights>` over the
 #   bash bench/h200/fenced.sh P4    #   decode buckets at 544 tokens (B1, B16, spread +-6.25%) of 31B / E4B
 #   bash bench/h200/fenced.sh Q31   # ~4 min: the same fence over 31B's prefill buckets (1x512, 1x4096): in
-#                                   #   prefill the layer fence is a GEMM of the prompt's rows (kselect perf)
+#   bash bench/h200/fenced.sh Q4    #   prefill the layer fence is a GEMM of the prompt's rows (kselect perf);
+#                                   #   graph-timed prefill buckets also record the backend's host plan (plan_ms)
 #   bash bench/h200/fenced.sh E1    # ~4 min: e2e 31B bf16 + FP8 on the fenced figures, explain vs the run
 #   bash bench/h200/fenced.sh E2    # ~2 min: the same for E4B
 #   bash bench/h200/fenced.sh TF    # the prefill-graph GPU test's FlashInfer cases (JIT compiles)
@@ -18,7 +19,7 @@
 # skip, no error) does it become the figures E1/E2 select on ($KEEP/perf.yaml). A group's candidates all
 # have one model's shapes, so they are never a mix of fenced and back-to-back figures.
 set -u
-PART=${1:?usage: fenced.sh D|P31|P4|Q31|E1|E2|TF}
+PART=${1:?usage: fenced.sh D|P31|P4|Q31|Q4|E1|E2|TF}
 OUT=${OUT:-/tmp/fenced_out}
 KEEP=${KEEP:-/tmp/kselect_fenced}
 LOG=$PART.log
@@ -70,6 +71,7 @@ D)
 P31) perf_fenced gemma4_31b $FENCE_31B "$DECODE" "" ;;
 P4) perf_fenced gemma4_e4b $FENCE_E4B "$DECODE" "" ;;
 Q31) perf_fenced gemma4_31b $FENCE_31B "" "${PREFILL:-1x512,1x4096}" ;;
+Q4) perf_fenced gemma4_e4b $FENCE_E4B "" "${PREFILL:-1x512,1x4096}" ;;
 E1|E2)
   case $PART in E2) m=e4b ;; *) m=31b ;; esac
   e2e_and_explain $m 520

@@ -69,7 +69,9 @@ def explain(cfg: KSelectConfig) -> dict:
 
 def _fig(cfg, g: GroupSelection, phase: str) -> dict:
     f: Figure | None = figure_for(cfg, g, phase)
-    return {"backend": label(g), "ms": f.ms if f else None, "bucket": f.bucket if f else None}
+    # kernel_ms: the kernels alone, where ms also holds host time (a host-bound step) or a plan's share
+    kern = (f.kernel_ms if f.kernel_ms is not None else f.ms) if f else None
+    return {"backend": label(g), "ms": f.ms if f else None, "bucket": f.bucket if f else None, "kernel_ms": kern}
 
 
 def figure_for(cfg, g, phase):
@@ -84,8 +86,9 @@ def _status(g: GroupSelection) -> str:
     return "refuted" if "refuted" in st else "unverified" if "unverified" in st else "verified"
 
 
-def step(rows: list[dict], phase: str, key: str) -> float | None:
-    ms = [(r[key]["ms"], r["layers"]) for r in rows if r["phase"] == phase]
+def step(rows: list[dict], phase: str, key: str, field: str = "ms") -> float | None:
+    """Layers x `field` ("ms", or "kernel_ms": the kernels alone) summed over the groups of one phase."""
+    ms = [(r[key][field], r["layers"]) for r in rows if r["phase"] == phase]
     return None if any(m is None for m, _ in ms) else sum(m * n for m, n in ms)
 
 

@@ -144,7 +144,7 @@ def prefill_rows(e2e: dict, model: str, caches: list[dict], prompt: int) -> tupl
                 continue
             want = {r["group"]: r[key]["backend"] for r in c["rows"] if r["phase"] == "prefill"}
             ran = {k: g.get("prefill_backend", g["backend"]) for k, g in groups.get((sel, kv), {}).items()}
-            pred = step(c["rows"], "prefill", key)
+            pred = step(c["rows"], "prefill", key, "kernel_ms")  # the profile holds kernels, not host plans
             got = p.get("attention_timeline_ms") or p.get("attention_ms")
             row = dict(phase="prefill", kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
                        kernels_ms=p.get("attention_ms"), timeline_ms=p.get("attention_timeline_ms"),

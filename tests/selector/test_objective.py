@@ -173,7 +173,8 @@ def test_explain_answers_the_fp8_question(fake_gpu):
     bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
     assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
     dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
-    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16:p16"}
+    assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16:p16",
+                           "kernel_ms": 0.05}  # no host time or plan in this figure: ms is the kernels
     assert dec["best_err"] == 0.02
     text = to_text(d)
     assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
@@ -330,6 +331,12 @@ def test_a_prefill_that_plans_on_the_host_pays_the_plan_once_a_step(fake_gpu):
     f = pre.figure_of("FLASHINFER")
     assert f.ms == pytest.approx(0.45 + 5.0 / 50) and f.kernel_ms == 0.45 and not f.host_bound
     assert "(+ plan 5 ms a step over the group's layers: kernels 0.45 ms)" in f.text()
+    # explain's step totals carry the plan; its kernel total (what a profile of the step holds) does not
+    from kselect.selector.explain import explain, step
+
+    fake_gpu(buckets=rest + [fi.model_copy(update={"plan_ms": 5.0})], unverified=("TRITON_ATTN", "FLASH_ATTN_v4"))
+    rows = explain(compose(BASE))["caches"]["bfloat16"]["rows"]
+    assert step(rows, "prefill", "best") == pytest.approx(step(rows, "prefill", "best", "kernel_ms") + 5.0)
     # decode figures carry no plan: the host plans a decode step while the GPU runs the previous one (FlashInfer's
     # B1 decode steps in bench/results/h200/splits/E1 cost what its kernels do, no extra millisecond)
     fake_gpu(buckets=[b.model_copy(update={"plan_ms": 5.0}) if b.phase == "decode" else b for b in BUCKETS])

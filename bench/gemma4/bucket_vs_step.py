@@ -6,7 +6,7 @@ decode step part).
 
 For each selection and KV dtype (resolved as bench/gemma4/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
-microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf.py
+microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf_timing.py
 time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per
 `--fences` variant ("none": back to back; KIND:MIB as `kselect perf --fence`). `--phase prefill`: the B1
 prefill of the prompt from the engine's prefill graph (fusion.profile_prefill), once per `--max-seq-lens`
@@ -33,7 +33,8 @@ from fusion import attention_kernels, category, profile_prefill, sync  # noqa: E
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
-from kselect.perf import Target, make_target_backend, parse_fence, time_bucket  # noqa: E402
+from kselect.perf_targets import Target, make_target_backend  # noqa: E402
+from kselect.perf_timing import parse_fence, time_bucket  # noqa: E402
 from kselect.profiling import timeline_ms  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 from kselect.selector.vocab import claim_dtype  # noqa: E402

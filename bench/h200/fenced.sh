@@ -25,7 +25,7 @@ KEEP=${KEEP:-/tmp/kselect_fenced}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
 E2E=("${E2E_WINDOW[@]}" --no-hf)
-# layer: the calls' own kernels on the fenced graph's timeline (kselect/perf.py calls_timeline_ms); the committed
+# layer: the calls' own kernels on the fenced graph's timeline (kselect/perf_timing.py calls_timeline_ms); the committed
 # figures were timed with gemv (a difference of graph times, 12.7-18.8 us for one 16 us FA3 call in five
 # timings: bench/results/h200/hf_mtp/D, L, R), layer gave 16.19-16.26 us (hf_mtp/T)
 FENCE_31B=${FENCE_31B:-layer:1024}

@@ -12,7 +12,7 @@
 #                                   #   on `objective=latency` at the e2e point, then pinned to Triton
 #   bash bench/h200/hf_mtp.sh L     # ~6 min: D found FA3 bf16's fenced figure 3 us a call under its kernels'
 #                                   #   time. The bucket beside the step again with the gemv and the layer fence
-#                                   #   (kselect/perf.py make_fence; since b179152 a layer-fenced figure is the
+#                                   #   (kselect/perf_timing.py make_fence; since b179152 a layer-fenced figure is the
 #                                   #   calls' kernels on the graph's timeline), then 31B's B1 buckets re-timed
 #                                   #   with it (fenced.sh P31, ~5 min with FlashInfer's JIT on a fresh machine:
 #                                   #   give it UNTIL=560); `bash bench/h200/fenced.sh E1` after it

@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from kselect import perf as runner
+from kselect import perf_targets as targeting
+from kselect import perf_timing as timing
 from kselect.selector import perf
 
 
@@ -108,14 +110,14 @@ def test_targets_time_each_claim_as_conformance_runs_it_at_every_reachable_page(
     only at the page a group runs."""
     ids = {"TRITON_FLASH_ATTN_v4:fp8:d512:causal", "TRITON_FLASH_ATTN_v3:fp8:d256:window",
            "TRITON_ATTN:bf16:d256:window"}
-    got = {(t.path, t.kv, t.head, t.page): t.descale for t in runner.targets(ids, ["gemma4_31b"], None, None, "sm90")}
+    got = {(t.path, t.kv, t.head, t.page): t.descale for t in targeting.targets(ids, ["gemma4_31b"], None, None, "sm90")}
     assert got == {("TRITON_FLASH_ATTN_v4", "fp8", 512, 64): "kv_dequant",
                    ("TRITON_FLASH_ATTN_v3", "fp8", 256, 16): "q_k_v",
                    **{("TRITON_ATTN", "bf16", 256, p): "none" for p in (16, 32, 64, 128)}}
-    capped = runner.targets(ids, ["gemma4_31b"], {"TRITON_ATTN"}, None, "sm90", max_page=32)
+    capped = targeting.targets(ids, ["gemma4_31b"], {"TRITON_ATTN"}, None, "sm90", max_page=32)
     assert sorted(t.page for t in capped) == [16, 32]
     # the same kernel at another page is another bucket
-    a, b = (runner.bucket_of(t, "decode", 1, 512) for t in capped)
+    a, b = (targeting.bucket_of(t, "decode", 1, 512) for t in capped)
     assert a.endswith(":p16") and b.endswith(":p32")
 
 
@@ -151,15 +153,15 @@ def test_perf_steps_needs_a_gpu_and_says_so(capsys):
 
 
 def test_spread_contexts_cover_the_range_around_the_bucket():
-    assert runner.spread_contexts(544, 1, 0.25) == [544] and runner.spread_contexts(544, 4, 0.0) == [544] * 4
-    cs = runner.spread_contexts(512, 5, 0.125)
+    assert timing.spread_contexts(544, 1, 0.25) == [544] and timing.spread_contexts(544, 4, 0.0) == [544] * 4
+    cs = timing.spread_contexts(512, 5, 0.125)
     assert cs == [448, 480, 512, 544, 576] and sum(cs) / len(cs) == 512
 
 
 def test_context_spread_times_a_range_and_is_recorded_on_decode_entries(tmp_path, conformance_file, monkeypatch):
     seen = []  # (q_len, context) of every input set the runner builds
-    make = runner.make_inputs
-    monkeypatch.setattr(runner, "make_inputs", lambda t, b, c, q, *a, **k: seen.append((q, c)) or make(t, b, c, q, *a, **k))
+    make = timing.make_inputs
+    monkeypatch.setattr(timing, "make_inputs", lambda t, b, c, q, *a, **k: seen.append((q, c)) or make(t, b, c, q, *a, **k))
     out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "1x16", "--kv", "bf16", "--context-spread", "0.25")
     decode = sorted({c for q, c in seen if q == 1})
     assert decode[0] == 24 and decode[-1] == 40 and len(decode) > 2  # 32 x (1 +- 0.25)
@@ -172,26 +174,26 @@ def test_context_spread_times_a_range_and_is_recorded_on_decode_entries(tmp_path
 def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conformance_file, capsys):
     import torch
 
-    assert runner.parse_fence("") is None and runner.parse_fence("gemv:512") == ("gemv", 512)
+    assert timing.parse_fence("") is None and timing.parse_fence("gemv:512") == ("gemv", 512)
     for bad in ("gemv", "gemv:0", "read:64", "write:-1", "write:1.5"):
         with pytest.raises(ValueError, match="expected KIND:MIB"):
-            runner.parse_fence(bad)
+            timing.parse_fence(bad)
     assert runner.main(["--gpu-name", "fake", "--conformance", str(conformance_file), "--device", "cpu",
                         "--fence", "gemv:0"]) == 2
     assert "--fence 'gemv:0'" in capsys.readouterr().err
     # the fence does its bytes of work: a gemv reads MIB of bf16 weights, a write zeroes MIB
-    w = runner.make_fence(("write", 1), "cpu")
+    w = timing.make_fence(("write", 1), "cpu")
     assert w.__self__.numel() * 4 == 1 << 20 and w().abs().sum() == 0
-    out = runner.make_fence(("gemv", 1), "cpu")()
+    out = timing.make_fence(("gemv", 1), "cpu")()
     assert out.dtype == torch.bfloat16 and out.shape == (1, (1 << 20) // (2 * 8192))
     # layer: the same GEMV, then a small kernel that reads its output (what the model runs before attention)
-    assert runner.parse_fence("layer:1024") == ("layer", 1024)
-    tail = runner.make_fence(("layer", 1), "cpu")()
+    assert timing.parse_fence("layer:1024") == ("layer", 1024)
+    tail = timing.make_fence(("layer", 1), "cpu")()
     assert tail.shape == (1, 64) and tail.abs().sum() > 0
     # in prefill a layer fence runs the call's query rows through those weights (a GEMM, as the model's layer
     # at the prompt's tokens); a gemv fence stays one row whatever the rows
-    assert runner.make_fence(("layer", 1), "cpu", rows=12)().shape == (12, 64)
-    assert runner.make_fence(("gemv", 1), "cpu", rows=12)().shape == (1, 64)
+    assert timing.make_fence(("layer", 1), "cpu", rows=12)().shape == (12, 64)
+    assert timing.make_fence(("gemv", 1), "cpu", rows=12)().shape == (1, 64)
     # CPU entries are timed back to back: the fence is not applied there, and the entry says so
     run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "", "--kv", "bf16", "--fence", "write:1")
     assert "CUDA-graph timing only" in capsys.readouterr().err
@@ -232,9 +234,9 @@ def test_a_layer_fenced_figure_is_the_calls_kernels_on_the_timeline():
         t += gemv + 2
         events += [ev("prepare", t + 1, t + 3), ev("fwd", t + 4, t + 14)]
         t += 14
-    assert abs(runner.calls_timeline_ms(events, fence, 2) - (1 + 2 + 1 + 10) / 1e3) < 1e-12
+    assert abs(timing.calls_timeline_ms(events, fence, 2) - (1 + 2 + 1 + 10) / 1e3) < 1e-12
     with pytest.raises(RuntimeError, match="none of the calls' kernels"):
-        runner.calls_timeline_ms([e for e in events if e.name in fence], fence, 2)
+        timing.calls_timeline_ms([e for e in events if e.name in fence], fence, 2)
 
 
 def test_a_layer_fenced_figure_refuses_to_run_inside_another_profiler():
@@ -243,7 +245,7 @@ def test_a_layer_fenced_figure_refuses_to_run_inside_another_profiler():
 
     with profile(activities=[ProfilerActivity.CPU]):
         with pytest.raises(RuntimeError, match="inside another profiler"):
-            runner._fenced_timeline_ms(None, None, 1, 1)
+            timing._fenced_timeline_ms(None, None, 1, 1)
 
 
 @pytest.mark.parametrize("descale, q_dtype", [("q_k_v", "float8_e4m3fn"), ("kv_dequant", "bfloat16")])
@@ -254,13 +256,13 @@ def test_quant_query_targets_are_timed_on_the_fp8_q_the_model_hands_them(descale
 
     from kselect.kernels.cache_ops import quantize_query
 
-    t = runner.Target("TORCH_REFERENCE", None, "fp8_e4m3", 64, 4, 2, None, 16, descale)
-    s = runner.make_inputs(t, 1, 32, 1, "cpu", seed=0)
+    t = targeting.Target("TORCH_REFERENCE", None, "fp8_e4m3", 64, 4, 2, None, 16, descale)
+    s = timing.make_inputs(t, 1, 32, 1, "cpu", seed=0)
     assert s["q"].dtype == getattr(torch, q_dtype) and s["layer"].out_dtype == torch.bfloat16
     if descale == "q_k_v":
         from dataclasses import replace
 
-        bf16 = runner.make_inputs(replace(t, descale="k_v"), 1, 32, 1, "cpu", seed=0)["q"]
+        bf16 = timing.make_inputs(replace(t, descale="k_v"), 1, 32, 1, "cpu", seed=0)["q"]
         assert torch.equal(s["q"].view(torch.uint8), quantize_query(bf16, s["layer"].q_scale, s["q"].dtype).view(torch.uint8))
 
 
@@ -278,7 +280,7 @@ def test_a_backend_that_plans_on_the_host_has_its_plan_timed(monkeypatch):
 
     if not torch.cuda.is_available():
         monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    t = runner.Target("TORCH_REFERENCE", None, "bf16", 64, 4, 2, None, 16, "none")
-    sets = [runner.make_inputs(t, 2, c, c, "cpu", seed=0) for c in (32, 48)]
-    ms = runner.plan_ms(Planner(), sets, [32, 48], 2, reps=3)
+    t = targeting.Target("TORCH_REFERENCE", None, "bf16", 64, 4, 2, None, 16, "none")
+    sets = [timing.make_inputs(t, 2, c, c, "cpu", seed=0) for c in (32, 48)]
+    ms = timing.plan_ms(Planner(), sets, [32, 48], 2, reps=3)
     assert 2.0 <= ms < 50 and len(calls) == 6 and calls[:2] == [([32, 32], (2, 2)), ([48, 48], (2, 3))]

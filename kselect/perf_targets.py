@@ -1,0 +1,118 @@
+"""What `kselect perf` times: a Target per (kernel path, KV dtype, head size, window, page) that a verified
+conformance claim covers for a model's groups, at every page the objective can run it at
+(selector/reachable.py), and its bucket ids (selector/perf.py). Built like the engine builds a backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kselect.selector import perf as perfdata
+
+_KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    version: int | None
+    kv: str  # claim dtype: bf16, fp8, ...
+    head: int
+    hq: int
+    hkv: int
+    window: int | None
+    page: int  # the kernel block the call reads (targets: the claim's own and every page the objective reaches)
+    descale: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.backend}_v{self.version}" if self.version else self.backend
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv.startswith("fp8")
+
+    @property
+    def model_dtype(self) -> str:
+        return "bfloat16" if self.fp8 else _KV_NAME[self.kv]
+
+
+def parse_grid(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        b, _, c = item.partition("x")
+        if not (b.isdigit() and c.isdigit()) or int(b) < 1 or int(c) < 1:
+            raise SystemExit(f"kselect perf: bad bucket {item!r}: want <batch>x<context>, e.g. 16x8192")
+        out.append((int(b), int(c)))
+    return out
+
+
+def verified_claims(path: Path) -> set[str]:
+    from kselect.selector.files import load_yaml
+
+    data = load_yaml(path, "a conformance file (kselect conformance)") or {}
+    return {cid for cid, r in (data.get("claims") or {}).items() if (r or {}).get("status") == "verified"}
+
+
+def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
+    """(head, q heads, kv heads, window) of the model's sliding and full groups (conf/model)."""
+    from kselect.selector.api import compose
+
+    m = compose(["platform=cpu", f"model={model}"]).model
+    return [(m.head_dim, m.num_attention_heads, m.num_key_value_heads, m.sliding_window),
+            (m.global_head_dim, m.num_attention_heads, m.global_kv_heads(), None)]
+
+
+def model_runs(model: str, platform: str, rules: tuple[str, ...]):
+    """The kernel runs (path, dtype, shape, page) the objective can reach for this model, over its
+    model-dtype and FP8 caches and each rules preset (selector/reachable.py)."""
+    from kselect.selector.api import compose
+    from kselect.selector.reachable import reachable
+
+    out = set()
+    for kv in ("auto", "fp8"):
+        for r in rules or (None,):
+            out |= reachable(compose([f"platform={platform}", f"model={model}", f"kv_cache={kv}", *([f"rules={r}"] if r else [])]))
+    return out
+
+
+def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None,
+            platform: str = "auto", rules: tuple[str, ...] = (), max_page: int = 128) -> list[Target]:
+    """One target per kernel path, KV dtype, model group shape and page that a verified causal/window
+    claim covers. Pages: the claim's own run (selector/claims.py, as conformance verified it, e.g. the
+    FA4 fork's 64-token FP8 pages) and every page the objective can run that kernel at for the model
+    (model_runs) up to max_page, since the objective reads a figure only at the page a group runs.
+    Descale mode: the claim's own run."""
+    from kselect.selector.claims import claim_runs
+
+    out: list[Target] = []
+    for model in models:
+        runs = model_runs(model, platform, rules)
+        for head, hq, hkv, window in model_shapes(model):
+            feature = "window" if window else "causal"
+            for cid in sorted(verified):
+                path, kv, d, feat = cid.split(":")
+                if feat != feature or d != f"d{head}" or (kernels and path not in kernels) or (kvs and kv not in kvs):
+                    continue
+                backend, _, ver = path.partition("_v")
+                run = claim_runs([cid], (f"platform={platform}",))[cid]
+                pages = {run.page} | {r.page for r in runs if r.page <= max_page
+                                      and (r.path, r.kv, r.head, r.num_kv_heads, r.window) == (path, kv, head, hkv, window)}
+                for page in sorted(pages):
+                    t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window, page, run.descale)
+                    if t not in out:
+                        out.append(t)
+    return out
+
+
+def make_target_backend(t: Target):
+    from kselect.backends import make_backend
+    from kselect.backends.fixtures import make_group
+
+    return make_backend(make_group(t.backend, t.version, t.head, _KV_NAME[t.kv], t.page, t.page, t.descale,
+                                   t.hkv, t.window))
+
+
+def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
+    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv, t.page)

@@ -60,9 +60,6 @@ class CompositeBackend(AttentionBackend):
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         return self.child_for(meta).forward(q, k_cache, v_cache, meta, layer)
 
-    def query_scale(self, meta, layer, kv_dtype):
-        return self.child_for(meta).query_scale(meta, layer, kv_dtype)
-
     def supports_cuda_graphs(self) -> bool:
         return self.causal.supports_cuda_graphs()  # captured steps are decode steps: the causal child
 

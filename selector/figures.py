@@ -6,7 +6,7 @@ is host-bound, a prefill call costs at least its measured host time (`host_ms`);
 engine's prefill CUDA graphs), or where no step is measured, its kernels. A backend that plans on the host
 before each prefill step (FlashInfer, `plan_ms`) adds that plan once per step, spread over the group's layers:
 the GPU waits for it (bench/results/h200/splits/: E4B's FlashInfer prefill of 512 tokens took 1.9 ms more than
-FA3's, its kernels about 0.26 ms more by conf/perf).
+FA3's, its kernels 0.24 ms more by conf/perf).
 """
 
 from __future__ import annotations

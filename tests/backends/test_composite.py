@@ -73,6 +73,12 @@ def test_triton_child_quantizes_q_only_with_the_composite(stand_ins):
                                           descale="q_k_v"))
     assert (sliding.general.group.descale, sliding.causal.group.descale) == ("q_k_v", "q_k_v")
     assert sliding.general.group.flash_attn_version is None and sliding.causal.group.flash_attn_version == 3
+    # so the composite's own group says whether q arrives quantized, for either child, without routing the batch
+    case = make_case([1], [20], block_size=64, cache_dtype=torch.float8_e4m3fn)
+    meta, layer = meta_of(case), layer_of(case, q_scale=torch.tensor(0.5))
+    for be, want in ((full, None), (sliding, layer.q_scale)):
+        got = [b.query_scale(meta, layer, torch.float8_e4m3fn) for b in (be, be.general, be.causal)]
+        assert all(g is want for g in got), (be.group.descale, got)
 
 
 def test_a_missing_child_fails_in_one_line(hide_modules, monkeypatch):

@@ -6,16 +6,19 @@ fewer, larger kernels. Per layer:
                                               and q quantized where the backend takes FP8 q (quant-query)
     o    = attention(q, cache) @ Wo           the selected backend, one GEMM
     h, z = h + norm(o), norm'(h)              one kernel
-    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel
+    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel; at one row
+                                              the GELU*up is the first GEMV's epilogue (kernels/gemv.py)
     x', xn' = (h + norm(y)) * s, norm''(x')   one kernel; norm'' is the next layer's input norm (or the
                                               final norm), so every layer starts from a normed input
-    (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel and one more add-norm kernel)
+    (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel (one row: the epilogue) and one more add-norm kernel)
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
 `ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
+On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py); "triton_serial" is
+the same ops launched plainly, PDL's baseline.
 MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
 """
 
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kselect.gemma4.config import FULL, SLIDING
+from kselect.kernels import pdl
 
 
 # ---------------------------------------------------------------------------- weights, once
@@ -74,7 +78,23 @@ def _weights_key(model) -> tuple:
 
 
 # ---------------------------------------------------------------------------- fused-region implementations
-class TritonOps:
+class _Ops:
+    serial = False  # launch plainly, not with PDL (kernels/pdl.py)
+
+    def linear_gelu_mul(self, x, w, mul=None):
+        """gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] (mul None), else gelu_tanh(x @ w.T) * mul."""
+        y = self.linear(x, w)
+        if mul is None:
+            i = y.shape[1] // 2
+            return self.gelu_mul(y[:, :i], y[:, i:])
+        return self.gelu_mul(y, mul)
+
+
+def _one_row(x, w) -> bool:
+    return x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(-1) == 1
+
+
+class TritonOps(_Ops):
     name = "triton"
 
     def __init__(self):
@@ -85,12 +105,26 @@ class TritonOps:
         self.gelu_mul = gelu_mul.gelu_tanh_mul
         self.qkv = qkv_rope.qkv_norm_rope_write
         self._gemv = gemv.gemv
+        self._gemv_gelu_mul = gemv.gemv_gelu_mul
 
     def linear(self, x, w):
         """x @ w.T: one row (a batch-1 decode step) on the GEMV kernel, more rows on cuBLAS's GEMMs."""
-        if x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(-1) == 1:
+        if _one_row(x, w):
             return self._gemv(x, w)
         return F.linear(x, w)
+
+    def linear_gelu_mul(self, x, w, mul=None):
+        """One row: the GEMV with GELU*up in its epilogue (one kernel); more rows: the GEMM, then the kernel."""
+        if _one_row(x, w) and (mul is None or mul.stride(-1) == 1):
+            return self._gemv_gelu_mul(x, w, mul)
+        return super().linear_gelu_mul(x, w, mul)
+
+
+class TritonSerialOps(TritonOps):
+    """The Triton ops launched without programmatic dependent launch: PDL's baseline."""
+
+    name = "triton_serial"
+    serial = True
 
 
 class TritonCublasOps(TritonOps):
@@ -100,6 +134,9 @@ class TritonCublasOps(TritonOps):
 
     def linear(self, x, w):
         return F.linear(x, w)
+
+    def linear_gelu_mul(self, x, w, mul=None):
+        return _Ops.linear_gelu_mul(self, x, w, mul)
 
 
 def _t_norm(x, w, eps):
@@ -134,7 +171,7 @@ def _t_qkv(qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_eq_v):
     return q, _t_rope(_t_norm(k_raw, kw, eps), cos, sin), _t_norm(v_raw, None, eps)
 
 
-class CompiledOps:
+class CompiledOps(_Ops):
     """The fused regions as PyTorch ops under torch.compile (inductor generates the kernels).
     The KV write after the compiled norm+rope is kernels/kv_write (one more kernel per KV layer)."""
 
@@ -174,7 +211,8 @@ _OPS: dict[str, object] = {}
 
 def ops_for(name: str):
     if name not in _OPS:
-        _OPS[name] = {"triton": TritonOps, "triton_cublas": TritonCublasOps, "compile": CompiledOps}[name]()
+        _OPS[name] = {"triton": TritonOps, "triton_serial": TritonSerialOps, "triton_cublas": TritonCublasOps,
+                      "compile": CompiledOps}[name]()
     return _OPS[name]
 
 
@@ -208,16 +246,14 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
     o = _attention(ops, layer.self_attn, xn, cos, sin, ctx)
     h, z = ops.add_rms_norm(o, x, layer.post_attention_layernorm.weight, eps, None, layer.pre_feedforward_layernorm.weight)
     mlp = layer.mlp
-    i = mlp.gate_proj.weight.shape[0]
-    gu = ops.linear(z, mlp.gate_up_weight)
-    y = ops.linear(ops.gelu_mul(gu[:, :i], gu[:, i:]), mlp.down_proj.weight)
+    y = ops.linear(ops.linear_gelu_mul(z, mlp.gate_up_weight), mlp.down_proj.weight)
     if layer.moe:  # unfused: the expert block reads the pre-MLP residual h
         w, idx = layer.router(h)
         y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = layer.post_feedforward_layernorm_1(y) + layer.post_feedforward_layernorm_2(y2)
     if layer.ple_dim:
         h, _ = ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps)
-        p = ops.gelu_mul(ops.linear(h, layer.per_layer_input_gate.weight), ple)
+        p = ops.linear_gelu_mul(h, layer.per_layer_input_gate.weight, ple)
         y = ops.linear(p, layer.per_layer_projection.weight)
         return ops.add_rms_norm(y, h, layer.post_per_layer_input_norm.weight, eps, layer.layer_scalar, next_norm)
     return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
@@ -225,6 +261,13 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
 
 def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
     """Gemma4.forward with fused regions: input_ids [T] -> final-normed hidden states [T, hidden]."""
+    if ops.serial:
+        with pdl.off():
+            return _forward(model, input_ids, ctx, ops)
+    return _forward(model, input_ids, ctx, ops)
+
+
+def _forward(model, input_ids, ctx, ops):
     prepare(model)
     x = model._embed(input_ids)
     ple = model._per_layer_inputs(input_ids, x) if model.ple_dim else None

@@ -257,7 +257,7 @@ class DecoderLayer(nn.Module):
 # ---------------------------------------------------------------------------- the model
 
 
-COMPUTE_MODES = ("auto", "unfused", "triton", "triton_cublas", "compile")
+COMPUTE_MODES = ("auto", "unfused", "triton", "triton_serial", "triton_cublas", "compile")
 
 
 class Gemma4(nn.Module):
@@ -331,7 +331,8 @@ class Gemma4(nn.Module):
     def set_compute(self, mode: str) -> "Gemma4":
         """How forward computes: "auto" (fused Triton kernels on CUDA, the plain modules elsewhere),
         "unfused" (the plain modules everywhere), "triton" (gemma4/fused.py with kernels/ Triton
-        kernels, CUDA or Triton's interpreter), "triton_cublas" (the same, every projection on cuBLAS),
+        kernels, CUDA or Triton's interpreter; programmatic dependent launch on SM90), "triton_serial" (the same
+        kernels launched plainly), "triton_cublas" (the same, every projection on cuBLAS),
         "compile" (the same fused regions through torch.compile)."""
         if mode not in COMPUTE_MODES:
             raise ValueError(f"compute mode {mode!r}: use one of {', '.join(COMPUTE_MODES)}")

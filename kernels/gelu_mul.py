@@ -11,24 +11,34 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kselect.kernels import pdl
 from kselect.kernels.triton_round import round_like
 
 
-
 @triton.jit
-def _gelu_mul_kernel(g_ptr, u_ptr, out_ptr, n, stride_g, stride_u, stride_out, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    dt = out_ptr.dtype.element_ty
-    g = tl.load(g_ptr + row * stride_g + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(u_ptr + row * stride_u + offs, mask=mask, other=0.0).to(tl.float32)
+def gelu_mul_rounded(g, u, ref_ptr):
+    """gelu_tanh(g) * u for fp32 g, u already rounded to ref_ptr's dtype; rounded as PyTorch's two ops round."""
     inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
     inner = tl.minimum(tl.maximum(inner, -15.0), 15.0)  # tanh is +-1 in fp32 there; no exp overflow
     th = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
-    act = round_like(0.5 * g * (1.0 + th), out_ptr)
-    tl.store(out_ptr + row * stride_out + offs, round_like(act * u, out_ptr).to(dt), mask=mask)
+    act = round_like(0.5 * g * (1.0 + th), ref_ptr)
+    return round_like(act * u, ref_ptr)
+
+
+@triton.jit
+def _gelu_mul_kernel(g_ptr, u_ptr, out_ptr, n, stride_g, stride_u, stride_out, BLOCK: tl.constexpr,
+                     PDL: tl.constexpr):
+    if PDL:  # kernels/pdl.py; no weights to read early
+        gdc_wait()
+        gdc_launch_dependents()
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    g = tl.load(g_ptr + row * stride_g + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + row * stride_u + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_out + offs, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -41,7 +51,7 @@ def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     block = min(2048, triton.next_power_of_2(n))
     if t:
         _gelu_mul_kernel[(t, triton.cdiv(n, block))](gate, up, out, n, gate.stride(0), up.stride(0), out.stride(0),
-                                                     BLOCK=block, num_warps=4)
+                                                     BLOCK=block, num_warps=4, **pdl.args(out))
     return out
 
 

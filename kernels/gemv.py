@@ -5,6 +5,12 @@ o 10.5 MB): cuBLAS ran them at 2.9 TB/s in the fused step (bench/results/h200/fu
 Each program owns BLOCK_N rows of W and walks K in BLOCK_K chunks, keeping a [BLOCK_N, BLOCK_K] fp32
 partial per row of x and reducing it once at the end; x is re-read from L2. The result is rounded once
 to the output dtype (to nearest, kernels/triton_round.py), as cuBLAS rounds its fp32 accumulator.
+On SM90 it launches with PDL (kernels/pdl.py) and reads the first K chunk of W before waiting.
+
+gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the
+concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer
+input gate). Both halves are rounded to the output dtype first, as the unfused GEMV then kernels/gelu_mul.py
+round: the result equals them bit for bit, one kernel and one [M, 2I] round trip a call fewer.
 """
 
 from __future__ import annotations
@@ -12,30 +18,72 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kselect.kernels import pdl
+from kselect.kernels.gelu_mul import gelu_mul_rounded
 from kselect.kernels.triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 
 
 @triton.jit
+def _first_chunk(w_rows, row_ok, cols, k):
+    """W's first K chunk of a program's rows, in fp32: read before the PDL wait (kernels/pdl.py: weights only)."""
+    return tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & (cols < k)[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _row_dots(x_row, w_rows, w0, row_ok, cols, k, BLOCK_K: tl.constexpr):
+    """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once."""
+    acc = w0 * tl.load(x_row + cols, mask=cols < k, other=0.0).to(tl.float32)[None, :]
+    for k0 in range(BLOCK_K, k, BLOCK_K):
+        c = k0 + cols
+        c_ok = c < k
+        w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        acc += w.to(tl.float32) * tl.load(x_row + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, BLOCK_K)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
+    w0 = _first_chunk(w_rows, row_ok, cols, k)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     for m in tl.static_range(M):
-        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in range(0, k, BLOCK_K):
-            c = k0 + cols
-            c_ok = c < k
-            w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-            xv = tl.load(x_ptr + m * stride_x + c, mask=c_ok, other=0.0)
-            acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
-        y = tl.sum(acc, axis=1)
+        y = _row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, cols, k, BLOCK_K)
         tl.store(out_ptr + m * stride_out + rows, round_like(y, out_ptr).to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x, stride_w, stride_mul, stride_out,
+                          M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PAIRED: tl.constexpr,
+                          PDL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_K)
+    row_ok = rows < n
+    g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
+    g0 = _first_chunk(g_rows, row_ok, cols, k)
+    if PAIRED:
+        u_rows = w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w
+        u0 = _first_chunk(u_rows, row_ok, cols, k)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    for m in tl.static_range(M):
+        g = round_like(_row_dots(x_ptr + m * stride_x, g_rows, g0, row_ok, cols, k, BLOCK_K), out_ptr)
+        if PAIRED:
+            u = round_like(_row_dots(x_ptr + m * stride_x, u_rows, u0, row_ok, cols, k, BLOCK_K), out_ptr)
+        else:
+            u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
+        tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
+                 mask=row_ok)
 
 
 def config(n: int, k: int) -> dict:
@@ -45,22 +93,50 @@ def config(n: int, k: int) -> dict:
     return dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
 
 
+def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError(f"{name} needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
+                         f"stride {x.stride()} and {tuple(w.shape)} stride {w.stride()}")
+    if not 0 < x.shape[0] <= MAX_ROWS:
+        raise ValueError(f"{name} takes 1 to {MAX_ROWS} rows of x, got {x.shape[0]}")
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
          num_warps: int = 4) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype.
     Block sizes left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
-    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
-        raise ValueError(f"gemv needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
-                         f"stride {x.stride()} and {tuple(w.shape)} stride {w.stride()}")
+    _check("gemv", x, w)
     m, k = x.shape
-    if not 0 < m <= MAX_ROWS:
-        raise ValueError(f"gemv takes 1 to {MAX_ROWS} rows of x, got {m}")
     n = w.shape[0]
     cfg = config(n, k)
     block_n, block_k = block_n or cfg["block_n"], block_k or cfg["block_k"]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), M=m,
-                                             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps)
+                                             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, **pdl.args(x))
+    return out
+
+
+def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = None, block_n: int | None = None,
+                  block_k: int | None = None, num_warps: int = 4) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS) -> [M, I] in x's dtype: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K]
+    (mul None), or gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride).
+    Block sizes left out come from `config` of the whole w, halved per half when paired (the same bytes a program)."""
+    _check("gemv_gelu_mul", x, w)
+    m, k = x.shape
+    paired = mul is None
+    if paired and w.shape[0] % 2:
+        raise ValueError(f"gemv_gelu_mul without mul needs w = [gate; up] with an even row count, got {w.shape[0]}")
+    n = w.shape[0] // 2 if paired else w.shape[0]
+    if not paired and (mul.shape != (m, n) or mul.stride(-1) != 1):
+        raise ValueError(f"gemv_gelu_mul needs mul [{m}, {n}] with unit column stride, got {tuple(mul.shape)} "
+                         f"stride {mul.stride()}")
+    cfg = config(w.shape[0], k)
+    block_n = block_n or (max(1, cfg["block_n"] // 2) if paired else cfg["block_n"])
+    block_k = block_k or cfg["block_k"]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
+        x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
+        out.stride(0), M=m, BLOCK_N=block_n, BLOCK_K=block_k, PAIRED=paired, num_warps=num_warps, **pdl.args(x))
     return out

@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from kselect.kernels import pdl
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -33,7 +36,10 @@ def store_kv_row(cache_ptr, scale_ptr, slot, h, hkv, x, offs, mask, D: tl.conste
 @triton.jit
 def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr, hkv,
                      stride_kt, stride_kh, stride_vt, stride_vh, D: tl.constexpr, BLOCK: tl.constexpr,
-                     IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, FMAX: tl.constexpr):
+                     IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, FMAX: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # kernels/pdl.py
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK)
@@ -69,4 +75,5 @@ def write_kv_triton(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=
         _kv_write_kernel[(t, hkv)](
             k, v, k_cache, v_cache, slot_mapping, ks, vs, hkv, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             D=d, BLOCK=triton.next_power_of_2(d), IS_FP8=fp8, SCALE_PER_HEAD=per_head,
-            FMAX=float(torch.finfo(k_cache.dtype).max) if fp8 else 0.0, num_warps=4 if d >= 256 else 1)
+            FMAX=float(torch.finfo(k_cache.dtype).max) if fp8 else 0.0, num_warps=4 if d >= 256 else 1,
+            **pdl.args(k_cache))

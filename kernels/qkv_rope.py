@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kselect.kernels import pdl
 from kselect.kernels.kv_write import FP8, scale_arg, store_kv_row
 from kselect.kernels.triton_round import round_like
 
@@ -50,7 +52,10 @@ def _norm_rope(src, t, w_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, ref_ptr, D
 def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
                 qs_ptr, stride_t, stride_cs, stride_qt, hq, hkv, v_col, eps,
                 D: tl.constexpr, HAS_KV: tl.constexpr, IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr,
-                FMAX: tl.constexpr, QUANT_Q: tl.constexpr, QMAX: tl.constexpr):
+                FMAX: tl.constexpr, QUANT_Q: tl.constexpr, QMAX: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # kernels/pdl.py
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, D)
@@ -107,5 +112,5 @@ def qkv_norm_rope_write(qkv: torch.Tensor, hq: int, hkv: int, d: int, q_weight: 
             q_scale if quant_q else q, qkv.stride(0), cos.stride(0), q.stride(0), hq, hkv, (hq if k_eq_v else hq + hkv) * d, float(eps),
             D=d, HAS_KV=has_kv, IS_FP8=fp8, SCALE_PER_HEAD=per_head,
             FMAX=float(torch.finfo(k_cache.dtype).max) if fp8 else 0.0, QUANT_Q=quant_q,
-            QMAX=float(torch.finfo(q_dtype).max) if quant_q else 0.0, num_warps=4 if d >= 256 else 1)
+            QMAX=float(torch.finfo(q_dtype).max) if quant_q else 0.0, num_warps=4 if d >= 256 else 1, **pdl.args(q))
     return q

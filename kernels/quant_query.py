@@ -10,10 +10,17 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from kselect.kernels import pdl
 
 
 @triton.jit
-def _quant_query_kernel(q_ptr, out_ptr, scale_ptr, n_cols, stride_row, BLOCK: tl.constexpr, FMAX: tl.constexpr):
+def _quant_query_kernel(q_ptr, out_ptr, scale_ptr, n_cols, stride_row, BLOCK: tl.constexpr, FMAX: tl.constexpr,
+                        PDL: tl.constexpr):
+    if PDL:  # kernels/pdl.py
+        gdc_wait()
+        gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_cols
@@ -35,5 +42,6 @@ def quantize_query_triton(q: torch.Tensor, q_scale: torch.Tensor, dtype: torch.d
     block = min(4096, triton.next_power_of_2(cols))
     if t:
         _quant_query_kernel[(t, triton.cdiv(cols, block))](q, out, scale, cols, q.stride(0), BLOCK=block,
-                                                           FMAX=float(torch.finfo(dtype).max), num_warps=4)
+                                                           FMAX=float(torch.finfo(dtype).max), num_warps=4,
+                                                           **pdl.args(out))
     return out

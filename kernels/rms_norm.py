@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kselect.kernels import pdl
 from kselect.kernels.triton_round import round_like
 
 
@@ -23,15 +25,22 @@ from kselect.kernels.triton_round import round_like
 def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, outb_ptr,
                          D, stride_y, stride_res, stride_out, stride_outb, eps,
                          HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-                         HAS_WB: tl.constexpr, BLOCK: tl.constexpr):
+                         HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D
     dt = out_ptr.dtype.element_ty
+    if HAS_WA:  # weights before the PDL wait (kernels/pdl.py)
+        wa = tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_WB:
+        wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
     n = y * tl.rsqrt(tl.sum(y * y, axis=0) / D + eps)
     if HAS_WA:
-        n = n * tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        n = n * wa
     s = round_like(n, out_ptr)
     if HAS_RES:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
@@ -41,7 +50,7 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, ou
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
         m = s * tl.rsqrt(tl.sum(s * s, axis=0) / D + eps)
-        m = m * tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        m = m * wb
         tl.store(outb_ptr + row * stride_outb + offs, round_like(m, out_ptr).to(dt), mask=mask)
 
 
@@ -69,7 +78,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b):
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, HAS_WB=w_b is not None, BLOCK=block,
-            num_warps=row_warps(block))
+            num_warps=row_warps(block), **pdl.args(out))
     return out.view(shape), (outb.view(shape) if want_b else None)
 
 

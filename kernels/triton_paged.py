@@ -20,7 +20,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from kselect.kernels import pdl
 from kselect.kernels.reference import is_fp8
 
 LOG2E = 1.4426950408889634
@@ -51,8 +53,11 @@ def _attn_fwd(
     D: tl.constexpr, D_PAD: tl.constexpr, PAGE: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False,
+    DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    if PDL:  # kernels/pdl.py
+        gdc_wait()
+        gdc_launch_dependents()
     M: tl.constexpr = BLOCK_Q * G_PAD
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -166,7 +171,11 @@ def _attn_fwd(
 
 @triton.jit
 def _merge_splits(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, num_splits, hq, stride_ot, stride_oh,
-                  S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr):
+                  S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr,
+                  PDL: tl.constexpr):
+    if PDL:  # kernels/pdl.py
+        gdc_wait()
+        gdc_launch_dependents()
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.arange(0, S_PAD)
@@ -315,11 +324,12 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
-        num_warps=warps, num_stages=stages,
+        num_warps=warps, num_stages=stages, **pdl.args(out),
     )
     if split:
         _merge_splits[(total_q, hq)](
             ws_acc, ws_ml, out, snk, num_splits, hq, out.stride(0), out.stride(1),
-            S_PAD=_pow2(num_splits), D=d, D_PAD=d_pad, HAS_SINK=sinks is not None, num_warps=4)
+            S_PAD=_pow2(num_splits), D=d, D_PAD=d_pad, HAS_SINK=sinks is not None, num_warps=4,
+            **pdl.args(out))
     return out
 

@@ -12,7 +12,8 @@ Per preset (seeded random bf16 weights built on the device, q/k/v and gate/up co
   * a profile of eager decode steps (torch.profiler): kernels per step and per layer, device ms by
     category (GEMM, norm, elementwise, attention, copies); idle = the graph step time minus the kernel
     time of one step;
-  * greedy tokens over --long steps, fused vs unfused (first divergence, if any);
+  * greedy tokens over --long steps, fused vs unfused (first divergence, if any), at --greedy-batch sequences
+    for each of --greedy-kv;
   * prefill of one 512- and one 4096-token prompt, ours vs HF transformers (sdpa) on the same tensors,
     and HF's decode step time (host-bound: the host is recorded).
 The selection is `base` when FlashAttention imports, else `attention.backend=TRITON_ATTN`.
@@ -198,6 +199,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--long-prompt", type=int, default=4096)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--long", type=int, default=256, help="greedy steps compared fused vs unfused")
+    ap.add_argument("--greedy-batch", type=int, default=2, help="sequences of the greedy check (1: the GEMV paths)")
+    ap.add_argument("--greedy-kv", nargs="+", default=["auto"], help="KV dtypes of the greedy check (fp8: quant-query q)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--hf-new", type=int, default=8)
     ap.add_argument("--no-hf", action="store_true")
@@ -318,29 +321,31 @@ def main(argv: list[str]) -> int:
             guarded(f"{preset} profile {mode}", prof)
 
         # 4. greedy tokens, fused vs unfused, over a long run (graphs on)
-        def greedy_check():
+        def greedy_check(kv):
+            gk, nb = groups_for(base, kv), o.greedy_batch
             logits = {}
-            for mode in ("unfused", "triton"):  # prefill logits of two prompts, eager
+            for mode in ("unfused", "triton"):  # prefill logits of the prompts, eager
                 model.set_compute(mode)
-                eng = Engine(model, groups, max_seqs=2, max_seq_len=o.prompt_len + 1, cuda_graphs=False)
-                logits[mode] = eng.extend([0, 1], prompts[:2]).float()
+                eng = Engine(model, gk, max_seqs=nb, max_seq_len=o.prompt_len + 1, cuda_graphs=False)
+                logits[mode] = eng.extend(list(range(nb)), prompts[:nb]).float()
                 del eng
             lerr = max_rel_error(logits["triton"], logits["unfused"])
             runs = {}
             for mode in ("unfused", "triton"):
                 model.set_compute(mode)
-                runs[mode] = greedy(model, groups, prompts[:2], o.long)
+                runs[mode] = greedy(model, gk, prompts[:nb], o.long)
             rows = []
             for i, (a, b_) in enumerate(zip(runs["unfused"], runs["triton"])):
                 rows.append(dict(sequence=i, steps=len(a), first_divergence=first_divergence(a, b_),
                                  identical=a == b_))
-            data["greedy"].append(dict(preset=preset, batch=2, steps=o.long, sequences=rows, prefill_logits_rel_err=lerr,
-                                       tokens=dict((k, v[0][:32]) for k, v in runs.items())))
-            log(f"{preset} fused vs unfused: prefill logits rel err {lerr:.2e}; greedy {o.long} steps: " + "; ".join(
-                f"seq {r['sequence']}: {'identical' if r['identical'] else 'diverges at ' + str(r['first_divergence'])}"
-                for r in rows))
+            data["greedy"].append(dict(preset=preset, kv=kv, batch=nb, steps=o.long, sequences=rows,
+                                       prefill_logits_rel_err=lerr, tokens=dict((k, v[0][:32]) for k, v in runs.items())))
+            log(f"{preset} {kv} B{nb} fused vs unfused: prefill logits rel err {lerr:.2e}; greedy {o.long} steps: "
+                + "; ".join(f"seq {r['sequence']}: {'identical' if r['identical'] else 'diverges at ' + str(r['first_divergence'])}"
+                            for r in rows))
         if dev.type == "cuda":
-            guarded(f"{preset} greedy", greedy_check, need=30)
+            for kv in o.greedy_kv:
+                guarded(f"{preset} greedy {kv}", lambda kv=kv: greedy_check(kv), need=30)
 
         # 5. prefill 512 / 4096 ours (fused) vs HF, HF's decode step
         g2 = torch.Generator().manual_seed(2)
@@ -415,7 +420,7 @@ def render(d: dict) -> str:
     if d["greedy"]:
         out += ["", "## Greedy tokens, fused vs unfused (CUDA graphs)", ""]
         for gr in d["greedy"]:
-            out.append(f"- {gr['preset']}: last-token prefill logits max rel err {gr['prefill_logits_rel_err']:.2e}; "
+            out.append(f"- {gr['preset']} ({gr.get('kv', 'auto')} KV, batch {gr['batch']}): last-token prefill logits max rel err {gr['prefill_logits_rel_err']:.2e}; "
                        f"greedy over {gr['steps']} steps: " + "; ".join(
                 f"sequence {r['sequence']} {'identical' if r['identical'] else 'first differs at step ' + str(r['first_divergence'])}"
                 for r in gr["sequences"]))

@@ -64,15 +64,37 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     model, _ = models["all"]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
-    ops, rows = fused.ops_for("triton"), []
-    real = ops._gemv
+    ops, rows, glu = fused.ops_for("triton"), [], []
+    real, real_glu = ops._gemv, ops._gemv_gelu_mul
     monkeypatch.setattr(ops, "_gemv", lambda x, w: rows.append(x.shape[0]) or real(x, w))
+    monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
     got = run(model, "triton", prompts, cont)
     assert rows and set(rows) == {1}  # decode only: the 9-row prefill stayed on cuBLAS
     n_layers = len(model.layers)
-    assert len(rows) >= 2 * 2 * n_layers  # two steps, at least q/k/v and o per layer (and the MLP's)
+    assert len(rows) >= 2 * 2 * n_layers  # two steps, at least q/k/v and o per layer (and down)
+    # GELU*up in the GEMV's epilogue: gate/up of every dense MLP, the per-layer input gate of every PLE layer
+    ple = sum(bool(layer.ple_dim) for layer in model.layers)  # (MoE layers keep their dense MLP too)
+    assert glu.count(True) == 2 * n_layers and glu.count(False) == 2 * ple and ple
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
     assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
+
+
+def test_serial_mode_launches_plainly_with_the_same_logits(models, monkeypatch):
+    """"triton_serial" (PDL's baseline) runs the same kernels with kernels/pdl.py switched off for the whole
+    forward, and gives the bits of "triton"."""
+    from kselect.kernels import pdl
+
+    model, _ = models["all"]
+    g = torch.Generator().manual_seed(5)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (1,), generator=g).tolist()]
+    seen = []
+    for mode in ("triton", "triton_serial"):
+        ops = fused.ops_for(mode)
+        real = ops._gemv
+        monkeypatch.setattr(ops, "_gemv", lambda x, w, real=real, mode=mode: seen.append((mode, pdl._on)) or real(x, w))
+    got = run(model, "triton_serial", prompts, cont)
+    assert torch.equal(got, run(model, "triton", prompts, cont))
+    assert {m: on for m, on in seen} == {"triton_serial": False, "triton": True} and pdl._on
 
 
 def test_quant_query_groups_get_q_quantized_by_the_qkv_kernel(models, monkeypatch):

@@ -53,3 +53,77 @@ def test_bad_shapes(x_shape, w_shape, match):
 def test_gemma_sizes_bf16(n, k):
     x, w = inputs(1, n, k, torch.bfloat16, 3)
     assert rel(K.gemv(x, w), (x.double() @ w.double().T)) < 4e-3
+
+
+# ---------------------------------------------------------------------------- GeGLU in the epilogue
+def unfused_gelu_mul(x, w, mul, bn, bk):
+    from kselect.kernels.gelu_mul import gelu_tanh_mul, gelu_tanh_mul_packed
+
+    y = K.gemv(x, w, block_n=bn, block_k=bk)
+    return gelu_tanh_mul_packed(y) if mul is None else gelu_tanh_mul(y, mul)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,i,k,bn,bk", [(1, 24, 100, 4, 32), (2, 13, 64, 8, 64)])
+def test_gelu_mul_epilogue_equals_gemv_then_kernel(dtype, m, i, k, bn, bk):
+    """[Wg; Wu] paired in one program: bit-equal to the GEMV's [M, 2I] then kernels/gelu_mul (both halves
+    rounded to the dtype first, as the GEMV stores them), at ragged edges."""
+    x, w = inputs(m, 2 * i, k, dtype, 5)
+    x = x * 8  # gelu's both tails
+    got = K.gemv_gelu_mul(x, w, block_n=bn, block_k=bk)
+    assert got.shape == (m, i) and got.dtype == dtype
+    assert torch.equal(got, unfused_gelu_mul(x, w, None, bn, bk))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gelu_mul_epilogue_with_a_strided_multiplier(dtype):
+    """gelu(x @ W.T) * mul, mul a strided view (the per-layer input of one layer, ple[:, i])."""
+    x, w = inputs(1, 20, 96, dtype, 6)
+    ple = torch.randn(1, 3, 20, generator=torch.Generator().manual_seed(7)).to(DEV, dtype)[:, 1]
+    got = K.gemv_gelu_mul(x * 8, w, ple, block_n=4, block_k=32)
+    assert torch.equal(got, unfused_gelu_mul(x * 8, w, ple, 4, 32))
+
+
+def test_gelu_mul_epilogue_bad_inputs():
+    x = torch.zeros(1, 8, device=DEV)
+    with pytest.raises(ValueError, match="even row count"):
+        K.gemv_gelu_mul(x, torch.zeros(5, 8, device=DEV))
+    with pytest.raises(ValueError, match=r"mul \[1, 4\]"):
+        K.gemv_gelu_mul(x, torch.zeros(4, 8, device=DEV), torch.zeros(1, 5, device=DEV))
+    with pytest.raises(ValueError, match="1 to 8 rows"):
+        K.gemv_gelu_mul(torch.zeros(9, 8, device=DEV), torch.zeros(4, 8, device=DEV))
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("i,k", [(10240, 2560), (21504, 5376)])  # E4B and 31B gate/up
+def test_gelu_mul_epilogue_gemma_sizes_bf16(i, k):
+    """Default configs (a program owns half the rows of each half): the same values as the GEMV over [2I, K]
+    then the kernel, up to the fp32 reduction layout flipping a rounding."""
+    from fused_helpers import ulp_close
+
+    x, w = inputs(1, 2 * i, k, torch.bfloat16, 8)
+    ulp_close(K.gemv_gelu_mul(x, w), unfused_gelu_mul(x, w, None, None, None), torch.bfloat16, max_frac=0.02)
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_pdl_launch_equals_plain_launch():
+    """With programmatic dependent launch (SM90) a chain of GEMVs, each reading the last one's output, gives the
+    bits of the plain launches: every kernel waits for the one before it before reading x."""
+    from kselect.kernels import pdl
+
+    if not pdl.enabled(torch.zeros(1, device=DEV)):
+        pytest.skip("no programmatic dependent launch before SM90")
+    x, w = inputs(1, 2560, 2560, torch.bfloat16, 9)
+
+    def chain():
+        y = x
+        for _ in range(50):
+            y = K.gemv(y, w) * 0.5 + x
+        return y
+
+    got = chain()
+    with pdl.off():
+        want = chain()
+    assert torch.equal(got, want)

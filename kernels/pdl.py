@@ -1,0 +1,51 @@
+"""Programmatic dependent launch (PDL, SM90 and later) for the Triton kernels here.
+
+Why: a batch-1 decode step is ~15 small kernels a layer (E4B: 643 a step, 3.75 ms of kernels in a 3.96 ms
+step, bench/results/h200/splits/README.md). Launched plainly, each kernel starts only when the one before has
+drained, so every boundary pays a launch, a ramp and a tail. Launched with PDL, a kernel's programs may start
+while the previous kernel finishes, and read their weights meanwhile (triton-lang/triton#6394 added it).
+
+The protocol every kernel here keeps when its PDL constexpr is on:
+  1. before `gdc_wait()`: loads of weights only (parameters, which no kernel of a step writes);
+  2. `gdc_wait()`: the previous kernel has completed and its writes are visible. Each PDL kernel waits before
+     it can complete, so every earlier kernel has completed too;
+  3. `gdc_launch_dependents()`: the next kernel may launch now and do its own step 1 beside this one.
+Nothing is written before step 2: an output buffer may be memory the previous kernel still reads (the caching
+allocator hands freed memory out again in stream order). A kernel launched without PDL (cuBLAS, FlashAttention,
+PyTorch's) starts after the previous kernel completes, as always.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+_on = True
+
+
+@functools.lru_cache(maxsize=None)
+def _supported(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def enabled(t: torch.Tensor) -> bool:
+    """Whether kernels on t's device launch with PDL: a CUDA device of SM90 or later, and not switched off."""
+    return _on and t.is_cuda and _supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+def args(t: torch.Tensor) -> dict:
+    """Launch keywords for a kernel here whose tensors live with t: its PDL constexpr, and Triton's launch_pdl."""
+    return {"PDL": True, "launch_pdl": True} if enabled(t) else {"PDL": False}
+
+
+@contextlib.contextmanager
+def off():
+    """Launch plainly inside (the baseline PDL is measured against; a CUDA graph captured here keeps it)."""
+    global _on
+    was, _on = _on, False
+    try:
+        yield
+    finally:
+        _on = was

@@ -395,7 +395,7 @@ class Report:
     def __init__(self, out: Path, env: dict, opts: dict):
         self.out = out
         self.data = dict(environment=env, options=opts, ceilings={}, presets={}, selections=[], runs=[], hf=[],
-                         prefills=[], profiles=[], prefill_profiles=[], skipped=[], errors=[])
+                         prefills=[], profiles=[], prefill_profiles=[], prefill_rounds=[], skipped=[], errors=[])
         out.mkdir(parents=True, exist_ok=True)
 
     def save(self):
@@ -441,6 +441,10 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     def value(preset, key, metric):
         sel, kv, point = key
         at = lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)  # noqa: E731
+        rounds = [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
+        if rounds:  # timed interleaved with the other selections (--prefill-rounds): never mixed with block timings
+            r = [x for x in rounds if at(x)]
+            return r[0].get("prefill_tok_s") if r else None
         if metric.startswith("decode"):
             b = int(metric.split("B")[1])
             r = [x for x in d["runs"] if at(x) and x["batch"] == b]
@@ -474,7 +478,9 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 pv = {n: x for n, x in pv.items() if x is not None}
                 best = max(pv, key=pv.get) if pv else None
                 t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
-                         best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None)
+                         best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
+                         interleaved=any(x["metric"] == m and x["preset"] == preset and x["kv"] == kv
+                                         for x in d.get("prefill_rounds", [])))
                 if key == base:
                     t["verdict"] = "same kernels as vllm (no gain claimed)"
                 else:
@@ -589,11 +595,12 @@ def render_md(d: dict) -> str:
     if table:
         L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",
               "Higher is better (tok/s). `same kernels as vllm`: the objective resolved to vLLM's own groups, "
-              "so no gain is claimed; ratios within ~2% are run-to-run noise.", "",
+              "so no gain is claimed; ratios within ~2% are run-to-run noise. A metric marked (interleaved) was "
+              "timed in rounds that visit every selection (--prefill-rounds), not in each selection's own block.", "",
               "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in table:
-            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']} | {_f(t['vllm'], ',.1f')} | {_sel(dict(selection=t['objective'], point=t.get('point')))} | "
+            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{' (interleaved)' if t.get('interleaved') else ''} | {_f(t['vllm'], ',.1f')} | {_sel(dict(selection=t['objective'], point=t.get('point')))} | "
                      f"{_f(t['value'], ',.1f')} | {_f(t.get('vs_vllm'), '.3f')} | {t.get('best_pin') or ''} | "
                      f"{_f(t.get('best_pin_value'), ',.1f')} | {_f(t.get('vs_best_pin'), '.3f')} | {t['verdict']} |")
     if d["skipped"]:
@@ -683,6 +690,49 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                     lambda p: f"attention {p['attention_ms']:.3f} ms of {p['kernel_ms']:.2f} ({p['mode']})")
 
 
+def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None:
+    """--prefill-rounds: per KV dtype and prefill metric, every selection measured at that metric's point, timed in
+    interleaved rounds: the --prompt-len prompt as the B1 runs prefill it, --prefill-lens prompts eager as
+    time_prefill does."""
+    if not opts.prefill_rounds:
+        return
+    from prefill_rounds import interleaved_prefill  # noqa: PLC0415
+
+    metrics = [("prefill B1 x prompt-len", opts.prompt_len, "decode B1", graphs)]
+    metrics += [(f"prefill B1 x {n}", n, f"prefill {n}", False) for n in opts.prefill_lens]
+    for kv in opts.kv:
+        for metric, n, point, g in metrics:
+            wanted = set()  # what the table reads at this point: each selection, or the twin it was measured as
+            for x in rep.data["selections"]:
+                if (x["preset"], x["kv"]) == (preset, kv) and x.get("point", "") in ("", point) and not x.get("error"):
+                    if x.get("same_as"):
+                        sel2, kv2 = x["same_as"].rsplit(" kv=", 1)
+                        wanted.add((sel2, kv2, x.get("same_as_point", "")))
+                    else:
+                        wanted.add((x["selection"], kv, x.get("point", "")))
+            rows = [(r, gr) for r, gr in todo if (r["selection"], r["kv"], r["point"]) in wanted]
+            if len(rows) < 2:
+                continue
+            if left() < 20 + 2 * len(rows):
+                rep.data["skipped"].append(f"{preset} kv={kv} {metric} rounds")
+                continue
+            prompt = torch.randint(3, args.vocab_size, (n,), generator=gen).tolist()
+            what = f"{preset} kv={kv} {metric}: {opts.prefill_rounds} interleaved rounds over {len(rows)} selections"
+            try:
+                got = interleaved_prefill(model, {i: gr for i, (_, gr) in enumerate(rows)}, prompt, opts.prefill_rounds, g)
+            except Exception as e:  # noqa: BLE001
+                rep.data["errors"].append(f"{what}: {first_line(e)}")
+                log(f"{what}: FAILED {first_line(e)}")
+                free()
+                continue
+            for i, (r, _) in enumerate(rows):
+                rep.data["prefill_rounds"].append(dict(preset=preset, selection=r["selection"], kv=kv, point=r["point"],
+                                                       metric=metric, prompt_len=n, **got[i]))
+            log(f"{what}: " + ", ".join(f"{_sel(r)} {got[i]['prefill_tok_s']:,.0f}" for i, (r, _) in enumerate(rows)))
+            free()
+            rep.save()
+
+
 # ---------------------------------------------------------------------------- main
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -719,6 +769,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--objective-at-run", action=argparse.BooleanOptionalAction, default=True,
                     help="resolve objective selections at each run's own shapes (objective.decode.batch/context, "
                          "objective.prefill.context): one resolution per decode batch and per --prefill-lens prompt")
+    ap.add_argument("--prefill-rounds", type=int, default=0,
+                    help="after the B1 runs, time each prefill metric again in this many rounds that visit every "
+                         "selection (bench/gemma4/prefill_rounds.py); the objective table reads those")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
     if opts.smoke:
@@ -849,8 +902,9 @@ def main(argv: list[str]) -> int:
 
         # 3. throughput, by batch (so every selection gets the small batches before any big one)
         for bi, b in enumerate(batches):
-            if bi == 1:  # after B1 of every selection: long prefill, chunk sweep, profiles
+            if bi == 1:  # after B1 of every selection: long prefill, chunk sweep, profiles, interleaved prefills
                 extras(opts, rep, preset, model, todo, args, g, left, log)
+                rounds(opts, rep, preset, model, todo, args, g, left, log, graphs)
             for row, groups in todo:
                 if row["point"] not in ("", f"decode B{b}"):
                     continue
@@ -866,6 +920,7 @@ def main(argv: list[str]) -> int:
                                   f"({r['decode_ms_per_step']:.2f} ms/step, graphs {'on' if r['cuda_graphs'] else 'off'})")
             if len(batches) == 1:
                 extras(opts, rep, preset, model, todo, args, g, left, log)
+                rounds(opts, rep, preset, model, todo, args, g, left, log, graphs)
             if hf is not None:
                 h = dict(preset=preset, batch=b, prompt_len=opts.prompt_len)
                 if left() < 15:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -414,3 +416,54 @@ def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bu
         assert g["layers"] > 0 and [b["fence"] for b in g["buckets"]] == ["none"] and g["buckets"][0]["ms"] > 0
     md = (out / "bucket_vs_step.md").read_text()
     assert "B1 prefill" in md and "model prefill (engine max_seq_len 60)" in md and "bucket, fence none" in md
+
+
+def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkeypatch):
+    """bench/gemma4/prefill_rounds.py: engines built and warmed first, then each round prefills once on every
+    engine, the order rotated by one each round; the record is the median of the rounds."""
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    pr = _load("bench/gemma4/prefill_rounds.py")
+    calls, secs = [], {"a": [0.010, 0.030, 0.020], "b": [0.005, 0.004, 0.006], "c": [0.1, 0.1, 0.1]}
+
+    class FakeEngine:
+        prefill_graph_steps = 0
+
+        def __init__(self, model, groups, **kw):
+            self.key, self.n = groups, 0
+
+        def generate(self, prompts, new, stop_at_eos):
+            calls.append(self.key)
+            if len([c for c in calls if c == self.key]) == 1:  # the warm-up
+                return SimpleNamespace(prefill_s=9.0)
+            self.n += 1
+            return SimpleNamespace(prefill_s=secs[self.key][self.n - 1])
+
+    monkeypatch.setattr(pr, "Engine", FakeEngine)
+    got = pr.interleaved_prefill(None, {"A": "a", "B": "b", "C": "c"}, list(range(100)), 3, None)
+    assert calls == ["a", "b", "c"] + ["a", "b", "c"] + ["b", "c", "a"] + ["c", "a", "b"]
+    assert got["A"]["prefill_ms"] == pytest.approx(20.0) and got["A"]["prefill_ms_reps"] == [10.0, 30.0, 20.0]
+    assert got["B"]["prefill_tok_s"] == pytest.approx(100 / 0.005) and got["C"]["rounds"] == 3
+    with pytest.raises(ValueError, match="at least 1"):
+        pr.interleaved_prefill(None, {"A": "a"}, [1], 0, None)
+
+
+def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_block_timings():
+    """A prefill metric timed in rounds (--prefill-rounds) is read from the rounds for every selection, marked
+    interleaved; a selection the rounds lack gets no value, not its block timing; other metrics are unchanged."""
+    e2e = _load("bench/gemma4/e2e.py")
+    sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
+    run = lambda name, pre, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
+                                           decode_tok_s=50.0, prefill_tok_s=pre)
+    rnd = lambda name, pre, point="": dict(preset="m", selection=name, kv="auto", point=point,  # noqa: E731
+                                           metric="prefill B1 x prompt-len", prompt_len=512, prefill_tok_s=pre)
+    d = dict(selections=[sel("vllm"), sel("pin_fa3"), sel("pin_triton"), sel("latency", "decode B1")],
+             runs=[run("vllm", 10_481.0), run("pin_fa3", 10_375.0), run("pin_triton", 9_000.0),
+                   run("latency", 10_348.0, "decode B1")],
+             prefills=[], prefill_rounds=[rnd("vllm", 10_400.0), rnd("pin_fa3", 10_300.0),
+                                          rnd("latency", 10_450.0, "decode B1")])
+    t = {r["metric"]: r for r in e2e.objective_table(d)}
+    p = t["prefill B1 x prompt-len"]
+    assert p["interleaved"] and p["value"] == 10_450.0 and p["vllm"] == 10_400.0
+    assert p["best_pin"] == "pin_fa3" and p["best_pin_value"] == 10_300.0  # pin_triton: not in the rounds, no value
+    assert p["verdict"] == "within noise of vllm; >= best pin (pin_fa3)"
+    assert not t["decode B1"]["interleaved"] and t["decode B1"]["value"] == 50.0

@@ -24,6 +24,8 @@ MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -259,18 +261,40 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
     return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
 
 
+def _launches(ops):
+    return pdl.off() if ops.serial else contextlib.nullcontext()
+
+
 def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
     """Gemma4.forward with fused regions: input_ids [T] -> final-normed hidden states [T, hidden]."""
-    if ops.serial:
-        with pdl.off():
-            return _forward(model, input_ids, ctx, ops)
-    return _forward(model, input_ids, ctx, ops)
+    with _launches(ops):
+        return _forward(model, input_ids, ctx, ops)
+
+
+def logits(model, hidden: torch.Tensor, ops) -> torch.Tensor:
+    """The tied LM head on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's 1.3 GB head in
+    bench/results/h200/prefill_gemv/G/gemv.md), then the softcap as Gemma4.compute_logits applies it."""
+    with _launches(ops):
+        out = ops.linear(hidden, model.embed_tokens.weight)
+    cap = model.args.final_logit_softcapping
+    return torch.tanh(out / cap) * cap if cap else out
+
+
+def _per_layer_inputs(model, ops, ids, x):
+    """Gemma4._per_layer_inputs with its projection and norm on the ops (the module norm is 7 kernels)."""
+    t, n_layers, p = ids.shape[0], model.args.num_hidden_layers, model.ple_dim
+    w = model.embed_tokens_per_layer.weight
+    tok = F.embedding(ids, w) * model._scale_in(w.dtype, p**0.5)
+    ctx = ops.linear(x, model.per_layer_model_projection.weight) * model.args.hidden_size**-0.5
+    norm = model.per_layer_projection_norm
+    ctx = ops.rms_norm(ctx.view(t, n_layers, p), norm.weight, norm.eps)
+    return (ctx + tok.view(t, n_layers, p)) * 2.0**-0.5
 
 
 def _forward(model, input_ids, ctx, ops):
     prepare(model)
     x = model._embed(input_ids)
-    ple = model._per_layer_inputs(input_ids, x) if model.ple_dim else None
+    ple = _per_layer_inputs(model, ops, input_ids, x) if model.ple_dim else None
     rope = {SLIDING: model.rope_tables(ctx.positions, SLIDING, x.dtype),
             FULL: model.rope_tables(ctx.positions, FULL, x.dtype)}
     layers = model.layers

@@ -364,6 +364,11 @@ class Gemma4(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        mode = self.compute if self.compute != "auto" else ("triton" if self.embed_tokens.weight.is_cuda else "unfused")
+        if mode != "unfused":
+            from kselect.gemma4 import fused
+
+            return fused.logits(self, hidden, fused.ops_for(mode))
         logits = F.linear(hidden, self.embed_tokens.weight)  # tied head
         cap = self.args.final_logit_softcapping
         if cap:

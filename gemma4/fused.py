@@ -17,8 +17,8 @@ No parameter is cast per call (kernels widen bf16 weights in registers), nothing
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
-On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py); "triton_serial" is
-the same ops launched plainly, PDL's baseline.
+On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
+faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
 MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
 """
 
@@ -261,20 +261,40 @@ def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
     return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
 
 
-def _launches(ops):
-    return pdl.off() if ops.serial else contextlib.nullcontext()
+# PDL measured on the H200, same runs (bench/results/h200/pdl/): one-token steps of E4B (0.19 GB of weights a layer)
+# 3.81 -> 3.39 ms; 31B's (0.96 GB a layer) 16.68 -> 17.07 ms; 16-token steps 5.25 -> 5.38 ms (E4B), 19.84 -> 19.80
+# (31B). Short kernels gain the launch and ramp PDL hides; the cause of 31B's loss is not measured yet.
+PDL_MAX_LAYER_BYTES = 0.5e9
+
+
+def layer_bytes(model) -> float:
+    """Mean weight bytes of one decoder layer (cached on the model)."""
+    if getattr(model, "_layer_bytes", None) is None:
+        total = sum(p.numel() * p.element_size() for p in model.layers.parameters())
+        model._layer_bytes = total / max(1, len(model.layers))
+    return model._layer_bytes
+
+
+def pdl_step(model, tokens: int) -> bool:
+    """Whether a step of `tokens` rows launches its Triton kernels with PDL: one-token steps of a model whose layers
+    hold at most PDL_MAX_LAYER_BYTES of weights, where it measured faster; plain elsewhere."""
+    return tokens == 1 and layer_bytes(model) <= PDL_MAX_LAYER_BYTES
+
+
+def _launches(ops, model, tokens: int):
+    return contextlib.nullcontext() if not ops.serial and pdl_step(model, tokens) else pdl.off()
 
 
 def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
     """Gemma4.forward with fused regions: input_ids [T] -> final-normed hidden states [T, hidden]."""
-    with _launches(ops):
+    with _launches(ops, model, input_ids.shape[0]):
         return _forward(model, input_ids, ctx, ops)
 
 
 def logits(model, hidden: torch.Tensor, ops) -> torch.Tensor:
     """The tied LM head on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's 1.3 GB head in
     bench/results/h200/prefill_gemv/G/gemv.md), then the softcap as Gemma4.compute_logits applies it."""
-    with _launches(ops):
+    with _launches(ops, model, hidden.shape[0]):
         out = ops.linear(hidden, model.embed_tokens.weight)
     cap = model.args.final_logit_softcapping
     return torch.tanh(out / cap) * cap if cap else out

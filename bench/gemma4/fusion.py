@@ -98,7 +98,16 @@ def attention_kernels(events, per: float) -> dict[str, dict]:
 
 def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool = False) -> dict:
     """Kernels and device time per decode step: eager, or (graphs=True) the CUDA-graph replays the engine
-    decodes with (FlashInfer plans its graph calls differently; no attention-call ranges there)."""
+    decodes with (FlashInfer plans its graph calls differently; no attention-call ranges there). Kernels launch
+    plainly here (kernels/pdl.py off): under PDL a kernel's profiled duration includes the wait for the one
+    before it, so categories would overlap; the step's own time is measured with PDL where the model uses it."""
+    from kselect.kernels import pdl
+
+    with pdl.off():
+        return _profile_decode(model, groups, prompt, steps, layers, graphs)
+
+
+def _profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs)

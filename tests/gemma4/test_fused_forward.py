@@ -160,3 +160,18 @@ def test_cpu_auto_is_unfused(models):
     assert model.compute_mode(ctx) == ("triton" if model.device.type == "cuda" else "unfused")
     ctx.kv_amax = {}
     assert model.compute_mode(ctx) == "unfused"  # calibration records amax in the modules
+
+
+def test_pdl_only_for_one_token_steps_of_models_with_small_layers(monkeypatch):
+    """fused.pdl_step: PDL where it measured faster (one-token steps, layers of at most PDL_MAX_LAYER_BYTES);
+    a prefill or a model with big layers launches plainly. The mean layer's bytes are counted once."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    model = SimpleNamespace(layers=nn.ModuleList(nn.Linear(500, 500, bias=False) for _ in range(3)))  # 1 MB each
+    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", 2e6)
+    assert fused.layer_bytes(model) == 500 * 500 * 4
+    assert fused.pdl_step(model, 1) and not fused.pdl_step(model, 2)
+    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", 0.5e6)
+    assert not fused.pdl_step(model, 1)

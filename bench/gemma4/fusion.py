@@ -214,8 +214,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--hf-new", type=int, default=8)
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--selection", default="auto", choices=["auto", "base", "pin_triton"])
+    ap.add_argument("--pdl-max-layer-gb", type=float, default=None,
+                    help="the fused forward's PDL rule for this run (gemma4/fused.py PDL_MAX_LAYER_BYTES, in GB): "
+                         "a large value launches every one-token step with PDL, 0 none")
     ap.add_argument("--smoke", action="store_true")
     o = ap.parse_args(argv)
+    if o.pdl_max_layer_gb is not None:
+        from kselect.gemma4 import fused
+
+        fused.PDL_MAX_LAYER_BYTES = o.pdl_max_layer_gb * 1e9
     if o.smoke:
         o.presets, o.modes, o.compile_presets, o.fp8_presets = ["gemma4_tiny"], ["unfused"], [], []
         o.batches, o.prompt_len, o.long_prompt, o.new, o.long, o.reps, o.no_hf = [1], 24, 48, 4, 6, 1, True

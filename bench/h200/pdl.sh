@@ -8,9 +8,12 @@
 #   bash bench/h200/pdl.sh F   # ~8 min: bench/gemma4/fusion.py, E4B then 31B on the Triton attention backend, compute
 #                              #   triton_serial (plain launches) vs triton (PDL): decode B1/B16, profiles, greedy
 #                              #   tokens at batch 1 vs the unfused modules with bf16 and FP8 caches
-# then fenced.sh Q4, E2, E1 (the #16/#17 e2e runs on these kernels).
+#   bash bench/h200/pdl.sh R   # ~3 min: next window: the rule as shipped (PDL at E4B's one-token steps only) against
+#                              #   plain launches, and PDL at 31B's one-token steps (--pdl-max-layer-gb 2), alternated
+# then fenced.sh Q4, E2, E1 (the #16/#17 e2e runs on these kernels). This window (bench/results/h200/pdl/) ran T, F,
+# Q4, E2, E1 at 09d936f, where "triton" launched every step with PDL.
 set -u
-PART=${1:?usage: pdl.sh T|F}
+PART=${1:?usage: pdl.sh T|F|R}
 OUT=${OUT:-/tmp/pdl_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -31,6 +34,15 @@ F)
     --presets gemma4_e4b gemma4_31b --modes triton_serial triton --selection pin_triton --compile-presets \
     --fp8-presets gemma4_31b --batches 1 16 --no-hf --long 128 --greedy-batch 1 --greedy-kv auto fp8 \
     --budget-s $((${UNTIL:-560} - 15 - (SECONDS - START))) 2>&1 | grep -v Warning | grep "^\[" | tail -30
+  ;;
+R)
+  say "fusion: the shipped PDL rule vs plain, E4B; 31B with PDL at one-token steps vs plain, alternated"
+  timeout 150 python3 bench/gemma4/fusion.py --out "$OUT/R4" --presets gemma4_e4b --modes triton_serial triton \
+    triton_serial triton --selection pin_triton --compile-presets --fp8-presets --batches 1 16 --no-hf --long 1 \
+    --budget-s 140 2>&1 | grep "^\[" | grep "B1\|B16"
+  timeout 200 python3 bench/gemma4/fusion.py --out "$OUT/R31" --presets gemma4_31b --modes triton_serial triton \
+    triton_serial triton --selection pin_triton --compile-presets --fp8-presets --batches 1 --no-hf --long 1 \
+    --pdl-max-layer-gb 2 --budget-s 190 2>&1 | grep "^\[" | grep "B1"
   ;;
 esac
 say "done"

@@ -5,12 +5,13 @@ o 10.5 MB): cuBLAS ran them at 2.9 TB/s in the fused step (bench/results/h200/fu
 Each program owns BLOCK_N rows of W and walks K in BLOCK_K chunks, keeping a [BLOCK_N, BLOCK_K] fp32
 partial per row of x and reducing it once at the end; x is re-read from L2. The result is rounded once
 to the output dtype (to nearest, kernels/triton_round.py), as cuBLAS rounds its fp32 accumulator.
-On SM90 it launches with PDL (kernels/pdl.py) and reads the first K chunk of W before waiting.
+On SM90 it launches with PDL unless the caller switched it off (kernels/pdl.py), and reads the first K chunk of W
+before waiting.
 
 gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the
 concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer
 input gate). Both halves are rounded to the output dtype first, as the unfused GEMV then kernels/gelu_mul.py
-round: the result equals them bit for bit, one kernel and one [M, 2I] round trip a call fewer.
+round: at the same block sizes it equals them bit for bit (one kernel and one [M, 2I] round trip a call fewer).
 """
 
 from __future__ import annotations

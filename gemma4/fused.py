@@ -282,7 +282,7 @@ def pdl_step(model, tokens: int) -> bool:
 
 
 def _launches(ops, model, tokens: int):
-    return contextlib.nullcontext() if not ops.serial and pdl_step(model, tokens) else pdl.off()
+    return pdl.on() if not ops.serial and pdl_step(model, tokens) else contextlib.nullcontext()
 
 
 def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:

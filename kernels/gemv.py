@@ -5,7 +5,7 @@ o 10.5 MB): cuBLAS ran them at 2.9 TB/s in the fused step (bench/results/h200/fu
 Each program owns BLOCK_N rows of W and walks K in BLOCK_K chunks, keeping a [BLOCK_N, BLOCK_K] fp32
 partial per row of x and reducing it once at the end; x is re-read from L2. The result is rounded once
 to the output dtype (to nearest, kernels/triton_round.py), as cuBLAS rounds its fp32 accumulator.
-On SM90 it launches with PDL unless the caller switched it off (kernels/pdl.py), and reads the first K chunk of W
+On SM90 it launches with PDL where the caller asks for it (kernels/pdl.py), and reads the first K chunk of W
 before waiting.
 
 gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the

@@ -12,7 +12,8 @@ The protocol every kernel here keeps when its PDL constexpr is on:
   3. `gdc_launch_dependents()`: the next kernel may launch now and do its own step 1 beside this one.
 Nothing is written before step 2: an output buffer may be memory the previous kernel still reads (the caching
 allocator hands freed memory out again in stream order). A kernel launched without PDL (cuBLAS, FlashAttention,
-PyTorch's) starts after the previous kernel completes, as always.
+PyTorch's) starts after the previous kernel completes, as always. Kernels launch plainly unless a caller asks for
+PDL with `on()`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import functools
 
 import torch
 
-_on = True
+_wanted = False  # set inside on(): the caller knows its step (gemma4/fused.py pdl_step)
+_blocked = 0  # depth of off(): wins over on(), e.g. a profile around a forward that asks for PDL
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,9 +32,14 @@ def _supported(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
+def active() -> bool:
+    """Whether the switch asks for PDL here (inside on(), not inside off()), whatever the device."""
+    return _wanted and not _blocked
+
+
 def enabled(t: torch.Tensor) -> bool:
-    """Whether kernels on t's device launch with PDL: a CUDA device of SM90 or later, and not switched off."""
-    return _on and t.is_cuda and _supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    """Whether kernels on t's device launch with PDL: asked for (active), on a CUDA device of SM90 or later."""
+    return active() and t.is_cuda and _supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
 def args(t: torch.Tensor) -> dict:
@@ -41,11 +48,23 @@ def args(t: torch.Tensor) -> dict:
 
 
 @contextlib.contextmanager
-def off():
-    """Launch plainly inside (the baseline PDL is measured against; a CUDA graph captured here keeps it)."""
-    global _on
-    was, _on = _on, False
+def on():
+    """Launch with PDL inside (SM90+), unless an enclosing off() says otherwise. Kernels launch plainly by default:
+    whether PDL pays depends on the step (bench/results/h200/pdl/), which the caller knows."""
+    global _wanted
+    was, _wanted = _wanted, True
     try:
         yield
     finally:
-        _on = was
+        _wanted = was
+
+
+@contextlib.contextmanager
+def off():
+    """Launch plainly inside, whatever an on() inside it asks (a CUDA graph captured here keeps it)."""
+    global _blocked
+    _blocked += 1
+    try:
+        yield
+    finally:
+        _blocked -= 1

@@ -4,7 +4,11 @@ Why: e2e.py times each selection's prefill in its own block of reps, one selecti
 GPU drifts (clocks, temperature) by more than the 1-3% that separates two prefill selections: in
 bench/results/h200/splits/E1/ two selections on the same FA4 prefill kernels read 1.3% apart, and the profiled
 GEMMs of the later one were 2% slower. Here every selection's engine is built and warmed first, then each round
-prefills the prompt once on every engine, in an order rotated every round, so drift falls on all of them alike.
+prefills the prompt on every engine, in an order rotated every round, so drift falls on all of them alike.
+Each visit first prefills `warm` times untimed: in bench/results/h200/pdl/ the rounds, timing an engine's first
+prefill after four others ran, read 5-6% slower than the same prompt in each selection's own block of runs (31B,
+vLLM's choice: 53.3 vs 50.0 ms). A serving engine is never that cold, and whether the cost differs by selection was
+not measured.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import statistics
 from kselect.gemma4.engine import Engine
 
 
-def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs) -> dict:
+def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1) -> dict:
     """entries {key: groups} -> {key: record}: the median of `rounds` prefills of `prompt` (B1) on each selection,
-    every round visiting every engine (rotated order). graphs: the Engine's cuda_graphs (None: its default)."""
+    every round visiting every engine (rotated order), each visit timing the prefill after `warm` untimed ones.
+    graphs: the Engine's cuda_graphs (None: its default)."""
     if rounds < 1:
         raise ValueError(f"--prefill-rounds must be at least 1, got {rounds}")
     engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs)
@@ -29,12 +34,14 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
         for r in range(rounds):
             shift = r % len(keys)
             for k in keys[shift:] + keys[:shift]:
+                for _ in range(warm):
+                    engines[k].generate([prompt], 1, stop_at_eos=False)
                 times[k].append(engines[k].generate([prompt], 1, stop_at_eos=False).prefill_s)
         out = {}
         for k, ts in times.items():
             p = statistics.median(ts)
             out[k] = dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, prefill_ms_reps=[round(t * 1e3, 3) for t in ts],
-                          rounds=rounds, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps)
+                          rounds=rounds, warm=warm, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps)
         return out
     finally:
         engines.clear()

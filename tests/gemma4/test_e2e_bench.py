@@ -419,8 +419,8 @@ def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bu
 
 
 def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkeypatch):
-    """bench/gemma4/prefill_rounds.py: engines built and warmed first, then each round prefills once on every
-    engine, the order rotated by one each round; the record is the median of the rounds."""
+    """bench/gemma4/prefill_rounds.py: engines built and warmed first, then each round visits every engine, the order
+    rotated by one each round; a visit times its prefill after `warm` untimed ones; the record is the median."""
     sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
     pr = _load("bench/gemma4/prefill_rounds.py")
     calls, secs = [], {"a": [0.010, 0.030, 0.020], "b": [0.005, 0.004, 0.006], "c": [0.1, 0.1, 0.1]}
@@ -433,16 +433,21 @@ def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkey
 
         def generate(self, prompts, new, stop_at_eos):
             calls.append(self.key)
-            if len([c for c in calls if c == self.key]) == 1:  # the warm-up
-                return SimpleNamespace(prefill_s=9.0)
             self.n += 1
-            return SimpleNamespace(prefill_s=secs[self.key][self.n - 1])
+            if self.n == 1 or self.n % 2 == 0:  # the engine's warm-up, then each visit's untimed prefill
+                return SimpleNamespace(prefill_s=9.0)
+            return SimpleNamespace(prefill_s=secs[self.key][self.n // 2 - 1])
 
     monkeypatch.setattr(pr, "Engine", FakeEngine)
     got = pr.interleaved_prefill(None, {"A": "a", "B": "b", "C": "c"}, list(range(100)), 3, None)
-    assert calls == ["a", "b", "c"] + ["a", "b", "c"] + ["b", "c", "a"] + ["c", "a", "b"]
+    assert calls == ["a", "b", "c"] + ["a", "a", "b", "b", "c", "c"] + ["b", "b", "c", "c", "a", "a"] \
+        + ["c", "c", "a", "a", "b", "b"]
     assert got["A"]["prefill_ms"] == pytest.approx(20.0) and got["A"]["prefill_ms_reps"] == [10.0, 30.0, 20.0]
     assert got["B"]["prefill_tok_s"] == pytest.approx(100 / 0.005) and got["C"]["rounds"] == 3
+    assert got["C"]["warm"] == 1
+    calls.clear()
+    pr.interleaved_prefill(None, {"A": "a", "B": "b"}, [1], 1, None, warm=0)
+    assert calls == ["a", "b", "a", "b"]
     with pytest.raises(ValueError, match="at least 1"):
         pr.interleaved_prefill(None, {"A": "a"}, [1], 0, None)
 

@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kselect.gemma4.config import FULL, SLIDING
 from kselect.kernels import pdl
 
 
@@ -315,8 +314,7 @@ def _forward(model, input_ids, ctx, ops):
     prepare(model)
     x = model._embed(input_ids)
     ple = _per_layer_inputs(model, ops, input_ids, x) if model.ple_dim else None
-    rope = {SLIDING: model.rope_tables(ctx.positions, SLIDING, x.dtype),
-            FULL: model.rope_tables(ctx.positions, FULL, x.dtype)}
+    rope = model.rope_tables_all(ctx.positions, x.dtype)
     layers = model.layers
     xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
     for i, layer in enumerate(layers):

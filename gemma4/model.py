@@ -287,6 +287,7 @@ class Gemma4(nn.Module):
             rope_inv_freq(args.global_head_dim, args.rope_theta_full, args.partial_rotary_factor_full),
             persistent=False,
         )
+        self.register_buffer("rope_inv_row", self._inv_row(), persistent=False)  # rope_tables_all's frequencies
 
     def keep_rope_fp32(self) -> "Gemma4":
         """Recompute the RoPE inverse frequencies in fp32 on the model's device (`.to(bfloat16)` rounds
@@ -295,7 +296,13 @@ class Gemma4(nn.Module):
         dev = self.embed_tokens.weight.device
         self.sliding_inv_freq = rope_inv_freq(a.head_dim, a.rope_theta_sliding).to(dev)
         self.full_inv_freq = rope_inv_freq(a.global_head_dim, a.rope_theta_full, a.partial_rotary_factor_full).to(dev)
+        self.rope_inv_row = self._inv_row()
         return self
+
+    def _inv_row(self) -> torch.Tensor:
+        """[sliding, sliding, full, full] inverse frequencies: both types' NeoX-doubled rows as one."""
+        s, f = self.sliding_inv_freq, self.full_inv_freq
+        return torch.cat([s, s, f, f])
 
     @property
     def dtype(self) -> torch.dtype:
@@ -328,6 +335,22 @@ class Gemma4(nn.Module):
         """(cos, sin) [T, head_dim] of one layer type, computed once per step."""
         return rope_cos_sin(positions, self.sliding_inv_freq if kind == SLIDING else self.full_inv_freq, dtype)
 
+    def rope_tables_all(self, positions: torch.Tensor, dtype: torch.dtype) -> dict:
+        """{kind: (cos, sin)} for both layer types in three kernels (a product, cos, sin rounding as it stores),
+        where rope_tables takes seven a type: the types' NeoX-doubled frequencies are one row, and each type's
+        tables are column views of it. Bit-equal to rope_tables (the same fp32 products, the same roundings)."""
+        inv = self.rope_inv_row
+        # integer positions * fp32 frequencies multiply in fp32, as positions.float() * inv does (one kernel fewer);
+        # frequencies left in a 16-bit dtype (no keep_rope_fp32) would multiply in it, so those positions go to fp32
+        pos = positions if inv.dtype == torch.float32 else positions.float()
+        freqs = pos[:, None] * inv[None, :]
+        cos = torch.empty(freqs.shape, dtype=dtype, device=freqs.device)
+        sin = torch.empty_like(cos)
+        torch.cos(freqs, out=cos)
+        torch.sin(freqs, out=sin)
+        ds = 2 * self.sliding_inv_freq.numel()
+        return {SLIDING: (cos[:, :ds], sin[:, :ds]), FULL: (cos[:, ds:], sin[:, ds:])}
+
     def set_compute(self, mode: str) -> "Gemma4":
         """How forward computes: "auto" (fused Triton kernels on CUDA, the plain modules elsewhere),
         "unfused" (the plain modules everywhere), "triton" (gemma4/fused.py with kernels/ Triton
@@ -356,8 +379,7 @@ class Gemma4(nn.Module):
             return fused.forward(self, input_ids, ctx, fused.ops_for(mode))
         x = self._embed(input_ids)
         ple = self._per_layer_inputs(input_ids, x) if self.ple_dim else None
-        rope = {SLIDING: self.rope_tables(ctx.positions, SLIDING, x.dtype),
-                FULL: self.rope_tables(ctx.positions, FULL, x.dtype)}
+        rope = self.rope_tables_all(ctx.positions, x.dtype)
         for i, layer in enumerate(self.layers):
             cos, sin = rope[self.args.layer_types[i]]
             x = layer(x, cos, sin, ctx, None if ple is None else ple[:, i])

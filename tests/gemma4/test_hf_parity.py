@@ -139,3 +139,21 @@ def test_bf16_embedding_scales_round_like_hf(models):
         assert not torch.equal(w * 5.65625, (w.float() * 32**0.5).to(torch.bfloat16))
         ref = hf.model.project_per_layer_inputs(emb[None], hf.model.get_per_layer_inputs(ids[None]))[0]
         assert torch.equal(m._per_layer_inputs(ids, emb), ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_tables_for_both_types_at_once_are_bit_equal_per_type(dtype):
+    """Gemma4.rope_tables_all (three kernels a step) gives each layer type's rope_tables (seven a type) bit for bit,
+    with fp32 frequencies (keep_rope_fp32) and with frequencies left in bf16 by `.to()`, at large positions too."""
+    from kselect.gemma4.checkpoint import build_random
+    from kselect.gemma4.config import FULL, SLIDING
+    from g4_helpers import make_args
+
+    m = build_random(make_args("all"), seed=3)
+    positions = torch.tensor([0, 1, 7, 500, 4095, 131_071, 1_000_003])
+    for model in (m, build_random(make_args("all"), seed=3).to(torch.bfloat16)):
+        got = model.rope_tables_all(positions, dtype)
+        for kind in (SLIDING, FULL):
+            for a, b in zip(got[kind], model.rope_tables(positions, kind, dtype)):
+                assert a.dtype == dtype and torch.equal(a, b), (kind, model.rope_inv_row.dtype)
+    assert m.rope_inv_row.dtype == torch.float32

@@ -27,6 +27,7 @@ T)
   timeout 200 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/kernels/test_gpu_paths.py -k "triton or TRITON" \
     > "$OUT/gpu_tests_triton_paths.log" 2>&1
   tail -3 "$OUT/gpu_tests_triton_paths.log"
+  timeout 120 python3 -m pytest -q -rs -p no:cacheprovider tests/gemma4/test_hf_parity.py -k rope_tables 2>&1 | tail -2
   ;;
 F)
   say "fusion: triton_serial vs triton (PDL), E4B and 31B, Triton attention"

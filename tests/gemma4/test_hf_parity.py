@@ -144,14 +144,16 @@ def test_bf16_embedding_scales_round_like_hf(models):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_tables_for_both_types_at_once_are_bit_equal_per_type(dtype):
     """Gemma4.rope_tables_all (three kernels a step) gives each layer type's rope_tables (seven a type) bit for bit,
-    with fp32 frequencies (keep_rope_fp32) and with frequencies left in bf16 by `.to()`, at large positions too."""
+    with fp32 frequencies (keep_rope_fp32) and with frequencies left in bf16 by `.to()`, at large positions too.
+    Runs on the GPU where there is one (bench/h200/pdl.sh T)."""
     from kselect.gemma4.checkpoint import build_random
     from kselect.gemma4.config import FULL, SLIDING
     from g4_helpers import make_args
 
-    m = build_random(make_args("all"), seed=3)
-    positions = torch.tensor([0, 1, 7, 500, 4095, 131_071, 1_000_003])
-    for model in (m, build_random(make_args("all"), seed=3).to(torch.bfloat16)):
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU: CUDA's cos/sin storing to bf16
+    m = build_random(make_args("all"), seed=3).to(dev)
+    positions = torch.tensor([0, 1, 7, 500, 4095, 131_071, 1_000_003], device=dev)
+    for model in (m, build_random(make_args("all"), seed=3).to(dev, torch.bfloat16)):
         got = model.rope_tables_all(positions, dtype)
         for kind in (SLIDING, FULL):
             for a, b in zip(got[kind], model.rope_tables(positions, kind, dtype)):

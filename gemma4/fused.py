@@ -267,10 +267,11 @@ PDL_MAX_LAYER_BYTES = 0.5e9
 
 
 def layer_bytes(model) -> float:
-    """Mean weight bytes of one decoder layer (cached on the model)."""
-    if getattr(model, "_layer_bytes", None) is None:
+    """Mean weight bytes of one decoder layer (kept on the model until its weights move, e.g. `.to()`)."""
+    key = _weights_key(model)
+    if getattr(model, "_layer_bytes_key", None) != key:
         total = sum(p.numel() * p.element_size() for p in model.layers.parameters())
-        model._layer_bytes = total / max(1, len(model.layers))
+        model._layer_bytes, model._layer_bytes_key = total / len(model.layers), key
     return model._layer_bytes
 
 
@@ -290,30 +291,17 @@ def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
         return _forward(model, input_ids, ctx, ops)
 
 
-def logits(model, hidden: torch.Tensor, ops) -> torch.Tensor:
+def lm_head(model, hidden: torch.Tensor, ops) -> torch.Tensor:
     """The tied LM head on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's 1.3 GB head in
-    bench/results/h200/prefill_gemv/G/gemv.md), then the softcap as Gemma4.compute_logits applies it."""
+    bench/results/h200/prefill_gemv/G/gemv.md); Gemma4.compute_logits softcaps it."""
     with _launches(ops, model, hidden.shape[0]):
-        out = ops.linear(hidden, model.embed_tokens.weight)
-    cap = model.args.final_logit_softcapping
-    return torch.tanh(out / cap) * cap if cap else out
-
-
-def _per_layer_inputs(model, ops, ids, x):
-    """Gemma4._per_layer_inputs with its projection and norm on the ops (the module norm is 7 kernels)."""
-    t, n_layers, p = ids.shape[0], model.args.num_hidden_layers, model.ple_dim
-    w = model.embed_tokens_per_layer.weight
-    tok = F.embedding(ids, w) * model._scale_in(w.dtype, p**0.5)
-    ctx = ops.linear(x, model.per_layer_model_projection.weight) * model.args.hidden_size**-0.5
-    norm = model.per_layer_projection_norm
-    ctx = ops.rms_norm(ctx.view(t, n_layers, p), norm.weight, norm.eps)
-    return (ctx + tok.view(t, n_layers, p)) * 2.0**-0.5
+        return ops.linear(hidden, model.embed_tokens.weight)
 
 
 def _forward(model, input_ids, ctx, ops):
     prepare(model)
     x = model._embed(input_ids)
-    ple = _per_layer_inputs(model, ops, input_ids, x) if model.ple_dim else None
+    ple = model._per_layer_inputs(input_ids, x, ops) if model.ple_dim else None
     rope = model.rope_tables_all(ctx.positions, x.dtype)
     layers = model.layers
     xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)

@@ -322,23 +322,21 @@ class Gemma4(nn.Module):
         w = self.embed_tokens.weight
         return F.embedding(ids, w) * self._scale_in(w.dtype, self.args.embed_scale)
 
-    def _per_layer_inputs(self, ids: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        """PLE_i = (token part + context part) * 2^-0.5, as [T, L, P]."""
+    def _per_layer_inputs(self, ids: torch.Tensor, emb: torch.Tensor, ops=None) -> torch.Tensor:
+        """PLE_i = (token part + context part) * 2^-0.5, as [T, L, P]. `ops` (gemma4/fused.py): its projection and
+        norm kernels instead of the modules' (the module norm is 7 kernels)."""
         t, L, p = ids.shape[0], self.args.num_hidden_layers, self.ple_dim
         w = self.embed_tokens_per_layer.weight
         tok = F.embedding(ids, w) * self._scale_in(w.dtype, p**0.5)
-        ctx = self.per_layer_model_projection(emb) * self.args.hidden_size**-0.5
-        ctx = self.per_layer_projection_norm(ctx.view(t, L, p))
+        proj, norm = self.per_layer_model_projection, self.per_layer_projection_norm
+        ctx = (ops.linear(emb, proj.weight) if ops else proj(emb)) * self.args.hidden_size**-0.5
+        ctx = ops.rms_norm(ctx.view(t, L, p), norm.weight, norm.eps) if ops else norm(ctx.view(t, L, p))
         return (ctx + tok.view(t, L, p)) * 2.0**-0.5
-
-    def rope_tables(self, positions: torch.Tensor, kind: str, dtype: torch.dtype):
-        """(cos, sin) [T, head_dim] of one layer type, computed once per step."""
-        return rope_cos_sin(positions, self.sliding_inv_freq if kind == SLIDING else self.full_inv_freq, dtype)
 
     def rope_tables_all(self, positions: torch.Tensor, dtype: torch.dtype) -> dict:
         """{kind: (cos, sin)} for both layer types in three kernels (a product, cos, sin rounding as it stores),
-        where rope_tables takes seven a type: the types' NeoX-doubled frequencies are one row, and each type's
-        tables are column views of it. Bit-equal to rope_tables (the same fp32 products, the same roundings)."""
+        where rope_cos_sin takes seven a type: the types' NeoX-doubled frequencies are one row, and each type's
+        tables are column views of it. Bit-equal to rope_cos_sin per type (the same fp32 products and roundings)."""
         inv = self.rope_inv_row
         # integer positions * fp32 frequencies multiply in fp32, as positions.float() * inv does (one kernel fewer);
         # frequencies left in a 16-bit dtype (no keep_rope_fp32) would multiply in it, so those positions go to fp32
@@ -362,11 +360,14 @@ class Gemma4(nn.Module):
         self.compute = mode
         return self
 
+    def _mode(self) -> str:
+        """self.compute with "auto" resolved for the model's device."""
+        if self.compute == "auto":
+            return "triton" if self.embed_tokens.weight.is_cuda else "unfused"
+        return self.compute
+
     def compute_mode(self, ctx: StepContext) -> str:
-        mode = self.compute
-        if mode == "auto":
-            mode = "triton" if self.embed_tokens.weight.is_cuda else "unfused"
-        return "unfused" if ctx.kv_amax is not None else mode  # calibration records amax in the modules
+        return "unfused" if ctx.kv_amax is not None else self._mode()  # calibration records amax in the modules
 
     def forward(self, input_ids: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, hidden]."""
@@ -386,12 +387,13 @@ class Gemma4(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        mode = self.compute if self.compute != "auto" else ("triton" if self.embed_tokens.weight.is_cuda else "unfused")
+        mode = self._mode()
         if mode != "unfused":
             from kselect.gemma4 import fused
 
-            return fused.logits(self, hidden, fused.ops_for(mode))
-        logits = F.linear(hidden, self.embed_tokens.weight)  # tied head
+            logits = fused.lm_head(self, hidden, fused.ops_for(mode))
+        else:
+            logits = F.linear(hidden, self.embed_tokens.weight)  # tied head
         cap = self.args.final_logit_softcapping
         if cap:
             logits = torch.tanh(logits / cap) * cap

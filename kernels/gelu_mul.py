@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 from kselect.kernels.triton_round import round_like
 
 
@@ -30,9 +30,7 @@ def gelu_mul_rounded(g, u, ref_ptr):
 @triton.jit
 def _gelu_mul_kernel(g_ptr, u_ptr, out_ptr, n, stride_g, stride_u, stride_out, BLOCK: tl.constexpr,
                      PDL: tl.constexpr):
-    if PDL:  # kernels/pdl.py; no weights to read early
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n

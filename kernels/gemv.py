@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 from kselect.kernels.gelu_mul import gelu_mul_rounded
 from kselect.kernels.triton_round import round_like
 
@@ -54,9 +54,7 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M:
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
     w0 = _first_chunk(w_rows, row_ok, cols, k)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     for m in tl.static_range(M):
         y = _row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, cols, k, BLOCK_K)
         tl.store(out_ptr + m * stride_out + rows, round_like(y, out_ptr).to(out_ptr.dtype.element_ty), mask=row_ok)
@@ -74,9 +72,7 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
     if PAIRED:
         u_rows = w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w
         u0 = _first_chunk(u_rows, row_ok, cols, k)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     for m in tl.static_range(M):
         g = round_like(_row_dots(x_ptr + m * stride_x, g_rows, g0, row_ok, cols, k, BLOCK_K), out_ptr)
         if PAIRED:

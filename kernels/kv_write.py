@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -37,9 +37,7 @@ def store_kv_row(cache_ptr, scale_ptr, slot, h, hkv, x, offs, mask, D: tl.conste
 def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr, hkv,
                      stride_kt, stride_kh, stride_vt, stride_vh, D: tl.constexpr, BLOCK: tl.constexpr,
                      IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr, FMAX: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # kernels/pdl.py
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK)

@@ -22,9 +22,20 @@ import contextlib
 import functools
 
 import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 _wanted = False  # set inside on(): the caller knows its step (gemma4/fused.py pdl_step)
 _blocked = 0  # depth of off(): wins over on(), e.g. a profile around a forward that asks for PDL
+
+
+@triton.jit
+def wait_then_release(PDL: tl.constexpr):
+    """Steps 2 and 3 of the protocol above, in a kernel launched with PDL (nothing when PDL is off)."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 from kselect.kernels.kv_write import FP8, scale_arg, store_kv_row
 from kselect.kernels.triton_round import round_like
 
@@ -53,9 +53,7 @@ def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr
                 qs_ptr, stride_t, stride_cs, stride_qt, hq, hkv, v_col, eps,
                 D: tl.constexpr, HAS_KV: tl.constexpr, IS_FP8: tl.constexpr, SCALE_PER_HEAD: tl.constexpr,
                 FMAX: tl.constexpr, QUANT_Q: tl.constexpr, QMAX: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # kernels/pdl.py
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, D)

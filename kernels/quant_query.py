@@ -10,17 +10,15 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 
 
 @triton.jit
 def _quant_query_kernel(q_ptr, out_ptr, scale_ptr, n_cols, stride_row, BLOCK: tl.constexpr, FMAX: tl.constexpr,
                         PDL: tl.constexpr):
-    if PDL:  # kernels/pdl.py
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n_cols

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 from kselect.kernels.triton_round import round_like
 
 
@@ -34,9 +34,7 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, ou
         wa = tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_WB:
         wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
     n = y * tl.rsqrt(tl.sum(y * y, axis=0) / D + eps)
     if HAS_WA:

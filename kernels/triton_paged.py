@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
 from kselect.kernels.reference import is_fp8
 
 LOG2E = 1.4426950408889634
@@ -55,9 +55,7 @@ def _attn_fwd(
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
-    if PDL:  # kernels/pdl.py
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     M: tl.constexpr = BLOCK_Q * G_PAD
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -173,9 +171,7 @@ def _attn_fwd(
 def _merge_splits(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, num_splits, hq, stride_ot, stride_oh,
                   S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr,
                   PDL: tl.constexpr):
-    if PDL:  # kernels/pdl.py
-        gdc_wait()
-        gdc_launch_dependents()
+    wait_then_release(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.arange(0, S_PAD)

@@ -417,21 +417,26 @@ def request_tok_s(run: dict) -> float | None:
     return (prompt + run["decode_steps"]) / ms * 1e3
 
 
+def measured_as(selections: list[dict], preset: str, sel: str, kv: str, point: str = "") -> tuple | None:
+    """(selection, kv, point) whose measurements a selection's row at `point` reads (its own row there, else its row
+    resolved once; a row resolved to the same groups as another points at that one, `same_as`), or None."""
+    rows = {(s["preset"], s["selection"], s["kv"], s.get("point", "")): s for s in selections}
+    s = rows.get((preset, sel, kv, point)) or rows.get((preset, sel, kv, ""))
+    if s is None or s.get("error"):
+        return None
+    if s.get("same_as"):
+        sel2, kv2 = s["same_as"].rsplit(" kv=", 1)
+        return sel2, kv2, s.get("same_as_point", "")
+    return sel, kv, s.get("point", "")
+
+
 def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
     same groups were measured once (same_as): the table follows that link and says so. An objective
     resolved at each run's point (--objective-at-run) is read at the metric's own point."""
-    rows = {(s["preset"], s["selection"], s["kv"], s.get("point", "")): s for s in d["selections"]}
-
-    def measured_as(preset, sel, kv, point=""):
-        s = rows.get((preset, sel, kv, point)) or rows.get((preset, sel, kv, ""))
-        if s is None or s.get("error"):
-            return None
-        if s.get("same_as"):
-            sel2, kv2 = s["same_as"].rsplit(" kv=", 1)
-            return sel2, kv2, s.get("same_as_point", "")
-        return sel, kv, s.get("point", "")
+    def rounds_of(preset, kv, metric):  # --prefill-rounds records of one metric
+        return [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
 
     def point_of(metric):
         if metric.startswith("decode"):
@@ -441,7 +446,7 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     def value(preset, key, metric):
         sel, kv, point = key
         at = lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)  # noqa: E731
-        rounds = [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
+        rounds = rounds_of(preset, kv, metric)
         if rounds:  # timed interleaved with the other selections (--prefill-rounds): never mixed with block timings
             r = [x for x in rounds if at(x)]
             return r[0].get("prefill_tok_s") if r else None
@@ -463,12 +468,12 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len", REQUEST]
                + [f"prefill B1 x {n}" for n in sorted({r["prompt_len"] for r in d.get("prefills", []) if not r.get("chunk")})])
     for preset, kv in dict.fromkeys((s["preset"], s["kv"]) for s in d["selections"]):
-        base = measured_as(preset, "vllm", kv)
-        pins = {s["selection"]: measured_as(preset, s["selection"], kv) for s in d["selections"]
+        base = measured_as(d["selections"], preset, "vllm", kv)
+        pins = {s["selection"]: measured_as(d["selections"], preset, s["selection"], kv) for s in d["selections"]
                 if s["preset"] == preset and s["kv"] == kv and s["selection"].startswith("pin_")}
         for obj in OBJECTIVES:
             for m in metrics:
-                key = measured_as(preset, obj, kv, point_of(m))
+                key = measured_as(d["selections"], preset, obj, kv, point_of(m))
                 if key is None or base is None:
                     continue
                 v, vb = value(preset, key, m), value(preset, base, m)
@@ -479,8 +484,7 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 best = max(pv, key=pv.get) if pv else None
                 t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
-                         interleaved=any(x["metric"] == m and x["preset"] == preset and x["kv"] == kv
-                                         for x in d.get("prefill_rounds", [])))
+                         interleaved=bool(rounds_of(preset, kv, m)))
                 if key == base:
                     t["verdict"] = "same kernels as vllm (no gain claimed)"
                 else:
@@ -702,14 +706,8 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
     metrics += [(f"prefill B1 x {n}", n, f"prefill {n}", False) for n in opts.prefill_lens]
     for kv in opts.kv:
         for metric, n, point, g in metrics:
-            wanted = set()  # what the table reads at this point: each selection, or the twin it was measured as
-            for x in rep.data["selections"]:
-                if (x["preset"], x["kv"]) == (preset, kv) and x.get("point", "") in ("", point) and not x.get("error"):
-                    if x.get("same_as"):
-                        sel2, kv2 = x["same_as"].rsplit(" kv=", 1)
-                        wanted.add((sel2, kv2, x.get("same_as_point", "")))
-                    else:
-                        wanted.add((x["selection"], kv, x.get("point", "")))
+            sels = rep.data["selections"]  # what the table reads at this point: each selection, or its twin
+            wanted = {measured_as(sels, preset, x["selection"], kv, point) for x in sels if x["preset"] == preset}
             rows = [(r, gr) for r, gr in todo if (r["selection"], r["kv"], r["point"]) in wanted]
             if len(rows) < 2:
                 continue

@@ -472,3 +472,31 @@ def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_bl
     assert p["best_pin"] == "pin_fa3" and p["best_pin_value"] == 10_300.0  # pin_triton: not in the rounds, no value
     assert p["verdict"] == "within noise of vllm; >= best pin (pin_fa3)"
     assert not t["decode B1"]["interleaved"] and t["decode B1"]["value"] == 50.0
+
+
+def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
+    """e2e.rounds: per KV dtype and prefill metric, the selections resolved at that metric's point (an objective's
+    own row there, a twin's measured row instead of the twin) go into one set of interleaved rounds, and each result
+    is recorded under its row's selection and point."""
+    e2e = _load("bench/gemma4/e2e.py")
+    sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
+    selections = [sel("vllm"), sel("pin_fa", same_as="vllm kv=auto"), sel("pin_triton"),
+                  sel("latency", "decode B1"), sel("latency", "prefill 4096"), sel("pin_flashinfer", error="no kernel")]
+    todo = [(s, f"groups:{s['selection']}@{s['point']}") for s in selections if "same_as" not in s and "error" not in s]
+    calls = []
+
+    def fake(model, entries, prompt, rounds, graphs):
+        calls.append((len(prompt), sorted(entries.values()), graphs))
+        return {k: dict(prefill_tok_s=1000.0 + k, prefill_ms=1.0) for k in entries}
+
+    monkeypatch.setitem(sys.modules, "prefill_rounds", SimpleNamespace(interleaved_prefill=fake))
+    rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
+    opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"])
+    args = SimpleNamespace(vocab_size=100)
+    e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
+    assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None),
+                     (4096, ["groups:latency@prefill 4096", "groups:pin_triton@", "groups:vllm@"], False)]
+    got = {(r["metric"], r["selection"], r["point"]) for r in rep.data["prefill_rounds"]}
+    assert got == {("prefill B1 x prompt-len", "vllm", ""), ("prefill B1 x prompt-len", "pin_triton", ""),
+                   ("prefill B1 x prompt-len", "latency", "decode B1"), ("prefill B1 x 4096", "vllm", ""),
+                   ("prefill B1 x 4096", "pin_triton", ""), ("prefill B1 x 4096", "latency", "prefill 4096")}

@@ -162,16 +162,21 @@ def test_cpu_auto_is_unfused(models):
     assert model.compute_mode(ctx) == "unfused"  # calibration records amax in the modules
 
 
-def test_pdl_only_for_one_token_steps_of_models_with_small_layers(monkeypatch):
+def test_pdl_only_for_one_token_steps_of_models_with_small_layers(models, monkeypatch):
     """fused.pdl_step: PDL where it measured faster (one-token steps, layers of at most PDL_MAX_LAYER_BYTES);
-    a prefill or a model with big layers launches plainly. The mean layer's bytes are counted once."""
-    from types import SimpleNamespace
+    a prefill or a model with big layers launches plainly. The mean layer's bytes follow the weights (`.to()`)."""
+    from g4_helpers import make_args
 
-    from torch import nn
+    from kselect.gemma4.checkpoint import build_random
 
-    model = SimpleNamespace(layers=nn.ModuleList(nn.Linear(500, 500, bias=False) for _ in range(3)))  # 1 MB each
-    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", 2e6)
-    assert fused.layer_bytes(model) == 500 * 500 * 4
+    model, _ = models["all"]
+    mean = sum(p.numel() * p.element_size() for p in model.layers.parameters()) / len(model.layers)
+    assert fused.layer_bytes(model) == mean
+    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", mean)
     assert fused.pdl_step(model, 1) and not fused.pdl_step(model, 2)
-    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", 0.5e6)
+    monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", mean - 1)
     assert not fused.pdl_step(model, 1)
+    other = build_random(make_args("all"), seed=1)
+    assert fused.layer_bytes(other) == mean
+    other.to(torch.bfloat16)  # the weights move: counted again, at half the bytes
+    assert fused.layer_bytes(other) == mean / 2 and fused.pdl_step(other, 1)

@@ -143,11 +143,12 @@ def test_bf16_embedding_scales_round_like_hf(models):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_tables_for_both_types_at_once_are_bit_equal_per_type(dtype):
-    """Gemma4.rope_tables_all (three kernels a step) gives each layer type's rope_tables (seven a type) bit for bit,
+    """Gemma4.rope_tables_all (three kernels a step) gives each layer type's rope_cos_sin (seven a type) bit for bit,
     with fp32 frequencies (keep_rope_fp32) and with frequencies left in bf16 by `.to()`, at large positions too.
     Runs on the GPU where there is one (bench/h200/pdl.sh T)."""
     from kselect.gemma4.checkpoint import build_random
     from kselect.gemma4.config import FULL, SLIDING
+    from kselect.gemma4.model import rope_cos_sin
     from g4_helpers import make_args
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU: CUDA's cos/sin storing to bf16
@@ -155,7 +156,7 @@ def test_rope_tables_for_both_types_at_once_are_bit_equal_per_type(dtype):
     positions = torch.tensor([0, 1, 7, 500, 4095, 131_071, 1_000_003], device=dev)
     for model in (m, build_random(make_args("all"), seed=3).to(dev, torch.bfloat16)):
         got = model.rope_tables_all(positions, dtype)
-        for kind in (SLIDING, FULL):
-            for a, b in zip(got[kind], model.rope_tables(positions, kind, dtype)):
+        for kind, inv in ((SLIDING, model.sliding_inv_freq), (FULL, model.full_inv_freq)):
+            for a, b in zip(got[kind], rope_cos_sin(positions, inv, dtype)):
                 assert a.dtype == dtype and torch.equal(a, b), (kind, model.rope_inv_row.dtype)
     assert m.rope_inv_row.dtype == torch.float32

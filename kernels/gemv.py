@@ -16,6 +16,8 @@ round: at the same block sizes it equals them bit for bit (one kernel and one [M
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -29,66 +31,110 @@ MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 
 
 @triton.jit
-def _first_chunk(w_rows, row_ok, cols, k):
-    """W's first K chunk of a program's rows, in fp32: read before the PDL wait (kernels/pdl.py: weights only)."""
-    return tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & (cols < k)[None, :], other=0.0).to(tl.float32)
+def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
+    """W's first FIRST_K columns of a program's rows, as stored: read before the PDL wait (kernels/pdl.py: weights
+    only). A wider first chunk moves more of the weight read into the previous kernel's tail."""
+    c0 = tl.arange(0, FIRST_K)
+    return tl.load(w_rows + c0[None, :], mask=row_ok[:, None] & (c0 < k)[None, :], other=0.0)
 
 
 @triton.jit
-def _row_dots(x_row, w_rows, w0, row_ok, cols, k, BLOCK_K: tl.constexpr):
-    """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once."""
-    acc = w0 * tl.load(x_row + cols, mask=cols < k, other=0.0).to(tl.float32)[None, :]
-    for k0 in range(BLOCK_K, k, BLOCK_K):
+def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr):
+    """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
+    accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's."""
+    c0 = tl.arange(0, FIRST_K)
+    acc0 = w0.to(tl.float32) * tl.load(x_row + c0, mask=c0 < k, other=0.0).to(tl.float32)[None, :]
+    cols = tl.arange(0, BLOCK_K)
+    if FIRST_K == BLOCK_K:
+        acc = acc0
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(FIRST_K, k, BLOCK_K):
         c = k0 + cols
         c_ok = c < k
         w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
         acc += w.to(tl.float32) * tl.load(x_row + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
-    return tl.sum(acc, axis=1)
+    if FIRST_K == BLOCK_K:
+        return tl.sum(acc, axis=1)
+    return tl.sum(acc0, axis=1) + tl.sum(acc, axis=1)
 
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = tl.arange(0, BLOCK_K)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
-    w0 = _first_chunk(w_rows, row_ok, cols, k)
+    w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        y = _row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, cols, k, BLOCK_K)
+        y = _row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K)
         tl.store(out_ptr + m * stride_out + rows, round_like(y, out_ptr).to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
 def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x, stride_w, stride_mul, stride_out,
-                          M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PAIRED: tl.constexpr,
-                          PDL: tl.constexpr):
+                          M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr,
+                          PAIRED: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols = tl.arange(0, BLOCK_K)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
-    g0 = _first_chunk(g_rows, row_ok, cols, k)
+    g0 = _first_chunk(g_rows, row_ok, k, FIRST_K)
     if PAIRED:
         u_rows = w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w
-        u0 = _first_chunk(u_rows, row_ok, cols, k)
+        u0 = _first_chunk(u_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        g = round_like(_row_dots(x_ptr + m * stride_x, g_rows, g0, row_ok, cols, k, BLOCK_K), out_ptr)
+        g = round_like(_row_dots(x_ptr + m * stride_x, g_rows, g0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr)
         if PAIRED:
-            u = round_like(_row_dots(x_ptr + m * stride_x, u_rows, u0, row_ok, cols, k, BLOCK_K), out_ptr)
+            u = round_like(_row_dots(x_ptr + m * stride_x, u_rows, u0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K),
+                           out_ptr)
         else:
             u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
                  mask=row_ok)
 
 
-def config(n: int, k: int) -> dict:
-    """Block sizes by shape, the fastest measured per Gemma-4 projection on the H200
-    (bench/results/h200/prefill_gemv/G/gemv.md): two rows of W a program over long K chunks for the small projections
-    (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256."""
-    return dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
+_override = None  # inside configured(): a function (n, k) -> block sizes to change, or None
 
+
+def config(n: int, k: int) -> dict:
+    """Launch parameters by shape, the fastest measured per Gemma-4 projection on the H200
+    (bench/results/h200/prefill_gemv/G/gemv.md): two rows of W a program over long K chunks for the small projections
+    (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256. The first
+    chunk (read before a PDL wait) is one K chunk. Inside `configured(fn)`, fn(n, k)'s entries replace these."""
+    cfg = dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
+    cfg.update(first_k=cfg["block_k"], num_warps=4)
+    if _override is not None:
+        cfg.update(_override(n, k) or {})
+    return cfg
+
+
+@contextlib.contextmanager
+def configured(fn):
+    """Launch parameters from fn(n, k) (a dict of config's keys to change, or None) for calls inside: benchmarks
+    compare variants this way (bench/gemma4/gemv_variants.py). A CUDA graph captured inside keeps them."""
+    global _override
+    was, _override = _override, fn
+    try:
+        yield
+    finally:
+        _override = was
+
+
+def _launch_params(n: int, k: int, given: dict) -> dict:
+    """config(n, k) with the caller's explicit entries (None: not given); an explicit block_k without first_k also
+    sets the first chunk (one K chunk, as before first_k existed)."""
+    cfg = config(n, k)
+    given = {key: v for key, v in given.items() if v is not None}
+    if "block_k" in given and "first_k" not in given:
+        given["first_k"] = given["block_k"]
+    cfg.update(given)
+    for key in ("block_n", "block_k", "first_k"):
+        v = cfg[key]
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"gemv {key} must be a power of two, got {v}")
+    return cfg
 
 def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
@@ -99,27 +145,28 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
-         num_warps: int = 4) -> torch.Tensor:
+         num_warps: int | None = None, first_k: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype.
-    Block sizes left out come from `config`.
+    Launch parameters left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
     _check("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
-    cfg = config(n, k)
-    block_n, block_k = block_n or cfg["block_n"], block_k or cfg["block_k"]
+    p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps))
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), M=m,
-                                             BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, **pdl.args(x))
+    _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
+        x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
+        FIRST_K=p["first_k"], num_warps=p["num_warps"], **pdl.args(x))
     return out
 
 
 def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = None, block_n: int | None = None,
-                  block_k: int | None = None, num_warps: int = 4) -> torch.Tensor:
+                  block_k: int | None = None, num_warps: int | None = None, first_k: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS) -> [M, I] in x's dtype: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K]
     (mul None), or gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride).
-    Block sizes left out come from `config` of the whole w, halved per half when paired (the same bytes a program)."""
+    Launch parameters left out come from `config` of the whole w, block_n halved per half when paired (the same
+    bytes a program)."""
     _check("gemv_gelu_mul", x, w)
     m, k = x.shape
     paired = mul is None
@@ -129,11 +176,11 @@ def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = N
     if not paired and (mul.shape != (m, n) or mul.stride(-1) != 1):
         raise ValueError(f"gemv_gelu_mul needs mul [{m}, {n}] with unit column stride, got {tuple(mul.shape)} "
                          f"stride {mul.stride()}")
-    cfg = config(w.shape[0], k)
-    block_n = block_n or (max(1, cfg["block_n"] // 2) if paired else cfg["block_n"])
-    block_k = block_k or cfg["block_k"]
+    p = _launch_params(w.shape[0], k, dict(block_k=block_k, first_k=first_k, num_warps=num_warps))
+    block_n = block_n or (max(1, p["block_n"] // 2) if paired else p["block_n"])
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
-        out.stride(0), M=m, BLOCK_N=block_n, BLOCK_K=block_k, PAIRED=paired, num_warps=num_warps, **pdl.args(x))
+        out.stride(0), M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
+        num_warps=p["num_warps"], **pdl.args(x))
     return out

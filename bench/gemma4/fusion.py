@@ -36,9 +36,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT / "bench" / "gemma4"))
 
 from e2e import ceilings, environment, first_line, free, hf_model, time_engine, time_hf  # noqa: E402
+from gemv_variants import split_mode  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
+from kselect.kernels import gemv  # noqa: E402
 from kselect.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms  # noqa: E402
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")
@@ -200,7 +202,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--presets", nargs="+", default=["gemma4_e4b", "gemma4_31b"])
-    ap.add_argument("--modes", nargs="+", default=["unfused", "triton"])
+    ap.add_argument("--modes", nargs="+", default=["unfused", "triton"],
+                    help="compute modes (gemma4/model.py set_compute); triton+<variant>: triton with a GEMV launch "
+                         "variant of bench/gemma4/gemv_variants.py")
     ap.add_argument("--compile-presets", nargs="*", default=["gemma4_e4b"])
     ap.add_argument("--fp8-presets", nargs="*", default=["gemma4_31b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
@@ -219,6 +223,11 @@ def main(argv: list[str]) -> int:
                          "a large value launches every one-token step with PDL, 0 none")
     ap.add_argument("--smoke", action="store_true")
     o = ap.parse_args(argv)
+    for mode in o.modes:
+        try:
+            split_mode(mode)
+        except ValueError as e:
+            ap.error(str(e))
     if o.pdl_max_layer_gb is not None:
         from kselect.gemma4 import fused
 
@@ -296,8 +305,10 @@ def main(argv: list[str]) -> int:
         for b in o.batches:
             for mode in modes:
                 def one():
-                    model.set_compute(mode)
-                    r = time_engine(model, groups, prompts[:b], o.new, o.reps, None)
+                    compute, variant = split_mode(mode)
+                    model.set_compute(compute)
+                    with gemv.configured(variant):  # graphs captured inside keep the variant
+                        r = time_engine(model, groups, prompts[:b], o.new, o.reps, None)
                     r.update(preset=preset, mode=mode, kv="auto", batch=b)
                     data["runs"].append(r)
                     log(f"{preset} {mode} B{b}: decode {r['decode_tok_s']:,.1f} tok/s ({r['decode_ms_per_step']:.2f} "
@@ -324,8 +335,10 @@ def main(argv: list[str]) -> int:
         # 3. profiles (CUDA only)
         for mode in (o.modes if dev.type == "cuda" else []):
             def prof():
-                model.set_compute(mode)
-                p = profile_decode(model, groups, prompts[0], 8, args.num_hidden_layers)
+                compute, variant = split_mode(mode)
+                model.set_compute(compute)
+                with gemv.configured(variant):
+                    p = profile_decode(model, groups, prompts[0], 8, args.num_hidden_layers)
                 step = [r for r in data["runs"] if r["preset"] == preset and r["mode"] == mode and r["batch"] == 1]
                 if step:
                     p["graph_step_ms"] = step[0]["decode_ms_per_step"]
@@ -368,7 +381,7 @@ def main(argv: list[str]) -> int:
         long_prompt = torch.randint(3, args.vocab_size, (o.long_prompt,), generator=g2).tolist()
         for n, p in ((o.prompt_len, prompts[0]), (o.long_prompt, long_prompt)):
             def ours():
-                model.set_compute("triton" if dev.type == "cuda" else o.modes[-1])
+                model.set_compute("triton" if dev.type == "cuda" else split_mode(o.modes[-1])[0])
                 r = time_engine(model, groups, [p], 4, 3, False)
                 data["prefill"].append(dict(preset=preset, mode=model.compute, prompt_len=n, prefill_tok_s=r["prefill_tok_s"],
                                             prefill_ms=r["prefill_ms"]))

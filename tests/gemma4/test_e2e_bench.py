@@ -500,3 +500,70 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     assert got == {("prefill B1 x prompt-len", "vllm", ""), ("prefill B1 x prompt-len", "pin_triton", ""),
                    ("prefill B1 x prompt-len", "latency", "decode B1"), ("prefill B1 x 4096", "vllm", ""),
                    ("prefill B1 x 4096", "pin_triton", ""), ("prefill B1 x 4096", "latency", "prefill 4096")}
+
+
+def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
+    """bench/gemma4/gemv_variants.py: every variant changes only E4B's shapes it names, with launch parameters
+    kernels/gemv accepts (powers of two, the first chunk covering what the docstring says)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    gv = _load("bench/gemma4/gemv_variants.py")
+    from kselect.kernels import gemv
+
+    e4b = {"qkv": (3072, 2560), "o": (2560, 2048), "gate_up": (20480, 2560), "down": (2560, 10240),
+           "ple_gate": (256, 2560), "ple_proj": (2560, 256), "lm_head": (262144, 2560)}
+    changed = {}
+    for name, fn in gv.VARIANTS.items():
+        with gemv.configured(fn):
+            for proj, (n, k) in e4b.items():
+                cfg = gemv.config(n, k)
+                assert all(v > 0 and not v & (v - 1) for key, v in cfg.items() if key != "num_warps"), (name, proj)
+                if fn(n, k):
+                    changed.setdefault(name, set()).add(proj)
+    assert changed["small_whole_k"] == changed["small_first_2048"] == {"qkv", "o", "ple_gate"}
+    assert changed["wide_first_1024"] == {"gate_up", "lm_head"} and changed["down_first_4096"] == {"down"}
+    assert changed["combined"] == {"qkv", "o", "ple_gate", "gate_up", "lm_head", "down"}
+    with gemv.configured(gv.small_whole_k):
+        assert gemv.config(3072, 2560)["first_k"] == 4096 and gemv.config(2560, 2048)["first_k"] == 2048
+    assert gv.split_mode("triton") == ("triton", None)
+    assert gv.split_mode("triton+combined") == ("triton", gv.combined)
+    with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
+        gv.split_mode("triton+nope")
+
+
+def test_fusion_refuses_an_unknown_gemv_variant(capsys):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    fusion = _load("bench/gemma4/fusion.py")
+    with pytest.raises(SystemExit) as e:
+        fusion.main(["--out", "/tmp/never", "--modes", "triton+nope"])
+    assert e.value.code == 2 and "GEMV variant 'nope'" in capsys.readouterr().err
+
+
+def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_vllms_kernels():
+    """A per-phase objective that decodes on other kernels but prefills every group on vLLM's backend, blocks and KV
+    dtype claims no prefill gain or loss (the ratio is noise); its decode metric is still compared, and a prefill on
+    other blocks (the Triton decode's pages) is compared as usual."""
+    e2e = _load("bench/gemma4/e2e.py")
+    grp = lambda backend, blk, pre=None: dict(backend=backend, kernel_block=blk, kv_block=blk, kv_dtype="fp8_e4m3",  # noqa: E731
+                                              **({"prefill_backend": pre} if pre else {}))
+    vllm = dict(sliding_window=grp("FLASH_ATTN v3", 128), full_attention=grp("FLASH_ATTN v4", 64))
+    same = dict(sliding_window=grp("FLASH_ATTN v3", 128), full_attention=grp("TRITON_ATTN", 64, "FLASH_ATTN v4"))
+    other = dict(sliding_window=grp("TRITON_ATTN", 64, "FLASH_ATTN v3"), full_attention=grp("TRITON_ATTN", 64, "FLASH_ATTN v4"))
+    sel = lambda name, point, groups: dict(preset="m", selection=name, kv="fp8", point=point, groups=groups)  # noqa: E731
+    run = lambda name, dec, pre, point="": dict(preset="m", selection=name, kv="fp8", batch=1, point=point,  # noqa: E731
+                                                decode_tok_s=dec, prefill_tok_s=pre)
+    pf = lambda name, v, point="": dict(preset="m", selection=name, kv="fp8", prompt_len=4096, chunk=None,  # noqa: E731
+                                        prefill_tok_s=v, point=point)
+    d = dict(selections=[sel("vllm", "", vllm), sel("latency", "decode B1", other), sel("latency", "prefill 4096", same)],
+             runs=[run("vllm", 50.0, 9_000.0), run("latency", 60.0, 8_500.0, "decode B1")],
+             prefills=[pf("vllm", 65_000.0), pf("latency", 63_500.0, "prefill 4096")])
+    t = {r["metric"]: r for r in e2e.objective_table(d)}
+    assert t["prefill B1 x 4096"]["verdict"] == "same prefill kernels as vllm (no gain claimed)"
+    assert t["prefill B1 x 4096"]["vs_vllm"] == pytest.approx(63_500 / 65_000)
+    assert t["prefill B1 x prompt-len"]["verdict"] == "SLOWER than vllm"  # other pages: compared
+    assert t["decode B1"]["verdict"] == "faster than vllm"
+    assert e2e.prefill_kernels(d["selections"], "m", ("latency", "fp8", "prefill 4096")) == \
+        e2e.prefill_kernels(d["selections"], "m", ("vllm", "fp8", ""))

@@ -55,6 +55,50 @@ def test_gemma_sizes_bf16(n, k):
     assert rel(K.gemv(x, w), (x.double() @ w.double().T)) < 4e-3
 
 
+# ---------------------------------------------------------------------------- the first chunk (read before a PDL wait)
+@pytest.mark.parametrize("m,n,k,bn,bk,fk", [(1, 37, 100, 8, 16, 64), (2, 5, 300, 16, 32, 128), (1, 9, 100, 2, 32, 128),
+                                           (3, 16, 64, 4, 64, 32)])
+def test_first_chunk_wider_or_narrower_than_the_loop(m, n, k, bn, bk, fk):
+    """A first chunk of other width than the loop's (whole K when first_k >= k, 128 >= 100) sums the same dots."""
+    x, w = inputs(m, n, k, torch.float32, 11)
+    got = K.gemv(x, w, block_n=bn, block_k=bk, first_k=fk)
+    torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_first_chunk_of_one_block_is_the_default():
+    x, w = inputs(1, 24, 96, torch.bfloat16, 12)
+    assert torch.equal(K.gemv(x, w, block_n=8, block_k=32), K.gemv(x, w, block_n=8, block_k=32, first_k=32))
+
+
+def test_configured_overrides_by_shape_and_restores():
+    """configured(fn): fn's entries for the shapes it names, the table's elsewhere; restored on exit and on errors;
+    the launch runs on them (a bad value is refused at the launch)."""
+    base = K.config(64, 300)
+    assert base == dict(block_n=2, block_k=1024, first_k=1024, num_warps=4)
+    pick = lambda n, k: dict(first_k=128, block_k=32) if n == 64 else None  # noqa: E731
+    with K.configured(pick):
+        assert K.config(64, 300) == dict(block_n=2, block_k=32, first_k=128, num_warps=4)
+        assert K.config(32, 300) == base
+        x, w = inputs(1, 64, 300, torch.float32, 13)
+        torch.testing.assert_close(K.gemv(x, w), x @ w.T, rtol=1e-5, atol=1e-5)
+    assert K.config(64, 300) == base
+    with pytest.raises(ValueError, match="first_k must be a power of two, got 96"):
+        with K.configured(lambda n, k: dict(first_k=96)):
+            K.gemv(*inputs(1, 8, 96, torch.float32))
+    assert K.config(64, 300) == base
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gelu_mul_epilogue_with_a_wide_first_chunk(dtype):
+    """Paired halves each read their first chunk before the wait: bit-equal to the GEMV at the same chunks, then
+    the kernel."""
+    x, w = inputs(1, 2 * 13, 100, dtype, 14)
+    got = K.gemv_gelu_mul(x * 8, w, block_n=4, block_k=16, first_k=64)
+    from kselect.kernels.gelu_mul import gelu_tanh_mul_packed
+
+    assert torch.equal(got, gelu_tanh_mul_packed(K.gemv(x * 8, w, block_n=4, block_k=16, first_k=64)))
+
+
 # ---------------------------------------------------------------------------- GeGLU in the epilogue
 def unfused_gelu_mul(x, w, mul, bn, bk):
     from kselect.kernels.gelu_mul import gelu_tanh_mul, gelu_tanh_mul_packed

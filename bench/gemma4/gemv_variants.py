@@ -1,0 +1,57 @@
+"""Launch-parameter variants of kernels/gemv.py, compared inside the real decode step by bench/gemma4/fusion.py
+(`--modes triton+<variant>`, issue #16).
+
+Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
+for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's
+tail, which a standalone timing (bench/kernels/bench_gemv.py) cannot show. Each variant maps a projection's shape
+(N, K) to the config entries it changes (kernels/gemv.config), None elsewhere.
+"""
+
+from __future__ import annotations
+
+
+def _pow2(k: int) -> int:
+    return 1 << (k - 1).bit_length()
+
+
+def _small(n: int, k: int) -> bool:
+    """E4B's q/k/v (3072 x 2560), o (2560 x 2048) and per-layer-input gate (256 x 2560): a few MB each."""
+    return n <= 4096 and 256 < k <= 4096
+
+
+def small_whole_k(n, k):  # the whole row before the wait
+    return dict(first_k=_pow2(k)) if _small(n, k) else None
+
+
+def small_whole_k_n1(n, k):  # ... one row a program (twice the programs, half the registers)
+    return dict(block_n=1, first_k=_pow2(k)) if _small(n, k) else None
+
+
+def small_first_2048(n, k):  # 2,048 columns before the wait, the rest in 512-column chunks
+    return dict(first_k=2048, block_k=512) if _small(n, k) else None
+
+
+def wide_first_1024(n, k):  # gate/up and the LM head (N >= 16384): 1,024 columns before the wait, not 256
+    return dict(first_k=1024) if n >= 16384 else None
+
+
+def down_first_4096(n, k):  # down (2560 x 10240): 4,096 columns before the wait
+    return dict(first_k=4096) if n <= 4096 and k > 4096 else None
+
+
+def combined(n, k):  # small_first_2048 + wide_first_1024 + down_first_4096
+    return small_first_2048(n, k) or wide_first_1024(n, k) or down_first_4096(n, k)
+
+
+VARIANTS = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
+                                     down_first_4096, combined)}
+
+
+def split_mode(mode: str) -> tuple[str, object]:
+    """"triton+small_whole_k" -> ("triton", small_whole_k); a plain compute mode -> (mode, None)."""
+    compute, plus, name = mode.partition("+")
+    if not plus:
+        return mode, None
+    if name not in VARIANTS:
+        raise ValueError(f"GEMV variant {name!r} in mode {mode!r}: use one of {', '.join(VARIANTS)}")
+    return compute, VARIANTS[name]

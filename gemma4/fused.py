@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kselect.gemma4.model import softcap_logits
 from kselect.kernels import pdl
 
 
@@ -79,8 +80,19 @@ def _weights_key(model) -> tuple:
 
 
 # ---------------------------------------------------------------------------- fused-region implementations
+def _after(y, scale=None, softcap=None):
+    """The projection epilogues as the unfused model writes them: `* scale` (per-layer inputs), the logit softcap."""
+    if scale is not None:
+        y = y * scale
+    return y if softcap is None else softcap_logits(y, softcap)
+
+
 class _Ops:
     serial = False  # launch plainly, not with PDL (kernels/pdl.py)
+
+    def linear(self, x, w, scale=None, softcap=None):
+        """x @ w.T, then `* scale` and the logit softcap where given (the GEMV's epilogue where it runs)."""
+        return _after(F.linear(x, w), scale, softcap)
 
     def linear_gelu_mul(self, x, w, mul=None):
         """gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] (mul None), else gelu_tanh(x @ w.T) * mul."""
@@ -108,11 +120,12 @@ class TritonOps(_Ops):
         self._gemv = gemv.gemv
         self._gemv_gelu_mul = gemv.gemv_gelu_mul
 
-    def linear(self, x, w):
-        """x @ w.T: one row (a batch-1 decode step) on the GEMV kernel, more rows on cuBLAS's GEMMs."""
+    def linear(self, x, w, scale=None, softcap=None):
+        """x @ w.T: one row (a batch-1 decode step) on the GEMV kernel with scale and softcap in its epilogue, more
+        rows on cuBLAS's GEMMs then PyTorch's ops."""
         if _one_row(x, w):
-            return self._gemv(x, w)
-        return F.linear(x, w)
+            return self._gemv(x, w, scale=scale, softcap=softcap)
+        return super().linear(x, w, scale, softcap)
 
     def linear_gelu_mul(self, x, w, mul=None):
         """One row: the GEMV with GELU*up in its epilogue (one kernel); more rows: the GEMM, then the kernel."""
@@ -132,9 +145,7 @@ class TritonCublasOps(TritonOps):
     """The Triton fused regions with every projection on cuBLAS: the GEMV's baseline."""
 
     name = "triton_cublas"
-
-    def linear(self, x, w):
-        return F.linear(x, w)
+    linear = _Ops.linear
 
     def linear_gelu_mul(self, x, w, mul=None):
         return _Ops.linear_gelu_mul(self, x, w, mul)
@@ -177,7 +188,6 @@ class CompiledOps(_Ops):
     The KV write after the compiled norm+rope is kernels/kv_write (one more kernel per KV layer)."""
 
     name = "compile"
-    linear = staticmethod(F.linear)
 
     def __init__(self):
         import torch._dynamo
@@ -292,10 +302,11 @@ def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
 
 
 def lm_head(model, hidden: torch.Tensor, ops) -> torch.Tensor:
-    """The tied LM head on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's 1.3 GB head in
-    bench/results/h200/prefill_gemv/G/gemv.md); Gemma4.compute_logits softcaps it."""
+    """The tied LM head and Gemma's logit softcap on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's
+    1.3 GB head in bench/results/h200/prefill_gemv/G/gemv.md, the softcap in its epilogue: 3 kernels fewer)."""
+    cap = model.args.final_logit_softcapping
     with _launches(ops, model, hidden.shape[0]):
-        return ops.linear(hidden, model.embed_tokens.weight)
+        return ops.linear(hidden, model.embed_tokens.weight, softcap=cap or None)
 
 
 def _forward(model, input_ids, ctx, ops):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from kselect.kernels import pdl
 from kselect.kernels.pdl import wait_then_release
@@ -18,11 +19,19 @@ from kselect.kernels.triton_round import round_like
 
 
 @triton.jit
+def tanh_f32(u, EXACT: tl.constexpr):
+    """tanh of fp32 u: libdevice's tanhf where EXACT (compiled kernels: the function PyTorch's CUDA tanh calls), else
+    1 - 2 / (exp(2u) + 1) (absolute error ~1e-7 near 0; the interpreter has no libdevice)."""
+    if EXACT:
+        return libdevice.tanh(u)
+    u = tl.minimum(tl.maximum(u, -15.0), 15.0)  # tanh is +-1 in fp32 there; no exp overflow
+    return 1.0 - 2.0 / (tl.exp(2.0 * u) + 1.0)
+
+
+@triton.jit
 def gelu_mul_rounded(g, u, ref_ptr):
     """gelu_tanh(g) * u for fp32 g, u already rounded to ref_ptr's dtype; rounded as PyTorch's two ops round."""
-    inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-    inner = tl.minimum(tl.maximum(inner, -15.0), 15.0)  # tanh is +-1 in fp32 there; no exp overflow
-    th = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
+    th = tanh_f32(0.7978845608028654 * (g + 0.044715 * g * g * g), False)
     act = round_like(0.5 * g * (1.0 + th), ref_ptr)
     return round_like(act * u, ref_ptr)
 

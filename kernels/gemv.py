@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from kselect.kernels import pdl
 from kselect.kernels.pdl import wait_then_release
-from kselect.kernels.gelu_mul import gelu_mul_rounded
+from kselect.kernels.gelu_mul import gelu_mul_rounded, tanh_f32
 from kselect.kernels.triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
@@ -60,16 +61,22 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap, M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, HAS_SCALE: tl.constexpr,
+                 HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
     w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        y = _row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K)
-        tl.store(out_ptr + m * stride_out + rows, round_like(y, out_ptr).to(out_ptr.dtype.element_ty), mask=row_ok)
+        y = round_like(_row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr)
+        if HAS_SCALE:  # y * scale, rounded as PyTorch's multiply by a Python float rounds it
+            y = round_like(y * scale, out_ptr)
+        if HAS_SOFTCAP:  # tanh(y / cap) * cap as CUDA PyTorch computes it: / a scalar is * its fp32 reciprocal
+            t = round_like(tanh_f32(round_like(y * inv_cap, out_ptr), EXACT_TANH), out_ptr)
+            y = round_like(t * cap, out_ptr)
+        tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
@@ -145,19 +152,26 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
-         num_warps: int | None = None, first_k: int | None = None) -> torch.Tensor:
-    """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype.
-    Launch parameters left out come from `config`.
+         num_warps: int | None = None, first_k: int | None = None, scale: float | None = None,
+         softcap: float | None = None) -> torch.Tensor:
+    """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then in the
+    epilogue `* scale` and/or `tanh(. / softcap) * softcap`, each rounded to the dtype as the PyTorch ops round
+    (Gemma's per-layer-input projection scale, its final logit softcap). Launch parameters left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
     _check("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
     p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps))
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    cap = float(np.float32(softcap or 1.0))
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
-        x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
-        FIRST_K=p["first_k"], num_warps=p["num_warps"], **pdl.args(x))
+        x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), float(scale or 1.0),
+        float(np.float32(1.0) / np.float32(cap)), cap, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
+        FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
+        num_warps=p["num_warps"], **pdl.args(x))
     return out
 
 

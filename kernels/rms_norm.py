@@ -22,10 +22,10 @@ from kselect.kernels.triton_round import round_like
 
 
 @triton.jit
-def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, outb_ptr,
+def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_ptr,
                          D, stride_y, stride_res, stride_out, stride_outb, eps,
                          HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-                         HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+                         SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D
@@ -43,8 +43,11 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar_ptr, wb_ptr, out_ptr, ou
     if HAS_RES:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
         s = round_like(r + s, out_ptr)
-    if HAS_SCALAR:
-        s = round_like(s * tl.load(scalar_ptr).to(tl.float32), out_ptr)
+    if HAS_SCALAR:  # a one-element tensor (a model buffer) or an fp32 number
+        if SCALAR_PTR:
+            s = round_like(s * tl.load(scalar).to(tl.float32), out_ptr)
+        else:
+            s = round_like(s * scalar, out_ptr)
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
         m = s * tl.rsqrt(tl.sum(s * s, axis=0) / D + eps)
@@ -72,10 +75,11 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b):
     block = triton.next_power_of_2(d)
     if rows:
         _add_rms_norm_kernel[(rows,)](
-            y2, res2, w_a if w_a is not None else y2, scalar if scalar is not None else y2,
+            y2, res2, w_a if w_a is not None else y2, y2 if scalar is None else scalar if isinstance(scalar, torch.Tensor) else float(scalar),
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
-            HAS_SCALAR=scalar is not None, HAS_WB=w_b is not None, BLOCK=block,
+            HAS_SCALAR=scalar is not None, SCALAR_PTR=scalar is None or isinstance(scalar, torch.Tensor),
+            HAS_WB=w_b is not None, BLOCK=block,
             num_warps=row_warps(block), **pdl.args(out))
     return out.view(shape), (outb.view(shape) if want_b else None)
 
@@ -86,7 +90,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
 
 
 def add_rms_norm(y: torch.Tensor, res: torch.Tensor, w_a: torch.Tensor | None, eps: float,
-                 scalar: torch.Tensor | None = None,
+                 scalar: torch.Tensor | float | None = None,
                  w_b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(s, n): s = (res + rms_norm(y, w_a)) [* scalar]; n = rms_norm(s, w_b) when w_b is given, else None."""
+    """(s, n): s = (res + rms_norm(y, w_a)) [* scalar]; n = rms_norm(s, w_b) when w_b is given, else None.
+    scalar: a one-element tensor (read on the device), or a number (applied in fp32, as `* 0.5` in PyTorch)."""
     return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None)

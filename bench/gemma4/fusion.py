@@ -297,7 +297,7 @@ def main(argv: list[str]) -> int:
             info["roofline_b1_tok_s"] = data["ceilings"]["copy_gbs"] * 1e9 / read
         log(f"{preset}: built in {time.perf_counter() - t:.1f} s ({wbytes / 1e9:.1f} GB)")
         g = torch.Generator().manual_seed(1)
-        prompts = torch.randint(3, args.vocab_size, (max(o.batches), o.prompt_len), generator=g).tolist()
+        prompts = torch.randint(3, args.vocab_size, (max(*o.batches, o.greedy_batch), o.prompt_len), generator=g).tolist()
         groups = groups_for(base, "auto")
         modes = ["compile"] if compile_pass else o.modes
 

@@ -60,13 +60,14 @@ def test_fused_equals_unfused_and_hf(models):
 
 def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     """A batch-1 decode step's projections go to kernels/gemv.py (more rows stay on cuBLAS): same logits
-    as the unfused modules and as the cuBLAS baseline mode, and the GEMV really ran."""
+    as the unfused modules and as the cuBLAS baseline mode, and the GEMV really ran, with the per-layer-input scale
+    and the logit softcap in its epilogue."""
     model, _ = models["all"]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
-    ops, rows, glu = fused.ops_for("triton"), [], []
+    ops, rows, glu, epi = fused.ops_for("triton"), [], [], []
     real, real_glu = ops._gemv, ops._gemv_gelu_mul
-    monkeypatch.setattr(ops, "_gemv", lambda x, w: rows.append(x.shape[0]) or real(x, w))
+    monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
     got = run(model, "triton", prompts, cont)
     assert rows and set(rows) == {1}  # decode only: the 9-row prefill stayed on cuBLAS
@@ -75,6 +76,10 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     # GELU*up in the GEMV's epilogue: gate/up of every dense MLP, the per-layer input gate of every PLE layer
     ple = sum(bool(layer.ple_dim) for layer in model.layers)  # (MoE layers keep their dense MLP too)
     assert glu.count(True) == 2 * n_layers and glu.count(False) == 2 * ple and ple
+    caps = [kw["softcap"] for kw in epi if kw.get("softcap") is not None]
+    scales = [kw["scale"] for kw in epi if kw.get("scale") is not None]
+    assert caps == [model.args.final_logit_softcapping] * 2  # the LM head of each decode step
+    assert scales == [model.args.hidden_size**-0.5] * 2  # the per-layer-input projection of each step
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
     assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
 
@@ -91,7 +96,7 @@ def test_serial_mode_launches_plainly_with_the_same_logits(models, monkeypatch):
     for mode in ("triton", "triton_serial"):
         ops = fused.ops_for(mode)
         real = ops._gemv
-        monkeypatch.setattr(ops, "_gemv", lambda x, w, real=real, mode=mode: seen.append((mode, pdl.active())) or real(x, w))
+        monkeypatch.setattr(ops, "_gemv", lambda x, w, real=real, mode=mode, **kw: seen.append((mode, pdl.active())) or real(x, w, **kw))
     got = run(model, "triton_serial", prompts, cont)
     assert torch.equal(got, run(model, "triton", prompts, cont))
     assert {m: on for m, on in seen} == {"triton_serial": False, "triton": True} and not pdl.active()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, rel, require_interpreter  # noqa: E402
+from fused_helpers import DEV, gpu, rel, require_interpreter, ulp_close  # noqa: E402
 
 from kselect.kernels import gemv as K  # noqa: E402
 
@@ -55,6 +55,42 @@ def test_gemma_sizes_bf16(n, k):
     assert rel(K.gemv(x, w), (x.double() @ w.double().T)) < 4e-3
 
 
+# ---------------------------------------------------------------------------- the epilogue: scale, logit softcap
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scale_epilogue_equals_the_multiply_after(dtype):
+    """gemv(scale=s) rounds y, then y * s, as `gemv(x, w) * s` (a Python float) rounds: bit-equal."""
+    x, w = inputs(1, 40, 96, dtype, 15)
+    s = 2560**-0.5
+    assert torch.equal(K.gemv(x, w, block_n=8, block_k=32, scale=s), K.gemv(x, w, block_n=8, block_k=32) * s)
+
+
+def cuda_softcap(y, cap):
+    """tanh(y / cap) * cap as PyTorch computes it on CUDA: dividing by a Python float multiplies by its fp32
+    reciprocal (on CPU it divides)."""
+    import numpy as np
+
+    return torch.tanh(y * float(np.float32(1) / np.float32(cap))) * cap
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softcap_epilogue_equals_the_ops_after(dtype):
+    """gemv(softcap=c): tanh(y / c) * c with each op's rounding, logits spread over tanh's range (|y| up to 3c). On
+    the GPU bit-equal to PyTorch's CUDA ops after the GEMV (libdevice tanhf); in the interpreter tanh is the exp form
+    (1e-7 absolute), so a bf16 rounding may flip."""
+    x, w = inputs(2, 64, 96, dtype, 16)
+    w = w * 60
+    got = K.gemv(x, w, block_n=8, block_k=32, softcap=30.0)
+    y = K.gemv(x, w, block_n=8, block_k=32)
+    assert float(y.float().abs().max()) > 30.0  # saturating values are covered
+    want = cuda_softcap(y, 30.0)
+    if DEV == "cuda":
+        assert torch.equal(got, want)
+    else:
+        ulp_close(got, want, dtype, max_frac=0.02)
+    with pytest.raises(ValueError, match="softcap must be a positive number, got 0.0"):
+        K.gemv(x, w, softcap=0.0)
+
+
 # ---------------------------------------------------------------------------- the first chunk (read before a PDL wait)
 @pytest.mark.parametrize("m,n,k,bn,bk,fk", [(1, 37, 100, 8, 16, 64), (2, 5, 300, 16, 32, 128), (1, 9, 100, 2, 32, 128),
                                            (3, 16, 64, 4, 64, 32)])
@@ -90,13 +126,19 @@ def test_configured_overrides_by_shape_and_restores():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gelu_mul_epilogue_with_a_wide_first_chunk(dtype):
-    """Paired halves each read their first chunk before the wait: bit-equal to the GEMV at the same chunks, then
-    the kernel."""
+    """Paired halves each read their first chunk before the wait: the GEMV at the same chunks, then the kernel. Bit-equal
+    in the interpreter and in bf16; in fp32 on the H200 the two differed in the last bits (the two kernels' partial
+    sums compile differently: bench/results/h200/gemv_first/S/gpu_tests_gemv.log), so there within 1e-6 (not yet
+    run on the GPU)."""
     x, w = inputs(1, 2 * 13, 100, dtype, 14)
     got = K.gemv_gelu_mul(x * 8, w, block_n=4, block_k=16, first_k=64)
     from kselect.kernels.gelu_mul import gelu_tanh_mul_packed
 
-    assert torch.equal(got, gelu_tanh_mul_packed(K.gemv(x * 8, w, block_n=4, block_k=16, first_k=64)))
+    want = gelu_tanh_mul_packed(K.gemv(x * 8, w, block_n=4, block_k=16, first_k=64))
+    if DEV == "cuda" and dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    else:
+        assert torch.equal(got, want)
 
 
 # ---------------------------------------------------------------------------- GeGLU in the epilogue
@@ -148,6 +190,17 @@ def test_gelu_mul_epilogue_gemma_sizes_bf16(i, k):
 
     x, w = inputs(1, 2 * i, k, torch.bfloat16, 8)
     ulp_close(K.gemv_gelu_mul(x, w), unfused_gelu_mul(x, w, None, None, None), torch.bfloat16, max_frac=0.02)
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_softcap_and_scale_epilogues_at_gemma_sizes_bf16():
+    """E4B's LM head with Gemma's softcap of 30, and the per-layer-input projection with its 2560^-0.5 scale: the
+    epilogue gives the bits of the PyTorch ops after the same GEMV (what the unfused compute_logits does)."""
+    x, w = inputs(1, 262144, 2560, torch.bfloat16, 17)
+    assert torch.equal(K.gemv(x, w, softcap=30.0), torch.tanh(K.gemv(x, w) / 30.0) * 30.0)
+    x, w = inputs(1, 10752, 2560, torch.bfloat16, 18)
+    assert torch.equal(K.gemv(x, w, scale=2560**-0.5), K.gemv(x, w) * 2560**-0.5)
 
 
 @gpu

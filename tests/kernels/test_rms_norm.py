@@ -52,6 +52,18 @@ def test_add_rms_norm(dtype, scalar, second):
         assert got_n is None
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_with_a_number_as_the_scalar(dtype):
+    """A Python number scales in fp32, as PyTorch's `* 2.0**-0.5` does (Gemma's per-layer-input mix), over rows of a
+    3-D input (tokens x layers x width): the unfused ops' values."""
+    d = 80
+    na = norm(d, dtype, seed=7)
+    y, res = data(6, d, dtype, 8).view(2, 3, d), data(6, d, dtype, 9).view(2, 3, d)
+    got, none = K.add_rms_norm(y, res, na.weight, na.eps, 2.0**-0.5)
+    assert none is None and got.shape == (2, 3, d)
+    ulp_close(got, (na(y) + res) * 2.0**-0.5, dtype)
+
+
 def test_strided_rows_and_empty():
     d = 64
     n = norm(d, torch.float32)

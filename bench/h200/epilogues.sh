@@ -1,0 +1,28 @@
+#!/bin/bash
+# Issue #16, next H200 window (written in the tenth session, not yet run): the logit softcap in the LM head GEMV's
+# epilogue and the per-layer inputs' scale, add and mix in the projection's epilogue and one norm kernel (6 PyTorch
+# kernels fewer a batch-1 step). From the checkout root after the device-kernels activate step:
+#
+#   bash bench/h200/epilogues.sh T   # ~2 min: every kernel test on the GPU (pdl.sh T), among them the epilogues
+#                                    #   bit for bit against PyTorch's CUDA ops at E4B's LM-head and projection sizes
+#   bash bench/h200/epilogues.sh F   # ~4 min: fusion.py E4B and 31B, batch 1 and 16, greedy tokens fused vs unfused
+#                                    #   over 128 steps at batch 1 (bf16 and FP8 caches): the epilogues keep them
+#   bash bench/h200/epilogues.sh E   # ~3 min: fenced.sh E2 (e2e E4B, every selection): objective=latency at batch 1
+#                                    #   against 300 tok/s
+set -u
+PART=${1:?usage: epilogues.sh T|F|E}
+OUT=${OUT:-/tmp/epilogues_out}
+case $PART in
+T) OUT=$OUT bash "$(dirname "$0")/pdl.sh" T ;;
+E) OUT=$OUT bash "$(dirname "$0")/fenced.sh" E2 ;;
+F)
+  LOG=$PART.log
+  source "$(dirname "$0")/window.sh"
+  say "fusion: E4B and 31B, triton, B1 and B16, greedy fused vs unfused at B1 (bf16 and FP8 caches)"
+  timeout $((${UNTIL:-560} - (SECONDS - START))) python3 bench/gemma4/fusion.py --out "$OUT/F" \
+    --presets gemma4_e4b gemma4_31b --modes triton --selection pin_triton --compile-presets --fp8-presets \
+    --batches 1 16 --no-hf --long 128 --greedy-batch 1 --greedy-kv auto fp8 \
+    --budget-s $((${UNTIL:-560} - 15 - (SECONDS - START))) 2>&1 | grep -v Warning | grep "^\[" | tail -20
+  say "done"
+  ;;
+esac

@@ -257,6 +257,19 @@ class DecoderLayer(nn.Module):
 # ---------------------------------------------------------------------------- the model
 
 
+def rope_row_tables(positions: torch.Tensor, inv: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) [T, F] of positions [T] times one frequency row inv [F], each rounding once as it stores."""
+    # integer positions * fp32 frequencies multiply in fp32, as positions.float() * inv does (one kernel fewer);
+    # frequencies left in a 16-bit dtype (no keep_rope_fp32) would multiply in it, so those positions go to fp32
+    pos = positions if inv.dtype == torch.float32 else positions.float()
+    freqs = pos[:, None] * inv[None, :]
+    cos = torch.empty(freqs.shape, dtype=dtype, device=freqs.device)
+    sin = torch.empty_like(cos)
+    torch.cos(freqs, out=cos)
+    torch.sin(freqs, out=sin)
+    return cos, sin
+
+
 def softcap_logits(logits: torch.Tensor, cap: float) -> torch.Tensor:
     """Gemma's final logit softcap."""
     return torch.tanh(logits / cap) * cap
@@ -323,36 +336,32 @@ class Gemma4(nn.Module):
         A Python float so the multiply needs no host-to-device copy (CUDA-graph safe)."""
         return float(torch.tensor(scale, dtype=torch.float32).to(dtype))
 
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+    def _embed(self, ids: torch.Tensor, ops=None) -> torch.Tensor:
+        """The scaled token embedding; `ops` (gemma4/fused.py): gather and scale in its one kernel."""
         w = self.embed_tokens.weight
-        return F.embedding(ids, w) * self._scale_in(w.dtype, self.args.embed_scale)
+        scale = self._scale_in(w.dtype, self.args.embed_scale)
+        return ops.embedding(ids, w, scale) if ops else F.embedding(ids, w) * scale
 
     def _per_layer_inputs(self, ids: torch.Tensor, emb: torch.Tensor, ops=None) -> torch.Tensor:
-        """PLE_i = (token part + context part) * 2^-0.5, as [T, L, P]. `ops` (gemma4/fused.py): its projection and
-        norm kernels instead of the modules' (the module norm is 7 kernels)."""
+        """PLE_i = (token part + context part) * 2^-0.5, as [T, L, P]. `ops` (gemma4/fused.py): its kernels instead of
+        the modules' (the module norm alone is 7 kernels)."""
         t, L, p = ids.shape[0], self.args.num_hidden_layers, self.ple_dim
         w = self.embed_tokens_per_layer.weight
-        tok = F.embedding(ids, w) * self._scale_in(w.dtype, p**0.5)
+        scale = self._scale_in(w.dtype, p**0.5)
         proj, norm = self.per_layer_model_projection, self.per_layer_projection_norm
-        if ops:  # the scale in the projection's epilogue, the norm, add and mix in one norm kernel: 3 kernels fewer
+        if ops:  # one gather-and-scale kernel, the projection's scale in its epilogue, the norm, add and mix in one kernel
+            tok = ops.embedding(ids, w, scale)
             ctx = ops.linear(emb, proj.weight, scale=self.args.hidden_size**-0.5)
             return ops.add_rms_norm(ctx.view(t, L, p), tok.view(t, L, p), norm.weight, norm.eps, 2.0**-0.5)[0]
+        tok = F.embedding(ids, w) * scale
         ctx = norm((proj(emb) * self.args.hidden_size**-0.5).view(t, L, p))
         return (ctx + tok.view(t, L, p)) * 2.0**-0.5
 
-    def rope_tables_all(self, positions: torch.Tensor, dtype: torch.dtype) -> dict:
-        """{kind: (cos, sin)} for both layer types in three kernels (a product, cos, sin rounding as it stores),
-        where rope_cos_sin takes seven a type: the types' NeoX-doubled frequencies are one row, and each type's
-        tables are column views of it. Bit-equal to rope_cos_sin per type (the same fp32 products and roundings)."""
-        inv = self.rope_inv_row
-        # integer positions * fp32 frequencies multiply in fp32, as positions.float() * inv does (one kernel fewer);
-        # frequencies left in a 16-bit dtype (no keep_rope_fp32) would multiply in it, so those positions go to fp32
-        pos = positions if inv.dtype == torch.float32 else positions.float()
-        freqs = pos[:, None] * inv[None, :]
-        cos = torch.empty(freqs.shape, dtype=dtype, device=freqs.device)
-        sin = torch.empty_like(cos)
-        torch.cos(freqs, out=cos)
-        torch.sin(freqs, out=sin)
+    def rope_tables_all(self, positions: torch.Tensor, dtype: torch.dtype, ops=None) -> dict:
+        """{kind: (cos, sin)} for both layer types from one table: the types' NeoX-doubled frequencies are one row,
+        and each type's tables are column views of it. Three kernels (`rope_row_tables`) where rope_cos_sin takes
+        seven a type, and bit-equal to it per type; `ops` (gemma4/fused.py): its one kernel."""
+        cos, sin = (ops.rope_tables if ops else rope_row_tables)(positions, self.rope_inv_row, dtype)
         ds = 2 * self.sliding_inv_freq.numel()
         return {SLIDING: (cos[:, :ds], sin[:, :ds]), FULL: (cos[:, ds:], sin[:, ds:])}
 

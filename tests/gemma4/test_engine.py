@@ -191,3 +191,19 @@ def test_main_job_unimplemented_backend_is_a_clear_error():
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert "FLEX_ATTENTION" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_token_ids_outside_the_embedding_tables_are_refused(models):
+    """A host token id must index the token table and the per-layer-input table: outside them the engine says which
+    sequence and id, before any kernel reads out of bounds; a refused step leaves the sequences as they were."""
+    model, _ = models["all"]
+    e = eng(model)
+    vocab = min(model.args.vocab_size, model.args.vocab_size_per_layer_input)
+    e.extend([0], [[1, 2, 3]])
+    for bad in (vocab, -1, "7", None):
+        with pytest.raises(ValueError, match=rf"sequence 1: token id {bad!r} is not in \[0, {vocab}\)"):
+            e.extend([0, 1], [[4], [5, bad, 6]])
+        with pytest.raises(ValueError, match=rf"sequence 2: token id {bad!r} is not in \[0, {vocab}\)"):
+            e.decode([2], [bad])
+    assert e.seq_lens == {0: 3}
+    assert e.decode([0], [vocab - 1]).shape == (1, model.args.vocab_size)

@@ -65,8 +65,10 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     model, _ = models["all"]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
-    ops, rows, glu, epi = fused.ops_for("triton"), [], [], []
-    real, real_glu = ops._gemv, ops._gemv_gelu_mul
+    ops, rows, glu, epi, gathers, ropes = fused.ops_for("triton"), [], [], [], [], []
+    real, real_glu, real_emb, real_rope = ops._gemv, ops._gemv_gelu_mul, ops.embedding, ops.rope_tables
+    monkeypatch.setattr(ops, "embedding", lambda ids, w, s: gathers.append(w.shape[1]) or real_emb(ids, w, s))
+    monkeypatch.setattr(ops, "rope_tables", lambda p, inv, dt: ropes.append(p.shape[0]) or real_rope(p, inv, dt))
     monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
     got = run(model, "triton", prompts, cont)
@@ -80,6 +82,9 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     scales = [kw["scale"] for kw in epi if kw.get("scale") is not None]
     assert caps == [model.args.final_logit_softcapping] * 2  # the LM head of each decode step
     assert scales == [model.args.hidden_size**-0.5] * 2  # the per-layer-input projection of each step
+    # the token and per-layer-input gathers, and both rope tables, one kernel each a step (prefill and two decodes)
+    ple_width = model.embed_tokens_per_layer.weight.shape[1]
+    assert gathers == [model.args.hidden_size, ple_width] * 3 and ropes == [9, 1, 1]
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
     assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
 

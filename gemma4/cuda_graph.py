@@ -18,6 +18,10 @@ class CapturedStep:
     def _run(self):  # pragma: no cover - subclasses
         raise NotImplementedError
 
+    def _rewind(self):
+        """Undo what `_run` does to its own inputs (a step that advances them for the next replay), so that every
+        warm-up runs the same step."""
+
     def capture(self):
         """Warm up twice, capture, return the last eager (warm-up) outputs, cloned."""
         s = torch.cuda.Stream()
@@ -25,6 +29,7 @@ class CapturedStep:
         with torch.cuda.stream(s):
             for _ in range(2):  # warm-up: a step that writes the cache rewrites the same slots with the same values
                 eager = self._run()
+                self._rewind()
         torch.cuda.current_stream().wait_stream(s)
         eager = tuple(x.clone() for x in eager) if isinstance(eager, tuple) else eager.clone()
         self.graph = torch.cuda.CUDAGraph()

@@ -67,7 +67,17 @@ class DecodeGraph(CapturedStep):
         self.runner.prepare_replay(self.metas, self.host_used, self.host_tables)
 
     def _run(self):
-        return self.runner.logits(self.runner.static_forward(self.ids, self.pos, self.metas, self.slots))
+        logits = self.runner.logits(self.runner.static_forward(self.ids, self.pos, self.metas, self.slots))
+        # the next step's positions and lengths, inside the graph: `advance` launches nothing but the ids' copy
+        self.pos.add_(1)
+        for m in self.metas.values():
+            m.seqused_k.add_(1)
+        return logits
+
+    def _rewind(self):
+        self.pos.sub_(1)
+        for m in self.metas.values():
+            m.seqused_k.sub_(1)
 
     def tables_changed(self) -> bool:
         cache = self.runner.cache
@@ -86,11 +96,8 @@ class DecodeGraph(CapturedStep):
         return self.replay()
 
     def advance(self, tokens) -> torch.Tensor:
-        """The next step of the same sequences: positions and lengths +1 on the device."""
+        """The next step of the same sequences: the last replay left positions and lengths +1 on the device."""
         self._set_ids(tokens)
-        self.pos.add_(1)
-        for m in self.metas.values():
-            m.seqused_k.add_(1)
         self.host_used = [u + 1 for u in self.host_used]
         self.runner.prepare_replay(self.metas, self.host_used, self.host_tables)
         return self.replay()

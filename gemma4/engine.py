@@ -450,13 +450,13 @@ class Engine:
         logs: list[torch.Tensor] = []
         toks: list[torch.Tensor] = []
         finished = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
+        seen = 0  # tokens folded into `finished` when it is read, not every step (two kernels fewer between replays)
 
         def pick(logits: torch.Tensor, step: int) -> torch.Tensor:
             if return_logits:
                 logs.append(logits.to(torch.float32, copy=True))
             nxt = forced_t[step] if forced_t is not None else sample(logits, temperature, top_k, gen)
             toks.append(nxt)
-            finished.logical_or_(nxt == eos)
             return nxt
 
         check_every = EOS_CHECK_EVERY if self.use_graphs else 1
@@ -466,8 +466,11 @@ class Engine:
         clock.mark()
         steps = 0
         for step in range(1, max_new_tokens):
-            if stop_at_eos and step % check_every == 0 and bool(finished.all()):
-                break
+            if stop_at_eos and step % check_every == 0:
+                finished |= (torch.stack(toks[seen:]) == eos).any(0)
+                seen = len(toks)
+                if bool(finished.all()):
+                    break
             nxt = pick(self._decode(seqs, nxt), step)
             steps += 1
         clock.mark()

@@ -233,6 +233,26 @@ def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs,
     assert g.use_graphs and not g.notes
 
 
+def test_graph_decode_advances_positions_inside_the_graph(models, prompts, fake_cuda_graphs):
+    """Between two replays of a decode graph only the ids change from outside: the graph itself leaves the next step's
+    positions and lengths (+1) on the device, so `advance` launches no kernel for them; the warm-ups before capture
+    each run the same step (CapturedStep._rewind)."""
+    model, _ = models["edge"]
+    g = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g.use_graphs = True
+    g.generate(prompts, 4, stop_at_eos=False)
+    dg = g._graphs[len(prompts)]
+    pos, used = dg.pos.clone(), {k: m.seqused_k.clone() for k, m in dg.metas.items()}
+    dg.replay = lambda: dg.out  # a replay that runs nothing: what advance itself does shows
+    with torch.inference_mode():  # as the engine's steps run
+        dg.advance(torch.tensor([5] * len(prompts)))
+        assert torch.equal(dg.pos, pos) and all(torch.equal(m.seqused_k, used[k]) for k, m in dg.metas.items())
+        assert dg.ids.tolist() == [5] * len(prompts)
+        del dg.replay
+        dg.replay()  # the (emulated) graph: one step, then positions and lengths +1
+    assert torch.equal(dg.pos, pos + 1) and all(torch.equal(m.seqused_k, used[k] + 1) for k, m in dg.metas.items())
+
+
 def test_graph_decode_with_kernel_blocks_reads_each_steps_table(models, prompts, fake_cuda_graphs):
     """Kernel blocks of 4 inside kv blocks of 8 / 16: a step expands its group's table once
     (AttentionMetadata.kernel_tables) and no replay reads the table of an earlier step."""

@@ -22,6 +22,7 @@ from kselect.gemma4.config import SLIDING
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, PagedKVCache
 from kselect.gemma4.model import Gemma4, GroupStep, StepContext
 from kselect.gemma4.sequence import StepBatch
+from kselect.kernels.slot_mapping import slot_mapping
 
 
 class MultimodalUnsupportedError(RuntimeError):
@@ -126,12 +127,8 @@ class ModelRunner:
                        slots: dict) -> torch.Tensor:
         """A capture-safe step from static device buffers: `slots` are filled here from `positions`
         and each group's block table, then the model runs its static code paths. Hidden [T, H]."""
-        for k, gc in self.cache.groups.items():
-            bs = gc.block_size
-            per_seq = positions.numel() // metas[k].block_table.shape[0]  # tokens per sequence (equal)
-            seq_of = torch.arange(positions.numel(), device=positions.device) // per_seq
-            blk = metas[k].block_table[seq_of, torch.div(positions, bs, rounding_mode="floor")]
-            slots[k].copy_(blk.long() * bs + positions % bs)
+        for k, gc in self.cache.groups.items():  # one kernel a group on CUDA (every sequence has as many tokens)
+            slot_mapping(positions, metas[k].block_table, gc.block_size, slots[k])
         return self.model(ids, self.context(positions, metas, slots, static=True))
 
     def padded_forward(self, ids: torch.Tensor, positions: torch.Tensor, metas: dict, slots: dict) -> torch.Tensor:

@@ -2,11 +2,12 @@
 # Issue #16, next H200 window (written in the tenth session, not yet run): outside the layers, 3 Triton kernels where
 # PyTorch took 13 (embedding gathers with their scales, the per-layer inputs' scale/norm/add/mix, both rope tables,
 # the logit softcap in the LM head GEMV's epilogue), and 2 kernels between decode-graph replays where 7 ran (the graph
-# advances its positions and lengths; EOS bookkeeping only where read). From the checkout root after the
-# device-kernels activate step:
+# advances its positions and lengths; EOS bookkeeping only where read), and a captured step's slots in one kernel a
+# group where PyTorch took ~9. From the checkout root after the device-kernels activate step:
 #
-#   bash bench/h200/epilogues.sh T   # ~2 min: every kernel test on the GPU (pdl.sh T), among them the epilogues
-#                                    #   bit for bit against PyTorch's CUDA ops at E4B's LM-head and projection sizes
+#   bash bench/h200/epilogues.sh T   # ~4 min: every kernel test on the GPU (pdl.sh T), among them the epilogues
+#                                    #   bit for bit against PyTorch's CUDA ops at E4B's LM-head and projection sizes,
+#                                    #   then tests/gemma4's GPU tests (captured decode, prefill and speculative steps)
 #   bash bench/h200/epilogues.sh F   # ~4 min: fusion.py E4B and 31B, batch 1 and 16, greedy tokens fused vs unfused
 #                                    #   over 128 steps at batch 1 (bf16 and FP8 caches): the epilogues keep them
 #   bash bench/h200/epilogues.sh E   # ~3 min: fenced.sh E2 (e2e E4B, every selection): objective=latency at batch 1
@@ -15,7 +16,14 @@ set -u
 PART=${1:?usage: epilogues.sh T|F|E}
 OUT=${OUT:-/tmp/epilogues_out}
 case $PART in
-T) OUT=$OUT bash "$(dirname "$0")/pdl.sh" T ;;
+T)
+  OUT=$OUT bash "$(dirname "$0")/pdl.sh" T
+  LOG=T_gemma4.log
+  source "$(dirname "$0")/window.sh"
+  say "GPU: tests/gemma4 (real CUDA graphs: decode graphs that advance themselves, slots from the kernel)"
+  timeout 300 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/gemma4 > "$OUT/gpu_tests_gemma4.log" 2>&1
+  tail -3 "$OUT/gpu_tests_gemma4.log"
+  ;;
 E) OUT=$OUT bash "$(dirname "$0")/fenced.sh" E2 ;;
 F)
   LOG=$PART.log

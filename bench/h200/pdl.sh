@@ -23,7 +23,7 @@ T)
   timeout 300 python3 -m pytest -q -m "gpu or not gpu" -rs -p no:cacheprovider tests/kernels/test_gemv.py \
     tests/kernels/test_pdl.py tests/kernels/test_gelu_mul.py tests/kernels/test_rms_norm.py tests/kernels/test_qkv_rope.py \
     tests/kernels/test_kv_write.py tests/kernels/test_quant_query.py tests/kernels/test_embedding.py \
-    tests/kernels/test_rope_tables.py > "$OUT/gpu_tests_kernels.log" 2>&1
+    tests/kernels/test_rope_tables.py tests/kernels/test_slot_mapping.py > "$OUT/gpu_tests_kernels.log" 2>&1
   tail -4 "$OUT/gpu_tests_kernels.log"
   timeout 200 python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/kernels/test_gpu_paths.py -k "triton or TRITON" \
     > "$OUT/gpu_tests_triton_paths.log" 2>&1

@@ -13,8 +13,9 @@ fewer, larger kernels. Per layer:
     (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel (one row: the epilogue) and one more add-norm kernel)
 
 Outside the layers: the token and per-layer-input embeddings are one gather-and-scale kernel each; the per-layer
-inputs' scale, norm, add and mix are the projection's epilogue and one norm kernel; both rope tables are one kernel;
-the logit softcap is the LM head's epilogue (at one row; more rows: PyTorch's ops). 3 kernels where PyTorch took 13.
+inputs' norm, add and mix one norm kernel; both rope tables one kernel; at one row the per-layer inputs' scale and
+the logit softcap are the projections' epilogues (more rows: PyTorch's ops after cuBLAS). A one-token step: 3 kernels
+where PyTorch took 13.
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
 `ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions

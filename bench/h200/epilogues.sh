@@ -12,8 +12,13 @@
 #                                    #   over 128 steps at batch 1 (bf16 and FP8 caches): the epilogues keep them
 #   bash bench/h200/epilogues.sh E   # ~3 min: fenced.sh E2 (e2e E4B, every selection): objective=latency at batch 1
 #                                    #   against 300 tok/s
+#   bash bench/h200/epilogues.sh J   # ~1 min, last: the FlashInfer JIT modules and FA4 compile cache this machine
+#                                    #   built, back as $OUT/jit.partNN (15 MiB each). A later session that keeps them
+#                                    #   in an ignored .devkernels/c3/ restores them with one more call, carrying it:
+#                                    #   `mkdir -p /tmp/kdev && cat .devkernels/c3/jit.part* | tar xJf - -C /tmp/kdev`
+#                                    #   (FlashInfer's JIT took 80-170 s of each earlier window).
 set -u
-PART=${1:?usage: epilogues.sh T|F|E}
+PART=${1:?usage: epilogues.sh T|F|E|J}
 OUT=${OUT:-/tmp/epilogues_out}
 case $PART in
 T)
@@ -25,6 +30,11 @@ T)
   tail -3 "$OUT/gpu_tests_gemma4.log"
   ;;
 E) OUT=$OUT bash "$(dirname "$0")/fenced.sh" E2 ;;
+J)
+  mkdir -p "$OUT"
+  tar cf - -C /tmp/kdev fiws fa4cache 2>/dev/null | xz -T0 -3 | split -b 15M -d - "$OUT/jit.part"
+  ls -l "$OUT"
+  ;;
 F)
   LOG=$PART.log
   source "$(dirname "$0")/window.sh"

@@ -33,10 +33,11 @@ MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 
 @triton.jit
 def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
-    """W's first FIRST_K columns of a program's rows, as stored: read before the PDL wait (kernels/pdl.py: weights
-    only). A wider first chunk moves more of the weight read into the previous kernel's tail."""
+    """W's first FIRST_K columns of a program's rows, in fp32: read before the PDL wait (kernels/pdl.py: weights
+    only). A wider first chunk would move more of the weight read into the previous kernel's tail; it measured slower
+    (bench/results/h200/gemv_first/), so `config` keeps one K chunk."""
     c0 = tl.arange(0, FIRST_K)
-    return tl.load(w_rows + c0[None, :], mask=row_ok[:, None] & (c0 < k)[None, :], other=0.0)
+    return tl.load(w_rows + c0[None, :], mask=row_ok[:, None] & (c0 < k)[None, :], other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -44,7 +45,7 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
     """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
     accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's."""
     c0 = tl.arange(0, FIRST_K)
-    acc0 = w0.to(tl.float32) * tl.load(x_row + c0, mask=c0 < k, other=0.0).to(tl.float32)[None, :]
+    acc0 = w0 * tl.load(x_row + c0, mask=c0 < k, other=0.0).to(tl.float32)[None, :]
     cols = tl.arange(0, BLOCK_K)
     if FIRST_K == BLOCK_K:
         acc = acc0

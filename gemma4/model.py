@@ -349,7 +349,7 @@ class Gemma4(nn.Module):
         w = self.embed_tokens_per_layer.weight
         scale = self._scale_in(w.dtype, p**0.5)
         proj, norm = self.per_layer_model_projection, self.per_layer_projection_norm
-        if ops:  # one gather-and-scale kernel, the projection's scale in its epilogue, the norm, add and mix in one kernel
+        if ops:  # a gather-and-scale kernel; the scale in the projection's epilogue; norm, add and mix in one kernel
             tok = ops.embedding(ids, w, scale)
             ctx = ops.linear(emb, proj.weight, scale=self.args.hidden_size**-0.5)
             return ops.add_rms_norm(ctx.view(t, L, p), tok.view(t, L, p), norm.weight, norm.eps, 2.0**-0.5)[0]

@@ -22,7 +22,6 @@ from kselect.gemma4.config import SLIDING
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, PagedKVCache
 from kselect.gemma4.model import Gemma4, GroupStep, StepContext
 from kselect.gemma4.sequence import StepBatch
-from kselect.kernels.slot_mapping import slot_mapping
 
 
 class MultimodalUnsupportedError(RuntimeError):
@@ -127,8 +126,15 @@ class ModelRunner:
                        slots: dict) -> torch.Tensor:
         """A capture-safe step from static device buffers: `slots` are filled here from `positions`
         and each group's block table, then the model runs its static code paths. Hidden [T, H]."""
-        for k, gc in self.cache.groups.items():  # one kernel a group on CUDA (every sequence has as many tokens)
-            slot_mapping(positions, metas[k].block_table, gc.block_size, slots[k])
+        for k, gc in self.cache.groups.items():  # every sequence has as many tokens
+            table, bs = metas[k].block_table, gc.block_size
+            if positions.is_cuda:  # one kernel a group (Triton: imported here, a GPU-only dependency)
+                from kselect.kernels.slot_mapping import slot_mapping
+
+                slot_mapping(positions, table, bs, slots[k])
+                continue
+            seq_of = torch.arange(positions.numel(), device=positions.device) // (positions.numel() // table.shape[0])
+            slots[k].copy_(table[seq_of, torch.div(positions, bs, rounding_mode="floor")].long() * bs + positions % bs)
         return self.model(ids, self.context(positions, metas, slots, static=True))
 
     def padded_forward(self, ids: torch.Tensor, positions: torch.Tensor, metas: dict, slots: dict) -> torch.Tensor:

@@ -73,12 +73,13 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b):
     outb = torch.empty_like(out) if want_b else out
     res2 = _rows(res) if res is not None else y2
     block = triton.next_power_of_2(d)
+    on_device = scalar is None or isinstance(scalar, torch.Tensor)  # a tensor is read in the kernel, a number passed
     if rows:
         _add_rms_norm_kernel[(rows,)](
-            y2, res2, w_a if w_a is not None else y2, y2 if scalar is None else scalar if isinstance(scalar, torch.Tensor) else float(scalar),
+            y2, res2, w_a if w_a is not None else y2, (y2 if scalar is None else scalar) if on_device else float(scalar),
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
-            HAS_SCALAR=scalar is not None, SCALAR_PTR=scalar is None or isinstance(scalar, torch.Tensor),
+            HAS_SCALAR=scalar is not None, SCALAR_PTR=on_device,
             HAS_WB=w_b is not None, BLOCK=block,
             num_warps=row_warps(block), **pdl.args(out))
     return out.view(shape), (outb.view(shape) if want_b else None)

@@ -4,8 +4,8 @@
 
 A CUDA-graph step computes them on the device (its positions advance there); as PyTorch ops that is ~9 small kernels
 a KV-cache group (an arange, two divisions, an index, a cast, a product, a remainder, a sum, a copy). Positions are
-never negative, so integer division is the floor. On the CPU `slot_mapping` runs those ops (no Triton kernel can read
-CPU tensors outside the interpreter, which the kernel's own test uses).
+never negative, so integer division is the floor. gemma4/model_runner.py calls it on CUDA and keeps those ops on the
+CPU (where Triton is an optional dependency and no compiled kernel can read the tensors).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def _check(positions, table, out):
                          f"sequences")
 
 
-def slot_mapping_triton(positions: torch.Tensor, table: torch.Tensor, block_size: int, out: torch.Tensor) -> torch.Tensor:
-    """The kernel: out[i] = the slot of positions[i] of sequence i // (T / B) (every sequence has T / B tokens)."""
+def slot_mapping(positions: torch.Tensor, table: torch.Tensor, block_size: int, out: torch.Tensor) -> torch.Tensor:
+    """out[i] = the slot of positions[i] of sequence i // (T / B) (every sequence has T / B tokens)."""
     _check(positions, table, out)
     n = positions.numel()
     block = min(1024, triton.next_power_of_2(max(n, 1)))
@@ -47,13 +47,3 @@ def slot_mapping_triton(positions: torch.Tensor, table: torch.Tensor, block_size
         _slot_mapping_kernel[(triton.cdiv(n, block),)](positions, table, out, n, n // table.shape[0], table.stride(0),
                                                        block_size, BLOCK=block, num_warps=4, **pdl.args(out))
     return out
-
-
-def slot_mapping(positions: torch.Tensor, table: torch.Tensor, block_size: int, out: torch.Tensor) -> torch.Tensor:
-    """As `slot_mapping_triton` on CUDA tensors; PyTorch's ops elsewhere."""
-    if positions.is_cuda:
-        return slot_mapping_triton(positions, table, block_size, out)
-    _check(positions, table, out)
-    seq_of = torch.arange(positions.numel(), device=positions.device) // (positions.numel() // table.shape[0])
-    blk = table[seq_of, torch.div(positions, block_size, rounding_mode="floor")]
-    return out.copy_(blk.long() * block_size + positions % block_size)

@@ -495,8 +495,8 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
                          interleaved=bool(rounds_of(preset, kv, m)))
-                same_prefill = m.startswith("prefill") and prefill_kernels(d["selections"], preset, key) is not None \
-                    and prefill_kernels(d["selections"], preset, key) == prefill_kernels(d["selections"], preset, base)
+                pk = prefill_kernels(d["selections"], preset, key) if m.startswith("prefill") else None
+                same_prefill = pk is not None and pk == prefill_kernels(d["selections"], preset, base)
                 if key == base:
                     t["verdict"] = "same kernels as vllm (no gain claimed)"
                 elif same_prefill:  # per-phase: the objective decodes on other kernels but prefills on vLLM's

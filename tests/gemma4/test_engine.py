@@ -86,6 +86,16 @@ def test_main_job_default(capsys):
     assert "numerics: not checked: every group runs TORCH_REFERENCE, the reference itself" in out  # no check claimed when nothing differs
 
 
+def test_main_job_runs_on_a_cpu_machine_without_triton():
+    """Triton is a GPU dependency (pyproject's `gpu` and `test` extras): the CPU main job imports none of it."""
+    code = ("import sys; sys.modules['triton'] = None\n"  # an import of triton now fails, as where it is missing
+            "from kselect.gemma4.__main__ import main\n"
+            "sys.exit(main(['platform=cpu', '--max-new-tokens', '2']))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "decode:" in r.stdout
+
+
 def test_main_job_fp8_calibrated(capsys):
     out = run_main(capsys, "platform=cpu", "kv_cache=fp8", "kv_cache.scales=calibrated", "--max-new-tokens", "4",
                    "--temperature", "0.9", "--top-k", "20", "--prompt", "Hello there", "--prompt", "A")

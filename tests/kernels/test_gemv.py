@@ -102,8 +102,14 @@ def test_first_chunk_wider_or_narrower_than_the_loop(m, n, k, bn, bk, fk):
 
 
 def test_first_chunk_of_one_block_is_the_default():
-    x, w = inputs(1, 24, 96, torch.bfloat16, 12)
-    assert torch.equal(K.gemv(x, w, block_n=8, block_k=32), K.gemv(x, w, block_n=8, block_k=32, first_k=32))
+    """The table's first chunk is one K chunk (what was measured fastest), and a caller's block_k without first_k sets
+    both, so explicit block sizes keep meaning what they meant before first_k."""
+    for n, k in ((3072, 2560), (20480, 2560), (2560, 256), (262144, 2560)):
+        cfg = K.config(n, k)
+        assert cfg["first_k"] == cfg["block_k"], (n, k)
+    p = K._launch_params(3072, 2560, dict(block_n=None, block_k=32, first_k=None, num_warps=None))
+    assert (p["block_k"], p["first_k"], p["block_n"]) == (32, 32, 2)
+    assert K._launch_params(3072, 2560, dict(block_k=32, first_k=128))["first_k"] == 128
 
 
 def test_configured_overrides_by_shape_and_restores():

@@ -125,11 +125,14 @@ def test_a_replay_that_differs_is_refused(models, prompts, fake_cuda_graphs, mon
     assert got.tokens == eager.generate([prompts[0]], 4).tokens and graphed.prefill_graph_steps == 0
 
 
+_NO_MOE = "model.enable_moe_block=false"  # see test_cuda_graph_prefill_matches_eager
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("step", [None, 8], ids=["whole-prefill", "chunked-prefill"])
 @pytest.mark.parametrize("over", [(), ("model.dtype=bfloat16", "attention.backend=FLASHINFER"),
-                                  ("model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN")],
+                                  ("model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN", _NO_MOE)],
                          ids=["default", "flashinfer-bf16", "triton-fp8"])
 def test_cuda_graph_prefill_matches_eager(step, over):
     """Real graphs, one prompt at a time (prefill graphs serve one-sequence steps). The default selection
@@ -138,7 +141,11 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     and eager prefill logits differ by about as much as two bf16 kernel choices do (0.054 with FlashInfer
     on a 6-token prompt, bench/results/h200/fenced/TF). Both are set against the truth instead: the same
     weights in fp32 on the PyTorch reference backend. The graph's prefill must be as accurate as eager's
-    (within 1.5x + 1e-2), where a wrong position or a pad row written or seen shows as O(1)."""
+    (within 1.5x + 1e-2), where a wrong position or a pad row written or seen shows as O(1). The FP8 case runs
+    without the MoE block: its top-2 router has near-ties on random weights, and one flipped expert moved the logits
+    by 0.19 (bench/results/h200/epilogues/README.md: six flips in 78 router calls at a 101-token prompt in chunks of
+    8, where the replay equals the eager padded step exactly). The fp32 default keeps it and must equal eager; the
+    FlashInfer case keeps it too (it passes with it; the same near-ties could flip there)."""
     import copy
 
     from kselect.gemma4.build import build_model

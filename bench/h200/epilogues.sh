@@ -1,9 +1,9 @@
 #!/bin/bash
 # Issue #16, H200 window of the eleventh session (T, F, E and J ran at fa0ad1d: bench/results/h200/epilogues/):
 # outside the layers, 3 Triton kernels where PyTorch took 13 (embedding gathers with their scales, the per-layer
-# inputs' scale/norm/add/mix, both rope tables, the logit softcap in the LM head GEMV's epilogue), and 2 kernels between decode-graph replays where 7 ran (the graph
-# advances its positions and lengths; EOS bookkeeping only where read), and a captured step's slots in one kernel a
-# group where PyTorch took ~9. From the checkout root after the device-kernels activate step:
+# inputs' scale/norm/add/mix, both rope tables, the logit softcap in the LM head GEMV's epilogue), and 2 kernels
+# between decode-graph replays where 7 ran (the graph advances its positions and lengths; EOS bookkeeping only where
+# read), and a captured step's slots in one kernel a group where PyTorch took ~9. From the checkout root after the device-kernels activate step:
 #
 #   bash bench/h200/epilogues.sh T   # ~4 min: every kernel test on the GPU (pdl.sh T), among them the epilogues
 #                                    #   bit for bit against PyTorch's CUDA ops at E4B's LM-head and projection sizes,

@@ -3,7 +3,8 @@
 # outside the layers, 3 Triton kernels where PyTorch took 13 (embedding gathers with their scales, the per-layer
 # inputs' scale/norm/add/mix, both rope tables, the logit softcap in the LM head GEMV's epilogue), and 2 kernels
 # between decode-graph replays where 7 ran (the graph advances its positions and lengths; EOS bookkeeping only where
-# read), and a captured step's slots in one kernel a group where PyTorch took ~9. From the checkout root after the device-kernels activate step:
+# read), and a captured step's slots in one kernel a group where PyTorch took ~9. From the checkout root after the
+# device-kernels activate step:
 #
 #   bash bench/h200/epilogues.sh T   # ~4 min: every kernel test on the GPU (pdl.sh T), among them the epilogues
 #                                    #   bit for bit against PyTorch's CUDA ops at E4B's LM-head and projection sizes,

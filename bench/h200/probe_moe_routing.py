@@ -15,7 +15,10 @@ model, _, _ = build_model(cfg, seed=0)
 log = []
 for i, layer in enumerate(model.layers):
     if getattr(layer, "moe", False):
-        layer.router.register_forward_hook(lambda m, a, out, i=i: log.append((i, out[1].clone(), out[0].float().clone())))
+        def hook(m, a, out, i=i):
+            log.append((i, out[1].clone(), out[0].float().clone()))
+
+        layer.router.register_forward_hook(hook)
 
 
 def step(self, seq, start, tokens):  # the padded step, run eagerly every time (replays equal it exactly)
@@ -40,5 +43,6 @@ for (li, ia, wa), (lj, ib, wb) in zip(runs[False][0], runs[True][0]):
     bad = (a != b).any(1).nonzero().flatten().tolist()
     if bad:
         flips += 1
-        print(f"layer {li}: rows {bad} route {a[bad].tolist()} vs {b[bad].tolist()}; weights {wa[bad].tolist()} vs {wb[:n][bad].tolist()}")
+        print(f"layer {li}: rows {bad} route {a[bad].tolist()} vs {b[bad].tolist()}; "
+              f"weights {wa[bad].tolist()} vs {wb[:n][bad].tolist()}")
 print("router calls", len(runs[False][0]), len(runs[True][0]), "calls with a flip", flips)

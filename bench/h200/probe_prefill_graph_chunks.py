@@ -37,7 +37,8 @@ def one(n, step, mode, label):
     for key, (k, v) in out[True][1].items():
         k0, v0 = out[False][1][key]
         dk = (k - k0).abs().amax().item()
-        worst.append((dk, key, ((k - k0).abs().reshape(k.shape[0] * k.shape[1], -1).amax(1) > 0).nonzero().flatten()[:8].tolist()))
+        slots = ((k - k0).abs().reshape(k.shape[0] * k.shape[1], -1).amax(1) > 0).nonzero().flatten()[:8].tolist()
+        worst.append((dk, key, slots))
     worst.sort(reverse=True)
     print(f"{label} n={n} step={step} mode={mode}: logits graph vs eager {err:.4f}, graph steps {out[True][2]}; "
           f"worst cache diffs {[(round(w[0], 3), w[1], w[2]) for w in worst[:3]]}", flush=True)

@@ -25,7 +25,8 @@ for name, hkv, d, hq, win in (("full", 1, 128, 4, -1), ("sliding", 2, 64, 4, 15)
             one = torch.ones((), device=dev)
             ref = paged_attention(q.float(), kc, vc, cu, su, bt, 0.1, causal=True, window_left=win,
                                   k_descale=one, v_descale=one).float()[:n]
-            for label, kw in (("auto maxk=272", dict(max_seqlen_k=272)), ("auto maxk=used", dict(max_seqlen_k=start + T)),
+            for label, kw in (("auto maxk=272", dict(max_seqlen_k=272)),
+                              ("auto maxk=used", dict(max_seqlen_k=start + T)),
                               ("bn32 s9", dict(max_seqlen_k=272, num_splits=9, config=(16, 32, 4, 2, False))),
                               ("bn32 s9 asm", dict(max_seqlen_k=272, num_splits=9, config=(16, 32, 4, 2, True))),
                               ("bn32 s1 asm", dict(max_seqlen_k=272, num_splits=1, config=(16, 32, 4, 2, True))),
@@ -36,4 +37,5 @@ for name, hkv, d, hq, win in (("full", 1, 128, 4, -1), ("sliding", 2, 64, 4, 15)
                                              k_descale=one, v_descale=one, out_dtype=torch.bfloat16, **kw).float()[:n]
                 err = ((out - ref).abs().amax() / ref.abs().amax()).item()
                 bad = ((out - ref).abs().amax((1, 2)) > 0.05).nonzero().flatten().tolist()
-                print(f"{name} start {start} T {T} n {n} {label}: rel err {err:.4f}{' BAD rows ' + str(bad) if bad else ''}")
+                flag = f" BAD rows {bad}" if bad else ""
+                print(f"{name} start {start} T {T} n {n} {label}: rel err {err:.4f}{flag}")

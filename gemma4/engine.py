@@ -24,6 +24,7 @@ steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per t
 from __future__ import annotations
 
 import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -64,6 +65,11 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
             quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none", prefill=None))
     return out
+
+
+def _integer_type(tp: type) -> bool:
+    """An integer type a token id may have: int, NumPy's integers (numbers.Integral), not bool."""
+    return issubclass(tp, numbers.Integral) and not issubclass(tp, bool)
 
 
 # ---------------------------------------------------------------------------- results
@@ -282,19 +288,21 @@ class Engine:
         return hidden, batch.qlens
 
     def check_tokens(self, seqs: list[int], tokens: list[list[int]]) -> None:
-        """Host token ids must index the model's embedding tables (the per-layer-input table too): an id outside them
-        is refused here, where a kernel could only read out of bounds or assert on the device. min/max per sequence,
-        not a per-token loop: this runs before every prefill."""
+        """Host token ids must be integers (Python's or NumPy's; not bools, not floats, which the id tensor would
+        silently truncate) that index the model's embedding tables (the per-layer-input table too): anything else is
+        refused here, where a kernel could only read out of bounds or assert on the device. Types as a set and
+        min/max per sequence, not a Python loop per token: this runs before every prefill."""
         vocab = self.args.vocab_size
         if self.model.ple_dim:
             vocab = min(vocab, self.args.vocab_size_per_layer_input)
         for s, ts in zip(seqs, tokens):
-            try:
-                ok = 0 <= min(ts) and max(ts) < vocab
-            except TypeError:
-                ok = False
-            if not ok:
-                bad = next(t for t in ts if not (isinstance(t, (int, float)) and 0 <= t < vocab))
+            kinds = set(map(type, ts))
+            if kinds != {int} and not all(_integer_type(k) for k in kinds):
+                bad = next(t for t in ts if not _integer_type(type(t)))
+                raise ValueError(f"sequence {s}: token id {bad!r} is not an integer in [0, {vocab}) (the model's "
+                                 "vocabulary)")
+            if not (0 <= min(ts) and max(ts) < vocab):
+                bad = next(t for t in ts if not 0 <= t < vocab)
                 raise ValueError(f"sequence {s}: token id {bad!r} is not in [0, {vocab}) (the model's vocabulary)")
 
     def begin_step(self, seqs: list[int], qlens: list[int]) -> StepBatch:

@@ -1,5 +1,6 @@
 """Engine: sampling, EOS handling, the main job (`kselect run`)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,16 +205,23 @@ def test_main_job_unimplemented_backend_is_a_clear_error():
 
 
 def test_token_ids_outside_the_embedding_tables_are_refused(models):
-    """A host token id must index the token table and the per-layer-input table: outside them the engine says which
-    sequence and id, before any kernel reads out of bounds; a refused step leaves the sequences as they were."""
+    """A host token id must be an integer that indexes the token table and the per-layer-input table: otherwise the
+    engine says which sequence and id, before any kernel reads out of bounds or a float is truncated to another id;
+    a refused step leaves the sequences as they were. NumPy's integers are integers."""
+    import numpy as np
+
     model, _ = models["all"]
     e = eng(model)
     vocab = min(model.args.vocab_size, model.args.vocab_size_per_layer_input)
     e.extend([0], [[1, 2, 3]])
-    for bad in (vocab, -1, "7", None):
-        with pytest.raises(ValueError, match=rf"sequence 1: token id {bad!r} is not in \[0, {vocab}\)"):
+    for bad, what in ((vocab, "not in"), (-1, "not in"), (np.int64(vocab), "not in"), ("7", "not an integer in"),
+                      (None, "not an integer in"), (3.0, "not an integer in"), (3.5, "not an integer in"),
+                      (True, "not an integer in"), (float("nan"), "not an integer in")):
+        with pytest.raises(ValueError, match=rf"sequence 1: token id {re.escape(repr(bad))} is {what} \[0, {vocab}\)"):
             e.extend([0, 1], [[4], [5, bad, 6]])
-        with pytest.raises(ValueError, match=rf"sequence 2: token id {bad!r} is not in \[0, {vocab}\)"):
+        with pytest.raises(ValueError, match=rf"sequence 2: token id {re.escape(repr(bad))} is {what} \[0, {vocab}\)"):
             e.decode([2], [bad])
     assert e.seq_lens == {0: 3}
     assert e.decode([0], [vocab - 1]).shape == (1, model.args.vocab_size)
+    e.extend([1], [[4, np.int32(5), np.int64(6)]])
+    assert e.seq_lens == {0: 4, 1: 3}

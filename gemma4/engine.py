@@ -24,7 +24,6 @@ steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per t
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, Pa
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
 from kselect.gemma4.prefill_graph import PrefillGraphs
-from kselect.gemma4.sampling import max_rel_error, sample
+from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
 from kselect.selector.vocab import is_fp8 as is_fp8_name
@@ -65,11 +64,6 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
             backend="TORCH_REFERENCE", flash_attn_version=None, kernel_block_size=g.kv_block_size,
             quant_query=False, descale="k_v" if is_fp8_name(g.kv_cache_dtype) else "none", prefill=None))
     return out
-
-
-def _integer_type(tp: type) -> bool:
-    """An integer type a token id may have: int, NumPy's integers (numbers.Integral), not bool."""
-    return issubclass(tp, numbers.Integral) and not issubclass(tp, bool)
 
 
 # ---------------------------------------------------------------------------- results
@@ -297,8 +291,8 @@ class Engine:
             vocab = min(vocab, self.args.vocab_size_per_layer_input)
         for s, ts in zip(seqs, tokens):
             kinds = set(map(type, ts))
-            if kinds != {int} and not all(_integer_type(k) for k in kinds):
-                bad = next(t for t in ts if not _integer_type(type(t)))
+            if kinds != {int} and not all(integer_type(k) for k in kinds):
+                bad = next(t for t in ts if not integer_type(type(t)))
                 raise ValueError(f"sequence {s}: token id {bad!r} is not an integer in [0, {vocab}) (the model's "
                                  "vocabulary)")
             if not (0 <= min(ts) and max(ts) < vocab):
@@ -441,11 +435,8 @@ class Engine:
         Tokens (and logits) stay on the device until the end; the loop waits for the device only to
         ask whether every sequence has finished: every step eager, every EOS_CHECK_EVERY steps with
         graphs (same tokens either way; decode_tokens counts the steps actually run)."""
-        if len(prompts) > self.max_seqs:
-            raise ValueError(f"{len(prompts)} prompts > max_seqs={self.max_seqs}")
-        total = max(len(p) for p in prompts) + max_new_tokens
-        if total > self.max_seq_len:
-            raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={self.max_seq_len}")
+        check_request(prompts, max_new_tokens, temperature, top_k, max_seqs=self.max_seqs,
+                      max_seq_len=self.max_seq_len)
         self.reset()
         dev = self.device
         eos = self.args.eos_token_id if eos_token_id is None else eos_token_id

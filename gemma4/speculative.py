@@ -38,7 +38,7 @@ import torch
 
 from kselect.gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
 from kselect.gemma4.engine import Clock, chunk_ends
-from kselect.gemma4.sampling import probs_of, sample
+from kselect.gemma4.sampling import check_request, probs_of, sample
 from kselect.gemma4.spec_graphs import SpecGraphs
 
 
@@ -227,16 +227,6 @@ class SpeculativeDecoder:
         return drafts, qprobs, logs
 
     # -------------------------------------------------------------- generation
-    def _check(self, prompts, max_new_tokens):
-        eng = self.engine
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        if len(prompts) > eng.max_seqs:
-            raise ValueError(f"{len(prompts)} prompts > max_seqs={eng.max_seqs}")
-        total = max(len(p) for p in prompts) + max_new_tokens
-        if total > eng.max_seq_len:
-            raise ValueError(f"prompt + max_new_tokens = {total} > max_seq_len={eng.max_seq_len}")
-
     def _prefill(self, seqs: list[int], prompts: list[list[int]], mm_spans=None):
         """The prompt pass: target_forward over each prompt's last prefill chunk (image spans kept
         whole, see engine.chunk_ends), the rest prefilled before it in steps of at most the engine's
@@ -262,7 +252,8 @@ class SpeculativeDecoder:
         spans per prompt (vision mode), as in Engine.generate."""
         eng = self.engine
         k = int(num_speculative_tokens or self.k)
-        self._check(prompts, max_new_tokens)
+        check_request(prompts, max_new_tokens, temperature, top_k, max_seqs=eng.max_seqs,
+                      max_seq_len=eng.max_seq_len)
         if eng.max_step_tokens and k + 1 > eng.max_step_tokens:
             raise ValueError(f"a verify step writes num_speculative_tokens + 1 = {k + 1} tokens > the engine's "
                              f"max_step_tokens={eng.max_step_tokens}")

@@ -10,8 +10,10 @@ accepts almost nothing.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -187,6 +189,27 @@ def test_greedy_speculative_is_token_identical_to_greedy(target, copy_drafter, m
     assert res.target_passes < N_NEW - 1  # fewer target passes than plain decoding's steps
     if kv.startswith("fp8"):  # the default rules (vLLM 0.33.0) copy the target's scales into the drafts
         assert set(sd.scales_mode.values()) == {"copied_from_target"}
+
+
+@pytest.mark.parametrize("bad, key", [
+    (dict(prompts=[]), "prompts"), (dict(prompts=[[]]), "prompts"), (dict(prompts=[5]), "prompts"),
+    (dict(max_new_tokens=0), "max_new_tokens=0"), (dict(max_new_tokens=-1), "max_new_tokens=-1"),
+    (dict(max_new_tokens=2.5), "max_new_tokens=2.5"), (dict(max_new_tokens=True), "max_new_tokens=True"),
+    (dict(temperature=-1.0), "temperature=-1.0"), (dict(temperature=float("nan")), "temperature=nan"),
+    (dict(temperature="1"), "temperature='1'"), (dict(top_k=-3), "top_k=-3"), (dict(top_k=1.5), "top_k=1.5"),
+    (dict(max_new_tokens=60), "max_seq_len=64"), (dict(prompts=[[2]] * 5), "max_seqs=4")])
+def test_bad_generation_requests_are_refused_by_name(target, copy_drafter, bad, key):
+    """Plain and speculative generation refuse the same requests, naming the setting and what is allowed, before
+    anything runs. Before, max_new_tokens 0 or -1 gave one token, a negative temperature decoded greedily, and NaN or
+    a negative top_k failed inside PyTorch."""
+    sel = simple_selection(target.args, kv_block_size=16)
+    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
+    req = dict(prompts=[[2, 3, 4, 5, 6, 7, 8]], max_new_tokens=4, temperature=1.0, top_k=0) | bad
+    for gen in (eng.generate, sd.generate):
+        with pytest.raises(ValueError, match=re.escape(key)):
+            gen(req["prompts"], req["max_new_tokens"], temperature=req["temperature"], top_k=req["top_k"])
+    assert len(eng.generate([[2, 3, 4]], np.int64(3), temperature=0, top_k=np.int32(0)).tokens[0]) == 3
 
 
 def test_commit_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_prompts):

@@ -199,4 +199,6 @@ def _git_commit() -> str:
     return project_commit()["commit"][:7]
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from kselect.selector.cli import run_cli
+
+    run_cli(main)

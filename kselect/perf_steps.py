@@ -112,4 +112,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from kselect.selector.cli import run_cli
+
+    run_cli(main)

@@ -284,3 +284,17 @@ def test_a_backend_that_plans_on_the_host_has_its_plan_timed(monkeypatch):
     sets = [timing.make_inputs(t, 2, c, c, "cpu", seed=0) for c in (32, 48)]
     ms = timing.plan_ms(Planner(), sets, [32, 48], 2, reps=3)
     assert 2.0 <= ms < 50 and len(calls) == 6 and calls[:2] == [([32, 32], (2, 2)), ([48, 48], (2, 3))]
+
+
+@pytest.mark.parametrize("command", ["perf", "perf-steps"])
+def test_a_bad_gpu_name_exits_2_with_one_paragraph(command):
+    """`--gpu-name` names a file in conf/: a path is refused by name, with what is allowed, and no traceback (the
+    runners' errors went through `raise SystemExit(main())`, which printed one)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "kselect.cli", command, "--gpu-name", "../etc"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "--gpu-name" in r.stderr and "'../etc'" in r.stderr and "allowed" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -144,6 +143,7 @@ def _launch_params(n: int, k: int, given: dict) -> dict:
             raise ValueError(f"gemv {key} must be a power of two, got {v}")
     return cfg
 
+
 def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError(f"{name} needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
@@ -167,10 +167,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: 
     if softcap is not None and not softcap > 0:
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    cap = float(np.float32(softcap or 1.0))
+    cap = torch.tensor(1.0 if softcap is None else softcap, dtype=torch.float32)  # fp32, as CUDA PyTorch's `/ cap`
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
-        x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), float(scale or 1.0),
-        float(np.float32(1.0) / np.float32(cap)), cap, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
+        x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
+        float(1.0 / cap), float(cap), M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         num_warps=p["num_warps"], **pdl.args(x))
     return out

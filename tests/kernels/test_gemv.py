@@ -61,7 +61,8 @@ def test_scale_epilogue_equals_the_multiply_after(dtype):
     """gemv(scale=s) rounds y, then y * s, as `gemv(x, w) * s` (a Python float) rounds: bit-equal."""
     x, w = inputs(1, 40, 96, dtype, 15)
     s = 2560**-0.5
-    assert torch.equal(K.gemv(x, w, block_n=8, block_k=32, scale=s), K.gemv(x, w, block_n=8, block_k=32) * s)
+    for s in (s, 0.0):  # 0.0 is a scale too, not "no scale"
+        assert torch.equal(K.gemv(x, w, block_n=8, block_k=32, scale=s), K.gemv(x, w, block_n=8, block_k=32) * s)
 
 
 def cuda_softcap(y, cap):

@@ -10,6 +10,11 @@ valid, verified kernel; `objective=vllm` explains with latency's rules at the co
 step total (layers x ms), the KV capacity (bytes per token, tokens in 40 GiB) and the numerics
 cost (max rel err vs the fp32 reference in conf/conformance/<gpu>.yaml). Missing data reads
 "no measurement", never a guess.
+
+Headroom: what the fastest verified kernels would save over vLLM's choice in a phase, as a share of the
+model's whole step where `kselect perf-steps` measured that step at exactly this point (conf/perf `steps`).
+It answers "can kernel selection make this prefill faster at all?": a few percent of attention in a step of
+GEMMs is a fraction of a percent end to end.
 """
 
 from __future__ import annotations
@@ -60,11 +65,36 @@ def explain(cfg: KSelectConfig) -> dict:
                                  best=_fig(c, og_phase, phase), best_verified=_status(og_phase),
                                  vllm_err=rel_err(fg), best_err=rel_err(og_phase)))
         bpt = bytes_per_token(c, faithful)
+        out.setdefault("steps", {"prefill": measured_step(c, "prefill")})
         out["caches"][resolved_kv_dtype(c)] = dict(rows=rows, bytes_per_token=bpt,
                                                     tokens=BUDGET_GIB * 2**30 // bpt,
                                                     warnings=[w.text for g in chosen.groups for w in g.warnings]
                                                     + [w.text for w in chosen.warnings])
     return out
+
+
+def measured_step(cfg: KSelectConfig, phase: str) -> dict | None:
+    """The model's step measured at exactly this phase's point (kselect perf-steps), or None: a step at another
+    context would make the share a guess."""
+    from . import perf  # noqa: PLC0415
+
+    pt = getattr(cfg.objective, phase)
+    data = perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
+    st = perf.nearest_step(data, cfg.model.name, phase, pt.batch, pt.context)
+    if st is None or (st.batch, st.context) != (pt.batch, pt.context):
+        return None
+    return {"step": st.key, "wall_ms": st.wall_ms, "kernel_ms": st.kernel_ms, "attention_ms": st.attention_ms,
+            "backends": st.backends}
+
+
+def headroom(rows: list[dict], phase: str, st: dict | None) -> dict | None:
+    """vLLM's choice vs the fastest verified kernels over one phase's step (layers x ms), and the saving as a share of
+    the measured model step; None where a group has no figure."""
+    sv, sb = step(rows, phase, "vllm"), step(rows, phase, "best")
+    if sv is None or sb is None:
+        return None
+    return {"vllm_ms": sv, "best_ms": sb, "saved_ms": sv - sb,
+            "share": (sv - sb) / st["wall_ms"] if st else None, "step_ms": st["wall_ms"] if st else None}
 
 
 def _fig(cfg, g: GroupSelection, phase: str) -> dict:
@@ -109,6 +139,16 @@ def to_text(d: dict, markdown: bool = False) -> str:
             tail.append(f"{phase} step, all layers (fastest verified): {mdt} {sa:.3g} ms, fp8 {sb:.3g} ms -> fp8 {_ratio(sa, sb)}")
         else:
             tail.append(f"{phase} step: not every group is measured (no guess)")
+    st = d.get("steps", {}).get("prefill")
+    for dt, c in d["caches"].items():
+        h = headroom(c["rows"], "prefill", st)
+        if h is None:
+            continue
+        share = (f" = {h['share']:.2%} of the model's measured prefill step ({h['step_ms']:.4g} ms wall, {st['step']}, "
+                 f"vLLM's selection)") if st else \
+            f" (the model's step at {d['prefill']} is not measured: kselect perf-steps; no share of it is given)"
+        tail.append(f"prefill headroom ({dt}): vLLM's choice {h['vllm_ms']:.4g} ms of attention, fastest verified "
+                    f"{h['best_ms']:.4g} ms: {h['saved_ms']:.3g} ms saved{share}")
     tail.append(f"capacity: {mdt} {a['bytes_per_token']:,} B/token, fp8 {b['bytes_per_token']:,} B/token -> "
                 f"{a['bytes_per_token'] / b['bytes_per_token']:.1f}x the tokens ({a['tokens']:,} vs {b['tokens']:,} in {BUDGET_GIB} GiB)")
     errs = lambda rows: max((r["best_err"] for r in rows if r["best_err"] is not None), default=None)  # noqa: E731

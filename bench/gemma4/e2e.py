@@ -39,11 +39,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
+sys.path.append(str(Path(__file__).resolve().parent))  # its sibling tools (paired.py, prefill_rounds.py)
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
+from paired import compare, fmt  # noqa: E402
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
 SEED = "rules=post_pr52987"
@@ -444,7 +446,9 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
     """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
     same groups were measured once (same_as): the table follows that link and says so. An objective
-    resolved at each run's point (--objective-at-run) is read at the metric's own point."""
+    resolved at each run's point (--objective-at-run) is read at the metric's own point. A metric timed in
+    interleaved rounds (--prefill-rounds) is judged round by round (bench/gemma4/paired.py): faster or slower
+    only where the interval of the per-round ratios excludes 1; block-timed metrics use the fixed `noise`."""
     def rounds_of(preset, kv, metric):  # --prefill-rounds records of one metric
         return [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
 
@@ -453,26 +457,37 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
             return metric
         return "decode B1" if metric in ("prefill B1 x prompt-len", REQUEST) else f"prefill {metric.split()[-1]}"
 
-    def value(preset, key, metric):
+    def at(preset, key):
         sel, kv, point = key
-        at = lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)  # noqa: E731
-        rounds = rounds_of(preset, kv, metric)
+        return lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)
+
+    def round_ms(preset, key, metric):  # the per-round prefill times of an interleaved metric, in round order
+        r = [x for x in rounds_of(preset, key[1], metric) if at(preset, key)(x)]
+        return r[0].get("prefill_ms_reps") if r else None
+
+    def value(preset, key, metric):
+        is_row = at(preset, key)
+        rounds = rounds_of(preset, key[1], metric)
         if rounds:  # timed interleaved with the other selections (--prefill-rounds): never mixed with block timings
-            r = [x for x in rounds if at(x)]
+            r = [x for x in rounds if is_row(x)]
             return r[0].get("prefill_tok_s") if r else None
         if metric.startswith("decode"):
             b = int(metric.split("B")[1])
-            r = [x for x in d["runs"] if at(x) and x["batch"] == b]
+            r = [x for x in d["runs"] if is_row(x) and x["batch"] == b]
             return r[0].get("decode_tok_s") if r else None
         if metric == "prefill B1 x prompt-len":
-            r = [x for x in d["runs"] if at(x) and x["batch"] == 1]
+            r = [x for x in d["runs"] if is_row(x) and x["batch"] == 1]
             return r[0].get("prefill_tok_s") if r else None
         if metric == REQUEST:
-            r = [x for x in d["runs"] if at(x) and x["batch"] == 1]
+            r = [x for x in d["runs"] if is_row(x) and x["batch"] == 1]
             return request_tok_s(r[0]) if r else None
         n = int(metric.split()[-1])
-        r = [x for x in d.get("prefills", []) if at(x) and (x["prompt_len"], x.get("chunk")) == (n, None)]
+        r = [x for x in d.get("prefills", []) if is_row(x) and (x["prompt_len"], x.get("chunk")) == (n, None)]
         return r[0].get("prefill_tok_s") if r else None
+
+    def paired_of(preset, a, b, metric):  # a against b round by round, or None (not interleaved, or rounds missing)
+        am, bm = round_ms(preset, a, metric), round_ms(preset, b, metric)
+        return compare(am, bm) if am and bm and len(am) == len(bm) else None
 
     out = []
     metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len", REQUEST]
@@ -495,6 +510,12 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
                          interleaved=bool(rounds_of(preset, kv, m)))
+                pc = paired_of(preset, key, base, m)
+                pp = paired_of(preset, key, pins[best], m) if best else None
+                if pc:
+                    t["paired_vllm"] = pc
+                if pp:
+                    t["paired_best_pin"] = pp
                 pk = prefill_kernels(d["selections"], preset, key) if m.startswith("prefill") else None
                 same_prefill = pk is not None and pk == prefill_kernels(d["selections"], preset, base)
                 if key == base:
@@ -502,13 +523,22 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 elif same_prefill:  # per-phase: the objective decodes on other kernels but prefills on vLLM's
                     t["verdict"] = "same prefill kernels as vllm (no gain claimed)"
                 else:
-                    faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" if v >= vb * (1 - noise) \
-                        else "SLOWER than vllm"
-                    pin = "" if not best else (f"; >= best pin ({best})" if v >= pv[best] * (1 - noise)
-                                               else f"; SLOWER than {best}")
+                    if pc:
+                        faster = {"faster": "faster than vllm", "slower": "SLOWER than vllm",
+                                  "equal": "within noise of vllm"}[pc["side"]]
+                    else:
+                        faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" \
+                            if v >= vb * (1 - noise) else "SLOWER than vllm"
+                    slower_than_pin = pp["side"] == "slower" if pp else best and v < pv[best] * (1 - noise)
+                    pin = "" if not best else f"; SLOWER than {best}" if slower_than_pin else f"; >= best pin ({best})"
                     t["verdict"] = faster + pin
                 out.append(t)
     return out
+
+
+def _ratio(t: dict, plain: str, paired_key: str) -> str:
+    """The round-by-round ratio and its interval where the metric was interleaved, else the plain ratio."""
+    return fmt(t[paired_key]) if t.get(paired_key) else _f(t.get(plain), ".3f")
 
 
 def _sel(r: dict) -> str:
@@ -614,14 +644,18 @@ def render_md(d: dict) -> str:
         L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",
               "Higher is better (tok/s). `same kernels as vllm`: the objective resolved to vLLM's own groups (`same prefill "
               "kernels`: it prefills on vLLM's backends, blocks and KV dtype, decoding on others), "
-              "so no gain is claimed; ratios within ~2% are run-to-run noise. A metric marked (interleaved) was "
-              "timed in rounds that visit every selection (--prefill-rounds), not in each selection's own block.", "",
+              "so no gain is claimed. A metric marked (interleaved) was timed in rounds that visit every selection "
+              "(--prefill-rounds), not in each selection's own block: its ratios are the median of the per-round ratios "
+              "with a sign-test interval [low, high; coverage over n rounds], and a verdict of faster or slower needs "
+              "the interval to exclude 1 (bench/gemma4/paired.py). Other metrics: ratios within 2% are run-to-run "
+              "noise.", "",
               "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in table:
             L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{' (interleaved)' if t.get('interleaved') else ''} | {_f(t['vllm'], ',.1f')} | {_sel(dict(selection=t['objective'], point=t.get('point')))} | "
-                     f"{_f(t['value'], ',.1f')} | {_f(t.get('vs_vllm'), '.3f')} | {t.get('best_pin') or ''} | "
-                     f"{_f(t.get('best_pin_value'), ',.1f')} | {_f(t.get('vs_best_pin'), '.3f')} | {t['verdict']} |")
+                     f"{_f(t['value'], ',.1f')} | {_ratio(t, 'vs_vllm', 'paired_vllm')} | {t.get('best_pin') or ''} | "
+                     f"{_f(t.get('best_pin_value'), ',.1f')} | {_ratio(t, 'vs_best_pin', 'paired_best_pin')} | "
+                     f"{t['verdict']} |")
     if d["skipped"]:
         L += ["", "Skipped (time budget): " + ", ".join(d["skipped"])]
     if d["errors"]:

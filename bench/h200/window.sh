@@ -4,7 +4,7 @@
 # torch/CUDA/triton/transformers, FlashInfer and flash-attn-4, KSELECT_COMMIT, host CPU), and the e2e.py
 # options the #17 windows share (E2E_WINDOW: objective=vllm, objective=latency at each run's own point and
 # request, every single-backend pin; B1/B16 decode after a 512-token prompt with 64 new tokens, prefill
-# 4,096, both prefills again in 5 interleaved rounds over the selections; B1 attention profiles of vllm and
+# 4,096, both prefills again in $ROUNDS (default 5) interleaved rounds over the selections, judged round by round; B1 attention profiles of vllm and
 # latency, decode steps and the 512-token prefill).
 mkdir -p "$OUT" ${KEEP:+"$KEEP"}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -18,7 +18,7 @@ GPU=nvidia_h200
   echo "KSELECT_COMMIT=${KSELECT_COMMIT:-}"; lscpu 2>/dev/null | grep 'Model name'; nproc
 } > "$OUT/versions.txt" 2>&1
 SELS=(vllm latency pin_fa pin_fa3 pin_flashinfer pin_triton)
-E2E_WINDOW=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --prefill-rounds 5
+E2E_WINDOW=(--rules vllm_0_33_0 --no-numerics --new 64 --reps 3 --prompt-len 512 --prefill-lens 4096 --prefill-rounds ${ROUNDS:-5}
             --batches 1 16 --no-e4b-batch-64 --kv auto fp8 --profile-selections vllm latency --selections "${SELS[@]}")
 # e2e of one model (31b or e4b) with the window's options, then explain vs that run; $2: the seconds since
 # START by which e2e must end (its own budget 20 s less)

@@ -587,3 +587,46 @@ def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_
     assert t["decode B1"]["verdict"] == "faster than vllm"
     assert e2e.prefill_kernels(d["selections"], "m", ("latency", "fp8", "prefill 4096")) == \
         e2e.prefill_kernels(d["selections"], "m", ("vllm", "fp8", ""))
+
+
+def test_paired_median_interval_is_the_sign_test_order_statistics():
+    """bench/gemma4/paired.py: the interval is [x_(k), x_(n+1-k)] for the largest k covering 95%; five rounds only
+    reach the min and max (93.75%), fifteen the 4th and 12th values (96.5%)."""
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    paired = _load("bench/gemma4/paired.py")
+    assert paired.median_ci([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, 1.0, 5.0, pytest.approx(0.9375))
+    med, lo, hi, cov = paired.median_ci([float(i) for i in range(15)])
+    assert (med, lo, hi) == (7.0, 3.0, 11.0) and cov == pytest.approx(1 - 2 * 576 / 2 ** 15)
+    assert paired.median_ci([2.0]) == (2.0, 2.0, 2.0, 0.0)
+    with pytest.raises(ValueError, match="at least one"):
+        paired.median_ci([])
+    with pytest.raises(ValueError, match="differ in length"):
+        paired.compare([1.0, 2.0], [1.0])
+
+
+def test_objective_table_judges_interleaved_prefills_round_by_round():
+    """An interleaved metric is faster or slower only where the per-round ratios' interval excludes 1: a 0.6% gain
+    in every round is faster (the fixed 2% rule called it noise), a 3% median gain that flips between rounds is not."""
+    e2e = _load("bench/gemma4/e2e.py")
+    sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
+    run = lambda name, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
+                                      decode_tok_s=50.0, prefill_tok_s=1.0)
+
+    def table(latency_ms, vllm_ms, pin_ms):
+        rnd = lambda name, ms, point="": dict(preset="m", selection=name, kv="auto", point=point,  # noqa: E731
+                                              metric="prefill B1 x prompt-len", prefill_tok_s=512 / (sorted(ms)[2] / 1e3),
+                                              prefill_ms_reps=ms)
+        d = dict(selections=[sel("vllm"), sel("pin_fa3"), sel("latency", "decode B1")],
+                 runs=[run("vllm"), run("pin_fa3"), run("latency", "decode B1")], prefills=[],
+                 prefill_rounds=[rnd("vllm", vllm_ms), rnd("pin_fa3", pin_ms), rnd("latency", latency_ms, "decode B1")])
+        return {r["metric"]: r for r in e2e.objective_table(d)}["prefill B1 x prompt-len"]
+
+    drift = [100.0, 102.0, 99.0, 104.0, 101.0]  # the GPU's drift, shared by every selection in a round
+    t = table([x * 0.994 for x in drift], drift, [x * 1.01 for x in drift])
+    assert t["verdict"] == "faster than vllm; >= best pin (pin_fa3)"
+    assert t["paired_vllm"]["ratio"] == pytest.approx(1 / 0.994) and t["paired_vllm"]["rounds"] == 5
+    t = table([97.0, 103.0, 96.0, 102.0, 97.0], [100.0] * 5, [100.0] * 5)
+    assert t["verdict"] == "within noise of vllm; >= best pin (pin_fa3)"
+    t = table([x * 1.01 for x in drift], drift, [x * 0.99 for x in drift])
+    assert t["verdict"] == "SLOWER than vllm; SLOWER than pin_fa3"
+    assert e2e._ratio(t, "vs_vllm", "paired_vllm") == "0.990 [0.990, 0.990; 94% over 5 rounds]"

@@ -181,6 +181,23 @@ def test_explain_answers_the_fp8_question(fake_gpu):
     assert "2.0x the tokens" in text and "prefill step: not every group is measured (no guess)" in text
 
 
+def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake_gpu):
+    """Headroom: vLLM's prefill kernels vs the fastest verified ones, all layers, and that saving as a share of the
+    model's step measured at exactly the prefill point; a step at another context gives no share (no guess)."""
+    from kselect.selector.explain import explain, to_text
+
+    extra = [E("FLASH_ATTN_v4", 512, "prefill", 1.5), E("FLASHINFER", 512, "prefill", 1.2)]
+    fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0)])
+    d = explain(compose(BASE))
+    assert d["steps"]["prefill"]["wall_ms"] == 400.0
+    # sliding: FA4 0.5 ms either way (50 layers); full: vLLM's FA4 1.5 ms vs FLASHINFER 1.2 ms (10 layers)
+    assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, fastest verified 37 ms: 3 ms saved = 0.75% " \
+        "of the model's measured prefill step (400 ms wall, gemma4_31b:prefill:b1:c4096" in to_text(d)
+    fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0, context=2048)])
+    text = to_text(explain(compose(BASE)))
+    assert "3 ms saved (the model's step at B1 x 4096 is not measured: kselect perf-steps; no share" in text
+
+
 def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_path):
     import shutil
 

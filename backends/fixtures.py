@@ -8,11 +8,11 @@ from kselect.selector.vocab import is_fp8
 
 
 def make_group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,
-               descale="none", num_kv_heads=2, window=None) -> GroupSelection:
+               descale="none", num_kv_heads=2, window=None, build=None) -> GroupSelection:
     fp8 = is_fp8(kv)
     return GroupSelection(
         kind="sliding_window" if window else "full_attention", layers=(0,), head_size=head,
-        num_kv_heads=num_kv_heads, sliding_window=window, backend=backend, flash_attn_version=version,
+        num_kv_heads=num_kv_heads, sliding_window=window, backend=backend, flash_attn_version=version, build=build,
         kernel_block_size=kernel_block, kv_block_size=kv_block, kv_cache_dtype=kv,
         quant_query=descale == "q_k_v", descale=descale, kv_scales="calibrated" if fp8 else "none", mm_prefix=False)
 

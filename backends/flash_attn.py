@@ -50,8 +50,8 @@ class FlashAttn3Backend(_FlashAttnBase):
 
     def __init__(self, group):
         super().__init__(group)
-        try:
-            self.build = loader.load_fa3()
+        try:  # a selection that names a build (an objective's choice, vocab.ALT_BUILDS) runs that one, never another
+            self.build = loader.load_fa3(group.build) if group.build else loader.load_fa3()
         except (ImportError, ValueError) as e:  # ValueError: a bad KSELECT_FA3_BUILD, reported the same way
             raise BackendUnavailableError(str(e).splitlines()[0]) from e
         self.kernel_build = self.build.label

@@ -40,7 +40,7 @@ from kselect.gemma4.prefill_graph import PrefillGraphs
 from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
-from kselect.selector.vocab import is_fp8 as is_fp8_name
+from kselect.selector.vocab import is_fp8 as is_fp8_name, kernel_label
 from kselect.selector.selection import GroupSelection, Selection
 
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
@@ -198,13 +198,14 @@ class Engine:
         out = {}
         for k, b in self.backends.items():
             g = self.groups[k]
-            fa = f" v{g.flash_attn_version}" if g.flash_attn_version else ""
             build = f", {b.kernel_build}" if b.kernel_build else ""
-            out[LAYER_TYPE_TO_GROUP[k]] = f"{g.backend}{fa} ({type(b).__name__}{build})"
+            out[LAYER_TYPE_TO_GROUP[k]] = f"{kernel_label(g.backend, g.flash_attn_version, g.build)} ({type(b).__name__}{build})"
             p = self.prefill_backends[k]
             if p is not b:
-                pfa = f" v{g.prefill.flash_attn_version}" if g.prefill.flash_attn_version else ""
-                out[LAYER_TYPE_TO_GROUP[k]] += f"; prefill {g.prefill.backend}{pfa} ({type(p).__name__})"
+                q = g.prefill
+                pbuild = f", {p.kernel_build}" if p.kernel_build else ""
+                out[LAYER_TYPE_TO_GROUP[k]] += (f"; prefill {kernel_label(q.backend, q.flash_attn_version, q.build)} "
+                                                f"({type(p).__name__}{pbuild})")
         return out
 
     # -------------------------------------------------------------- sequence API (speculative decoding)

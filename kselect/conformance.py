@@ -12,7 +12,8 @@ lengths, and decode), GQA.
 status: verified (rel_err within kernels/tolerances.py), refuted (over it, or NaN),
 unsupported (the backend or kernel raised; detail = the first line of the error), unavailable
 (never run: the backend's package is missing here). kernel: the library build that ran, where a
-backend has several (FA3: vLLM's or upstream's, per KSELECT_FA3_BUILD; FA4: flash-attn-4 or the fork).
+backend has several (FA3: a `+upstream` claim runs flash-attention's hopper build, any other FA3 claim vLLM's or
+the one KSELECT_FA3_BUILD names; FA4: flash-attn-4 or the fork).
 
 CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N] [--platform P]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
@@ -84,7 +85,8 @@ def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None
     page, descale = run.page, run.descale
     kv = c.kv_cache_dtype or c.model_dtype
     try:
-        be = make_backend(make_group(c.backend, c.version, c.head, kv, page, page, descale, 1 if c.head >= 512 else 2))
+        be = make_backend(make_group(c.backend, c.version, c.head, kv, page, page, descale, 1 if c.head >= 512 else 2,
+                                     build=c.build))
     except BackendUnavailableError as e:
         return dict(status="unavailable", rel_err=None, detail=_first_line(e))
     except Exception as e:  # noqa: BLE001 - an adapter refusing the combination is a finding
@@ -308,12 +310,12 @@ def _isolated(ids: list[str], device: str, runs: dict) -> list[tuple[str, dict]]
 
 
 def families(ids: list[str]) -> list[list[str]]:
-    """Claims grouped by (backend, version, dtype, head): one kernel variant family each, in input order."""
+    """Claims grouped by (backend, version, build, dtype, head): one kernel variant family each, in input order."""
     groups: dict[tuple, list[str]] = {}
     for cid in ids:
         try:
             c = parse_claim(cid)
-            key = (c.backend, c.version, c.dtype, c.head)
+            key = (c.backend, c.version, c.build, c.dtype, c.head)
         except ValueError:
             key = ("?", cid)
         groups.setdefault(key, []).append(cid)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kselect.selector import perf as perfdata
+from kselect.selector.vocab import parse_path, path_id
 
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
@@ -24,10 +25,11 @@ class Target:
     window: int | None
     page: int  # the kernel block the call reads (targets: the claim's own and every page the objective reaches)
     descale: str
+    build: str | None = None  # a build other than vLLM's (vocab.ALT_BUILDS): runs that build, its own buckets
 
     @property
     def path(self) -> str:
-        return f"{self.backend}_v{self.version}" if self.version else self.backend
+        return path_id(self.backend, self.version, self.build)
 
     @property
     def fp8(self) -> bool:
@@ -95,12 +97,14 @@ def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs
                 path, kv, d, feat = cid.split(":")
                 if feat != feature or d != f"d{head}" or (kernels and path not in kernels) or (kvs and kv not in kvs):
                     continue
-                backend, _, ver = path.partition("_v")
+                backend, ver, build = parse_path(path)
                 run = claim_runs([cid], (f"platform={platform}",))[cid]
+                # another build of a kernel runs at the pages vLLM's build of it does (selector/builds.py)
+                base = path_id(backend, ver)
                 pages = {run.page} | {r.page for r in runs if r.page <= max_page
-                                      and (r.path, r.kv, r.head, r.num_kv_heads, r.window) == (path, kv, head, hkv, window)}
+                                      and (r.path, r.kv, r.head, r.num_kv_heads, r.window) == (base, kv, head, hkv, window)}
                 for page in sorted(pages):
-                    t = Target(backend, int(ver) if ver else None, kv, head, hq, hkv, window, page, run.descale)
+                    t = Target(backend, ver, kv, head, hq, hkv, window, page, run.descale, build)
                     if t not in out:
                         out.append(t)
     return out
@@ -111,7 +115,7 @@ def make_target_backend(t: Target):
     from kselect.backends.fixtures import make_group
 
     return make_backend(make_group(t.backend, t.version, t.head, _KV_NAME[t.kv], t.page, t.page, t.descale,
-                                   t.hkv, t.window))
+                                   t.hkv, t.window, build=t.build))
 
 
 def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:

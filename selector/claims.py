@@ -45,6 +45,7 @@ def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("v
     per-group backends, FA3 included, at the combination's own cache block and at the larger blocks
     a prefill kernel may ask for (selector/layout.py best_layout). The 31B full group's head-512 pages of 32
     (d512:page32) come from here: vLLM's own choice never pins TRITON_ATTN or FLASHINFER there."""
+    from .builds import group_builds  # noqa: PLC0415
     from .pins import choices, fa_pin, pinned  # noqa: PLC0415
     from .rulebook import rulebook  # noqa: PLC0415
 
@@ -66,7 +67,8 @@ def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("v
                     sel = resolve(pinned(cfg, {k: n for k, (n, _) in zip(kinds, combo)}, block, version), book)
                 except SelectionError:
                     continue
-                out |= {c.claim for g in sel.groups for c in g.claims}
+                # and the same kernels on the other builds the platform has (selector/builds.py)
+                out |= {c.claim for g in sel.groups for v in (g, *group_builds(cfg, g)) for c in v.claims}
     return out
 
 

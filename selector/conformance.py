@@ -22,7 +22,7 @@ from .vocab import Claim, claim_dtype
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "conformance"
 
 
-CLAIM_ID = r"^[A-Z][A-Z0-9_]*?(?:_v\d+)?:(?:bf16|fp16|fp32|fp8_e5m2|fp8):d\d{1,4}:(?:causal|window|mm_prefix|sinks|quant_query|page\d{1,4})$"
+CLAIM_ID = r"^[A-Z][A-Z0-9_]*?(?:_v\d+)?(?:\+[a-z][a-z0-9_]*)?:(?:bf16|fp16|fp32|fp8_e5m2|fp8):d\d{1,4}:(?:causal|window|mm_prefix|sinks|quant_query|page\d{1,4})$"
 Status = Literal["verified", "refuted", "unsupported", "unavailable"]
 
 
@@ -59,20 +59,21 @@ class ConformanceFile(BaseModel):
 
 
 PATH_FIELDS = ("backend", "flash_attn_version", "kv_cache_dtype", "head_size", "kernel_block_size", "sliding_window",
-               "mm_prefix", "quant_query")  # fmt: skip
+               "mm_prefix", "quant_query", "build")  # fmt: skip
 
 
 def claims_for(fields: dict, model_dtype: str) -> list[str]:
     """The claims a group's kernel path relies on."""
-    return list(_claims(model_dtype, *(fields[k] for k in PATH_FIELDS)))
+    return list(_claims(model_dtype, *(fields.get(k) for k in PATH_FIELDS)))
 
 
 @functools.lru_cache(maxsize=4096)
-def _claims(model_dtype, backend, version, kv_dtype, head, kernel_block, window, mm_prefix, quant_query) -> tuple[str, ...]:
+def _claims(model_dtype, backend, version, kv_dtype, head, kernel_block, window, mm_prefix, quant_query,
+            build=None) -> tuple[str, ...]:
     feats = ["causal", f"page{kernel_block}"] + ["window"] * bool(window) + ["mm_prefix"] * mm_prefix
     feats += ["quant_query"] * quant_query
     dt = claim_dtype(kv_dtype, model_dtype)
-    return tuple(Claim(backend, version, dt, head, f).id for f in feats)
+    return tuple(Claim(backend, version, dt, head, f, build).id for f in feats)
 
 
 def load(gpu_model: str) -> ConformanceFile | None:
@@ -118,7 +119,7 @@ def read_file(path: Path | str, gpu: str | None = None) -> ConformanceFile:
 def claim_checks(platform, fields: dict, model_dtype: str, group: str) -> tuple[tuple[ClaimCheck, ...], tuple]:
     """(a check per claim of the group's kernel path, the claims warnings of the group)."""
     data = load(platform.gpu_model) if platform.gpu_model else None
-    key = (id(data), platform.gpu_model or platform.name, _claims(model_dtype, *(fields[k] for k in PATH_FIELDS)), group)
+    key = (id(data), platform.gpu_model or platform.name, _claims(model_dtype, *(fields.get(k) for k in PATH_FIELDS)), group)
     hit = _CHECKS.get(key)
     if hit is None or hit[0] is not data:  # a matrix asks for the same few hundred paths thousands of times
         if len(_CHECKS) > 8192:

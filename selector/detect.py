@@ -100,5 +100,6 @@ def detect_platform() -> dict:
             "fa4": _has("flash_attn.cute"),
             "flashinfer": _has("flashinfer"),
             "triton": _has("triton"),
+            "fa3_upstream": _has("flash_attn_3"),
         },
     }

@@ -15,11 +15,11 @@ from . import perf
 from .measured import Figure, StepFigure
 from .schema import KSelectConfig
 from .selection import GroupSelection
-from .vocab import claim_dtype, path_id
+from .vocab import claim_dtype, kernel_label, path_id
 
 
 def label(g: GroupSelection) -> str:
-    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+    return kernel_label(g.backend, g.flash_attn_version, g.build)
 
 
 def kv_tag(g: GroupSelection, model_dtype: str) -> str:
@@ -34,7 +34,7 @@ def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfE
     """The measured bucket nearest group g's shape at the objective's operating point for this phase, at
     the page g's kernel reads."""
     pt = getattr(cfg.objective, phase)
-    return perf.nearest(data, path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size,
+    return perf.nearest(data, path_id(g.backend, g.flash_attn_version, g.build), kv_tag(g, cfg.model.dtype), g.head_size,
                         g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads, g.kernel_block_size)
 
 

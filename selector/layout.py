@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import perf
+from .builds import BUILD_RANK, group_builds
 from .errors import SelectionError
 from .figures import figure, kv_tag, label, point, step_figure, verified
 from .measured import Figure, PhaseEvidence
@@ -86,23 +87,24 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
             sel = resolve(pinned(cfg, {**pins, g.kind: name}, chosen.block_size, fa_version=glob), book)
         except SelectionError:  # not valid at this cache block
             continue
-        p = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
-        if label(p) in tried:
-            continue
-        tried.add(label(p))
-        if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
-            s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
-                  f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
-            continue
-        if not verified(p):
-            continue
-        f = figure(s.data, p, cfg, "prefill")
-        if f is None:
-            s.no_data(p, "prefill")
-            continue
-        s.timed(g.kind, "prefill", f)
-        same = 0 if label(p) == label(g) else 1
-        cands.append((f.ms, same * 1000 + rank(s.priority, (name, version)), p, f))
+        first = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
+        for p in (first, *group_builds(cfg, first)):  # and on other installed kernel builds (selector/builds.py)
+            if label(p) in tried:
+                continue
+            tried.add(label(p))
+            if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
+                s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
+                      f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
+                continue
+            if not verified(p):
+                continue
+            f = figure(s.data, p, cfg, "prefill")
+            if f is None:
+                s.no_data(p, "prefill")
+                continue
+            s.timed(g.kind, "prefill", f)
+            same = 0 if label(p) == label(g) else 1
+            cands.append((f.ms, same * 1000 + rank(s.priority, (name, version)) + BUILD_RANK * bool(p.build), p, f))
     if not cands or not cfg.objective.per_phase:
         f = figure(s.data, g, cfg, "prefill")
         why = "per_phase off: prefill on the decode backend" if cands else "no verified, measured prefill alternative: the decode backend"

@@ -33,6 +33,7 @@ that serves both: selector/layout.py.
 from __future__ import annotations
 
 from . import perf
+from .builds import build_rank, selection_builds
 from .errors import SelectionError
 from .figures import figure, label, point, verified
 from .layout import Scored, Search, prefill_over_layout, prefill_total
@@ -89,15 +90,16 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
                     why = [r.text for r in sel.rejected.get(n, ())] or [str(sel).splitlines()[0]]
                     s.out(k, n, "not valid: " + "; ".join(why))
             continue
-        groups = [g for g in sel.groups if not g.draft]
-        # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
-        key = (sel.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
-        if key in seen:
-            continue
-        seen.add(key)
-        figs = _decode_figures(s, groups, report=own)
-        if figs is not None:
-            raw.append((figs, rk, own, sel))
+        for var in (sel, *selection_builds(cfg, sel)):  # and on other installed kernel builds (selector/builds.py)
+            groups = [g for g in var.groups if not g.draft]
+            # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
+            key = (var.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
+            if key in seen:
+                continue
+            seen.add(key)
+            figs = _decode_figures(s, groups, report=own)
+            if figs is not None:
+                raw.append((figs, (*rk, build_rank(var)), own, var))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
     # request total decides, and equal totals go to vLLM's priority order (the rules' own block first)
     d_eff = _snapped([figs for figs, _, _, _ in raw], cfg.objective.tie)

@@ -6,6 +6,7 @@ import json
 
 from .selection import GroupSelection, Selection
 from .texts import layer_ranges
+from .vocab import kernel_label
 
 COLUMNS = ("group", "layers", "head", "backend", "fa", "kernel_blk", "kv_blk", "kv_dtype", "quant_q", "descale", "kv_scales")
 
@@ -20,7 +21,7 @@ def row(g: GroupSelection) -> tuple[str, ...]:
         layers += f" <- {list(g.reads_from)}"
     return (
         group_name(g), layers, str(g.head_size), g.backend,
-        str(g.flash_attn_version) if g.flash_attn_version else "-",
+        (str(g.flash_attn_version) if g.flash_attn_version else "-") + (f"+{g.build}" if g.build else ""),
         str(g.kernel_block_size), str(g.kv_block_size), g.kv_cache_dtype,
         "yes" if g.quant_query else "no", g.descale, g.kv_scales,
     )  # fmt: skip
@@ -62,21 +63,21 @@ def table(sel: Selection, verbose: bool = False) -> str:
 
 def phase_line(g: GroupSelection) -> str:
     p = g.prefill
-    fa = f" v{p.flash_attn_version}" if p.flash_attn_version else ""
-    return (f"{p.backend}{fa} (kernel block {p.kernel_block_size} over the same kv block {p.kv_block_size}, "
-            f"{p.kv_cache_dtype}, descale {p.descale}); decode on {g.backend}"
-            f"{f' v{g.flash_attn_version}' if g.flash_attn_version else ''}")
+    return (f"{kernel_label(p.backend, p.flash_attn_version, p.build)} (kernel block {p.kernel_block_size} over the "
+            f"same kv block {p.kv_block_size}, {p.kv_cache_dtype}, descale {p.descale}); decode on "
+            f"{kernel_label(g.backend, g.flash_attn_version, g.build)}")
 
 
 def as_dict(sel: Selection) -> dict:
     d = sel.model_dump(mode="json")
     for g in d["groups"]:
         g["rejected"] = {k: list(v) for k, v in g["rejected"].items()}
-        for key in ("measured", "prefill"):  # objective=vllm: the output stays what it was
+        for key in ("measured", "prefill", "build"):  # objective=vllm: the output stays what it was
             if not g[key]:
                 del g[key]
         if g.get("prefill"):
-            g["prefill"] = {k: v for k, v in g["prefill"].items() if k not in ("measured", "prefill")}
+            g["prefill"] = {k: v for k, v in g["prefill"].items()
+                            if k not in ("measured", "prefill") and not (k == "build" and v is None)}
     return d
 
 
@@ -107,11 +108,21 @@ def markdown(sel: Selection) -> str:
 
 
 def per_phase_losses(sel: Selection) -> list[str]:
-    """Per-phase choices vLLM cannot express (one backend per layer kind for every step): what the
-    nearest vLLM command above (the decode backends) loses."""
+    """Choices vLLM cannot express: per-phase backends (vLLM runs one backend per layer kind for every step), and a
+    kernel build vLLM does not ship (vocab.ALT_BUILDS): what the nearest vLLM command above loses."""
     out = []
     for g in sel.groups:
-        if g.draft or not g.prefill:
+        if g.draft:
+            continue
+        if g.build:
+            dec = next((m for m in g.measured if m.phase == "decode"), None)
+            own = g.model_copy(update={"build": None})
+            same = dec.figure_of(_label(own)) if dec else None
+            lost = (f"; it loses the measured decode gain: {dec.chosen.backend} {dec.chosen.ms:.4g} ms vs {same.backend} "
+                    f"{same.ms:.4g} ms per layer at {dec.point}") if dec and dec.chosen and same else ""
+            out.append(f"{group_name(g)} runs {_label(g)}, a build vLLM does not ship; the command above runs "
+                       f"vLLM's own {_label(own)}{lost}")
+        if not g.prefill:
             continue
         pre = next((m for m in g.measured if m.phase == "prefill"), None)
         same = pre.figure_of(_label(g)) if pre else None
@@ -125,7 +136,7 @@ def per_phase_losses(sel: Selection) -> list[str]:
 
 
 def _label(g: GroupSelection) -> str:
-    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+    return kernel_label(g.backend, g.flash_attn_version, g.build)
 
 
 def render(sel: Selection, output: str, verbose: bool = False, cfg=None) -> str:

@@ -31,6 +31,8 @@ class Packages(Strict):
     fa4: bool = False
     flashinfer: bool = False
     triton: bool = False
+    # FA3 from flash-attention's hopper/ build (not part of vLLM): an objective may choose it (vocab.ALT_BUILDS)
+    fa3_upstream: bool = False
 
 
 class Platform(Strict):

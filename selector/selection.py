@@ -35,6 +35,8 @@ class GroupSelection(Frozen):
     sliding_window: int | None
     backend: str
     flash_attn_version: int | None
+    # a kernel build other than the one vLLM ships (vocab.ALT_BUILDS, e.g. FA3 "upstream"); only an objective sets it
+    build: str | None = None
     kernel_block_size: int
     # vLLM splits a kind's layers into several KV-cache groups; MTP draft layers on another backend
     # join one, whose target layers then run this kernel block (null: none differ)

@@ -54,24 +54,33 @@ def resolve_kv_dtype(kv_dtype: str, model_dtype: str) -> str:
 CLAIM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "fp8_e5m2")  # fp8*: a bf16 model over that FP8 cache
 CLAIM_FEATURES = ("causal", "window", "mm_prefix", "sinks", "quant_query")  # and page<N>
 _CLAIM = re.compile(
-    r"^(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?:(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"
+    r"^(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?(?:\+(?P<build>[a-z][a-z0-9_]*))?"
+    r":(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"
     r"(?P<feature>causal|window|mm_prefix|sinks|quant_query|page\d+)$"
 )
 
 
+# Kernel builds a backend can run besides the one vLLM ships, each with the platform package flag that says it is
+# installed (conf/platform `packages`). Only an objective chooses one (selector/builds.py); vLLM cannot run it.
+# upstream: FA3 from flash-attention's hopper/ (bench/h200/build_fa3_hopper.sh), not vLLM's FA3 build.
+ALT_BUILDS: dict[tuple[str, int | None], dict[str, str]] = {("FLASH_ATTN", 3): {"upstream": "fa3_upstream"}}
+
+
 @dataclass(frozen=True)
 class Claim:
-    """`<backend>[_v<fa version>]:<dtype>:d<head>:<feature>`, e.g. `FLASH_ATTN_v4:fp8:d256:window`."""
+    """`<backend>[_v<fa version>][+<build>]:<dtype>:d<head>:<feature>`, e.g. `FLASH_ATTN_v4:fp8:d256:window`,
+    `FLASH_ATTN_v3+upstream:fp8:d256:window` (a build other than vLLM's: ALT_BUILDS)."""
 
     backend: str
     version: int | None
     dtype: str
     head: int
     feature: str
+    build: str | None = None
 
     @property
     def id(self) -> str:
-        return f"{path_id(self.backend, self.version)}:{self.dtype}:d{self.head}:{self.feature}"
+        return f"{path_id(self.backend, self.version, self.build)}:{self.dtype}:d{self.head}:{self.feature}"
 
     @property
     def fp8(self) -> bool:
@@ -95,9 +104,22 @@ class Claim:
         return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(self.dtype, "bfloat16")
 
 
-def path_id(backend: str, version: int | None) -> str:
-    """A kernel path: the backend, with `_v<N>` for a FlashAttention version."""
-    return f"{backend}_v{version}" if version else backend
+def path_id(backend: str, version: int | None, build: str | None = None) -> str:
+    """A kernel path: the backend, with `_v<N>` for a FlashAttention version and `+<build>` for a build other than
+    the one vLLM ships (ALT_BUILDS)."""
+    return (f"{backend}_v{version}" if version else backend) + (f"+{build}" if build else "")
+
+
+def kernel_label(backend: str, version: int | None, build: str | None = None) -> str:
+    """How outputs name a kernel path: `FLASH_ATTN v3`, `FLASH_ATTN v3+upstream`, `FLASHINFER`."""
+    return backend + (f" v{version}" if version else "") + (f"+{build}" if build else "")
+
+
+def parse_path(path: str) -> tuple[str, int | None, str | None]:
+    """(backend, version, build) of a kernel path id (path_id's inverse)."""
+    base, _, build = path.partition("+")
+    backend, _, ver = base.partition("_v")
+    return backend, int(ver) if ver.isdigit() else None, build or None
 
 
 def claim_dtype(kv_cache_dtype: str, model_dtype: str) -> str:
@@ -111,9 +133,13 @@ MAX_CLAIM_HEAD, MAX_CLAIM_PAGE = 1024, 4096  # a claim's test case is allocated 
 def parse_claim(claim_id: str) -> Claim:
     m = _CLAIM.match(claim_id.strip()) if isinstance(claim_id, str) and len(claim_id) <= 200 else None
     if not m:
-        raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>]:<dtype>:d<head>:<feature>")
+        raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>][+<build>]:<dtype>:d<head>:<feature>")
     ver, head = int(m["ver"]) if m["ver"] else None, int(m["head"])
     page = int(m["feature"][4:]) if m["feature"].startswith("page") else 16
     if not (1 <= head <= MAX_CLAIM_HEAD and 1 <= page <= MAX_CLAIM_PAGE and (ver is None or 2 <= ver <= 4)):
         raise ValueError(f"bad claim id {claim_id!r}: head 1..{MAX_CLAIM_HEAD}, page 1..{MAX_CLAIM_PAGE}, FlashAttention version 2..4")
-    return Claim(m["backend"], ver, m["dtype"], head, m["feature"])
+    builds = ALT_BUILDS.get((m["backend"], ver), {})
+    if m["build"] and m["build"] not in builds:
+        raise ValueError(f"bad claim id {claim_id!r}: build {m['build']!r} of {path_id(m['backend'], ver)}; allowed: "
+                         + (", ".join(builds) if builds else "none (only the build vLLM ships)"))
+    return Claim(m["backend"], ver, m["dtype"], head, m["feature"], m["build"])

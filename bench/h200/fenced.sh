@@ -74,7 +74,7 @@ Q31) perf_fenced gemma4_31b $FENCE_31B "" "${PREFILL:-1x512,1x4096}" ;;
 Q4) perf_fenced gemma4_e4b $FENCE_E4B "" "${PREFILL:-1x512,1x4096}" ;;
 E1|E2)
   case $PART in E2) m=e4b ;; *) m=31b ;; esac
-  e2e_and_explain $m 520
+  e2e_and_explain $m ${UNTIL_E:-520}
   ;;
 TF)
   say "GPU test: prefill graphs, FlashInfer cases"

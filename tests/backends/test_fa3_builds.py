@@ -97,6 +97,18 @@ def test_pinned_vllm_build_never_falls_back(upstream_fa3, monkeypatch):
     assert "vllm.vllm_flash_attn" in str(e.value) and "flash_attn_interface" not in str(e.value)
 
 
+def test_a_selection_naming_a_build_runs_it_over_the_environment(upstream_fa3, monkeypatch, hide_modules):
+    """A group with build='upstream' (an objective's choice) runs flash-attention's build even where
+    KSELECT_FA3_BUILD says vLLM's; with that build missing it is unavailable, never vLLM's instead."""
+    monkeypatch.setenv("KSELECT_FA3_BUILD", "vllm")
+    be = make_backend(make_group("FLASH_ATTN", 3, 64, "float32", 16, 16, build="upstream"))
+    assert be.build.name == "upstream"
+    hide_modules("flash_attn_interface", "flash_attn_3")
+    monkeypatch.setenv("KSELECT_FA3_BUILD", "auto")  # auto would take vLLM's build: a named build does not
+    with pytest.raises(BackendUnavailableError, match="build_fa3_hopper.sh"):
+        make_backend(make_group("FLASH_ATTN", 3, 64, "float32", 16, 16, build="upstream"))
+
+
 def test_pinned_upstream_build_missing(monkeypatch, hide_modules):
     hide_modules("flash_attn_interface", "flash_attn_3")
     monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")

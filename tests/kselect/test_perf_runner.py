@@ -121,6 +121,20 @@ def test_targets_time_each_claim_as_conformance_runs_it_at_every_reachable_page(
     assert a.endswith(":p16") and b.endswith(":p32")
 
 
+def test_another_build_is_timed_at_the_pages_vllms_build_of_it_reaches_under_its_own_buckets():
+    """A verified `FLASH_ATTN_v3+upstream` claim (flash-attention's FA3) is a target of its own: the same pages as
+    vLLM's FA3 build at the model's shapes, its own bucket ids, and a backend made on that build."""
+    ids = {"FLASH_ATTN_v3:fp8:d256:window", "FLASH_ATTN_v3+upstream:fp8:d256:window"}
+    ts = targeting.targets(ids, ["gemma4_31b"], None, None, "sm90")
+    pages = lambda build: sorted(t.page for t in ts if t.build == build)  # noqa: E731
+    assert pages("upstream") == pages(None) and pages(None)
+    up = next(t for t in ts if t.build == "upstream")
+    assert up.path == "FLASH_ATTN_v3+upstream" and up.descale == "q_k_v"
+    assert targeting.bucket_of(up, "prefill", 1, 4096).startswith("FLASH_ATTN_v3+upstream:fp8:d256:w1024:prefill:")
+    only = targeting.targets(ids, ["gemma4_31b"], {"FLASH_ATTN_v3+upstream"}, None, "sm90")
+    assert only and all(t.build == "upstream" for t in only)
+
+
 def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, conformance_file):
     out = run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "")
     st = perf.StepEntry(model="gemma4_e4b", phase="prefill", batch=1, context=512, backends="x", wall_ms=27.1,

@@ -377,3 +377,57 @@ def test_figures_timed_differently_are_flagged(fake_gpu):
     assert shown and shown[0].text().endswith(", fence gemv:1024]")
     fake_gpu(buckets=[fenced(b) if b.phase == "decode" else b for b in BUCKETS])
     assert not any(x.code == "objective_mixed_timing" for g in run("objective=latency").groups for x in g.warnings)
+
+
+FA3_FP8 = [f"{p}:fp8:d256:{f}" for p in ("FLASH_ATTN_v3", "FLASH_ATTN_v3+upstream")
+           for f in ("causal", "window", "quant_query", "page16", "page32", "page64", "page128")]
+FP8_BUCKETS = [  # 31B over an FP8 cache: FlashInfer decodes fastest; upstream FA3 prefills twice as fast as vLLM's FA3
+    E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASH_ATTN_v3", 256, "decode", 0.10, kv="fp8"),
+    E("FLASH_ATTN_v3+upstream", 256, "decode", 0.09, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
+    E("FLASH_ATTN_v4", 512, "decode", 0.3, kv="fp8"),
+    E("FLASHINFER", 256, "prefill", 0.9, kv="fp8"), E("FLASH_ATTN_v3", 256, "prefill", 0.8, kv="fp8"),
+    E("FLASH_ATTN_v3+upstream", 256, "prefill", 0.4, kv="fp8"), E("FLASHINFER", 512, "prefill", 2.0, kv="fp8"),
+    E("FLASH_ATTN_v4", 512, "prefill", 1.9, kv="fp8"),
+]
+UPSTREAM = ["kv_cache=fp8", "objective=latency", "platform.packages.fa3_upstream=true"]
+
+
+def test_objective_chooses_another_build_only_installed_verified_and_faster(fake_gpu):
+    """Another build of a kernel (FA3 from flash-attention's hopper/) is a candidate when the platform has it, its own
+    claims are verified and its figures beat vLLM's build: the sliding group prefills on it. Not installed, or its
+    claims unverified: vLLM's FA3 build prefills, and nothing is guessed."""
+    fake_gpu(buckets=FP8_BUCKETS, extra={c: "verified" for c in FA3_FP8})
+    g = run(*UPSTREAM).group("sliding_window")
+    assert (g.backend, g.build) == ("FLASHINFER", None)
+    assert (g.prefill.backend, g.prefill.flash_attn_version, g.prefill.build) == ("FLASH_ATTN", 3, "upstream")
+    assert {c.claim for c in g.prefill.claims} >= {"FLASH_ATTN_v3+upstream:fp8:d256:window"}
+    pre = next(m for m in g.measured if m.phase == "prefill")
+    assert pre.chosen.backend == "FLASH_ATTN v3+upstream" and pre.chosen.ms == 0.4
+    assert pre.runner_up.backend == "FLASH_ATTN v3" and pre.runner_up.ms == 0.8
+    assert "# NOT EXPRESSIBLE in vLLM: sliding_window prefills on FLASH_ATTN v3+upstream and decodes on FLASHINFER" \
+        in export(*UPSTREAM)
+    not_installed = run("kv_cache=fp8", "objective=latency").group("sliding_window")
+    assert (not_installed.prefill.backend, not_installed.prefill.build) == ("FLASH_ATTN", None)
+    fake_gpu(buckets=FP8_BUCKETS, extra={c: "verified" for c in FA3_FP8 if "+upstream" not in c})
+    unverified = run(*UPSTREAM).group("sliding_window")
+    assert (unverified.prefill.backend, unverified.prefill.build) == ("FLASH_ATTN", None)
+
+
+def test_objective_decoding_on_another_build_names_what_vllm_cannot_run(fake_gpu):
+    """A group that decodes on a build vLLM does not ship is exported as vLLM's own build of that kernel, with the
+    measured decode gain it loses; the table and JSON name the build."""
+    fast = [b if (b.kernel, b.phase, b.head) != ("FLASH_ATTN_v3+upstream", "decode", 256) else
+            E("FLASH_ATTN_v3+upstream", 256, "decode", 0.03, kv="fp8") for b in FP8_BUCKETS]
+    fake_gpu(buckets=fast, extra={c: "verified" for c in FA3_FP8})
+    over = [*UPSTREAM, "rules=vllm_0_33_0"]  # the rules the export resolves under: its blocks are this selection's
+    sel = run(*over)
+    g = sel.group("sliding_window")
+    assert (g.backend, g.flash_attn_version, g.build) == ("FLASH_ATTN", 3, "upstream")
+    assert all("+upstream" in c.claim for c in g.claims)
+    text = export(*over)
+    assert ("# NOT EXPRESSIBLE in vLLM: sliding_window runs FLASH_ATTN v3+upstream, a build vLLM does not ship; the "
+            "command above runs vLLM's own FLASH_ATTN v3; it loses the measured decode gain: FLASH_ATTN v3+upstream "
+            "0.03 ms vs FLASH_ATTN v3 0.1 ms") in text
+    assert json.loads(render(sel, "json"))["groups"][0]["build"] == "upstream"
+    assert "3+upstream" in render(sel, "table")
+    assert "build" not in json.loads(render(run("kv_cache=fp8"), "json"))["groups"][0]  # vLLM's selection: unchanged

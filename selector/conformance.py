@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import format_validation_error
 from .files import FileError, load_yaml
 from .records import ClaimCheck, ClaimsWarning
-from .vocab import Claim, claim_dtype
+from .vocab import Claim, check_build, claim_dtype
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "conformance"
 
@@ -47,6 +47,12 @@ class ConformanceFile(BaseModel):
     command: str = ""
     claim_count: int = Field(ge=0)
     claims: dict[Annotated[str, Field(pattern=CLAIM_ID)], ClaimResult]
+
+    @model_validator(mode="after")
+    def _builds(self) -> ConformanceFile:
+        for cid in self.claims:  # a claim of a build nothing runs would be kept and never read
+            check_build(cid.split(":", 1)[0])
+        return self
 
     @model_validator(mode="after")
     def _complete(self) -> ConformanceFile:

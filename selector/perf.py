@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError, format_validation_error
 from .files import atomic_write, load_yaml
+from .vocab import check_build
 
 PERF_DIR = Path(__file__).resolve().parent.parent / "conf" / "perf"
 Phase = Literal["prefill", "decode"]
@@ -34,7 +35,7 @@ COVER = 4.0  # a bucket covers a shape when its batch and context are each withi
 
 class PerfEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kernel: str  # path id: FLASHINFER, FLASH_ATTN_v4, ...
+    kernel: str = Field(pattern=r"^[A-Z][A-Z0-9_]*?(?:_v\d+)?(?:\+[a-z][a-z0-9_]*)?$")  # path id: FLASHINFER, FLASH_ATTN_v4, ...
     build: str  # the library build that ran (e.g. "flash-attn-4", "vllm.vllm_flash_attn (FA4 fork)")
     versions: dict[str, str] = {}  # torch, triton, cuda, the kernel package
     kv: str  # bf16 | fp16 | fp32 | fp8 | fp8_e5m2 (claim dtype)
@@ -63,6 +64,12 @@ class PerfEntry(BaseModel):
     fence: str = Field(default="", pattern=r"^((write|gemv|layer):[1-9][0-9]*)?$")
     gpu: str
     date: str
+
+    @field_validator("kernel")
+    @classmethod
+    def _known_build(cls, v: str) -> str:
+        check_build(v)  # a bucket of a build nothing runs would never be read
+        return v
 
     @property
     def bucket(self) -> str:

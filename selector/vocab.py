@@ -122,6 +122,16 @@ def parse_path(path: str) -> tuple[str, int | None, str | None]:
     return backend, int(ver) if ver.isdigit() else None, build or None
 
 
+def check_build(path: str) -> None:
+    """Raise ValueError where a kernel path names a build that ALT_BUILDS does not list for its backend: a file
+    that names one would never be read (no selection runs it), so it is refused, not ignored."""
+    backend, ver, build = parse_path(path)
+    builds = ALT_BUILDS.get((backend, ver), {})
+    if build and build not in builds:
+        raise ValueError(f"kernel path {path!r} names build {build!r} of {path_id(backend, ver)}; allowed: "
+                         + (", ".join(builds) if builds else "none (only the build vLLM ships)"))
+
+
 def claim_dtype(kv_cache_dtype: str, model_dtype: str) -> str:
     """The dtype part of a claim id: the FP8 cache's, else the model's."""
     return SHORT_DTYPE[kv_cache_dtype] if is_fp8(kv_cache_dtype) else SHORT_DTYPE[model_dtype]
@@ -138,8 +148,8 @@ def parse_claim(claim_id: str) -> Claim:
     page = int(m["feature"][4:]) if m["feature"].startswith("page") else 16
     if not (1 <= head <= MAX_CLAIM_HEAD and 1 <= page <= MAX_CLAIM_PAGE and (ver is None or 2 <= ver <= 4)):
         raise ValueError(f"bad claim id {claim_id!r}: head 1..{MAX_CLAIM_HEAD}, page 1..{MAX_CLAIM_PAGE}, FlashAttention version 2..4")
-    builds = ALT_BUILDS.get((m["backend"], ver), {})
-    if m["build"] and m["build"] not in builds:
-        raise ValueError(f"bad claim id {claim_id!r}: build {m['build']!r} of {path_id(m['backend'], ver)}; allowed: "
-                         + (", ".join(builds) if builds else "none (only the build vLLM ships)"))
+    try:
+        check_build(path_id(m["backend"], ver, m["build"]))
+    except ValueError as e:
+        raise ValueError(f"bad claim id {claim_id!r}: {e}") from None
     return Claim(m["backend"], ver, m["dtype"], head, m["feature"], m["build"])

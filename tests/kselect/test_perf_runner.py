@@ -227,6 +227,28 @@ def test_a_perf_entry_names_its_fence_or_is_refused():
             perf.PerfEntry(**e, fence=bad)
 
 
+def test_a_perf_entry_of_a_build_nothing_runs_is_refused(tmp_path):
+    """A bucket of a build ALT_BUILDS does not list (FA4 has none besides vLLM's) would never be read: the file is
+    refused, naming the file, the path and what is allowed; a known build loads."""
+    from kselect.selector.errors import ConfigError
+
+    e = dict(build="b", kv="bf16", head=64, phase="decode", batch=1, context=8, num_q_heads=1, num_kv_heads=1, page=16,
+             ms=1.0, graph=False, gpu="g", date="d")
+    for path, ok in (("FLASH_ATTN_v3+upstream", True), ("FLASH_ATTN_v4+upstream", False), ("FLASHINFER+mine", False)):
+        if not ok:
+            with pytest.raises(ValueError, match="allowed: none"):
+                perf.PerfEntry(kernel=path, **e)
+            continue
+        entry = perf.PerfEntry(kernel=path, **e)
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump({"gpu": "g", "entries": {entry.bucket: entry.model_dump(mode="json")}}))
+        assert perf.load("g", tmp_path).entries[entry.bucket].kernel == path
+    doc = yaml.safe_load((tmp_path / "g.yaml").read_text())
+    doc["entries"] = {k.replace("_v3", "_v4"): {**v, "kernel": "FLASH_ATTN_v4+upstream"} for k, v in doc["entries"].items()}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"g\.yaml.*FLASH_ATTN_v4\+upstream.*allowed: none"):
+        perf.load("g", tmp_path)
+
+
 def test_a_layer_fenced_figure_is_the_calls_kernels_on_the_timeline():
     """The calls' kernels and the launch gap before each, per call; the fence's kernels (named by profiling
     one fence alone) are not the call's, however long the GEMV takes."""

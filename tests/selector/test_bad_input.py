@@ -384,6 +384,20 @@ def test_corrupted_conformance_file_is_an_error_not_unverified(damage, tmp_path,
     assert "nvidia_h200.yaml" in err and "Traceback" not in err
 
 
+def test_a_conformance_claim_of_a_build_nothing_runs_is_refused(tmp_path, monkeypatch, capsys):
+    """`FLASH_ATTN_v4+upstream:...` matches the id grammar but names a build FA4 does not have: the file is an error
+    naming it (one paragraph, exit 2), not a claim kept and never read."""
+    monkeypatch.setattr(sel_conformance, "CONFORMANCE_DIR", tmp_path)
+    doc = yaml.safe_load(H200)
+    doc["claims"]["FLASH_ATTN_v4+upstream:bf16:d256:window"] = {"status": "verified", "rel_err": 0.001}
+    doc["claim_count"] += 1
+    (tmp_path / "nvidia_h200.yaml").write_text(yaml.safe_dump(doc))
+    assert select_main(["platform=sm90", "model=gemma4_31b"]) == 2
+    err = capsys.readouterr().err
+    assert "nvidia_h200.yaml" in err and "FLASH_ATTN_v4+upstream" in err and "allowed: none" in err
+    assert "Traceback" not in err and err.count("\n") <= 2
+
+
 def test_committed_conformance_files_validate():
     for p in (CONF_DIR / "conformance").glob("*.yaml"):
         assert sel_conformance.read_file(p).claim_count == len(sel_conformance.read_file(p).claims)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kselect.backends.checking import CallErrors, CheckingBackend
 from kselect.backends.registry import make_backend
 from kselect.kernels.tolerances import tolerance
+from kselect.selector.vocab import kernel_label
 
 
 @dataclass
@@ -37,7 +38,7 @@ class GroupCheck:
 
 
 def _label(g) -> str:
-    return g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+    return kernel_label(g.backend, g.flash_attn_version, g.build)
 
 
 def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=None, mm_spans=None,

@@ -22,6 +22,7 @@ from .diff import Block, MatrixDiff
 from .diff_render import detail, rule_change
 from .matrix import CellResult
 from .render import group_name
+from .vocab import kernel_label
 
 BACKEND_COLORS = {
     "FLASH_ATTN v3": "#1f77b4",
@@ -45,7 +46,7 @@ def backends(r: CellResult) -> dict[str, str]:
     """group -> "BACKEND[ vN]" of the target groups; {"all": invalid} for an invalid cell."""
     if r.selection is None:
         return {}
-    return {group_name(g): g.backend + (f" v{g.flash_attn_version}" if g.flash_attn_version else "")
+    return {group_name(g): kernel_label(g.backend, g.flash_attn_version, g.build)
             for g in r.selection.groups if not g.draft}
 
 

@@ -431,3 +431,28 @@ def test_objective_decoding_on_another_build_names_what_vllm_cannot_run(fake_gpu
     assert json.loads(render(sel, "json"))["groups"][0]["build"] == "upstream"
     assert "3+upstream" in render(sel, "table")
     assert "build" not in json.loads(render(run("kv_cache=fp8"), "json"))["groups"][0]  # vLLM's selection: unchanged
+
+
+def test_a_move_between_builds_shows_in_the_matrix_diff(fake_gpu, tmp_path):
+    """New figures that make vLLM's FA3 build the faster prefill again move the objective's sliding prefill from
+    `FLASH_ATTN v3+upstream` to `FLASH_ATTN v3`: the diff names the build, it does not read as unchanged."""
+    import shutil
+
+    from kselect.selector.api import CONF_DIR
+    from kselect.selector.diff import Source, run_diff
+    from kselect.selector.matrix import MatrixSpec
+
+    fake_gpu(buckets=FP8_BUCKETS, extra={c: "verified" for c in FA3_FP8})
+    spec = MatrixSpec(axes={"platform": ["sm90"], "model": ["gemma4_31b"], "kv_cache": ["fp8"]},
+                      pins={"latency": {"platform.gpu_model": GPU, "objective.name": "latency",
+                                        "platform.packages.fa3_upstream": True}})
+    a, b = tmp_path / "a" / "conf", tmp_path / "b" / "conf"
+    for d, up in ((a, 0.4), (b, 0.9)):  # b: the upstream build's prefill re-measured slower than vLLM's (0.8)
+        shutil.copytree(CONF_DIR, d, ignore=shutil.ignore_patterns("perf"))
+        (d / "perf").mkdir()
+        write_perf(d / "perf", [x if (x.kernel, x.phase) != ("FLASH_ATTN_v3+upstream", "prefill") else
+                                E("FLASH_ATTN_v3+upstream", 256, "prefill", up, kv="fp8") for x in FP8_BUCKETS])
+    d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
+    moved = [c for c in d.changed if c.selection_changed]
+    assert [(c.a, c.b) for line in moved[0].lines for c in line.changes if c.field == "prefill_backend"] == \
+        [("FLASH_ATTN v3+upstream", "FLASH_ATTN v3")]

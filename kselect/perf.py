@@ -34,6 +34,7 @@ from kselect.perf_targets import Target, bucket_of, make_target_backend, parse_g
 from kselect.perf_timing import make_inputs, parse_fence, time_bucket
 from kselect.selector import perf as perfdata
 from kselect.selector.conformance import CONFORMANCE_DIR
+from kselect.selector.errors import KSelectError
 
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
 
@@ -134,7 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
     split = lambda s: {x.strip() for x in s.split(",") if x.strip()} or None  # noqa: E731
     platform = args.platform or ("cpu" if args.device == "cpu" else "auto")
-    ts = targets(verified_claims(conf), [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform,
+    verified = verified_claims(conf)
+    for flag, named, field in (("--kernels", split(args.kernels), 0), ("--kv", split(args.kv), 1)):
+        have_ = {cid.split(":")[field] for cid in verified}
+        if named and named - have_:  # a typo would time nothing and still write the file
+            raise KSelectError(f"{flag} {', '.join(sorted(named - have_))}: no verified claim in {conf} has "
+                               f"it; allowed: {', '.join(sorted(have_))}")
+    ts = targets(verified, [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform,
                  tuple(sorted(split(args.rules) or ())), args.max_page)
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
     reps = args.reps or (3 if args.device == "cpu" else 10)

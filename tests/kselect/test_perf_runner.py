@@ -334,3 +334,19 @@ def test_a_bad_gpu_name_exits_2_with_one_paragraph(command):
     assert r.returncode == 2, r.stderr
     assert "--gpu-name" in r.stderr and "'../etc'" in r.stderr and "allowed" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--kernels", "FLASH_ATTN_v3+bogus,FLASHINFER"), ("--kv", "bf8")])
+def test_a_kernel_or_dtype_no_verified_claim_has_exits_2_naming_what_is_allowed(tmp_path, flag, value):
+    """A typo in --kernels or --kv timed nothing and still wrote the file (exit 0); it is refused, naming the value,
+    the conformance file and the allowed values, and nothing is written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "p.yaml"
+    r = subprocess.run([sys.executable, "-m", "kselect.cli", "perf", "--gpu-name", "nvidia_h200", flag, value, "--out",
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    bad = value.split(",")[0]
+    assert f"{flag} {bad}:" in r.stderr and "nvidia_h200.yaml" in r.stderr and "allowed:" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()

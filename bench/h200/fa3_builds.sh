@@ -13,6 +13,9 @@
 #                                       #   E4B gemv:192 decode, layer:192 prefill), merged into conf/perf
 #   bash bench/h200/fa3_builds.sh E31   # e2e 31B on those files (ROUNDS interleaved prefill rounds), explain
 #   bash bench/h200/fa3_builds.sh E4    # the same for E4B
+#
+# A device call brings back at most 8 files from $OUT: P's merged perf file did not come back beside E31's six (it
+# stays in /tmp/kdev/conf/perf.yaml on the warm machine; copy it to $OUT in the next call).
 set -u
 PART=${1:?usage: fa3_builds.sh B|C|P|E31|E4}
 OUT=${OUT:-/tmp/fa3_builds_out}

@@ -4,8 +4,8 @@
 # torch/CUDA/triton/transformers, FlashInfer and flash-attn-4, KSELECT_COMMIT, host CPU), and the e2e.py
 # options the #17 windows share (E2E_WINDOW: objective=vllm, objective=latency at each run's own point and
 # request, every single-backend pin; B1/B16 decode after a 512-token prompt with 64 new tokens, prefill
-# 4,096, both prefills again in $ROUNDS (default 5) interleaved rounds over the selections, judged round by round; B1 attention profiles of vllm and
-# latency, decode steps and the 512-token prefill).
+# 4,096, both prefills again in $ROUNDS (default 5) interleaved rounds over the selections, judged round by round;
+# B1 attention profiles of vllm and latency, decode steps and the 512-token prefill).
 mkdir -p "$OUT" ${KEEP:+"$KEEP"}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 exec > >(tee -a "$OUT/$LOG") 2>&1

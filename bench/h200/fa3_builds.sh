@@ -11,13 +11,16 @@
 #   bash bench/h200/fa3_builds.sh P     # ~3 min: kselect perf of the verified upstream claims at the points the
 #                                       #   committed figures were timed at, with the same fences (31B layer:1024;
 #                                       #   E4B gemv:192 decode, layer:192 prefill), merged into conf/perf
+#   bash bench/h200/fa3_builds.sh P2    # what P left: the unfenced decode buckets the objective's default points
+#                                       #   read (1x512 ... 64x8192) for both models, and E4B's prefill buckets the
+#                                       #   budget skipped (--missing: only what the file lacks)
 #   bash bench/h200/fa3_builds.sh E31   # e2e 31B on those files (ROUNDS interleaved prefill rounds), explain
 #   bash bench/h200/fa3_builds.sh E4    # the same for E4B
 #
 # A device call brings back at most 8 files from $OUT: P's merged perf file did not come back beside E31's six (it
 # stays in /tmp/kdev/conf/perf.yaml on the warm machine; copy it to $OUT in the next call).
 set -u
-PART=${1:?usage: fa3_builds.sh B|C|P|E31|E4}
+PART=${1:?usage: fa3_builds.sh B|C|P|P2|E31|E4}
 OUT=${OUT:-/tmp/fa3_builds_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -46,19 +49,24 @@ C)
   tail -20 "$OUT/conformance.log"
   cp conf/conformance/$GPU.yaml "$CONF/conformance.yaml"; cp conf/conformance/$GPU.yaml "$OUT/conformance_$GPU.yaml"
   ;;
-P)
-  perf() {  # $1 model, $2 fence, $3 decode buckets, $4 prefill buckets
-    say "perf FLASH_ATTN_v3+upstream $1 --fence $2: decode ${3:-none}, prefill ${4:-none}"
+P|P2)
+  perf() {  # $1 model, $2 fence ("" none), $3 decode buckets, $4 prefill buckets, $5 context spread, $6 extra flags
+    say "perf FLASH_ATTN_v3+upstream $1 --fence ${2:-none}: decode ${3:-none}, prefill ${4:-none} $6"
     timeout $((${UNTIL:-560} - (SECONDS - START))) python3 -m kselect.perf --gpu-name $GPU --out conf/perf/$GPU.yaml \
-      --models $1 --kernels FLASH_ATTN_v3+upstream --fence $2 --rules vllm_0_33_0,post_pr52987 --max-page 128 \
-      --decode "$3" --context-spread 0.0625 --prefill "$4" --reps 5 --warm-jobs 8 \
+      --models $1 --kernels FLASH_ATTN_v3+upstream --fence "$2" --rules vllm_0_33_0,post_pr52987 --max-page 128 \
+      --decode "$3" --context-spread $5 --prefill "$4" --reps 5 --warm-jobs 8 $6 \
       --budget-s $((${UNTIL:-560} - 30 - (SECONDS - START))) 2>&1 | grep -v "^warm .*: ok$" >> "$OUT/perf.log"
     grep -c " ms graph" "$OUT/perf.log"; grep -v " ms graph" "$OUT/perf.log" | tail -4
     cp conf/perf/$GPU.yaml "$CONF/perf.yaml"
   }
-  perf gemma4_31b layer:1024 1x544,16x544 1x512,1x4096
-  perf gemma4_e4b gemv:192 1x544,16x544 ""
-  perf gemma4_e4b layer:192 "" 1x512,1x4096
+  if [ $PART = P ]; then  # the e2e points, with the committed figures' fences
+    perf gemma4_31b layer:1024 1x544,16x544 1x512,1x4096 0.0625
+    perf gemma4_e4b gemv:192 1x544,16x544 "" 0.0625
+    perf gemma4_e4b layer:192 "" 1x512,1x4096 0.0625
+  else
+    perf gemma4_31b,gemma4_e4b "" 1x512,16x512,1x1024,1x8192,16x1024,16x8192,64x1024,64x8192 "" 0 --missing
+    perf gemma4_e4b layer:192 "" 1x512,1x4096 0 --missing
+  fi
   cp conf/perf/$GPU.yaml "$OUT/perf_$GPU.yaml"
   ;;
 E31|E4)

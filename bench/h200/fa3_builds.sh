@@ -6,6 +6,8 @@
 #   bash bench/h200/fa3_builds.sh B     # ~2.5 min: build the hopper/ package from the carried source
 #                                       #   (.devkernels/c4/fa3src.tar.xz: flash-attention 0251105a's hopper/ and its
 #                                       #   cutlass 7127592 include/), back as $OUT/fa3build.tar.xz
+#   bash bench/h200/fa3_builds.sh R     # instead of B, seconds: unpack a build B brought back, carried as
+#                                       #   .devkernels/c5/fa3build.tar.xz (same torch and CUDA; not yet run this way)
 #   bash bench/h200/fa3_builds.sh C     # ~1 min: kselect conformance over the upstream build's claims, merged into
 #                                       #   conf/conformance/nvidia_h200.yaml
 #   bash bench/h200/fa3_builds.sh P     # ~3 min: kselect perf of the verified upstream claims at the points the
@@ -20,7 +22,7 @@
 # A device call brings back at most 8 files from $OUT: P's merged perf file did not come back beside E31's six (it
 # stays in /tmp/kdev/conf/perf.yaml on the warm machine; copy it to $OUT in the next call).
 set -u
-PART=${1:?usage: fa3_builds.sh B|C|P|P2|E31|E4}
+PART=${1:?usage: fa3_builds.sh B|R|C|P|P2|E31|E4}
 OUT=${OUT:-/tmp/fa3_builds_out}
 LOG=$PART.log
 source "$(dirname "$0")/window.sh"
@@ -40,6 +42,10 @@ B)
   python3 -c "import flash_attn_interface, flash_attn_3._C; print('flash_attn_3 imports')"
   tar cf - -C "$SRC/hopper" flash_attn_3 flash_attn_interface.py flash_attn_config.py 2>/dev/null | xz -T0 -3 > "$OUT/fa3build.tar.xz"
   ls -la "$OUT/fa3build.tar.xz"
+  ;;
+R)
+  mkdir -p "$SRC/hopper" && tar xJf .devkernels/c5/fa3build.tar.xz -C "$SRC/hopper"
+  python3 -c "import flash_attn_interface, flash_attn_3._C; print('flash_attn_3 imports')"
   ;;
 C)
   python3 -m kselect claims platform=sm90 platform.packages.fa3_upstream=true | grep "+upstream" > "$OUT/claims.txt"

@@ -67,6 +67,7 @@ def explain(cfg: KSelectConfig) -> dict:
         bpt = bytes_per_token(c, faithful)
         out.setdefault("steps", {"prefill": measured_step(c, "prefill")})
         out["caches"][resolved_kv_dtype(c)] = dict(rows=rows, bytes_per_token=bpt,
+                                                    prefill_headroom=headroom(rows, "prefill", out["steps"]["prefill"]),
                                                     tokens=BUDGET_GIB * 2**30 // bpt,
                                                     warnings=[w.text for g in chosen.groups for w in g.warnings]
                                                     + [w.text for w in chosen.warnings])
@@ -141,7 +142,7 @@ def to_text(d: dict, markdown: bool = False) -> str:
             tail.append(f"{phase} step: not every group is measured (no guess)")
     st = d.get("steps", {}).get("prefill")
     for dt, c in d["caches"].items():
-        h = headroom(c["rows"], "prefill", st)
+        h = c["prefill_headroom"]
         if h is None:
             continue
         share = (f" = {h['share']:.2%} of the model's measured prefill step ({h['step_ms']:.4g} ms wall, {st['step']}, "

@@ -190,6 +190,8 @@ def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0)])
     d = explain(compose(BASE))
     assert d["steps"]["prefill"]["wall_ms"] == 400.0
+    h = d["caches"]["bfloat16"]["prefill_headroom"]  # the record the text is rendered from (JSON output)
+    assert (h["vllm_ms"], h["best_ms"], h["step_ms"]) == (40.0, 37.0, 400.0) and h["share"] == pytest.approx(0.0075)
     # sliding: FA4 0.5 ms either way (50 layers); full: vLLM's FA4 1.5 ms vs FLASHINFER 1.2 ms (10 layers)
     assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, fastest verified 37 ms: 3 ms saved = 0.75% " \
         "of the model's measured prefill step (400 ms wall, gemma4_31b:prefill:b1:c4096" in to_text(d)

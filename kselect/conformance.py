@@ -30,7 +30,6 @@ import datetime
 import math
 import os
 import re
-import subprocess
 import sys
 
 import torch

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from kselect.backends.checking import CallErrors, CheckingBackend
 from kselect.backends.registry import make_backend
 from kselect.kernels.tolerances import tolerance
-from kselect.selector.vocab import kernel_label
 
 
 @dataclass
@@ -37,10 +36,6 @@ class GroupCheck:
                 f"max rel err {self.worst:.2e} (bar {self.tolerance:g}): {verdict}")
 
 
-def _label(g) -> str:
-    return kernel_label(g.backend, g.flash_attn_version, g.build)
-
-
 def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=None, mm_spans=None,
                     engine_cls=None) -> list[GroupCheck]:
     """groups: the engine's groups (kind -> GroupSelection); forced: the tokens to replay."""
@@ -60,6 +55,6 @@ def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=N
     for k, g in groups.items():
         fp8 = g.kv_cache_dtype.startswith("fp8") or g.quant_query
         rec = records[k]
-        out.append(GroupCheck(k, _label(g), len(rec.errors), rec.worst, tolerance(model.dtype, fp8=fp8),
+        out.append(GroupCheck(k, g.label, len(rec.errors), rec.worst, tolerance(model.dtype, fp8=fp8),
                               checked=g.backend != "TORCH_REFERENCE"))
     return out

@@ -40,7 +40,7 @@ from kselect.gemma4.prefill_graph import PrefillGraphs
 from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
-from kselect.selector.vocab import is_fp8 as is_fp8_name, kernel_label
+from kselect.selector.vocab import is_fp8 as is_fp8_name
 from kselect.selector.selection import GroupSelection, Selection
 
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
@@ -199,13 +199,11 @@ class Engine:
         for k, b in self.backends.items():
             g = self.groups[k]
             build = f", {b.kernel_build}" if b.kernel_build else ""
-            out[LAYER_TYPE_TO_GROUP[k]] = f"{kernel_label(g.backend, g.flash_attn_version, g.build)} ({type(b).__name__}{build})"
+            out[LAYER_TYPE_TO_GROUP[k]] = f"{g.label} ({type(b).__name__}{build})"
             p = self.prefill_backends[k]
             if p is not b:
-                q = g.prefill
                 pbuild = f", {p.kernel_build}" if p.kernel_build else ""
-                out[LAYER_TYPE_TO_GROUP[k]] += (f"; prefill {kernel_label(q.backend, q.flash_attn_version, q.build)} "
-                                                f"({type(p).__name__}{pbuild})")
+                out[LAYER_TYPE_TO_GROUP[k]] += f"; prefill {g.prefill.label} ({type(p).__name__}{pbuild})"
         return out
 
     # -------------------------------------------------------------- sequence API (speculative decoding)

@@ -17,6 +17,7 @@ round: at the same block sizes it equals them bit for bit (one kernel and one [M
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import triton
@@ -152,6 +153,13 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
         raise ValueError(f"{name} takes 1 to {MAX_ROWS} rows of x, got {x.shape[0]}")
 
 
+@functools.lru_cache(maxsize=16)
+def _fp32_cap(softcap: float) -> tuple[float, float]:
+    """(1 / cap, cap) in fp32, as CUDA PyTorch's `/ cap` uses them; once per cap value, not per decode-step call."""
+    cap = torch.tensor(softcap, dtype=torch.float32)
+    return float(1.0 / cap), float(cap)
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, first_k: int | None = None, scale: float | None = None,
          softcap: float | None = None) -> torch.Tensor:
@@ -167,10 +175,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: 
     if softcap is not None and not softcap > 0:
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    cap = torch.tensor(1.0 if softcap is None else softcap, dtype=torch.float32)  # fp32, as CUDA PyTorch's `/ cap`
+    inv_cap, cap = (1.0, 1.0) if softcap is None else _fp32_cap(float(softcap))
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
-        float(1.0 / cap), float(cap), M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
+        inv_cap, cap, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         num_warps=p["num_warps"], **pdl.args(x))
     return out

@@ -137,10 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     platform = args.platform or ("cpu" if args.device == "cpu" else "auto")
     verified = verified_claims(conf)
     for flag, named, field in (("--kernels", split(args.kernels), 0), ("--kv", split(args.kv), 1)):
-        have_ = {cid.split(":")[field] for cid in verified}
-        if named and named - have_:  # a typo would time nothing and still write the file
-            raise KSelectError(f"{flag} {', '.join(sorted(named - have_))}: no verified claim in {conf} has "
-                               f"it; allowed: {', '.join(sorted(have_))}")
+        known = {cid.split(":")[field] for cid in verified}
+        if named and named - known:  # a typo would time nothing and still write the file
+            raise KSelectError(f"{flag} {', '.join(sorted(named - known))}: no verified claim in {conf} has "
+                               f"it; allowed: {', '.join(sorted(known))}")
     ts = targets(verified, [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform,
                  tuple(sorted(split(args.rules) or ())), args.max_page)
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]

@@ -49,14 +49,14 @@ from .perf import perf_dir
 from .matrix import Builder, Cell, CellResult, MatrixSpec, expand, load_matrix, resolve_cells
 from .patterns import collapse, render_rect
 from .records import ClaimsWarning, Warning
-from .vocab import kernel_label, parse_group_id
+from .vocab import parse_group_id
 
 __all__ = ["CellDiff", "Block", "MatrixDiff", "collapse", "diff_cell", "diff_results", "render", "render_rect", "run_diff"]
 
 # ---------------------------------------------------------------- what is compared
 
 GROUP_FIELDS = (
-    ("backend", lambda g: kernel_label(g.backend, g.flash_attn_version, g.build)),
+    ("backend", lambda g: g.label),
     ("kernel_block", lambda g: str(g.kernel_block_size)),
     ("kv_block", lambda g: str(g.kv_block_size)),
     ("kv_dtype", lambda g: g.kv_cache_dtype),
@@ -65,8 +65,7 @@ GROUP_FIELDS = (
     ("kv_scales", lambda g: g.kv_scales),
     ("mm_prefix", lambda g: "true" if g.mm_prefix else "false"),
     ("layers", lambda g: ",".join(map(str, g.layers))),
-    ("prefill_backend", lambda g: kernel_label(g.prefill.backend, g.prefill.flash_attn_version, g.prefill.build)
-     if g.prefill else "same"),
+    ("prefill_backend", lambda g: g.prefill.label if g.prefill else "same"),
 )
 FIELD_IDS = tuple(f for f, _ in GROUP_FIELDS)
 
@@ -253,8 +252,9 @@ class MatrixDiff:
         }
 
 
-def _summary(r: CellResult) -> tuple[tuple[str, str, int | None, str | None], ...]:
-    return tuple((g.id, g.backend, g.flash_attn_version, g.build) for g in r.selection.groups) if r.selection else ()
+def _summary(r: CellResult) -> tuple[tuple[str, str], ...]:
+    """(group id, kernel label) per group: what a cell that became valid now runs."""
+    return tuple((g.id, g.label) for g in r.selection.groups) if r.selection else ()
 
 
 def diff_results(spec: MatrixSpec, ra: list[CellResult], rb: list[CellResult], a_label: str = "a", b_label: str = "b") -> MatrixDiff:

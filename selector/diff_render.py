@@ -51,7 +51,7 @@ def detail(d) -> str:
 
 
 def _selection_summary(summary) -> str:
-    return "; ".join(f"{texts.group_label(gid)}: {backend}{f' v{v}' if v else ''}" for gid, backend, v in summary)
+    return "; ".join(f"{texts.group_label(gid)}: {label}" for gid, label in summary)
 
 
 def block_title(b) -> str:

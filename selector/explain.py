@@ -22,7 +22,7 @@ from __future__ import annotations
 from .api import CONF_DIR, compose
 from .app import run_app, task_overrides
 from .measured import Figure
-from .figures import figure, label
+from .figures import figure
 from .pins import with_objective
 from .resolve import resolve, resolved_kv_dtype
 from .schema import KSelectConfig
@@ -81,8 +81,8 @@ def measured_step(cfg: KSelectConfig, phase: str) -> dict | None:
 
     pt = getattr(cfg.objective, phase)
     data = perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
-    st = perf.nearest_step(data, cfg.model.name, phase, pt.batch, pt.context)
-    if st is None or (st.batch, st.context) != (pt.batch, pt.context):
+    st = data.steps.get(perf.step_id(cfg.model.name, phase, pt.batch, pt.context)) if data else None
+    if st is None:
         return None
     return {"step": st.key, "wall_ms": st.wall_ms, "kernel_ms": st.kernel_ms, "attention_ms": st.attention_ms,
             "backends": st.backends}
@@ -102,7 +102,7 @@ def _fig(cfg, g: GroupSelection, phase: str) -> dict:
     f: Figure | None = figure_for(cfg, g, phase)
     # kernel_ms: the kernels alone, where ms also holds host time (a host-bound step) or a plan's share
     kern = (f.kernel_ms if f.kernel_ms is not None else f.ms) if f else None
-    return {"backend": label(g), "ms": f.ms if f else None, "bucket": f.bucket if f else None, "kernel_ms": kern}
+    return {"backend": g.label, "ms": f.ms if f else None, "bucket": f.bucket if f else None, "kernel_ms": kern}
 
 
 def figure_for(cfg, g, phase):

@@ -15,11 +15,7 @@ from . import perf
 from .measured import Figure, StepFigure
 from .schema import KSelectConfig
 from .selection import GroupSelection
-from .vocab import claim_dtype, kernel_label, path_id
-
-
-def label(g: GroupSelection) -> str:
-    return kernel_label(g.backend, g.flash_attn_version, g.build)
+from .vocab import claim_dtype, path_id
 
 
 def kv_tag(g: GroupSelection, model_dtype: str) -> str:
@@ -48,7 +44,7 @@ def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | 
     # a group's backend plans on the host once per prefill step while the GPU waits: its layers share that
     plan = e.plan_ms if phase == "prefill" and e.plan_ms else None
     ms = (host or e.ms) + (plan / len(g.layers) if plan else 0.0)
-    return Figure(backend=label(g), ms=ms, bucket=e.bucket, kernel_ms=e.ms if host or plan else None, fence=e.fence,
+    return Figure(backend=g.label, ms=ms, bucket=e.bucket, kernel_ms=e.ms if host or plan else None, fence=e.fence,
                   plan_ms=plan, host_bound=host is not None)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from . import perf
 from .builds import BUILD_RANK, group_builds
 from .errors import SelectionError
-from .figures import figure, kv_tag, label, point, step_figure, verified
+from .figures import figure, kv_tag, point, step_figure, verified
 from .measured import Figure, PhaseEvidence
 from .pins import choices, pinned, rank
 from .records import ObjectiveWarning
@@ -70,8 +70,8 @@ class Search:
                  f"{g.num_kv_heads} KV heads{f', window {g.sliding_window}' if g.sliding_window else ''}, "
                  f"page {g.kernel_block_size})")
         w = ObjectiveWarning(code="objective_no_measurement", group=g.kind, objective=self.cfg.objective.name,
-                             backend=label(g), phase=phase, shape=shape)
-        self.unmeasured.setdefault(g.kind, {}).setdefault(f"{phase}:{label(g)}", w)
+                             backend=g.label, phase=phase, shape=shape)
+        self.unmeasured.setdefault(g.kind, {}).setdefault(f"{phase}:{g.label}", w)
 
 
 def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelection, fg: GroupSelection):
@@ -89,11 +89,11 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
             continue
         first = next(x for x in sel.groups if x.kind == g.kind and not x.draft)
         for p in (first, *group_builds(cfg, first)):  # and on other installed kernel builds (selector/builds.py)
-            if label(p) in tried:
+            if p.label in tried:
                 continue
-            tried.add(label(p))
+            tried.add(p.label)
             if (p.kv_block_size, p.kv_cache_dtype) != (g.kv_block_size, g.kv_cache_dtype):
-                s.out("prefill:" + g.kind, label(p), f"refused for prefill: its layout (kv block {p.kv_block_size}, "
+                s.out("prefill:" + g.kind, p.label, f"refused for prefill: its layout (kv block {p.kv_block_size}, "
                       f"{p.kv_cache_dtype}) differs from the decode cache (kv block {g.kv_block_size}, {g.kv_cache_dtype})")
                 continue
             if not verified(p):
@@ -103,21 +103,21 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
                 s.no_data(p, "prefill")
                 continue
             s.timed(g.kind, "prefill", f)
-            same = 0 if label(p) == label(g) else 1
+            same = 0 if p.label == g.label else 1
             cands.append((f.ms, same * 1000 + rank(s.priority, (name, version)) + BUILD_RANK * bool(p.build), p, f))
     if not cands or not cfg.objective.per_phase:
         f = figure(s.data, g, cfg, "prefill")
         why = "per_phase off: prefill on the decode backend" if cands else "no verified, measured prefill alternative: the decode backend"
-        return None, PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(g),
+        return None, PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=g.label,
                                    chosen=f, why=why, step=step_figure(s.data, cfg))
     best = min(c[0] for c in cands)
     near = [c for c in cands if c[0] <= best * (1 + cfg.objective.tie)]
     ms, _, p, f = min(near, key=lambda c: c[1])  # ties: the decode backend (one kernel), then priority
-    others = sorted((c[3] for c in cands if label(c[2]) != label(p)), key=lambda x: x.ms)
-    vf = figure(s.data, fg, cfg, "prefill") if label(fg) != label(p) else None
+    others = sorted((c[3] for c in cands if c[2].label != p.label), key=lambda x: x.ms)
+    vf = figure(s.data, fg, cfg, "prefill") if fg.label != p.label else None
     why = "fastest verified over the decode cache layout" if ms == best else \
         f"within {cfg.objective.tie:.0%} of the fastest: the decode backend / priority order decides"
-    ev = PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=label(p), chosen=f,
+    ev = PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=p.label, chosen=f,
                        runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why,
                        step=step_figure(s.data, cfg))
     clean = p.model_copy(update={"measured": (), "prefill": None})

@@ -25,7 +25,6 @@ from .records import ClaimsWarning, Failure, Warning
 from .resolve import resolve
 from .schema import KSelectConfig
 from .selection import Selection
-from .vocab import kernel_label
 
 # ---------------------------------------------------------------- resolution
 
@@ -142,7 +141,7 @@ def cli_args(argv: Sequence[str], defaults: dict[str, Any], prog: str) -> dict[s
 
 def _group_line(g, claims: bool) -> str:
     name = g.id
-    backend = kernel_label(g.backend, g.flash_attn_version, g.build)
+    backend = g.label
     line = (
         f"  {name:<22}{backend:<17}kernel {g.kernel_block_size:<4} kv {g.kv_block_size:<4} {g.kv_cache_dtype:<9} "
         f"qq={'yes' if g.quant_query else 'no ':<4}{g.descale:<11}scales={g.kv_scales}"

@@ -35,7 +35,7 @@ from __future__ import annotations
 from . import perf
 from .builds import build_rank, selection_builds
 from .errors import SelectionError
-from .figures import figure, label, point, verified
+from .figures import figure, point, verified
 from .layout import Scored, Search, prefill_over_layout, prefill_total
 from .measured import Figure, PhaseEvidence
 from .pins import priority_of, resolutions, with_objective
@@ -93,7 +93,7 @@ def search(cfg: KSelectConfig, book: RuleBook) -> Search:
         for var in (sel, *selection_builds(cfg, sel)):  # and on other installed kernel builds (selector/builds.py)
             groups = [g for g in var.groups if not g.draft]
             # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
-            key = (var.block_size, *((label(g), g.kernel_block_size, g.kv_block_size) for g in groups))
+            key = (var.block_size, *((g.label, g.kernel_block_size, g.kv_block_size) for g in groups))
             if key in seen:
                 continue
             seen.add(key)
@@ -119,7 +119,7 @@ def _decode_figures(s: Search, groups: list[GroupSelection], report: bool) -> di
         if not verified(g):
             if report:
                 bad = [c.claim for c in g.claims if c.status != "verified"] or ["no claims checked"]
-                s.out(g.kind, label(g), f"not verified on {s.cfg.platform.gpu_model or s.cfg.platform.name}: {', '.join(bad)}")
+                s.out(g.kind, g.label, f"not verified on {s.cfg.platform.gpu_model or s.cfg.platform.name}: {', '.join(bad)}")
             ok = False
             continue
         f = figure(s.data, g, s.cfg, "decode")
@@ -129,7 +129,7 @@ def _decode_figures(s: Search, groups: list[GroupSelection], report: bool) -> di
             ok = False
             continue
         s.timed(g.kind, "decode", f)
-        figs[g.kind] = (f.ms, len(g.layers), label(g))
+        figs[g.kind] = (f.ms, len(g.layers), g.label)
     return figs if ok else None
 
 
@@ -169,7 +169,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
         not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()
-                      if k != label(g)]
+                      if k != g.label]
         reasons = [*notes, dec.text(), pre.text(), *refused, *not_chosen]
         own_pin = f"{g.backend} pinned by attention.backend_per_kind.{g.kind}"
         base = tuple(f"{g.backend} chosen by objective {obj} among the valid, verified, measured candidates "
@@ -177,7 +177,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         groups.append(g.model_copy(update={
             "trace": g.trace + tuple(trace), "reasons": base + tuple(reasons),
             "warnings": g.warnings + tuple(warns), "measured": (pre, dec),
-            "prefill": pre_g if pre_g is not None and label(pre_g) != label(g) else None}))
+            "prefill": pre_g if pre_g is not None and pre_g.label != g.label else None}))
     env = {**chosen.environment, "objective": obj}
     return chosen.model_copy(update={"groups": tuple(groups), "environment": env, "warnings": tuple(sel_warnings),
                                      "trace": chosen.trace + (f"objective.{obj}",)})
@@ -188,8 +188,8 @@ def _layout_note(s: Search) -> str:
     win = s.scored[0]
     if win.own_block:
         return ""
-    labels = [label(g) for g in win.sel.groups if not g.draft]
-    own = next((c for c in s.scored if c.own_block and [label(g) for g in c.sel.groups if not g.draft] == labels), None)
+    labels = [g.label for g in win.sel.groups if not g.draft]
+    own = next((c for c in s.scored if c.own_block and [g.label for g in c.sel.groups if not g.draft] == labels), None)
     if own is None:
         return f"cache block {win.sel.block_size} set by the objective (kv_cache.block_size)"
     return (f"cache block {own.sel.block_size} -> {win.sel.block_size}: the same kernels over this block serve the request "
@@ -208,7 +208,7 @@ def _request_note(cfg, s: Search) -> str:
     other = next((c for c in s.scored[1:] if pages(c) != pages(win) and c.prefill != float("inf")), None)
     if other is None:
         return head
-    kernels = ", ".join(f"{g.kind} {label(g)}" for g in other.sel.groups if not g.draft)
+    kernels = ", ".join(f"{g.kind} {g.label}" for g in other.sel.groups if not g.draft)
     return (f"{head}; the best over cache block {other.sel.block_size} ({kernels}): {other.request(n):.4g} ms "
             f"(prefill {other.prefill:.4g} + {n} x decode {other.decode:.4g})")
 
@@ -218,25 +218,25 @@ def _others(s: Search, kind: str, phase: str, chosen_label: str) -> list[Figure]
     seen: dict[str, Figure] = {}
     for c in s.scored:
         g = next(x for x in c.sel.groups if x.kind == kind and not x.draft)
-        if label(g) != chosen_label and label(g) not in seen:
+        if g.label != chosen_label and g.label not in seen:
             f = figure(s.data, g, s.cfg, phase)
             if f:
-                seen[label(g)] = f
+                seen[g.label] = f
     return sorted(seen.values(), key=lambda f: f.ms)
 
 
 def _decode_evidence(cfg, s: Search, g: GroupSelection, fg: GroupSelection) -> PhaseEvidence:
     obj = cfg.objective.name
     f = figure(s.data, g, cfg, "decode") if s.scored else None
-    others = _others(s, g.kind, "decode", label(g))
-    vf = figure(s.data, fg, cfg, "decode") if label(fg) != label(g) else None
+    others = _others(s, g.kind, "decode", g.label)
+    vf = figure(s.data, fg, cfg, "decode") if fg.label != g.label else None
     if f is None:
         why = "kept vLLM's choice: no valid, verified, measured alternative"
     elif others and others[0].ms < f.ms:
         why = f"within {cfg.objective.tie:.0%} of the fastest: vLLM's priority order decides"
     else:
         why = "fastest verified candidate"
-    return PhaseEvidence(phase="decode", objective=obj, point=point(cfg, "decode"), backend=label(g), chosen=f,
+    return PhaseEvidence(phase="decode", objective=obj, point=point(cfg, "decode"), backend=g.label, chosen=f,
                          runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why)
 
 
@@ -244,5 +244,5 @@ def _claim_errors(sel: Selection) -> str:
     out = []
     for g in (g for g in sel.groups if not g.draft):
         errs = [c.rel_err for c in g.claims if c.rel_err is not None]
-        out.append(f"{g.kind} {label(g)} {max(errs):.2g}" if errs else f"{g.kind} {label(g)} n/a")
+        out.append(f"{g.kind} {g.label} {max(errs):.2g}" if errs else f"{g.kind} {g.label} n/a")
     return ", ".join(out)

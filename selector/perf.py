@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError, format_validation_error
 from .files import atomic_write, load_yaml
-from .vocab import check_build
+from .vocab import PATH_RE, check_build
 
 PERF_DIR = Path(__file__).resolve().parent.parent / "conf" / "perf"
 Phase = Literal["prefill", "decode"]
@@ -35,7 +35,7 @@ COVER = 4.0  # a bucket covers a shape when its batch and context are each withi
 
 class PerfEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kernel: str = Field(pattern=r"^[A-Z][A-Z0-9_]*?(?:_v\d+)?(?:\+[a-z][a-z0-9_]*)?$")  # path id: FLASHINFER, FLASH_ATTN_v4, ...
+    kernel: str = Field(pattern=rf"^{PATH_RE}$")  # path id: FLASHINFER, FLASH_ATTN_v4, FLASH_ATTN_v3+upstream
     build: str  # the library build that ran (e.g. "flash-attn-4", "vllm.vllm_flash_attn (FA4 fork)")
     versions: dict[str, str] = {}  # torch, triton, cuda, the kernel package
     kv: str  # bf16 | fp16 | fp32 | fp8 | fp8_e5m2 (claim dtype)

@@ -22,7 +22,6 @@ from .diff import Block, MatrixDiff
 from .diff_render import detail, rule_change
 from .matrix import CellResult
 from .render import group_name
-from .vocab import kernel_label
 
 BACKEND_COLORS = {
     "FLASH_ATTN v3": "#1f77b4",
@@ -46,7 +45,7 @@ def backends(r: CellResult) -> dict[str, str]:
     """group -> "BACKEND[ vN]" of the target groups; {"all": invalid} for an invalid cell."""
     if r.selection is None:
         return {}
-    return {group_name(g): kernel_label(g.backend, g.flash_attn_version, g.build)
+    return {group_name(g): g.label
             for g in r.selection.groups if not g.draft}
 
 

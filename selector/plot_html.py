@@ -10,7 +10,6 @@ from . import texts
 from .diff_render import warning_line
 from .grid import Grid, cell_marks, change_text, color, kv_label, must_see, target_groups
 from .matrix import CellResult
-from .vocab import kernel_label
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -38,7 +37,7 @@ def _tooltip(r: CellResult, ch) -> str:
         lines.append(f"cache block {r.selection.block_size}")
         for g in r.selection.groups:
             name = texts.group_label(g.id)
-            lines.append(f"{name}: {kernel_label(g.backend, g.flash_attn_version, g.build)} kernel {g.kernel_block_size} kv {g.kv_block_size} quant_query {g.quant_query} {g.descale} scales {g.kv_scales}")
+            lines.append(f"{name}: {g.label} kernel {g.kernel_block_size} kv {g.kv_block_size} quant_query {g.quant_query} {g.descale} scales {g.kv_scales}")
         lines += [f"WARNING {texts.group_label(w.group)}: {w.text}" for w in r.warnings]
     if ch is not None and ch.changed:
         lines.append("CHANGED: " + change_text(ch))

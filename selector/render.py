@@ -6,7 +6,6 @@ import json
 
 from .selection import GroupSelection, Selection
 from .texts import layer_ranges
-from .vocab import kernel_label
 
 COLUMNS = ("group", "layers", "head", "backend", "fa", "kernel_blk", "kv_blk", "kv_dtype", "quant_q", "descale", "kv_scales")
 
@@ -63,9 +62,8 @@ def table(sel: Selection, verbose: bool = False) -> str:
 
 def phase_line(g: GroupSelection) -> str:
     p = g.prefill
-    return (f"{kernel_label(p.backend, p.flash_attn_version, p.build)} (kernel block {p.kernel_block_size} over the "
-            f"same kv block {p.kv_block_size}, {p.kv_cache_dtype}, descale {p.descale}); decode on "
-            f"{kernel_label(g.backend, g.flash_attn_version, g.build)}")
+    return (f"{p.label} (kernel block {p.kernel_block_size} over the same kv block {p.kv_block_size}, "
+            f"{p.kv_cache_dtype}, descale {p.descale}); decode on {g.label}")
 
 
 def as_dict(sel: Selection) -> dict:
@@ -117,26 +115,22 @@ def per_phase_losses(sel: Selection) -> list[str]:
         if g.build:
             dec = next((m for m in g.measured if m.phase == "decode"), None)
             own = g.model_copy(update={"build": None})
-            same = dec.figure_of(_label(own)) if dec else None
+            same = dec.figure_of(own.label) if dec else None
             lost = (f"; it loses the measured decode gain: {dec.chosen.backend} {dec.chosen.ms:.4g} ms vs {same.backend} "
                     f"{same.ms:.4g} ms per layer at {dec.point}") if dec and dec.chosen and same else ""
-            out.append(f"{group_name(g)} runs {_label(g)}, a build vLLM does not ship; the command above runs "
-                       f"vLLM's own {_label(own)}{lost}")
+            out.append(f"{group_name(g)} runs {g.label}, a build vLLM does not ship; the command above runs "
+                       f"vLLM's own {own.label}{lost}")
         if not g.prefill:
             continue
         pre = next((m for m in g.measured if m.phase == "prefill"), None)
-        same = pre.figure_of(_label(g)) if pre else None
+        same = pre.figure_of(g.label) if pre else None
         lost = ""
         if pre and pre.chosen and same:
             lost = (f"; it loses the measured prefill gain: {pre.chosen.backend} {pre.chosen.ms:.4g} ms vs "
                     f"{same.backend} {same.ms:.4g} ms per layer at {pre.point}")
-        out.append(f"{group_name(g)} prefills on {_label(g.prefill)} and decodes on {_label(g)} (per-phase backends); "
-                   f"the command above runs both phases on {_label(g)}{lost}")
+        out.append(f"{group_name(g)} prefills on {g.prefill.label} and decodes on {g.label} (per-phase backends); "
+                   f"the command above runs both phases on {g.label}{lost}")
     return out
-
-
-def _label(g: GroupSelection) -> str:
-    return kernel_label(g.backend, g.flash_attn_version, g.build)
 
 
 def render(sel: Selection, output: str, verbose: bool = False, cfg=None) -> str:

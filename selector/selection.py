@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .measured import PhaseEvidence
 from .records import ClaimCheck, Rejection, Warning
-from .vocab import GroupKind, group_id
+from .vocab import GroupKind, group_id, kernel_label
 
 # How FP8 descales reach the kernel:
 #   none        no quantized KV
@@ -56,6 +56,11 @@ class GroupSelection(Frozen):
     # path when it differs from this (decode) one over the same paged cache (selector/objective.py)
     measured: tuple[PhaseEvidence, ...] = ()
     prefill: GroupSelection | None = None
+
+    @property
+    def label(self) -> str:
+        """How outputs name its kernel path: `FLASH_ATTN v3`, `FLASH_ATTN v3+upstream`, `FLASHINFER`."""
+        return kernel_label(self.backend, self.flash_attn_version, self.build)
 
     @property
     def id(self) -> str:

@@ -53,6 +53,8 @@ def resolve_kv_dtype(kv_dtype: str, model_dtype: str) -> str:
 
 CLAIM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "fp8_e5m2")  # fp8*: a bf16 model over that FP8 cache
 CLAIM_FEATURES = ("causal", "window", "mm_prefix", "sinks", "quant_query")  # and page<N>
+# a kernel path id's grammar (path_id): `<backend>[_v<N>][+<build>]`; files and claim ids validate against it
+PATH_RE = r"[A-Z][A-Z0-9_]*?(?:_v\d+)?(?:\+[a-z][a-z0-9_]*)?"
 _CLAIM = re.compile(
     r"^(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?(?:\+(?P<build>[a-z][a-z0-9_]*))?"
     r":(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"

@@ -45,7 +45,6 @@ from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
-from kselect.selector.vocab import kernel_label  # noqa: E402
 from paired import compare, fmt  # noqa: E402
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
@@ -127,13 +126,12 @@ def ceilings(device: torch.device) -> dict:
 def describe(groups) -> dict:
     out = {}
     for g in groups.values():
-        out[g.kind] = dict(backend=kernel_label(g.backend, g.flash_attn_version, g.build), kernel_block=g.kernel_block_size,
-                           kv_block=g.kv_block_size,
+        out[g.kind] = dict(backend=g.label, kernel_block=g.kernel_block_size, kv_block=g.kv_block_size,
                            kv_dtype=g.kv_cache_dtype, quant_query=g.quant_query, descale=g.descale,
                            head_size=g.head_size, kv_heads=g.num_kv_heads, layers=len(g.layers))
         if g.prefill is not None:  # objective selections: prefill on another backend over the same cache
             p = g.prefill
-            out[g.kind]["prefill_backend"] = kernel_label(p.backend, p.flash_attn_version, p.build)
+            out[g.kind]["prefill_backend"] = p.label
     return out
 
 

@@ -73,6 +73,24 @@ def test_revert_is_the_exact_inverse_cell_by_cell():
         assert set(_invert(f.backend + f.lines)) == set(r.backend + r.lines), f.cell.id
 
 
+def test_a_cell_that_became_valid_says_what_it_now_runs():
+    """A became_valid block renders the cell's old error and the kernels it now runs, by their one label."""
+    from dataclasses import replace
+
+    from kselect.selector import texts
+    from kselect.selector.diff_render import render as render_diff
+
+    spec = load_matrix("default")
+    rs = list(resolve_named("default", ()))
+    bad = next(r for r in rs if r.selection is None)
+    first = next(i for i, r in enumerate(rs) if r.selection is not None)
+    ra = [replace(r, selection=None, failure=bad.failure) if i == first else r for i, r in enumerate(rs)]
+    d = diff_results(spec, ra, rs, "a", "b")
+    assert [b.kind for b in d.blocks if b.kind == "became_valid"] == ["became_valid"]
+    now = "; ".join(f"{texts.group_label(g.id)}: {g.label}" for g in rs[first].selection.groups)
+    assert f"; now: {now}" in render_diff(d, "table")
+
+
 def _invert(lines):
     """The change lines of the way back: every field change swapped, added groups removed."""
     swap = {"group_added": "group_removed", "group_removed": "group_added", None: None}

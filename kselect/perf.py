@@ -81,9 +81,19 @@ def warm_up(ts: list[Target], device: str, jobs: int) -> None:
 # ---------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
+def _lacking(e: perfdata.PerfEntry | None) -> str | None:
+    """What --missing re-times a bucket for: no entry, or a prefill entry without the host time (or, graph-timed,
+    the backend's plan time) that the objective's request figures read."""
+    if e is None:
+        return "absent"
+    if e.phase == "prefill" and not e.host_ms:
+        return "no host_ms"
+    if e.phase == "prefill" and e.graph and e.plan_ms is None:
+        return "no plan_ms"
+    return None
 
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kselect perf", description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu-name", required=True, help="GPU model key, e.g. nvidia_h200 (conf/conformance/<name>.yaml)")
     ap.add_argument("--conformance", default=None, help="conformance file (default conf/conformance/<gpu-name>.yaml)")
@@ -94,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", default="", help="only these paths (e.g. FLASHINFER,FLASH_ATTN_v4)")
     ap.add_argument("--kv", default="", help="only these KV dtypes (e.g. bf16,fp8)")
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default=None, help="default: cuda where available, else cpu")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
     ap.add_argument("--platform", default=None, help="the selector's platform for each claim's page/descale "
@@ -113,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-page", type=int, default=128, help="time reachable pages up to this many tokens")
     ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
                     "(a prefill bucket without host_ms, or a graph-timed one without plan_ms, counts as missing)")
+    ap.add_argument("--dry-run", action="store_true", help="list the buckets this command would time (with --missing: "
+                    "what the file lacks) and exit; times nothing, writes nothing, needs no GPU with --platform")
     args = ap.parse_args(argv)
     from kselect.selector.files import safe_name
 
@@ -122,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"kselect perf: {e}", file=sys.stderr)
         return 2
+    if args.device is None and not (args.dry_run and args.platform):
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if fence and args.device == "cpu":
         print("kselect perf: --fence applies to CUDA-graph timing only; CPU entries are timed back to back (fence \"\")",
               file=sys.stderr)
@@ -145,16 +161,25 @@ def main(argv: list[str] | None = None) -> int:
                  tuple(sorted(split(args.rules) or ())), args.max_page)
     grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
     reps = args.reps or (3 if args.device == "cpu" else 10)
-    have: set[str] = set()
-    if args.missing and out.exists():
-        old = perfdata.load(out.stem, out.parent)
-        have = {k for k, e in old.entries.items()
-                if e.phase == "decode" or (e.host_ms and (e.plan_ms is not None or not e.graph))} if old else set()
-    todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) not in have] for t in ts}
+    old = perfdata.load(out.stem, out.parent) if args.missing and out.exists() else None
+    lacks = {}  # bucket -> what the file lacks of it (absent, or a field a prefill entry needs)
+    for t in ts:
+        for ph, b, c in grid:
+            lack = _lacking(old.entries.get(bucket_of(t, ph, b, c)) if old else None) if args.missing else "absent"
+            if lack:
+                lacks[bucket_of(t, ph, b, c)] = lack
+    todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) in lacks] for t in ts}
     ts = [t for t in ts if todo[t]]
     if args.missing:
         print(f"--missing: {sum(map(len, todo.values()))} buckets of {len(ts)} targets not in {out}", flush=True)
     print(f"{len(ts)} targets x {len(grid)} buckets from {conf}", flush=True)
+    if args.dry_run:
+        for t in ts:
+            for phase, b, c in todo[t]:
+                print(f"would time {bucket_of(t, phase, b, c)}" + (f" ({lacks[bucket_of(t, phase, b, c)]})" if args.missing else ""))
+        return 0
+    import torch
+
     t0 = time.monotonic()
     if args.warm_jobs > 0 and args.device != "cpu":
         warm_up(ts, args.device, args.warm_jobs)

@@ -4,8 +4,9 @@
 # on one machine (the conf files each part writes live in /tmp/kdev/conf, since a call's checkout is fresh):
 #
 #   bash bench/h200/fa3_builds.sh B     # ~2.5 min: build the hopper/ package from the carried source
-#                                       #   (.devkernels/c4/fa3src.tar.xz: flash-attention 0251105a's hopper/ and its
-#                                       #   cutlass 7127592 include/), back as $OUT/fa3build.tar.xz
+#                                       #   (.devkernels/c4/fa3src.tar.xz, made here by bench/h200/pack_fa3src.sh:
+#                                       #   flash-attention 0251105a's hopper/ and its cutlass 7127592 include/),
+#                                       #   back as $OUT/fa3build.tar.xz
 #   bash bench/h200/fa3_builds.sh R     # instead of B, seconds: unpack a build B brought back, carried as
 #                                       #   .devkernels/c5/fa3build.tar.xz (same torch and CUDA; not yet run this way)
 #   bash bench/h200/fa3_builds.sh C     # ~1 min: kselect conformance over the upstream build's claims, merged into
@@ -36,6 +37,7 @@ for f in conformance perf; do [ -f "$CONF/$f.yaml" ] && cp "$CONF/$f.yaml" conf/
 case $PART in
 B)
   mkdir -p /tmp/kdev/fa3 && tar xJf .devkernels/c4/fa3src.tar.xz -C /tmp/kdev/fa3
+  touch "$SRC/README.md"  # hopper/setup.py reads ../README.md for its description; pack_fa3src.sh leaves it out
   say "build flash-attention hopper/ (forward, d256, bf16 + e4m3, paged, local)"
   timeout 400 bash bench/h200/build_fa3_hopper.sh "$SRC" > "$OUT/build.log" 2>&1; echo "build rc=$?"
   grep -v "^\s*$" "$OUT/build.log" | grep -iv "nvcc\|ptxas\|g++\|warning" | tail -5

@@ -36,7 +36,7 @@ from kselect.gemma4.decode_graph import DecodeGraph
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
-from kselect.gemma4.prefill_graph import PrefillGraphs
+from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphs
 from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
@@ -131,13 +131,14 @@ class Engine:
         backends: dict[str, AttentionBackend] | None = None,
         max_step_tokens: int | None = None,
         prefill_graphs: bool | None = None,
+        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS,
     ):
         """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
         that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
         to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
-        every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to 2,048
-        tokens replay CUDA graphs per token bucket (gemma4/prefill_graph.py); None = whenever decode graphs
-        are on and every prefill backend supports graphs."""
+        every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to
+        prefill_graph_tokens (a bucket of gemma4/prefill_graph.py, default 2,048) replay CUDA graphs per token
+        bucket; None = whenever decode graphs are on and every prefill backend supports graphs."""
         if max_step_tokens is not None and max_step_tokens < 1:
             raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
         self.model = model.eval()
@@ -165,7 +166,7 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
         self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
                                                                            prefill_graphs is not False), self.notes,
-                                            self.note_fallback)
+                                            self.note_fallback, prefill_graph_tokens)
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
 
     # -------------------------------------------------------------- bookkeeping

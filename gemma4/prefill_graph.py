@@ -25,12 +25,21 @@ from kselect.gemma4.decode_graph import static_metadata
 from kselect.gemma4.model_runner import ModelRunner
 from kselect.gemma4.sampling import max_rel_error
 
-BUCKETS = (16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048)  # longer steps are GPU-bound: they run eager
+BUCKETS = (16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096)
+# Longer steps run eager by default: 31B's 4,096-token prefill is GPU-bound (wall 431 vs kernels 427 ms), but
+# E4B's is not quite (63.3 vs 59.1 ms, conf/perf steps), hence the opt-in larger buckets.
+DEFAULT_MAX_TOKENS = 2048
 
 
-def bucket_for(n: int) -> int | None:
-    """The smallest bucket holding n tokens, or None (run eager)."""
-    return next((t for t in BUCKETS if t >= n), None)
+def bucket_for(n: int, max_tokens: int = DEFAULT_MAX_TOKENS) -> int | None:
+    """The smallest bucket of at most max_tokens holding n tokens, or None (run eager)."""
+    return next((t for t in BUCKETS if n <= t <= max_tokens), None)
+
+
+def check_max_tokens(max_tokens: int) -> int:
+    if max_tokens not in BUCKETS:
+        raise ValueError(f"prefill graph tokens {max_tokens!r}: not a bucket; allowed: {', '.join(map(str, BUCKETS))}")
+    return max_tokens
 
 
 class PrefillGraph(CapturedStep):
@@ -86,15 +95,16 @@ class PrefillGraphs:
     runs eager once, with one note, and the graphs stay."""
 
     def __init__(self, runner: ModelRunner, max_seq_len: int, on: bool, notes: list[str],
-                 fallback: Callable[[str, Exception], None]):
+                 fallback: Callable[[str, Exception], None], max_tokens: int = DEFAULT_MAX_TOKENS):
         self.runner, self.max_seq_len, self.on, self.notes, self.fallback = runner, max_seq_len, on, notes, fallback
+        self.max_tokens = check_max_tokens(max_tokens)
         self.graphs: dict[int, PrefillGraph] = {}
         self.steps = 0  # steps that replayed a graph (reported by benchmarks)
         self._noted_eager = False
 
     def hidden(self, seq: int, start: int, tokens: list[int]) -> torch.Tensor | None:
         """The step's hidden states [n, H] from its bucket's graph, or None (off, no bucket, or failed)."""
-        t = bucket_for(len(tokens))
+        t = bucket_for(len(tokens), self.max_tokens)
         if not self.on or t is None:
             return None
         try:

@@ -44,6 +44,7 @@ sys.path.append(str(Path(__file__).resolve().parent))  # its sibling tools (pair
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
+from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 from paired import compare, fmt  # noqa: E402
 
@@ -751,7 +752,9 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
     from prefill_rounds import interleaved_prefill  # noqa: PLC0415
 
     metrics = [("prefill B1 x prompt-len", opts.prompt_len, "decode B1", graphs)]
-    metrics += [(f"prefill B1 x {n}", n, f"prefill {n}", False) for n in opts.prefill_lens]
+    # longer prompts eager, unless --prefill-graph-tokens admits them
+    metrics += [(f"prefill B1 x {n}", n, f"prefill {n}", graphs if n <= opts.prefill_graph_tokens else False)
+                for n in opts.prefill_lens]
     for kv in opts.kv:
         for metric, n, point, g in metrics:
             sels = rep.data["selections"]  # what the table reads at this point: each selection, or its twin
@@ -765,7 +768,8 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
             prompt = torch.randint(3, args.vocab_size, (n,), generator=gen).tolist()
             what = f"{preset} kv={kv} {metric}: {opts.prefill_rounds} interleaved rounds over {len(rows)} selections"
             try:
-                got = interleaved_prefill(model, {i: gr for i, (_, gr) in enumerate(rows)}, prompt, opts.prefill_rounds, g)
+                got = interleaved_prefill(model, {i: gr for i, (_, gr) in enumerate(rows)}, prompt, opts.prefill_rounds, g,
+                                          prefill_graph_tokens=opts.prefill_graph_tokens)
             except Exception as e:  # noqa: BLE001
                 rep.data["errors"].append(f"{what}: {first_line(e)}")
                 log(f"{what}: FAILED {first_line(e)}")
@@ -818,8 +822,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefill-rounds", type=int, default=0,
                     help="after the B1 runs, time each prefill metric again in this many rounds that visit every "
                          "selection (bench/gemma4/prefill_rounds.py); the objective table reads those")
+    ap.add_argument("--prefill-graph-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                    help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
+                         "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
+    try:
+        check_max_tokens(opts.prefill_graph_tokens)
+    except ValueError as e:
+        ap.error(f"--prefill-graph-tokens: {e}")
     if opts.smoke:
         opts.presets, opts.batches, opts.e4b_batch_64 = ["gemma4_tiny"], [1, 2], False
         opts.prompt_len, opts.new, opts.hf_new, opts.reps, opts.check_steps = 24, 6, 4, 1, 3

@@ -16,15 +16,18 @@ from __future__ import annotations
 import statistics
 
 from kselect.gemma4.engine import Engine
+from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
 
 
-def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1) -> dict:
+def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1,
+                        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
     """entries {key: groups} -> {key: record}: the median of `rounds` prefills of `prompt` (B1) on each selection,
     every round visiting every engine (rotated order), each visit timing the prefill after `warm` untimed ones.
-    graphs: the Engine's cuda_graphs (None: its default)."""
+    graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step."""
     if rounds < 1:
         raise ValueError(f"--prefill-rounds must be at least 1, got {rounds}")
-    engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs)
+    engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs,
+                         prefill_graph_tokens=prefill_graph_tokens)
                for k, g in entries.items()}
     try:
         for eng in engines.values():  # warm-up: kernel compiles, prefill graph capture

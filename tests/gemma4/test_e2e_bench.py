@@ -505,21 +505,35 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     todo = [(s, f"groups:{s['selection']}@{s['point']}") for s in selections if "same_as" not in s and "error" not in s]
     calls = []
 
-    def fake(model, entries, prompt, rounds, graphs):
-        calls.append((len(prompt), sorted(entries.values()), graphs))
+    def fake(model, entries, prompt, rounds, graphs, prefill_graph_tokens):
+        calls.append((len(prompt), sorted(entries.values()), graphs, prefill_graph_tokens))
         return {k: dict(prefill_tok_s=1000.0 + k, prefill_ms=1.0) for k in entries}
 
     monkeypatch.setitem(sys.modules, "prefill_rounds", SimpleNamespace(interleaved_prefill=fake))
-    rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
-    opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"])
-    args = SimpleNamespace(vocab_size=100)
-    e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
-    assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None),
-                     (4096, ["groups:latency@prefill 4096", "groups:pin_triton@", "groups:vllm@"], False)]
-    got = {(r["metric"], r["selection"], r["point"]) for r in rep.data["prefill_rounds"]}
-    assert got == {("prefill B1 x prompt-len", "vllm", ""), ("prefill B1 x prompt-len", "pin_triton", ""),
-                   ("prefill B1 x prompt-len", "latency", "decode B1"), ("prefill B1 x 4096", "vllm", ""),
-                   ("prefill B1 x 4096", "pin_triton", ""), ("prefill B1 x 4096", "latency", "prefill 4096")}
+    for graph_tokens, long_graphs in ((2048, False), (4096, None)):  # --prefill-graph-tokens admits 4,096 or not
+        calls.clear()
+        rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
+        opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"],
+                               prefill_graph_tokens=graph_tokens)
+        args = SimpleNamespace(vocab_size=100)
+        e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
+        assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None, graph_tokens),
+                         (4096, ["groups:latency@prefill 4096", "groups:pin_triton@", "groups:vllm@"], long_graphs,
+                          graph_tokens)]
+        got = {(r["metric"], r["selection"], r["point"]) for r in rep.data["prefill_rounds"]}
+        assert got == {("prefill B1 x prompt-len", "vllm", ""), ("prefill B1 x prompt-len", "pin_triton", ""),
+                       ("prefill B1 x prompt-len", "latency", "decode B1"), ("prefill B1 x 4096", "vllm", ""),
+                       ("prefill B1 x 4096", "pin_triton", ""), ("prefill B1 x 4096", "latency", "prefill 4096")}
+
+
+def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
+    e2e = _load("bench/gemma4/e2e.py")
+    with pytest.raises(SystemExit) as ex:
+        e2e.main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert "--prefill-graph-tokens: prefill graph tokens 3000: not a bucket; allowed:" in err and "4096" in err
+    assert not (tmp_path / "r").exists()
 
 
 def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():

@@ -20,6 +20,31 @@ def test_bucket_is_the_smallest_that_holds_the_step():
     assert bucket_for(2049) is None and list(BUCKETS) == sorted(BUCKETS)
 
 
+def test_larger_buckets_only_up_to_the_engines_max_tokens():
+    assert [bucket_for(n, 4096) for n in (2049, 3072, 3073, 4096)] == [3072, 3072, 4096, 4096]
+    assert bucket_for(4097, 4096) is None and bucket_for(17, 16) is None
+
+
+def test_max_tokens_must_be_a_bucket(models):
+    model, _ = models["all"]
+    with pytest.raises(ValueError, match=r"prefill graph tokens 3000: not a bucket; allowed: 16, .*, 4096"):
+        Engine(model, simple_selection(model.args), max_seqs=1, max_seq_len=64, prefill_graph_tokens=3000)
+
+
+def test_steps_above_max_tokens_run_eager(models, prompts, fake_cuda_graphs):
+    """With graphs up to 16 tokens, the 11-token prompt replays the 16 bucket and the 23 and 17-token ones run
+    eager (no 32 bucket), with the same tokens."""
+    model, _ = models["all"]
+    sel = simple_selection(model.args, kv_block_size=16)
+    eager = Engine(model, sel, max_seqs=2, max_seq_len=64)
+    graphed = Engine(model, sel, max_seqs=2, max_seq_len=64, prefill_graph_tokens=16)
+    graphed.prefill_graphs.on = True
+    for p in prompts:
+        assert graphed.generate([p], 3).tokens == eager.generate([p], 3).tokens
+    assert set(graphed.prefill_graphs.graphs) == {16}
+    assert graphed.prefill_graph_steps == sum(len(p) <= 16 for p in prompts) > 0
+
+
 def _engines(model, kv, step, blocks=16):
     sel = simple_selection(model.args, kv_block_size=blocks, kv_cache_dtype=kv)
     make = lambda: Engine(model, sel, max_seqs=2, max_seq_len=64, max_step_tokens=step)  # noqa: E731

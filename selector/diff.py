@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .api import CONF_DIR
 
-from .diff_records import ALL_GROUPS, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
+from .diff_records import ALL_GROUPS, PREFILL_AS_DECODE, Change, ChangeLine, ClaimsDetail, GroupsDetail, RuleChange
 from .diff_render import render, rendered_sorted, warning_order
 from .diff_sources import Source
 from .errors import KSelectError
@@ -65,9 +65,11 @@ GROUP_FIELDS = (
     ("kv_scales", lambda g: g.kv_scales),
     ("mm_prefix", lambda g: "true" if g.mm_prefix else "false"),
     ("layers", lambda g: ",".join(map(str, g.layers))),
-    ("prefill_backend", lambda g: g.prefill.label if g.prefill else "same"),
+    ("prefill_backend", lambda g: g.prefill.label if g.prefill else PREFILL_AS_DECODE),
 )
 FIELD_IDS = tuple(f for f, _ in GROUP_FIELDS)
+# the kernels a group runs: what a selection block is keyed and titled by (per phase: a prefill-only move is one)
+KERNEL_FIELDS = ("backend", "prefill_backend")
 
 
 def state(r: CellResult) -> dict[str, dict[str, str]]:
@@ -159,7 +161,7 @@ def change_lines(sa: dict[str, dict[str, str]], sb: dict[str, dict[str, str]]) -
     backend: dict[tuple[str, ...], list[Change]] = {}
     rest: dict[tuple[str, ...], list[Change]] = {}
     for ch, gs in sorted(per_change.items(), key=lambda kv: FIELD_IDS.index(kv[0].field)):
-        (backend if ch.field == "backend" else rest).setdefault(_fold(common, gs), []).append(ch)
+        (backend if ch.field in KERNEL_FIELDS else rest).setdefault(_fold(common, gs), []).append(ch)
     order = {g: i for i, g in enumerate([ALL_GROUPS] + common)}
     lines = lambda d: tuple(ChangeLine(groups=who, changes=tuple(d[who])) for who in sorted(d, key=lambda w: [order[x] for x in w]))  # noqa: E731
     ca, cb = sa.get("", {}).get("cache_block"), sb.get("", {}).get("cache_block")

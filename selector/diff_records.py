@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from .records import ClaimCheck
 
 ALL_GROUPS = "*"  # a change line's groups: every group of the cell
+PREFILL_AS_DECODE = "same"  # a group's prefill_backend where prefill runs its decode backend
 
 
 class _Frozen(BaseModel):

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 from . import texts
+from .diff_records import PREFILL_AS_DECODE
 
 # ---------------------------------------------------------------- pieces
 
@@ -15,11 +16,16 @@ def change_line(line) -> str:
     """A diff.ChangeLine as text: `all groups: quant_query true -> false, descale q_k_v -> kv_dequant`."""
     if line.event:
         return f"{texts.group_label(line.groups[0])}: {texts.GROUP_EVENT[line.event]}"
-    parts = ", ".join(f"{c.a} -> {c.b}" if c.field == "backend" else f"{texts.FIELD_LABEL[c.field]} {c.a} -> {c.b}" for c in line.changes)
+    parts = ", ".join(f"{c.a} -> {c.b}" if c.field == "backend" else
+                      f"{texts.FIELD_LABEL[c.field]} {_value(c.field, c.a)} -> {_value(c.field, c.b)}" for c in line.changes)
     if not line.groups:
         return parts
     who = ", ".join(texts.ALL_GROUPS_LABEL if g == "*" else texts.group_label(g) for g in line.groups)
     return f"{who}: {parts}"
+
+
+def _value(fld: str, v: str) -> str:
+    return texts.PREFILL_AS_DECODE if fld == "prefill_backend" and v == PREFILL_AS_DECODE else v
 
 
 def rule_change(r) -> str:

@@ -138,6 +138,7 @@ CLAIMS_TITLE = {
     "claims_unverified": "unverified on {gpu}: hardware claims of the selected kernels [conformance]",
 }
 NO_BACKEND_CHANGE = "no backend change"
+PREFILL_AS_DECODE = "(its decode backend)"  # a group's prefill_backend where prefill runs the decode kernel
 
 
 def group_label(gid: str) -> str:

@@ -219,3 +219,28 @@ def test_git_revision_from_before_the_rules_options(old_conf_repo, capsys):
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and d["summary"]["changed"] > 0
     assert all("rules=vllm_0_33_0" in b["example"] for b in d["blocks"] if b["example"])
+
+
+def test_a_prefill_backend_move_renders_what_prefill_ran_before():
+    """`same` (prefill on the decode backend) is data; the text names it, never prints the token."""
+    from kselect.selector.diff_records import PREFILL_AS_DECODE, Change, ChangeLine
+    from kselect.selector.diff_render import change_line
+
+    line = ChangeLine(groups=("sliding_window",),
+                      changes=(Change(field="prefill_backend", a=PREFILL_AS_DECODE, b="FLASH_ATTN v3+upstream"),))
+    assert change_line(line) == "sliding_window: prefill backend (its decode backend) -> FLASH_ATTN v3+upstream"
+
+
+def test_h200_objective_matrix_runs_every_cell_with_and_without_the_upstream_build():
+    """conf/matrix/h200_objective.yaml, the review matrix of measured selection on the H200: every cell resolves under
+    objective=latency, and flash-attention's FA3 build runs only in the cells that pin it installed (fa3up)."""
+    from kselect.selector.cells import expand
+    from kselect.selector.configs import Builder
+    from kselect.selector.matrix import load_matrix, resolve_cells
+
+    results = resolve_cells(expand(load_matrix("h200_objective", CONF_DIR)), builder=Builder(CONF_DIR, ["objective=latency"]))
+    assert len(results) == 64 and all(r.outcome == "ok" for r in results)
+    runs = {(r.cell.pin, lab) for r in results for g in r.selection.groups
+            for lab in (g.label, g.prefill.label if g.prefill else g.label)}
+    assert ("fa3up", "FLASH_ATTN v3+upstream") in runs
+    assert not any(pin == "auto" and "+upstream" in lab for pin, lab in runs)

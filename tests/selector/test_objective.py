@@ -456,5 +456,8 @@ def test_a_move_between_builds_shows_in_the_matrix_diff(fake_gpu, tmp_path):
                                 E("FLASH_ATTN_v3+upstream", 256, "prefill", up, kv="fp8") for x in FP8_BUCKETS])
     d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
     moved = [c for c in d.changed if c.selection_changed]
-    assert [(c.a, c.b) for line in moved[0].lines for c in line.changes if c.field == "prefill_backend"] == \
+    # a prefill-only move is a kernel move: it keys and titles the block (not "no backend change")
+    assert [(c.a, c.b) for line in moved[0].backend for c in line.changes if c.field == "prefill_backend"] == \
         [("FLASH_ATTN v3+upstream", "FLASH_ATTN v3")]
+    [block] = [b for b in d.blocks if b.kind == "selection"]
+    assert block.title == "sliding_window: prefill backend FLASH_ATTN v3+upstream -> FLASH_ATTN v3"

@@ -68,14 +68,17 @@ def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
 
 def model_runs(model: str, platform: str, rules: tuple[str, ...]):
     """The kernel runs (path, dtype, shape, page) the objective can reach for this model, over its
-    model-dtype and FP8 caches and each rules preset (selector/reachable.py)."""
+    model-dtype and FP8 caches, text and multimodal (vLLM's SM90 composite serves the latter), and each rules
+    preset (selector/reachable.py)."""
     from kselect.selector.api import compose
     from kselect.selector.reachable import reachable
 
     out = set()
     for kv in ("auto", "fp8"):
-        for r in rules or (None,):
-            out |= reachable(compose([f"platform={platform}", f"model={model}", f"kv_cache={kv}", *([f"rules={r}"] if r else [])]))
+        for mm in ("false", "true"):
+            for r in rules or (None,):
+                out |= reachable(compose([f"platform={platform}", f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}",
+                                          *([f"rules={r}"] if r else [])]))
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 
 from .errors import SelectionError
+from .candidates import group_facts
+from .facts import target_groups
 from .resolve import base_facts, resolve
 from .rulebook import RuleBook
 from .schema import KSelectConfig
@@ -56,9 +58,14 @@ def rank(priority: list[str], choice: tuple[str, int | None]) -> float:
 
 
 def priority_of(cfg: KSelectConfig, book: RuleBook) -> list[str]:
-    """vLLM's backend priority list for this config (the last matching priority rule)."""
-    prio = book.matching("priority", base_facts(cfg))
-    return list(prio[-1].rule.priority) if prio else []
+    """vLLM's backend priority list for this config: each target group's last matching priority rule, as the
+    resolver picks it from the group's facts (SM90 multimodal puts the TRITON_FLASH_ATTN composite first for
+    non-draft groups only), merged in order."""
+    facts, out = base_facts(cfg), []
+    for g in target_groups(cfg):
+        prio = book.matching("priority", group_facts(facts, g))
+        out += [n for n in (prio[-1].rule.priority if prio else ()) if n not in out]
+    return out
 
 
 def resolutions(cfg: KSelectConfig, book: RuleBook, kinds: list[str], priority: list[str]):

@@ -461,3 +461,22 @@ def test_a_move_between_builds_shows_in_the_matrix_diff(fake_gpu, tmp_path):
         [("FLASH_ATTN v3+upstream", "FLASH_ATTN v3")]
     [block] = [b for b in d.blocks if b.kind == "selection"]
     assert block.title == "sliding_window: prefill backend FLASH_ATTN v3+upstream -> FLASH_ATTN v3"
+
+
+def test_candidates_include_vllms_own_priority_of_each_group():
+    """vLLM's SM90 multimodal priority rule reads a group fact (`group.draft: false`) and puts the TRITON_FLASH_ATTN
+    composite first. The objective's candidates come from each target group's priority, as the resolver reads it; from
+    the model-level facts alone the composite, vLLM's own choice there, was silently never a candidate."""
+    from kselect.selector.pins import priority_of
+    from kselect.selector.rulebook import rulebook
+
+    mm = compose(["platform=sm90", "model=gemma4_e4b", "kv_cache=fp8", "model.multimodal=true"])
+    text = compose(["platform=sm90", "model=gemma4_e4b", "kv_cache=fp8"])
+    assert priority_of(mm, rulebook(mm))[0] == "TRITON_FLASH_ATTN"
+    assert "TRITON_FLASH_ATTN" not in priority_of(text, rulebook(text))
+    # and the objective scores it (the committed H200 figures): chosen or runner-up for the full-attention group
+    sel = resolve(compose(["platform=sm90", "model=gemma4_e4b", "kv_cache=fp8", "model.multimodal=true",
+                           "objective=latency"]))
+    full = next(g for g in sel.groups if g.kind == "full_attention")
+    scored = {x.backend for ev in full.measured for x in (ev.chosen, ev.runner_up, *ev.others) if x is not None}
+    assert "TRITON_FLASH_ATTN v4" in scored

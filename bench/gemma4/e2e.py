@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import math
 import platform as _platform
 import statistics
@@ -45,8 +44,7 @@ from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
-from paired import compare, fmt  # noqa: E402
+from e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label  # noqa: E402
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
 SEED = "rules=post_pr52987"
@@ -62,12 +60,9 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
               "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
-OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 KV_DTYPES = ["auto", "fp8"]
 PROFILE_STEPS = 8  # B1 decode steps profiled per selection
 PROFILE_PREFILLS = 3  # B1 prefills of --prompt-len profiled per selection
-WRONG = "WRONG"
-HF = "HF transformers sdpa"  # the baseline's name in the prefill table
 
 
 def first_line(e: BaseException) -> str:
@@ -392,277 +387,6 @@ def time_hf_prefill(hf, n: int, vocab: int, reps: int, device, seed: int) -> dic
     return dict(prefill_tok_s=n / p, prefill_ms=p * 1e3, reps=reps)
 
 
-# ---------------------------------------------------------------------------- report
-class Report:
-    def __init__(self, out: Path, env: dict, opts: dict):
-        self.out = out
-        self.data = dict(environment=env, options=opts, ceilings={}, presets={}, selections=[], runs=[], hf=[],
-                         prefills=[], profiles=[], prefill_profiles=[], prefill_rounds=[], skipped=[], errors=[])
-        out.mkdir(parents=True, exist_ok=True)
-
-    def save(self):
-        atomic_write((self.out / "e2e.json"), json.dumps(self.data, indent=1, default=str))
-        atomic_write((self.out / "e2e.md"), render_md(self.data))
-
-
-REQUEST = "request B1 (prefill + decode)"  # what objective=latency minimizes at its decode point
-
-
-def request_tok_s(run: dict) -> float | None:
-    """A B1 run's whole request, prompt and decoded tokens over prefill plus decode time: the trade the
-    objective makes at its decode point (a slower prefill for faster decode steps, or the reverse)."""
-    need = ("prefill_tok_s", "prefill_ms", "decode_ms_per_step", "decode_steps")
-    if any(run.get(k) is None for k in need):
-        return None
-    prompt = run["prefill_tok_s"] * run["prefill_ms"] / 1e3
-    ms = run["prefill_ms"] + run["decode_ms_per_step"] * run["decode_steps"]
-    return (prompt + run["decode_steps"]) / ms * 1e3
-
-
-def measured_as(selections: list[dict], preset: str, sel: str, kv: str, point: str = "") -> tuple | None:
-    """(selection, kv, point) whose measurements a selection's row at `point` reads (its own row there, else its row
-    resolved once; a row resolved to the same groups as another points at that one, `same_as`), or None."""
-    rows = {(s["preset"], s["selection"], s["kv"], s.get("point", "")): s for s in selections}
-    s = rows.get((preset, sel, kv, point)) or rows.get((preset, sel, kv, ""))
-    if s is None or s.get("error"):
-        return None
-    if s.get("same_as"):
-        sel2, kv2 = s["same_as"].rsplit(" kv=", 1)
-        return sel2, kv2, s.get("same_as_point", "")
-    return sel, kv, s.get("point", "")
-
-
-def prefill_kernels(selections: list[dict], preset: str, key: tuple) -> tuple | None:
-    """What a selection's prefill runs per group: the prefill backend (the decode backend when it has none), kernel and
-    KV blocks, and the KV dtype; None when the row is not there."""
-    rows = [s for s in selections if (s["preset"], s["selection"], s["kv"], s.get("point", "")) == (preset, *key)]
-    if not rows or not rows[0].get("groups"):
-        return None
-    return tuple(sorted((name, g.get("prefill_backend") or g["backend"], g["kernel_block"], g["kv_block"], g["kv_dtype"])
-                        for name, g in rows[0]["groups"].items()))
-
-
-def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
-    """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
-    single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
-    same groups were measured once (same_as): the table follows that link and says so. An objective
-    resolved at each run's point (--objective-at-run) is read at the metric's own point. A metric timed in
-    interleaved rounds (--prefill-rounds) is judged round by round (bench/gemma4/paired.py): faster or slower
-    only where the interval of the per-round ratios excludes 1; block-timed metrics use the fixed `noise`."""
-    def rounds_of(preset, kv, metric):  # --prefill-rounds records of one metric
-        return [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
-
-    def point_of(metric):
-        if metric.startswith("decode"):
-            return metric
-        return "decode B1" if metric in ("prefill B1 x prompt-len", REQUEST) else f"prefill {metric.split()[-1]}"
-
-    def at(preset, key):
-        sel, kv, point = key
-        return lambda x: (x["preset"], x["selection"], x["kv"], x.get("point", "")) == (preset, sel, kv, point)
-
-    def round_ms(preset, key, metric):  # the per-round prefill times of an interleaved metric, in round order
-        r = [x for x in rounds_of(preset, key[1], metric) if at(preset, key)(x)]
-        return r[0].get("prefill_ms_reps") if r else None
-
-    def value(preset, key, metric):
-        is_row = at(preset, key)
-        rounds = rounds_of(preset, key[1], metric)
-        if rounds:  # timed interleaved with the other selections (--prefill-rounds): never mixed with block timings
-            r = [x for x in rounds if is_row(x)]
-            return r[0].get("prefill_tok_s") if r else None
-        if metric.startswith("decode"):
-            b = int(metric.split("B")[1])
-            r = [x for x in d["runs"] if is_row(x) and x["batch"] == b]
-            return r[0].get("decode_tok_s") if r else None
-        if metric == "prefill B1 x prompt-len":
-            r = [x for x in d["runs"] if is_row(x) and x["batch"] == 1]
-            return r[0].get("prefill_tok_s") if r else None
-        if metric == REQUEST:
-            r = [x for x in d["runs"] if is_row(x) and x["batch"] == 1]
-            return request_tok_s(r[0]) if r else None
-        n = int(metric.split()[-1])
-        r = [x for x in d.get("prefills", []) if is_row(x) and (x["prompt_len"], x.get("chunk")) == (n, None)]
-        return r[0].get("prefill_tok_s") if r else None
-
-    def paired_of(preset, a, b, metric):  # a against b round by round, or None (not interleaved, or rounds missing)
-        am, bm = round_ms(preset, a, metric), round_ms(preset, b, metric)
-        return compare(am, bm) if am and bm and len(am) == len(bm) else None
-
-    out = []
-    metrics = ([f"decode B{b}" for b in sorted({r["batch"] for r in d["runs"]})] + ["prefill B1 x prompt-len", REQUEST]
-               + [f"prefill B1 x {n}" for n in sorted({r["prompt_len"] for r in d.get("prefills", []) if not r.get("chunk")})])
-    for preset, kv in dict.fromkeys((s["preset"], s["kv"]) for s in d["selections"]):
-        base = measured_as(d["selections"], preset, "vllm", kv)
-        pins = {s["selection"]: measured_as(d["selections"], preset, s["selection"], kv) for s in d["selections"]
-                if s["preset"] == preset and s["kv"] == kv and s["selection"].startswith("pin_")}
-        for obj in OBJECTIVES:
-            for m in metrics:
-                key = measured_as(d["selections"], preset, obj, kv, point_of(m))
-                if key is None or base is None:
-                    continue
-                v, vb = value(preset, key, m), value(preset, base, m)
-                if v is None or vb is None:
-                    continue
-                pv = {n: value(preset, k, m) for n, k in pins.items() if k is not None}
-                pv = {n: x for n, x in pv.items() if x is not None}
-                best = max(pv, key=pv.get) if pv else None
-                t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
-                         best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
-                         interleaved=bool(rounds_of(preset, kv, m)))
-                pc = paired_of(preset, key, base, m)
-                pp = paired_of(preset, key, pins[best], m) if best else None
-                if pc:
-                    t["paired_vllm"] = pc
-                if pp:
-                    t["paired_best_pin"] = pp
-                pk = prefill_kernels(d["selections"], preset, key) if m.startswith("prefill") else None
-                same_prefill = pk is not None and pk == prefill_kernels(d["selections"], preset, base)
-                if key == base:
-                    t["verdict"] = "same kernels as vllm (no gain claimed)"
-                elif same_prefill:  # per-phase: the objective decodes on other kernels but prefills on vLLM's
-                    t["verdict"] = "same prefill kernels as vllm (no gain claimed)"
-                else:
-                    if pc:
-                        faster = {"faster": "faster than vllm", "slower": "SLOWER than vllm",
-                                  "equal": "within noise of vllm"}[pc["side"]]
-                    else:
-                        faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" \
-                            if v >= vb * (1 - noise) else "SLOWER than vllm"
-                    slower_than_pin = pp["side"] == "slower" if pp else best and v < pv[best] * (1 - noise)
-                    pin = "" if not best else f"; SLOWER than {best}" if slower_than_pin else f"; >= best pin ({best})"
-                    t["verdict"] = faster + pin
-                out.append(t)
-    return out
-
-
-def _ratio(t: dict, plain: str, paired_key: str) -> str:
-    """The round-by-round ratio and its interval where the metric was interleaved, else the plain ratio."""
-    return fmt(t[paired_key]) if t.get(paired_key) else _f(t.get(plain), ".3f")
-
-
-def _sel(r: dict) -> str:
-    """A selection's name, with the operating point it was resolved at (objectives at each run's point)."""
-    return r["selection"] + (f" @ {r['point']}" if r.get("point") else "")
-
-
-def _f(x, fmt=",.0f"):
-    return "" if x is None else (f"{x:{fmt}}" if isinstance(x, (int, float)) and math.isfinite(x) else str(x))
-
-
-def render_md(d: dict) -> str:
-    env, o = d["environment"], d["options"]
-    L = [f"# Gemma-4 end to end: kselect engine vs HF transformers ({env.get('gpu') or 'CPU'})", "",
-         f"`{env['command']}` at commit `{env['git_commit'][:12]}`{' (dirty)' if env.get('git_dirty') else ''}, "
-         f"torch {env['torch']}, transformers {env.get('transformers')}, triton {env.get('triton')}, {env['date']}.",
-         f"Prompt {o['prompt_len']} random tokens, {o['new']} new tokens greedy (HF: {o['hf_new']}), median of "
-         f"{o['reps']} after a warm-up; decode tok/s = batch x decode steps / decode time (prefill excluded).", ""]
-    if d.get("ceilings"):
-        c = d["ceilings"]
-        L += [f"Ceilings: copy {_f(c.get('copy_gbs'))} GB/s (read+write), bf16 GEMM {_f(c.get('bf16_gemm_tflops'))} "
-              "TFLOP/s.", ""]
-    for name, p in d["presets"].items():
-        L.append(f"- **{name}**: {p.get('params_b', 0):.2f} B parameters, {p.get('weight_gb', 0):.1f} GB weights "
-                 f"({p.get('decode_read_gb', 0):.1f} GB read per decode step), built in {p.get('build_s', 0):.1f} s"
-                 + (f"; B1 decode roofline {p['roofline_b1_tok_s']:,.0f} tok/s" if p.get("roofline_b1_tok_s") else ""))
-    L += ["", "## Selections: backends, numerics, KV capacity", "",
-          "| preset | selection | kv | sliding | full | per-call attention max rel err (bar) | logits drift (prefill / decode) | verdict | "
-          f"FP8 quant err | tokens in {o['capacity_gib']:g} GiB | one sequence, windowed sliding cache | bytes/token | "
-          "note |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for s in d["selections"]:
-        g = s.get("groups", {})
-        be = lambda k: (f"{g[k]['backend']} blk {g[k]['kernel_block']}/{g[k]['kv_block']}"  # noqa: E731
-                        + (f" (prefill {g[k]['prefill_backend']})" if g[k].get("prefill_backend") else "") if k in g else "")
-        n = s.get("numerics") or {}
-        num = (f"{_f(n.get('max_rel_err'), '.2e')} ({_f(n.get('prefill_rel_err'), '.1e')} / "
-               f"{_f(n.get('decode_rel_err'), '.1e')})" if n else "")
-        calls = n.get("attention_calls") or []
-        per_call = ("" if not calls else "not compared (TORCH_REFERENCE is the reference)" if not any(c["checked"] for c in calls)
-                    else f"{_f(n.get('attention_max_rel_err'), '.2e')} ({_f(n.get('tolerance'), 'g')})")
-        verdict = n.get("verdict", "")
-        verdict = f"**{verdict}**" if verdict == WRONG else verdict
-        twin = s.get("same_as", "") + (f" @ {s['same_as_point']}" if s.get("same_as_point") else "")
-        note = "; ".join(filter(None, [f"same as {twin}" if twin else "",
-                                       s.get("error", "")]))
-        cap = s.get("capacity") or {}
-        L.append(f"| {s['preset']} | {_sel(s)} | {s['kv']} | {be('sliding_window')} | {be('full_attention')} | "
-                 f"{per_call} | {num} | {verdict} | {_f(n.get('fp8_quant_rel_err'), '.1e')} | {_f(cap.get('tokens'))} | "
-                 f"{_f((cap.get('one_sequence_windowed') or {}).get('tokens'))} | {_f(cap.get('bytes_per_token'))} | "
-                 f"{note} |")
-    L += ["", "## Throughput (tokens/s)", "",
-          "| preset | selection | kv | batch | prefill tok/s | prefill vs HF | decode tok/s | ms/step | decode vs HF | graphs | note |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
-    hf = {(h["preset"], h["batch"]): h for h in d["hf"]}
-    for r in d["runs"]:
-        h = hf.get((r["preset"], r["batch"]), {})
-        ratio = (f"{r['decode_tok_s'] / h['decode_tok_s']:.1f}x" if r.get("decode_tok_s") and h.get("decode_tok_s")
-                 else "")
-        pre = (f"{r['prefill_tok_s'] / h['prefill_tok_s']:.2f}x" if r.get("prefill_tok_s") and h.get("prefill_tok_s")
-               else "")
-        L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r['batch']} | {_f(r.get('prefill_tok_s'))} | {pre} | "
-                 f"{_f(r.get('decode_tok_s'), ',.1f')} | {_f(r.get('decode_ms_per_step'), '.2f')} | {ratio} | "
-                 f"{'on' if r.get('cuda_graphs') else 'off' if 'cuda_graphs' in r else ''}"
-                 f"{' +prefill' if r.get('prefill_graph_steps') else ''} | "
-                 f"{r.get('error') or '; '.join(r.get('notes') or [])} |")
-    for h in d["hf"]:
-        L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {_f(h.get('prefill_tok_s'))} | 1.00x | "
-                 f"{_f(h.get('decode_tok_s'), ',.1f')} | {_f(h.get('decode_ms_per_step'), '.2f')} | 1.0x |  | "
-                 f"{h.get('error', '')} |")
-    checks = [(n, p["hf_check"]) for n, p in d["presets"].items() if p.get("hf_check")]
-    if checks:
-        L += ["", "HF logits check (before timing): " + "; ".join(
-            f"{n}: max rel err {_f(c.get('max_rel_err'), '.2e')} (bar {_f(c.get('tolerance'), 'g')}, {c.get('verdict')}, "
-            f"argmax agree {_f(c.get('argmax_agree'), '.2f')})" if "max_rel_err" in c else f"{n}: {c.get('error')}"
-            for n, c in checks)]
-    if d.get("prefills"):
-        L += ["", "## Prefill, batch 1 (one prompt; chunk = Engine max_step_tokens, whole = one step)", "",
-              "| preset | selection | kv | prompt | chunk | prefill tok/s | vs HF | ms | note |", "|---|---|---|---|---|---|---|---|---|"]
-        hfp = {(r["preset"], r["prompt_len"]): r.get("prefill_tok_s") for r in d["prefills"] if r["selection"] == HF}
-        for r in d["prefills"]:
-            base = hfp.get((r["preset"], r["prompt_len"]))
-            vs = f"{r['prefill_tok_s'] / base:.2f}x" if base and r.get("prefill_tok_s") else ""
-            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r['prompt_len']} | {r.get('chunk') or 'whole'} | "
-                     f"{_f(r.get('prefill_tok_s'))} | {vs} | {_f(r.get('prefill_ms'), '.1f')} | {r.get('error', '')} |")
-    if d.get("profiles"):
-        L += ["", "## B1 decode step profile (eager steps, torch.profiler; ms per step by kernel category)", "",
-              "| preset | selection | kv | context | attention ms | kernel ms | kernels/step | note |", "|---|---|---|---|---|---|---|---|"]
-        for r in d["profiles"]:
-            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r.get('context', '')} | "
-                     f"{_f(r.get('attention_ms_per_step'), '.3f')} | {_f(r.get('kernel_ms_per_step'), '.2f')} | "
-                     f"{_f(r.get('kernels_per_step'))} | {r.get('error', '')} |")
-    if d.get("prefill_profiles"):
-        L += ["", "## B1 prefill profile (torch.profiler; ms per prefill of the prompt by kernel category)", "",
-              "| preset | selection | kv | prompt | mode | attention ms | kernel ms | kernels | note |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        for r in d["prefill_profiles"]:
-            L.append(f"| {r['preset']} | {_sel(r)} | {r['kv']} | {r.get('prompt_len', '')} | {r.get('mode', '')} | "
-                     f"{_f(r.get('attention_ms'), '.3f')} | {_f(r.get('kernel_ms'), '.2f')} | {_f(r.get('kernels'))} | "
-                     f"{r.get('error', '')} |")
-    table = objective_table(d)
-    if table:
-        L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",
-              "Higher is better (tok/s). `same kernels as vllm`: the objective resolved to vLLM's own groups (`same prefill "
-              "kernels`: it prefills on vLLM's backends, blocks and KV dtype, decoding on others), "
-              "so no gain is claimed. A metric marked (interleaved) was timed in rounds that visit every selection "
-              "(--prefill-rounds), not in each selection's own block: its ratios are the median of the per-round ratios "
-              "with a sign-test interval [low, high; coverage over n rounds], and a verdict of faster or slower needs "
-              "the interval to exclude 1 (bench/gemma4/paired.py). Other metrics: ratios within 2% are run-to-run "
-              "noise.", "",
-              "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for t in table:
-            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{' (interleaved)' if t.get('interleaved') else ''} | {_f(t['vllm'], ',.1f')} | {_sel(dict(selection=t['objective'], point=t.get('point')))} | "
-                     f"{_f(t['value'], ',.1f')} | {_ratio(t, 'vs_vllm', 'paired_vllm')} | {t.get('best_pin') or ''} | "
-                     f"{_f(t.get('best_pin_value'), ',.1f')} | {_ratio(t, 'vs_best_pin', 'paired_best_pin')} | "
-                     f"{t['verdict']} |")
-    if d["skipped"]:
-        L += ["", "Skipped (time budget): " + ", ".join(d["skipped"])]
-    if d["errors"]:
-        L += ["", "Errors: " + "; ".join(d["errors"])]
-    return "\n".join(L) + "\n"
-
-
 def measure(rep, table: str, rec: dict, what: str, log, fn, ok) -> None:
     """One measurement into `rec`, appended to rep.data[table] and saved. A failure is recorded in
     `rec` and logged, not raised (the rest of the run still measures), and memory is freed."""
@@ -778,7 +502,7 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
             for i, (r, _) in enumerate(rows):
                 rep.data["prefill_rounds"].append(dict(preset=preset, selection=r["selection"], kv=kv, point=r["point"],
                                                        metric=metric, prompt_len=n, **got[i]))
-            log(f"{what}: " + ", ".join(f"{_sel(r)} {got[i]['prefill_tok_s']:,.0f}" for i, (r, _) in enumerate(rows)))
+            log(f"{what}: " + ", ".join(f"{sel_label(r)} {got[i]['prefill_tok_s']:,.0f}" for i, (r, _) in enumerate(rows)))
             free()
             rep.save()
 
@@ -936,7 +660,7 @@ def main(argv: list[str]) -> int:
                 nm = row["numerics"]
                 log(f"{preset} {sname} kv={kv}: {describe(groups)['sliding_window']['backend']} / "
                     f"{describe(groups)['full_attention']['backend']}: numerics max rel err "
-                    f"per call {_f(nm.get('attention_max_rel_err'), '.2e')}, logits drift {nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
+                    f"per call {fnum(nm.get('attention_max_rel_err'), '.2e')}, logits drift {nm['max_rel_err']:.2e} ({nm['verdict']}), capacity {row['capacity']['tokens']:,} tokens")
             except Exception as e:  # noqa: BLE001
                 row["numerics"] = dict(error=first_line(e))
                 row["error"] = f"numerics: {first_line(e)}"
@@ -1002,7 +726,7 @@ def main(argv: list[str]) -> int:
     rep.data["total_s"] = round(time.perf_counter() - t0, 1)
     rep.save()
     log(f"done -> {opts.out}/e2e.json, e2e.md")
-    wrong = [f"{r['preset']} {_sel(r)} kv={r['kv']}" for r in rep.data["selections"]
+    wrong = [f"{r['preset']} {sel_label(r)} kv={r['kv']}" for r in rep.data["selections"]
              if (r.get("numerics") or {}).get("verdict") == WRONG and "same_as" not in r]
     if wrong:  # results are written first; then the run fails, loudly
         print(f"numerics: {WRONG} (an attention call above its bar, or non-finite) for: {', '.join(wrong)}; "

@@ -82,7 +82,7 @@ def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
 
 
 def test_objective_table_compares_same_run_and_names_identical_selections():
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     sel = lambda name, kv, **kw: dict(preset="m", selection=name, kv=kv, **kw)  # noqa: E731
     run = lambda name, kv, b, dec, pre: dict(preset="m", selection=name, kv=kv, batch=b, decode_tok_s=dec,  # noqa: E731
                                              prefill_tok_s=pre)
@@ -295,7 +295,7 @@ def test_objective_table_reads_each_metric_at_the_objectives_own_point():
     """--objective-at-run: `latency` is resolved per run (decode B1, decode B16, prefill 4096); each
     metric is read from the resolution at its own point, and a point whose groups equal vLLM's claims
     no gain while the others are compared."""
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
     run = lambda name, b, dec, point="": dict(preset="m", selection=name, kv="auto", batch=b, point=point,  # noqa: E731
                                               decode_tok_s=dec, prefill_tok_s=1000.0)
@@ -318,7 +318,7 @@ def test_objective_table_reads_each_metric_at_the_objectives_own_point():
 def test_request_metric_weighs_a_slower_prefill_against_faster_decode_steps():
     """objective=latency at decode B1 minimizes the request (prefill + decode steps): a run whose prefill
     is slower but whose 63 decode steps are faster serves the request faster, and the table says so."""
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     run = lambda name, pre_ms, step_ms, point="": dict(  # noqa: E731
         preset="m", selection=name, kv="auto", batch=1, point=point, prefill_tok_s=512 / pre_ms * 1e3, prefill_ms=pre_ms,
         decode_ms_per_step=step_ms, decode_steps=63, decode_tok_s=1e3 / step_ms)
@@ -475,7 +475,7 @@ def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkey
 def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_block_timings():
     """A prefill metric timed in rounds (--prefill-rounds) is read from the rounds for every selection, marked
     interleaved; a selection the rounds lack gets no value, not its block timing; other metrics are unchanged."""
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
     run = lambda name, pre, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
                                            decode_tok_s=50.0, prefill_tok_s=pre)
@@ -580,7 +580,7 @@ def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_
     """A per-phase objective that decodes on other kernels but prefills every group on vLLM's backend, blocks and KV
     dtype claims no prefill gain or loss (the ratio is noise); its decode metric is still compared, and a prefill on
     other blocks (the Triton decode's pages) is compared as usual."""
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     grp = lambda backend, blk, pre=None: dict(backend=backend, kernel_block=blk, kv_block=blk, kv_dtype="fp8_e4m3",  # noqa: E731
                                               **({"prefill_backend": pre} if pre else {}))
     vllm = dict(sliding_window=grp("FLASH_ATTN v3", 128), full_attention=grp("FLASH_ATTN v4", 64))
@@ -621,7 +621,7 @@ def test_paired_median_interval_is_the_sign_test_order_statistics():
 def test_objective_table_judges_interleaved_prefills_round_by_round():
     """An interleaved metric is faster or slower only where the per-round ratios' interval excludes 1: a 0.6% gain
     in every round is faster (the fixed 2% rule called it noise), a 3% median gain that flips between rounds is not."""
-    e2e = _load("bench/gemma4/e2e.py")
+    e2e = _load("bench/gemma4/e2e_report.py")
     sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
     run = lambda name, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
                                       decode_tok_s=50.0, prefill_tok_s=1.0)

@@ -480,3 +480,26 @@ def test_candidates_include_vllms_own_priority_of_each_group():
     full = next(g for g in sel.groups if g.kind == "full_attention")
     scored = {x.backend for ev in full.measured for x in (ev.chosen, ev.runner_up, *ev.others) if x is not None}
     assert "TRITON_FLASH_ATTN v4" in scored
+
+
+def test_explain_notes_the_host_time_faster_kernels_add_to_an_eager_step(fake_gpu):
+    """In an eager prefill step each call also costs its host time (`host_ms`): where the fastest kernels cost more of
+    it than vLLM's, the headroom record carries the difference and the text says so; a graphed step, or kernels that
+    cost no more host time, carry none."""
+    from kselect.selector.explain import explain, to_text
+
+    host = lambda x, ms: x.model_copy(update={"host_ms": ms})  # noqa: E731
+    base = [host(x, 0.2) if x.phase == "prefill" else x for x in BUCKETS]  # sliding: FA4 both ways, same host time
+    fast = [host(E("FLASH_ATTN_v4", 512, "prefill", 1.5), 0.1), host(E("FLASHINFER", 512, "prefill", 1.2), 0.4)]
+    fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0)])
+    d = explain(compose(BASE))
+    h = d["caches"]["bfloat16"]["prefill_headroom"]
+    assert h["host_added_ms"] == pytest.approx(10 * (0.4 - 0.1)) and h["step_over_kernels"] == pytest.approx(1.05)
+    assert "note: that step runs eager (wall 1.05x its kernels) and the fastest kernels' calls cost 3 ms more host " \
+        "time" in to_text(d)
+    fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0).model_copy(update={"graphs": True})])
+    assert explain(compose(BASE))["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None
+    cheap = [x.model_copy(update={"host_ms": 0.05}) if x.kernel == "FLASHINFER" else x for x in fast]
+    fake_gpu(buckets=[*base, *cheap], steps=[step(420.0, 400.0)])
+    d = explain(compose(BASE))
+    assert d["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None and "note: that step" not in to_text(d)

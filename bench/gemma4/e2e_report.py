@@ -133,9 +133,12 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                 pv = {n: value(preset, k, m) for n, k in pins.items() if k is not None}
                 pv = {n: x for n, x in pv.items() if x is not None}
                 best = max(pv, key=pv.get) if pv else None
+                rs = rounds_of(preset, kv, m)
+                g = sum(1 for x in rs if x.get("prefill_graph_steps"))  # rounds whose prefills replayed graphs
                 t = dict(preset=preset, kv=kv, metric=m, objective=obj, point=key[2], value=v, vllm=vb, vs_vllm=v / vb,
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
-                         interleaved=bool(rounds_of(preset, kv, m)))
+                         interleaved=bool(rs),
+                         graphs="" if not g else "graphs" if g == len(rs) else f"graphs in {g} of {len(rs)} selections")
                 pc = paired_of(preset, key, base, m)
                 pp = paired_of(preset, key, pins[best], m) if best else None
                 if pc:
@@ -160,6 +163,13 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                     t["verdict"] = faster + pin
                 out.append(t)
     return out
+
+
+def _mode(t: dict) -> str:
+    """How an objective-table metric was timed: interleaved rounds, and whether their prefills replayed graphs."""
+    if not t.get("interleaved"):
+        return ""
+    return f" (interleaved, {t['graphs']})" if t.get("graphs") else " (interleaved)"
 
 
 def _ratio(t: dict, plain: str, paired_key: str) -> str:
@@ -273,12 +283,13 @@ def render_md(d: dict) -> str:
               "so no gain is claimed. A metric marked (interleaved) was timed in rounds that visit every selection "
               "(--prefill-rounds), not in each selection's own block: its ratios are the median of the per-round ratios "
               "with a sign-test interval [low, high; coverage over n rounds], and a verdict of faster or slower needs "
-              "the interval to exclude 1 (bench/gemma4/paired.py). Other metrics: ratios within 2% are run-to-run "
+              "the interval to exclude 1 (bench/gemma4/paired.py); `graphs` there: its prefills replayed CUDA graphs "
+              "(--prefill-graph-tokens), else they ran eager. Other metrics: ratios within 2% are run-to-run "
               "noise.", "",
               "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in table:
-            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{' (interleaved)' if t.get('interleaved') else ''} | {fnum(t['vllm'], ',.1f')} | {sel_label(dict(selection=t['objective'], point=t.get('point')))} | "
+            L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{_mode(t)} | {fnum(t['vllm'], ',.1f')} | {sel_label(dict(selection=t['objective'], point=t.get('point')))} | "
                      f"{fnum(t['value'], ',.1f')} | {_ratio(t, 'vs_vllm', 'paired_vllm')} | {t.get('best_pin') or ''} | "
                      f"{fnum(t.get('best_pin_value'), ',.1f')} | {_ratio(t, 'vs_best_pin', 'paired_best_pin')} | "
                      f"{t['verdict']} |")

@@ -492,6 +492,15 @@ def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_bl
     assert p["best_pin"] == "pin_fa3" and p["best_pin_value"] == 10_300.0  # pin_triton: not in the rounds, no value
     assert p["verdict"] == "within noise of vllm; >= best pin (pin_fa3)"
     assert not t["decode B1"]["interleaved"] and t["decode B1"]["value"] == 50.0
+    assert p["graphs"] == ""  # no record says its prefills replayed graphs
+    # rounds on prefill graphs say so; one selection that fell back to eager is named, not hidden
+    for x in d["prefill_rounds"]:
+        x["prefill_graph_steps"] = 3
+    assert {r["metric"]: r for r in e2e.objective_table(d)}["prefill B1 x prompt-len"]["graphs"] == "graphs"
+    d["prefill_rounds"][1]["prefill_graph_steps"] = 0
+    p = {r["metric"]: r for r in e2e.objective_table(d)}["prefill B1 x prompt-len"]
+    assert p["graphs"] == "graphs in 2 of 3 selections"
+    assert e2e._mode(p) == " (interleaved, graphs in 2 of 3 selections)"
 
 
 def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):

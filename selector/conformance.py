@@ -17,12 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import format_validation_error
 from .files import FileError, load_yaml
 from .records import ClaimCheck, ClaimsWarning
-from .vocab import PATH_RE, Claim, check_build, claim_dtype
+from .vocab import CLAIM_RE, Claim, check_build, claim_dtype
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "conformance"
 
 
-CLAIM_ID = rf"^{PATH_RE}:(?:bf16|fp16|fp32|fp8_e5m2|fp8):d\d{{1,4}}:(?:causal|window|mm_prefix|sinks|quant_query|page\d{{1,4}})$"
+CLAIM_ID = rf"^{CLAIM_RE}$"
 Status = Literal["verified", "refuted", "unsupported", "unavailable"]
 
 

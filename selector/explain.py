@@ -22,7 +22,7 @@ from __future__ import annotations
 from .api import CONF_DIR, compose
 from .app import run_app, task_overrides
 from .measured import Figure
-from .figures import entry, figure
+from .figures import figure
 from .pins import with_objective
 from .resolve import resolve, resolved_kv_dtype
 from .schema import KSelectConfig
@@ -108,19 +108,15 @@ def _fig(cfg, g: GroupSelection, phase: str) -> dict:
     f: Figure | None = figure_for(cfg, g, phase)
     # kernel_ms: the kernels alone, where ms also holds host time (a host-bound step) or a plan's share
     kern = (f.kernel_ms if f.kernel_ms is not None else f.ms) if f else None
-    e = entry(_data(cfg), g, cfg, phase) if f else None  # host_ms: one eager call's host time (prefill buckets)
     return {"backend": g.label, "ms": f.ms if f else None, "bucket": f.bucket if f else None, "kernel_ms": kern,
-            "host_ms": e.host_ms if e else None}
-
-
-def _data(cfg):
-    from . import perf  # noqa: PLC0415
-
-    return perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
+            "host_ms": f.host_ms if f else None}
 
 
 def figure_for(cfg, g, phase):
-    return figure(_data(cfg), g, cfg, phase)
+    from . import perf  # noqa: PLC0415
+
+    data = perf.load(cfg.platform.gpu_model) if cfg.platform.gpu_model else None
+    return figure(data, g, cfg, phase)
 
 
 def _status(g: GroupSelection) -> str:

@@ -45,7 +45,7 @@ def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | 
     plan = e.plan_ms if phase == "prefill" and e.plan_ms else None
     ms = (host or e.ms) + (plan / len(g.layers) if plan else 0.0)
     return Figure(backend=g.label, ms=ms, bucket=e.bucket, kernel_ms=e.ms if host or plan else None, fence=e.fence,
-                  plan_ms=plan, host_bound=host is not None)
+                  plan_ms=plan, host_bound=host is not None, host_ms=e.host_ms if phase == "prefill" else None)
 
 
 def host_bound(data, cfg: KSelectConfig) -> bool:

@@ -24,6 +24,7 @@ class Figure(_Frozen):
     fence: str = ""  # how the bucket was timed (PerfEntry.fence): "" back to back, "gemv:1024" fenced
     plan_ms: float | None = None  # prefill: the group's host planning before each step (PerfEntry.plan_ms)
     host_bound: bool = False  # ms is the call's host time
+    host_ms: float | None = None  # prefill: one eager call's host time (PerfEntry.host_ms), whether or not it counts
 
     def text(self) -> str:
         parts = (["host-bound"] if self.host_bound else []) + \

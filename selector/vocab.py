@@ -53,13 +53,12 @@ def resolve_kv_dtype(kv_dtype: str, model_dtype: str) -> str:
 
 CLAIM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "fp8_e5m2")  # fp8*: a bf16 model over that FP8 cache
 CLAIM_FEATURES = ("causal", "window", "mm_prefix", "sinks", "quant_query")  # and page<N>
-# a kernel path id's grammar (path_id): `<backend>[_v<N>][+<build>]`; files and claim ids validate against it
-PATH_RE = r"[A-Z][A-Z0-9_]*?(?:_v\d+)?(?:\+[a-z][a-z0-9_]*)?"
-_CLAIM = re.compile(
-    r"^(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?(?:\+(?P<build>[a-z][a-z0-9_]*))?"
-    r":(?P<dtype>bf16|fp16|fp32|fp8_e5m2|fp8):d(?P<head>\d+):"
-    r"(?P<feature>causal|window|mm_prefix|sinks|quant_query|page\d+)$"
-)
+# the one grammar of kernel path ids (path_id: `<backend>[_v<N>][+<build>]`) and claim ids; perf and conformance
+# files validate against these, parse_claim reads the named groups
+PATH_RE = r"(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?(?:\+(?P<build>[a-z][a-z0-9_]*))?"
+CLAIM_RE = (rf"{PATH_RE}:(?P<dtype>{'|'.join(CLAIM_DTYPES)}):d(?P<head>\d{{1,4}}):"
+            rf"(?P<feature>{'|'.join(CLAIM_FEATURES)}|page\d{{1,4}})")
+_CLAIM = re.compile(rf"^{CLAIM_RE}$")
 
 
 # Kernel builds a backend can run besides the one vLLM ships, each with the platform package flag that says it is

@@ -189,20 +189,27 @@ def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int 
     """The measured bucket nearest the shape (log distance over batch and context) among entries of the
     same kernel path, KV dtype, head size, KV heads, window, phase and page; None when there is none or
     the nearest lies more than COVER away in batch or context (no guess: another head count, window or
-    page is other work, not a nearby point)."""
+    page is other work, not a nearby point).
+
+    A bucket timed over a spread of contexts (context_spread) measured every context in its range, so a
+    point inside it is at distance 0 there. Equally near, a fenced bucket (timed as inside a model step)
+    wins over one timed back to back, whose K/V may sit in L2: at E4B's 516-token decode point the
+    back-to-back 1x512 buckets put FA3 and FlashInfer first, the fenced 544 +- 6.25% ones TRITON_ATTN; against
+    vLLM's choice in the same run the first decoded 1.05x as fast, the second 1.19x (bench/results/h200/graphs4096/)."""
     if data is None:
         return None
-    best, best_d = None, math.inf
+    best, best_key = None, None
     for e in data.entries.values():
         if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads, e.page) != (
                 kernel, kv, head, phase, window, num_kv_heads, page):
             continue
-        ratios = [abs(math.log(e.batch / batch)), abs(math.log(e.context / context))]
+        inside = e.context * (1 - e.context_spread) <= context <= e.context * (1 + e.context_spread)
+        ratios = [abs(math.log(e.batch / batch)), 0.0 if inside else abs(math.log(e.context / context))]
         if max(ratios) > math.log(COVER):
             continue
-        d = sum(ratios)
-        if d < best_d or (d == best_d and best is not None and e.bucket < best.bucket):
-            best, best_d = e, d
+        key = (sum(ratios), e.fence == "", e.bucket)
+        if best_key is None or key < best_key:
+            best, best_key = e, key
     return best
 
 

@@ -70,11 +70,12 @@ def first_line(e: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------- environment
-def environment(argv: list[str]) -> dict:
+def environment(argv: list[str], script: str = "bench/gemma4/e2e.py") -> dict:
+    """The run's command (as `script` with argv), the project's commit, versions, the device."""
     from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
 
     own = project_commit()
-    env = dict(command=" ".join([sys.executable.rsplit("/", 1)[-1], "bench/gemma4/e2e.py", *argv]),
+    env = dict(command=" ".join([sys.executable.rsplit("/", 1)[-1], script, *argv]),
                git_commit=own["commit"], git_dirty=own["dirty"], commit_source=own["commit_source"], versions=versions(),
                torch=str(torch.__version__), python=_platform.python_version(), host=_platform.node(),
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))

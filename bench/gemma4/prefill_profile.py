@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--platform", default="auto")
     opts = ap.parse_args(argv)
     opts.out.mkdir(parents=True, exist_ok=True)
-    d = dict(env=environment(argv), cells=[])
+    d = dict(env=environment(argv, "bench/gemma4/prefill_profile.py"), cells=[])
 
     def save():
         atomic_write(opts.out / "prefill_profile.json", json.dumps(d, indent=1))

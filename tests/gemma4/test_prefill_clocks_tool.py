@@ -1,0 +1,64 @@
+"""bench/gemma4/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
+summary, and the phase timer's wrapping undone."""
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gemma4"))
+import prefill_clocks as pc  # noqa: E402
+
+
+def stamp(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+
+def test_parse_smi_reads_samples_and_skips_what_does_not_parse():
+    t = 1_764_000_000.25
+    text = "\n".join([
+        "timestamp, clocks.current.sm [MHz], ...",  # a header
+        f"{stamp(t)}, 1980, 3201, 512.33, 41, 0x0000000000000000",
+        f"{stamp(t + 0.02)}, 1755, 3201, 699.10, 44, 0x0000000000000004",
+        f"{stamp(t + 0.04)}, [N/A], 3201, 699.10, 44, 0x0",
+    ])
+    got = pc.parse_smi(text)
+    assert [g["sm"] for g in got] == [1980.0, 1755.0]
+    assert got[0]["t"] == pytest.approx(t, abs=1e-3)
+    assert got[1]["reasons"] == 0x4 and pc.reason_names(got[1]["reasons"]) == ["sw power cap"]
+    assert pc.reason_names(0x4 | 0x400) == ["sw power cap", "0x400"]
+
+
+def test_attribute_takes_samples_inside_a_step_or_the_nearest():
+    samples = [dict(t=t, sm=sm, mem=3201.0, power=p, temp=40.0, reasons=r)
+               for t, sm, p, r in [(0.0, 1980, 300, 0), (1.0, 1700, 700, 4), (1.5, 1800, 650, 0), (9.0, 1980, 200, 1)]]
+    steps = [dict(t0=0.9, t1=1.6, ms=70.0), dict(t0=8.0, t1=8.1, ms=64.0)]
+    pc.attribute(steps, samples)
+    assert steps[0]["sm_mean"] == 1750 and steps[0]["sm_min"] == 1700 and steps[0]["power_max"] == 700
+    assert steps[0]["reasons"] == ["sw power cap"] and steps[0]["samples"] == 2
+    assert steps[1]["sm_mean"] == 1980 and steps[1]["reasons"] == ["idle"]  # the nearest sample (t=9.0, not 1.5)
+
+
+def test_summarize_splits_slow_steps_and_correlates_with_the_clock():
+    steps = [dict(ms=ms, sm_mean=sm, power_max=600.0, reasons=[] if ms < 68 else ["sw power cap"])
+             for ms, sm in [(64, 1980), (65, 1970), (64.5, 1975), (72, 1700), (75, 1650)]]
+    s = pc.summarize(steps)
+    assert s["median_ms"] == 65 and s["slow"] == 2
+    assert s["slow_sm_mhz"] == 1675 and s["rest_sm_mhz"] == pytest.approx(1975)
+    assert s["reasons_slow"] == ["sw power cap"] and s["reasons_rest"] == []
+    assert s["rank_corr_ms_vs_sm"] == pytest.approx(-1.0)
+    assert pc.rank_corr([1, 2], [2, 1]) is None
+
+
+def test_phases_time_each_call_and_restore_what_they_wrapped():
+    class Thing:
+        def work(self, x):
+            return x + 1
+
+    thing, syncs = Thing(), []
+    ph = pc.Phases(lambda: syncs.append(1))
+    ph.wrap(thing, "work", "work")
+    assert thing.work(1) == 2 and ph.s["work"] >= 0 and len(syncs) == 2
+    ph.restore()
+    assert "work" not in vars(thing) and thing.work(1) == 2 and len(syncs) == 2

@@ -494,7 +494,7 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
             what = f"{preset} kv={kv} {metric}: {opts.prefill_rounds} interleaved rounds over {len(rows)} selections"
             try:
                 got = interleaved_prefill(model, {i: gr for i, (_, gr) in enumerate(rows)}, prompt, opts.prefill_rounds, g,
-                                          prefill_graph_tokens=opts.prefill_graph_tokens)
+                                          prefill_graph_tokens=opts.prefill_graph_tokens, gc_freeze=opts.gc_freeze)
             except Exception as e:  # noqa: BLE001
                 rep.data["errors"].append(f"{what}: {first_line(e)}")
                 log(f"{what}: FAILED {first_line(e)}")
@@ -550,6 +550,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefill-graph-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                     help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
                          "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
+    ap.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=False,
+                    help="freeze Python's garbage collector (gc.collect + gc.freeze) during the interleaved prefill rounds, "
+                         "as vLLM's workers do after initialization (vLLM #44363)")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
     try:

@@ -8,7 +8,8 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
 - one profiled step: the device's busy time (union of its kernels) and its largest idle gaps;
 - interleaved rounds as `prefill_rounds.py` runs them, with the GPU's SM clock, power, temperature and clock-event
   reasons sampled by `nvidia-smi` every --sample-ms, attributed to each timed step; then the same rounds with an
-  idle --pause-s before every timed step (does an idle GPU come back slower or faster?).
+  idle --pause-s before every timed step (does an idle GPU come back slower or faster?), and with the garbage
+  collector frozen; each timed step records its host ms in garbage collection and in the graph's fill.
 
     python bench/gemma4/prefill_clocks.py --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
 
@@ -18,6 +19,7 @@ Results: DIR/prefill_clocks.json and .md, written after every cell.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -100,12 +102,17 @@ def summarize(steps: list[dict], slow_factor: float = 1.05) -> dict:
     clock = lambda xs: round(statistics.fmean(s["sm_mean"] for s in xs), 1) if xs and all("sm_mean" in s for s in xs) else None  # noqa: E731
     power = lambda xs: round(statistics.fmean(s["power_max"] for s in xs), 1) if xs and all("power_max" in s for s in xs) else None  # noqa: E731
     have = [s for s in steps if "sm_mean" in s]
+    host = lambda xs, key: round(statistics.fmean(s.get(key, 0.0) for s in xs), 3) if xs else None  # noqa: E731
     return dict(steps=len(steps), median_ms=round(med, 3), min_ms=round(min(ms), 3), max_ms=round(max(ms), 3),
                 slow=len(slow), slow_sm_mhz=clock(slow), rest_sm_mhz=clock(fast), slow_power_w=power(slow),
                 rest_power_w=power(fast),
                 reasons_slow=sorted({r for s in slow for r in s.get("reasons", [])}),
                 reasons_rest=sorted({r for s in fast for r in s.get("reasons", [])}),
-                rank_corr_ms_vs_sm=rank_corr([s["ms"] for s in have], [s["sm_mean"] for s in have]))
+                rank_corr_ms_vs_sm=rank_corr([s["ms"] for s in have], [s["sm_mean"] for s in have]),
+                slow_gc_ms=host(slow, "gc_ms"), rest_gc_ms=host(fast, "gc_ms"), slow_fill_ms=host(slow, "fill_ms"),
+                rest_fill_ms=host(fast, "fill_ms"),
+                gen2_steps=sum(1 for s in steps if 2 in s.get("gc_runs", [])),
+                slow_gen2_steps=sum(1 for s in slow if 2 in s.get("gc_runs", [])))
 
 
 class Phases:
@@ -198,23 +205,83 @@ def busy_profile(eng, prompt: list[int], sync) -> dict:
                 largest_gaps=[dict(us=round(g, 1), after=a, before=b) for g, a, b in gaps[:8]])
 
 
-def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1) -> dict:
+class HostClock:
+    """Host time inside the timed step: Python's garbage collections (gc.callbacks) and the prefill graph's fill
+    (tables, slots, plan; timed without syncs, as it runs)."""
+
+    def __init__(self):
+        self.gc_ms = self.fill_ms = 0.0
+        self.gc_runs: list[int] = []
+        self._t = None
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t is not None:
+            self.gc_ms += (time.perf_counter() - self._t) * 1e3
+            self.gc_runs.append(info.get("generation", -1))
+            self._t = None
+
+    def reset(self) -> None:
+        self.gc_ms = self.fill_ms = 0.0
+        self.gc_runs = []
+
+    def __enter__(self):
+        from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
+
+        gc.callbacks.append(self.on_gc)
+        orig = self._fill = PrefillGraph.fill
+
+        def fill(graph, *a, **k):
+            t = time.perf_counter()
+            try:
+                return orig(graph, *a, **k)
+            finally:
+                self.fill_ms += (time.perf_counter() - t) * 1e3
+
+        PrefillGraph.fill = fill
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
+
+        gc.callbacks.remove(self.on_gc)
+        PrefillGraph.fill = self._fill
+
+
+def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1, freeze: bool = False) -> dict:
     """prefill_rounds.py's rounds (rotated order, `warm` untimed visits), each timed step stamped on the host's
-    wall clock for the nvidia-smi samples; pause_s of idle before every timed step."""
+    wall clock for the nvidia-smi samples, with its garbage-collection and graph-fill host ms; pause_s of idle
+    before every timed step; freeze: gc.collect() + gc.freeze() first, as vLLM's workers do after initialization
+    (vLLM #44363), undone after."""
     keys = list(engines)
     steps = {k: [] for k in keys}
-    for r in range(n):
-        shift = r % len(keys)
-        for k in keys[shift:] + keys[:shift]:
-            for _ in range(warm):
-                engines[k].generate([prompt], 1, stop_at_eos=False)
-            sync()
-            if pause_s:
-                time.sleep(pause_s)
-            t0 = time.time()
-            res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
-            steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3))
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    try:
+        with HostClock() as hc:
+            for r in range(n):
+                shift = r % len(keys)
+                for k in keys[shift:] + keys[:shift]:
+                    for _ in range(warm):
+                        engines[k].generate([prompt], 1, stop_at_eos=False)
+                    sync()
+                    if pause_s:
+                        time.sleep(pause_s)
+                    hc.reset()
+                    t0 = time.time()
+                    res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
+                    steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3,
+                                         gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3)))
+    finally:
+        if freeze:
+            gc.unfreeze()
     return steps
+
+
+def _num(x) -> str:
+    return "" if x is None else f"{x:.2f}"
 
 
 def render(d: dict) -> str:
@@ -232,13 +299,16 @@ def render(d: dict) -> str:
             L += [f"Profiled step, {s}: {json.dumps({k: v for k, v in p.items() if k != 'largest_gaps'})}", "",
                   *[f"- gap {g['us']} us after `{g['after']}` before `{g['before']}`" for g in p.get("largest_gaps", [])], ""]
         L += ["| rounds | selection | steps | median ms | min | max | slow (>=1.05x) | SM MHz slow / rest | "
-              "power W slow / rest | reasons slow | reasons rest | rank corr ms vs SM |", "|" + "---|" * 12]
+              "power W slow / rest | reasons slow | reasons rest | rank corr ms vs SM | GC ms slow / rest | "
+              "fill ms slow / rest | steps with a gen-2 GC (slow) |", "|" + "---|" * 15]
         for mode, per in c["rounds"].items():
             for s, sm in per.items():
                 L.append(f"| {mode} | {s} | {sm['steps']} | {sm['median_ms']} | {sm['min_ms']} | {sm['max_ms']} | "
                          f"{sm['slow']} | {sm['slow_sm_mhz']} / {sm['rest_sm_mhz']} | {sm['slow_power_w']} / "
                          f"{sm['rest_power_w']} | {', '.join(sm['reasons_slow'])} | {', '.join(sm['reasons_rest'])} | "
-                         f"{sm['rank_corr_ms_vs_sm']} |")
+                         f"{_num(sm['rank_corr_ms_vs_sm'])} | {sm.get('slow_gc_ms')} / {sm.get('rest_gc_ms')} | "
+                         f"{sm.get('slow_fill_ms')} / {sm.get('rest_fill_ms')} | {sm.get('gen2_steps')} "
+                         f"({sm.get('slow_gen2_steps')}) |")
         L.append("")
     return "\n".join(L) + "\n"
 
@@ -253,6 +323,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--pause-rounds", type=int, default=20)
     ap.add_argument("--pause-s", type=float, default=0.5)
+    ap.add_argument("--freeze", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the back-to-back rounds with the garbage collector frozen (gc.freeze)")
     ap.add_argument("--phase-reps", type=int, default=5)
     ap.add_argument("--sample-ms", type=int, default=20)
     ap.add_argument("--rules", default="vllm_0_33_0")
@@ -298,8 +370,9 @@ def main(argv: list[str]) -> int:
             d["cells"].append(cell)
             save()
             log = opts.out / f"smi_{kv}.csv"
-            for mode, n, pause in [("back to back", opts.rounds, 0.0), (f"pause {opts.pause_s} s", opts.pause_rounds,
-                                                                         opts.pause_s)]:
+            for mode, n, pause, freeze in [("back to back", opts.rounds, 0.0, False),
+                                           ("back to back, gc frozen", opts.rounds if opts.freeze else 0, 0.0, True),
+                                           (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False)]:
                 if n < 1:
                     continue
                 try:
@@ -310,7 +383,7 @@ def main(argv: list[str]) -> int:
                     smi = None
                 time.sleep(0.3)
                 try:
-                    steps = rounds(engines, prompt, n, pause, sync)
+                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze)
                 finally:
                     time.sleep(0.1)
                     text = ""

@@ -13,6 +13,7 @@ not measured.
 
 from __future__ import annotations
 
+import gc
 import statistics
 
 from kselect.gemma4.engine import Engine
@@ -20,10 +21,12 @@ from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
 
 
 def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1,
-                        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
+                        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS, gc_freeze: bool = False) -> dict:
     """entries {key: groups} -> {key: record}: the median of `rounds` prefills of `prompt` (B1) on each selection,
     every round visiting every engine (rotated order), each visit timing the prefill after `warm` untimed ones.
-    graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step."""
+    graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step;
+    gc_freeze: after the warm-up, gc.collect() + gc.freeze() for the rounds (undone after), as vLLM's workers freeze
+    the collector after initialization (vLLM #44363): bench/gemma4/prefill_clocks.py times the collections."""
     if rounds < 1:
         raise ValueError(f"--prefill-rounds must be at least 1, got {rounds}")
     engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs,
@@ -32,6 +35,9 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
     try:
         for eng in engines.values():  # warm-up: kernel compiles, prefill graph capture
             eng.generate([prompt], 1, stop_at_eos=False)
+        if gc_freeze:
+            gc.collect()
+            gc.freeze()
         keys = list(engines)
         times: dict = {k: [] for k in keys}
         for r in range(rounds):
@@ -44,7 +50,10 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
         for k, ts in times.items():
             p = statistics.median(ts)
             out[k] = dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, prefill_ms_reps=[round(t * 1e3, 3) for t in ts],
-                          rounds=rounds, warm=warm, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps)
+                          rounds=rounds, warm=warm, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps,
+                          gc_frozen=gc_freeze)
         return out
     finally:
+        if gc_freeze:
+            gc.unfreeze()
         engines.clear()

@@ -472,6 +472,41 @@ def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkey
         pr.interleaved_prefill(None, {"A": "a"}, [1], 0, None)
 
 
+def test_prefill_rounds_freeze_the_collector_only_for_the_timed_rounds(monkeypatch):
+    """gc_freeze: the warm-up runs with the collector as it was, the rounds frozen, and the freeze is undone after
+    (also when a prefill fails); the record says so."""
+    import gc
+
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    pr = _load("bench/gemma4/prefill_rounds.py")
+    frozen = []
+
+    class FakeEngine:
+        prefill_graph_steps = 0
+
+        def __init__(self, model, groups, **kw):
+            self.n, self.fail = 0, groups == "x"
+
+        def generate(self, prompts, new, stop_at_eos):
+            self.n += 1
+            frozen.append(gc.get_freeze_count() > 0)
+            if self.fail and self.n > 1:
+                raise RuntimeError("boom")
+            return SimpleNamespace(prefill_s=0.01)
+
+    monkeypatch.setattr(pr, "Engine", FakeEngine)
+    gc.unfreeze()
+    got = pr.interleaved_prefill(None, {"A": "a"}, [1, 2], 2, None, gc_freeze=True)
+    assert frozen == [False, True, True, True, True] and got["A"]["gc_frozen"] is True
+    assert gc.get_freeze_count() == 0
+    frozen.clear()
+    assert pr.interleaved_prefill(None, {"A": "a"}, [1, 2], 1, None)["A"]["gc_frozen"] is False
+    assert not any(frozen)
+    with pytest.raises(RuntimeError, match="boom"):
+        pr.interleaved_prefill(None, {"A": "x"}, [1, 2], 1, None, gc_freeze=True)
+    assert gc.get_freeze_count() == 0
+
+
 def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_block_timings():
     """A prefill metric timed in rounds (--prefill-rounds) is read from the rounds for every selection, marked
     interleaved; a selection the rounds lack gets no value, not its block timing; other metrics are unchanged."""
@@ -514,7 +549,8 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     todo = [(s, f"groups:{s['selection']}@{s['point']}") for s in selections if "same_as" not in s and "error" not in s]
     calls = []
 
-    def fake(model, entries, prompt, rounds, graphs, prefill_graph_tokens):
+    def fake(model, entries, prompt, rounds, graphs, prefill_graph_tokens, gc_freeze):
+        assert gc_freeze is True  # --gc-freeze reaches the rounds
         calls.append((len(prompt), sorted(entries.values()), graphs, prefill_graph_tokens))
         return {k: dict(prefill_tok_s=1000.0 + k, prefill_ms=1.0) for k in entries}
 
@@ -523,7 +559,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
         calls.clear()
         rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
         opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"],
-                               prefill_graph_tokens=graph_tokens)
+                               prefill_graph_tokens=graph_tokens, gc_freeze=True)
         args = SimpleNamespace(vocab_size=100)
         e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
         assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None, graph_tokens),

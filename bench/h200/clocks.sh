@@ -7,29 +7,45 @@
 #                                   #   nvidia-smi clocks/power per round, back to back and after a 0.5 s pause
 #   bash bench/h200/clocks.sh S2    # ~3 min: the same, back to back and with the garbage collector frozen, each
 #                                   #   timed step's host ms in garbage collection and in the graph's fill
-#   bash bench/h200/clocks.sh G     # ~5 min: rounds.sh E4G's run (E4B bf16 + FP8, 41 rounds, prefill graphs to
-#                                   #   4,096) with the collector frozen over the rounds (e2e.py --gc-freeze)
+#   bash bench/h200/clocks.sh T     # ~2 min: the GPU tests of the graphs' static inputs (gemma4/host_stage.py,
+#                                   #   prefill and decode graphs; not FlashInfer's JIT cases)
+#   bash bench/h200/clocks.sh S3    # ~2 min: S2's back-to-back rounds again, after the graphs' inputs moved to
+#                                   #   pinned staging (gemma4/host_stage.py)
+#   bash bench/h200/clocks.sh G     # ~5 min: rounds.sh E4G's run (E4B bf16 + FP8, $ROUNDS rounds, prefill graphs
+#                                   #   to 4,096) on that engine
 #   bash bench/h200/clocks.sh F4    # vLLM's SM90 multimodal composite (TRITON_FLASH_ATTN_v3/_v4) timed with E4B's
 #   bash bench/h200/clocks.sh F31   #   layer:192 fence (31B: layer:1024), prefill then decode buckets, as its
 #                                   #   group-mates were (bench/h200/fenced.sh Q4 P4 / Q31 P31; $KEEP carries the
 #                                   #   file from F4 to F31 on the warm machine)
 set -u
-PART=${1:?usage: clocks.sh S|S2|G|F4|F31}
+PART=${1:?usage: clocks.sh S|S2|T|S3|G|F4|F31}
 OUT=${OUT:-/tmp/clocks_out}
 here=$(dirname "$0")
 case $PART in
-S|S2)
+S|S2|S3)
   LOG=$PART.log
   source "$here/window.sh"
-  case $PART in S) extra=(--pause-rounds ${PAUSE_ROUNDS:-20} --no-freeze) ;; *) extra=(--pause-rounds 0 --freeze) ;; esac
+  case $PART in
+  S) extra=(--pause-rounds ${PAUSE_ROUNDS:-20} --no-freeze) ;;
+  S2) extra=(--pause-rounds 0 --freeze) ;;
+  *) extra=(--pause-rounds 0 --no-freeze) ;;
+  esac
   say "prefill clocks: E4B, 4,096 tokens, graphs (${extra[*]})"
   timeout $((${UNTIL:-420} - (SECONDS - START))) python3 bench/gemma4/prefill_clocks.py --out "$OUT/$PART" \
     --preset gemma4_e4b --kv auto fp8 --len 4096 --rounds ${ROUNDS:-60} "${extra[@]}" 2>&1 \
     | grep -v "Warning\|USDT" | grep -v "^  profile" | cut -c1-400 | tail -30
   say "done"
   ;;
+T)
+  LOG=T.log
+  source "$here/window.sh"
+  say "GPU tests: host staging, prefill graphs (not FlashInfer), engine graphs"
+  timeout ${UNTIL:-170} python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/gemma4/test_host_stage.py \
+    tests/gemma4/test_prefill_graph.py tests/gemma4/test_engine.py -k "not flashinfer" > "$OUT/gpu_tests.log" 2>&1
+  echo "rc=$?"; tail -5 "$OUT/gpu_tests.log"
+  ;;
 G)
-  ROUNDS=${ROUNDS:-41} E2E_EXTRA="--prefill-graph-tokens 4096 --kv auto fp8 --batches 1 --gc-freeze --selections vllm latency pin_fa pin_fa3 pin_triton" \
+  ROUNDS=${ROUNDS:-41} E2E_EXTRA="--prefill-graph-tokens 4096 --kv auto fp8 --batches 1 --selections vllm latency pin_fa pin_fa3 pin_triton" \
     exec bash "$here/fa3_builds.sh" E4 ;;
 F4|F31)
   m=${PART#F}
@@ -38,5 +54,5 @@ F4|F31)
   OUT=$OUT/Q$m UNTIL=${UNTIL_Q:-200} bash "$here/fenced.sh" Q$m
   OUT=$OUT/P$m UNTIL=${UNTIL_P:-300} bash "$here/fenced.sh" P$m
   ;;
-*) echo "usage: clocks.sh S|S2|G|F4|F31" >&2; exit 2 ;;
+*) echo "usage: clocks.sh S|S2|T|S3|G|F4|F31" >&2; exit 2 ;;
 esac

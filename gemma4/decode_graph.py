@@ -13,7 +13,6 @@ import torch
 
 from kselect.backends.base import AttentionMetadata
 from kselect.gemma4.cuda_graph import CapturedStep
-from kselect.gemma4.host_stage import HostStage
 from kselect.gemma4.model_runner import ModelRunner
 
 
@@ -46,27 +45,23 @@ class DecodeGraph(CapturedStep):
         self.table_version = -1  # the cache's table version the static block tables hold
         self.host_used: list[int] = []  # the static buffers' values on the host (see prepare_replay)
         self.host_tables: dict[str, torch.Tensor] = {}
-        self.stages = {id(x): HostStage(x) for x in [self.ids, self.pos, *(m.seqused_k for m in self.metas.values()),
-                                                     *(m.block_table for m in self.metas.values())]}
-
-    def _put(self, dst: torch.Tensor, values) -> None:
-        self.stages[id(dst)].put(values)
 
     def _set_ids(self, tokens):
         if isinstance(tokens, torch.Tensor):
             self.ids.copy_(tokens)
         else:
-            self._put(self.ids, tokens)
+            self.ids.copy_(torch.tensor(tokens, dtype=torch.long), non_blocking=True)
 
     def _fill(self, tokens, starts):
         cache = self.runner.cache
         self._set_ids(tokens)
-        self._put(self.pos, starts)
+        self.pos.copy_(torch.tensor(starts, dtype=torch.long), non_blocking=True)
         self.host_used = [p + 1 for p in starts]
+        used = torch.tensor(self.host_used, dtype=torch.int32)
         for k, gc in cache.groups.items():
             self.host_tables[k] = gc.block_table(self.seqs, self.width[k])
-            self._put(self.metas[k].seqused_k, self.host_used)
-            self._put(self.metas[k].block_table, self.host_tables[k])
+            self.metas[k].seqused_k.copy_(used)
+            self.metas[k].block_table.copy_(self.host_tables[k])
             self.table_lens[k] = [len(gc.tables.get(s, ())) for s in self.seqs]
         self.table_version = cache.version()
         self.runner.prepare_replay(self.metas, self.host_used, self.host_tables)

@@ -22,7 +22,6 @@ import torch
 from kselect.backends.base import ReplayShapeError
 from kselect.gemma4.cuda_graph import CapturedStep
 from kselect.gemma4.decode_graph import static_metadata
-from kselect.gemma4.host_stage import HostStage
 from kselect.gemma4.model_runner import ModelRunner
 from kselect.gemma4.sampling import max_rel_error
 
@@ -53,28 +52,22 @@ class PrefillGraph(CapturedStep):
         self.pos = torch.zeros(tokens, dtype=torch.long, device=dev)
         # pad keys reach p0 + T: tables and max_seqlen_k cover max_seq_len + T
         self.metas, self.slots, self.width = static_metadata(runner, 1, tokens, max_seq_len + tokens)
-        self.stages = {id(x): HostStage(x) for x in [self.ids, self.pos, *self.slots.values(),
-                                                     *(m.seqused_k for m in self.metas.values()),
-                                                     *(m.block_table for m in self.metas.values())]}
-
-    def _put(self, dst: torch.Tensor, values) -> None:
-        self.stages[id(dst)].put(values)
 
     def fill(self, seq: int, start: int, tokens: list[int]) -> None:
         n, t = len(tokens), self.t
         if not 0 < n <= t:
             raise ValueError(f"a step of {n} tokens does not fit a {t}-token prefill graph")
-        self._put(self.ids, tokens + [0] * (t - n))
-        self._put(self.pos, torch.arange(start, start + t, dtype=torch.long))
+        self.ids.copy_(torch.tensor(tokens + [0] * (t - n), dtype=torch.long), non_blocking=True)
+        self.pos.copy_(torch.arange(start, start + t, dtype=torch.long), non_blocking=True)
         used = [start + t]
         tables = {}
         for k, gc in self.runner.cache.groups.items():
             tables[k] = gc.block_table([seq], self.width[k])
             slots = torch.full((t,), -1, dtype=torch.long)
             slots[:n] = gc.slot_mapping([seq], [start], [n])
-            self._put(self.metas[k].seqused_k, used)
-            self._put(self.metas[k].block_table, tables[k])
-            self._put(self.slots[k], slots)
+            self.metas[k].seqused_k.copy_(torch.tensor(used, dtype=torch.int32), non_blocking=True)
+            self.metas[k].block_table.copy_(tables[k], non_blocking=True)
+            self.slots[k].copy_(slots, non_blocking=True)
         self.runner.prepare_replay(self.metas, used, tables, prefill=True)
 
     def _run(self) -> torch.Tensor:

@@ -9,7 +9,8 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
 - interleaved rounds as `prefill_rounds.py` runs them, with the GPU's SM clock, power, temperature and clock-event
   reasons sampled by `nvidia-smi` every --sample-ms, attributed to each timed step; then the same rounds with an
   idle --pause-s before every timed step (does an idle GPU come back slower or faster?), and with the garbage
-  collector frozen; each timed step records its host ms in garbage collection and in the graph's fill.
+  collector frozen, or on one CPU thread; each timed step records its host ms in garbage collection and in the
+  graph's fill (and in the fill's block tables, slot mappings and replay planning).
 
     python bench/gemma4/prefill_clocks.py --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
 
@@ -111,6 +112,7 @@ def summarize(steps: list[dict], slow_factor: float = 1.05) -> dict:
                 rank_corr_ms_vs_sm=rank_corr([s["ms"] for s in have], [s["sm_mean"] for s in have]),
                 slow_gc_ms=host(slow, "gc_ms"), rest_gc_ms=host(fast, "gc_ms"), slow_fill_ms=host(slow, "fill_ms"),
                 rest_fill_ms=host(fast, "fill_ms"),
+                **{f"{p}_ms_slow_rest": (host(slow, f"{p}_ms"), host(fast, f"{p}_ms")) for p in PARTS},
                 gen2_steps=sum(1 for s in steps if 2 in s.get("gc_runs", [])),
                 slow_gen2_steps=sum(1 for s in slow if 2 in s.get("gc_runs", [])))
 
@@ -205,14 +207,20 @@ def busy_profile(eng, prompt: list[int], sync) -> dict:
                 largest_gaps=[dict(us=round(g, 1), after=a, before=b) for g, a, b in gaps[:8]])
 
 
+PARTS = ("block_table", "slot_mapping", "prepare_replay")  # the fill's host calls timed on their own
+
+
 class HostClock:
-    """Host time inside the timed step: Python's garbage collections (gc.callbacks) and the prefill graph's fill
-    (tables, slots, plan; timed without syncs, as it runs)."""
+    """Host time inside the timed step: Python's garbage collections (gc.callbacks) and the prefill graph's fill,
+    with its block tables, slot mappings and the backends' replay planning apart (timed without syncs, as it
+    runs; the rest of the fill is building its host tensors and copying them to the device)."""
 
     def __init__(self):
         self.gc_ms = self.fill_ms = 0.0
+        self.parts = dict.fromkeys(PARTS, 0.0)
         self.gc_runs: list[int] = []
         self._t = None
+        self._undo: list = []
 
     def on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -224,46 +232,63 @@ class HostClock:
 
     def reset(self) -> None:
         self.gc_ms = self.fill_ms = 0.0
+        self.parts = dict.fromkeys(PARTS, 0.0)
         self.gc_runs = []
 
+    def _timed(self, owner, name: str, add) -> None:
+        orig = owner.__dict__[name]
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return orig(*a, **k)
+            finally:
+                add((time.perf_counter() - t) * 1e3)
+
+        setattr(owner, name, timed)
+        self._undo.append((owner, name, orig))
+
     def __enter__(self):
+        from kselect.gemma4.block_manager import GroupBlocks  # noqa: PLC0415
+        from kselect.gemma4.model_runner import ModelRunner  # noqa: PLC0415
         from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
 
         gc.callbacks.append(self.on_gc)
-        orig = self._fill = PrefillGraph.fill
-
-        def fill(graph, *a, **k):
-            t = time.perf_counter()
-            try:
-                return orig(graph, *a, **k)
-            finally:
-                self.fill_ms += (time.perf_counter() - t) * 1e3
-
-        PrefillGraph.fill = fill
+        self._timed(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms))
+        for owner, name in ((GroupBlocks, "block_table"), (GroupBlocks, "slot_mapping"), (ModelRunner, "prepare_replay")):
+            self._timed(owner, name, lambda ms, n=name: self.parts.__setitem__(n, self.parts[n] + ms))
         return self
 
     def __exit__(self, *exc) -> None:
-        from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
-
         gc.callbacks.remove(self.on_gc)
-        PrefillGraph.fill = self._fill
+        for owner, name, orig in reversed(self._undo):
+            setattr(owner, name, orig)
+        self._undo.clear()
 
 
-def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1, freeze: bool = False) -> dict:
-    """prefill_rounds.py's rounds (rotated order, `warm` untimed visits), each timed step stamped on the host's
+def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1, freeze: bool = False,
+           threads: int | None = None) -> dict:
+    """prefill_rounds.py's rounds (balanced orders, `warm` untimed visits), each timed step stamped on the host's
     wall clock for the nvidia-smi samples, with its garbage-collection and graph-fill host ms; pause_s of idle
     before every timed step; freeze: gc.collect() + gc.freeze() first, as vLLM's workers do after initialization
-    (vLLM #44363), undone after."""
+    (vLLM #44363), undone after; threads: torch's intra-op CPU threads for the rounds (restored after)."""
+    import torch  # noqa: PLC0415
+
+    from prefill_rounds import balanced_orders  # noqa: PLC0415
+
     keys = list(engines)
+    orders = balanced_orders(len(keys))
     steps = {k: [] for k in keys}
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
     if freeze:
         gc.collect()
         gc.freeze()
     try:
         with HostClock() as hc:
             for r in range(n):
-                shift = r % len(keys)
-                for k in keys[shift:] + keys[:shift]:
+                for k in (keys[i] for i in orders[r % len(orders)]):
                     for _ in range(warm):
                         engines[k].generate([prompt], 1, stop_at_eos=False)
                     sync()
@@ -273,10 +298,12 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
                     t0 = time.time()
                     res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
                     steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3,
-                                         gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3)))
+                                         gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3),
+                                         **{f"{n}_ms": round(v, 3) for n, v in hc.parts.items()}))
     finally:
         if freeze:
             gc.unfreeze()
+        torch.set_num_threads(before)
     return steps
 
 
@@ -300,14 +327,17 @@ def render(d: dict) -> str:
                   *[f"- gap {g['us']} us after `{g['after']}` before `{g['before']}`" for g in p.get("largest_gaps", [])], ""]
         L += ["| rounds | selection | steps | median ms | min | max | slow (>=1.05x) | SM MHz slow / rest | "
               "power W slow / rest | reasons slow | reasons rest | rank corr ms vs SM | GC ms slow / rest | "
-              "fill ms slow / rest | steps with a gen-2 GC (slow) |", "|" + "---|" * 15]
+              "fill ms slow / rest | tables, slots, plan ms in the step slow / rest | steps with a gen-2 GC (slow) |",
+              "|" + "---|" * 16]
         for mode, per in c["rounds"].items():
             for s, sm in per.items():
                 L.append(f"| {mode} | {s} | {sm['steps']} | {sm['median_ms']} | {sm['min_ms']} | {sm['max_ms']} | "
                          f"{sm['slow']} | {sm['slow_sm_mhz']} / {sm['rest_sm_mhz']} | {sm['slow_power_w']} / "
                          f"{sm['rest_power_w']} | {', '.join(sm['reasons_slow'])} | {', '.join(sm['reasons_rest'])} | "
                          f"{_num(sm['rank_corr_ms_vs_sm'])} | {sm.get('slow_gc_ms')} / {sm.get('rest_gc_ms')} | "
-                         f"{sm.get('slow_fill_ms')} / {sm.get('rest_fill_ms')} | {sm.get('gen2_steps')} "
+                         f"{sm.get('slow_fill_ms')} / {sm.get('rest_fill_ms')} | "
+                         + ", ".join(f"{a} / {b}" for a, b in (sm.get(f"{p}_ms_slow_rest", (None, None)) for p in PARTS))
+                         + f" | {sm.get('gen2_steps')} "
                          f"({sm.get('slow_gen2_steps')}) |")
         L.append("")
     return "\n".join(L) + "\n"
@@ -325,6 +355,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--pause-s", type=float, default=0.5)
     ap.add_argument("--freeze", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the back-to-back rounds with the garbage collector frozen (gc.freeze)")
+    ap.add_argument("--one-thread", action=argparse.BooleanOptionalAction, default=False,
+                    help="also run the back-to-back rounds with one intra-op CPU thread (torch.set_num_threads(1))")
     ap.add_argument("--phase-reps", type=int, default=5)
     ap.add_argument("--sample-ms", type=int, default=20)
     ap.add_argument("--rules", default="vllm_0_33_0")
@@ -370,9 +402,12 @@ def main(argv: list[str]) -> int:
             d["cells"].append(cell)
             save()
             log = opts.out / f"smi_{kv}.csv"
-            for mode, n, pause, freeze in [("back to back", opts.rounds, 0.0, False),
-                                           ("back to back, gc frozen", opts.rounds if opts.freeze else 0, 0.0, True),
-                                           (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False)]:
+            smi_text = []
+            for mode, n, pause, freeze, threads in [
+                    ("back to back", opts.rounds, 0.0, False, None),
+                    ("back to back, gc frozen", opts.rounds if opts.freeze else 0, 0.0, True, None),
+                    ("back to back, 1 CPU thread", opts.rounds if opts.one_thread else 0, 0.0, False, 1),
+                    (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False, None)]:
                 if n < 1:
                     continue
                 try:
@@ -383,7 +418,7 @@ def main(argv: list[str]) -> int:
                     smi = None
                 time.sleep(0.3)
                 try:
-                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze)
+                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze, threads=threads)
                 finally:
                     time.sleep(0.1)
                     text = ""
@@ -391,8 +426,8 @@ def main(argv: list[str]) -> int:
                         smi.terminate()
                         text = smi.communicate(timeout=10)[0]
                 samples = parse_smi(text)
-                with open(log, "a") as f:  # raw samples, for a reader to re-attribute
-                    f.write(f"# {mode}\n{text}")
+                smi_text.append(f"# {mode}\n{text}")
+                atomic_write(log, "".join(smi_text))  # raw samples, for a reader to re-attribute
                 for s, st in steps.items():
                     attribute(st, samples)
                 cell["rounds"][mode] = {s: summarize(st) for s, st in steps.items()}

@@ -4,7 +4,11 @@ Why: e2e.py times each selection's prefill in its own block of reps, one selecti
 GPU drifts (clocks, temperature) by more than the 1-3% that separates two prefill selections: in
 bench/results/h200/splits/E1/ two selections on the same FA4 prefill kernels read 1.3% apart, and the profiled
 GEMMs of the later one were 2% slower. Here every selection's engine is built and warmed first, then each round
-prefills the prompt on every engine, in an order rotated every round, so drift falls on all of them alike.
+prefills the prompt on every engine, so drift falls on all of them alike. The orders follow a Williams design
+(`balanced_orders`): every selection runs right after every other equally often. A plain rotation keeps the cycle
+a -> b -> c -> a, so with three or more selections each one always follows the same one; on the H200 a long
+prefill runs at the 700 W power cap (bench/results/h200/clocks/), so what ran just before can carry over, and
+with a fixed predecessor it would carry over into one selection's figures only.
 Each visit first prefills `warm` times untimed: in bench/results/h200/pdl/ the rounds, timing an engine's first
 prefill after four others ran, read 5-6% slower than the same prompt in each selection's own block of runs (31B,
 vLLM's choice: 53.3 vs 50.0 ms). A serving engine is never that cold, and whether the cost differs by selection was
@@ -20,10 +24,27 @@ from kselect.gemma4.engine import Engine
 from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of n selections in which each selection follows each other one equally often (a Williams Latin
+    square: n orders for even n; for odd n those and their reverses, 2n orders)."""
+    if n < 1:
+        raise ValueError(f"need at least one selection, got {n}")
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows + [r[::-1] for r in rows] if n % 2 and n > 1 else rows
+
+
 def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1,
                         prefill_graph_tokens: int = DEFAULT_MAX_TOKENS, gc_freeze: bool = False) -> dict:
     """entries {key: groups} -> {key: record}: the median of `rounds` prefills of `prompt` (B1) on each selection,
-    every round visiting every engine (rotated order), each visit timing the prefill after `warm` untimed ones.
+    every round visiting every engine (round r in `balanced_orders`' order r mod its length; a multiple of that
+    length balances the design), each visit timing the prefill after `warm` untimed ones.
     graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step;
     gc_freeze: after the warm-up, gc.collect() + gc.freeze() for the rounds (undone after), as vLLM's workers freeze
     the collector after initialization (vLLM #44363): bench/gemma4/prefill_clocks.py times the collections."""
@@ -39,10 +60,10 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
             gc.collect()
             gc.freeze()
         keys = list(engines)
+        orders = balanced_orders(len(keys))
         times: dict = {k: [] for k in keys}
         for r in range(rounds):
-            shift = r % len(keys)
-            for k in keys[shift:] + keys[:shift]:
+            for k in (keys[i] for i in orders[r % len(orders)]):
                 for _ in range(warm):
                     engines[k].generate([prompt], 1, stop_at_eos=False)
                 times[k].append(engines[k].generate([prompt], 1, stop_at_eos=False).prefill_s)
@@ -51,7 +72,7 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
             p = statistics.median(ts)
             out[k] = dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, prefill_ms_reps=[round(t * 1e3, 3) for t in ts],
                           rounds=rounds, warm=warm, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps,
-                          gc_frozen=gc_freeze)
+                          gc_frozen=gc_freeze, order="williams")
         return out
     finally:
         if gc_freeze:

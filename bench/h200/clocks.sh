@@ -7,27 +7,29 @@
 #                                   #   nvidia-smi clocks/power per round, back to back and after a 0.5 s pause
 #   bash bench/h200/clocks.sh S2    # ~3 min: the same, back to back and with the garbage collector frozen, each
 #                                   #   timed step's host ms in garbage collection and in the graph's fill
-#   bash bench/h200/clocks.sh T     # ~2 min: the GPU tests of the graphs' static inputs (gemma4/host_stage.py,
-#                                   #   prefill and decode graphs; not FlashInfer's JIT cases)
-#   bash bench/h200/clocks.sh S3    # ~2 min: S2's back-to-back rounds again, after the graphs' inputs moved to
-#                                   #   pinned staging (gemma4/host_stage.py)
+#   bash bench/h200/clocks.sh S3    # ~2 min: S2's back-to-back rounds alone (run on 25bd20d, whose graphs staged
+#                                   #   their inputs through pinned buffers: no change, reverted)
 #   bash bench/h200/clocks.sh G     # ~5 min: rounds.sh E4G's run (E4B bf16 + FP8, $ROUNDS rounds, prefill graphs
-#                                   #   to 4,096) on that engine
+#                                   #   to 4,096)
+#   bash bench/h200/clocks.sh T     # ~2 min: the prefill and decode graphs' GPU tests (not FlashInfer's JIT cases)
+#   bash bench/h200/clocks.sh S4    # next: back to back, and on one intra-op CPU thread, each step's fill split into
+#                                   #   block tables, slot mappings and replay planning (where do 9-12 ms go?)
 #   bash bench/h200/clocks.sh F4    # vLLM's SM90 multimodal composite (TRITON_FLASH_ATTN_v3/_v4) timed with E4B's
 #   bash bench/h200/clocks.sh F31   #   layer:192 fence (31B: layer:1024), prefill then decode buckets, as its
 #                                   #   group-mates were (bench/h200/fenced.sh Q4 P4 / Q31 P31; $KEEP carries the
 #                                   #   file from F4 to F31 on the warm machine)
 set -u
-PART=${1:?usage: clocks.sh S|S2|T|S3|G|F4|F31}
+PART=${1:?usage: clocks.sh S|S2|S3|S4|G|T|F4|F31}
 OUT=${OUT:-/tmp/clocks_out}
 here=$(dirname "$0")
 case $PART in
-S|S2|S3)
+S|S2|S3|S4)
   LOG=$PART.log
   source "$here/window.sh"
   case $PART in
   S) extra=(--pause-rounds ${PAUSE_ROUNDS:-20} --no-freeze) ;;
   S2) extra=(--pause-rounds 0 --freeze) ;;
+  S4) extra=(--pause-rounds 0 --no-freeze --one-thread) ;;
   *) extra=(--pause-rounds 0 --no-freeze) ;;
   esac
   say "prefill clocks: E4B, 4,096 tokens, graphs (${extra[*]})"
@@ -39,9 +41,9 @@ S|S2|S3)
 T)
   LOG=T.log
   source "$here/window.sh"
-  say "GPU tests: host staging, prefill graphs (not FlashInfer), engine graphs"
-  timeout ${UNTIL:-170} python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/gemma4/test_host_stage.py \
-    tests/gemma4/test_prefill_graph.py tests/gemma4/test_engine.py -k "not flashinfer" > "$OUT/gpu_tests.log" 2>&1
+  say "GPU tests: prefill graphs (not FlashInfer), engine graphs"
+  timeout ${UNTIL:-170} python3 -m pytest -q -m gpu -rs -p no:cacheprovider tests/gemma4/test_prefill_graph.py \
+    tests/gemma4/test_engine.py -k "not flashinfer" > "$OUT/gpu_tests.log" 2>&1
   echo "rc=$?"; tail -5 "$OUT/gpu_tests.log"
   ;;
 G)
@@ -54,5 +56,5 @@ F4|F31)
   OUT=$OUT/Q$m UNTIL=${UNTIL_Q:-200} bash "$here/fenced.sh" Q$m
   OUT=$OUT/P$m UNTIL=${UNTIL_P:-300} bash "$here/fenced.sh" P$m
   ;;
-*) echo "usage: clocks.sh S|S2|T|S3|G|F4|F31" >&2; exit 2 ;;
+*) echo "usage: clocks.sh S|S2|S3|S4|G|T|F4|F31" >&2; exit 2 ;;
 esac

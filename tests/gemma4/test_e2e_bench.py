@@ -438,9 +438,9 @@ def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bu
     assert "B1 prefill" in md and "model prefill (engine max_seq_len 60)" in md and "bucket, fence none" in md
 
 
-def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkeypatch):
-    """bench/gemma4/prefill_rounds.py: engines built and warmed first, then each round visits every engine, the order
-    rotated by one each round; a visit times its prefill after `warm` untimed ones; the record is the median."""
+def test_prefill_rounds_visit_every_selection_each_round_in_balanced_orders(monkeypatch):
+    """bench/gemma4/prefill_rounds.py: engines built and warmed first, then each round visits every engine in the
+    next of balanced_orders' orders; a visit times its prefill after `warm` untimed ones; the record is the median."""
     sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
     pr = _load("bench/gemma4/prefill_rounds.py")
     calls, secs = [], {"a": [0.010, 0.030, 0.020], "b": [0.005, 0.004, 0.006], "c": [0.1, 0.1, 0.1]}
@@ -461,15 +461,36 @@ def test_prefill_rounds_visit_every_selection_each_round_in_rotated_order(monkey
     monkeypatch.setattr(pr, "Engine", FakeEngine)
     got = pr.interleaved_prefill(None, {"A": "a", "B": "b", "C": "c"}, list(range(100)), 3, None)
     assert calls == ["a", "b", "c"] + ["a", "a", "b", "b", "c", "c"] + ["b", "b", "c", "c", "a", "a"] \
-        + ["c", "c", "a", "a", "b", "b"]
+        + ["c", "c", "a", "a", "b", "b"]  # balanced_orders(3)[:3]; orders 3-5 are their reverses
     assert got["A"]["prefill_ms"] == pytest.approx(20.0) and got["A"]["prefill_ms_reps"] == [10.0, 30.0, 20.0]
     assert got["B"]["prefill_tok_s"] == pytest.approx(100 / 0.005) and got["C"]["rounds"] == 3
-    assert got["C"]["warm"] == 1
+    assert got["C"]["warm"] == 1 and got["C"]["order"] == "williams"
     calls.clear()
     pr.interleaved_prefill(None, {"A": "a", "B": "b"}, [1], 1, None, warm=0)
     assert calls == ["a", "b", "a", "b"]
     with pytest.raises(ValueError, match="at least 1"):
         pr.interleaved_prefill(None, {"A": "a"}, [1], 0, None)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_balanced_orders_let_each_selection_follow_each_other_equally_often(n):
+    """A plain rotation of three selections keeps a -> b -> c -> a: each always follows the same one. The Williams
+    orders are permutations in which every ordered pair (i, j), i != j, is adjacent equally often."""
+    from collections import Counter
+
+    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
+    pr = _load("bench/gemma4/prefill_rounds.py")
+    orders = pr.balanced_orders(n)
+    assert len(orders) == (2 * n if n % 2 and n > 1 else n)
+    assert all(sorted(o) == list(range(n)) for o in orders)
+    pairs = Counter((a, b) for o in orders for a, b in zip(o, o[1:]))
+    if n > 1:
+        assert set(pairs) == {(i, j) for i in range(n) for j in range(n) if i != j}
+        assert len(set(pairs.values())) == 1
+    rotation = Counter((a, b) for s in range(3) for o in [[(i + s) % 3 for i in range(3)]] for a, b in zip(o, o[1:]))
+    assert (1, 0) not in rotation  # what the rotation never gives: b right before a
+    with pytest.raises(ValueError, match="at least one"):
+        pr.balanced_orders(0)
 
 
 def test_prefill_rounds_freeze_the_collector_only_for_the_timed_rounds(monkeypatch):

@@ -62,3 +62,20 @@ def test_phases_time_each_call_and_restore_what_they_wrapped():
     assert thing.work(1) == 2 and ph.s["work"] >= 0 and len(syncs) == 2
     ph.restore()
     assert "work" not in vars(thing) and thing.work(1) == 2 and len(syncs) == 2
+
+
+def test_host_clock_times_the_fill_and_its_parts_and_unwraps_them():
+    from kselect.gemma4.block_manager import GroupBlocks
+    from kselect.gemma4.model_runner import ModelRunner
+    from kselect.gemma4.prefill_graph import PrefillGraph
+
+    before = (PrefillGraph.fill, GroupBlocks.block_table, GroupBlocks.slot_mapping, ModelRunner.prepare_replay)
+    g = GroupBlocks("full_attention", 4, 16)
+    g.ensure(0, 10)
+    with pc.HostClock() as hc:
+        assert g.block_table([0], 4).tolist() == [g.tables[0] + [0]]
+        assert g.slot_mapping([0], [0], [3]).tolist() == [g.tables[0][0] * 4 + i for i in range(3)]
+        assert hc.parts["block_table"] > 0 and hc.parts["slot_mapping"] > 0 and hc.parts["prepare_replay"] == 0
+        hc.reset()
+        assert hc.parts["block_table"] == 0 and hc.fill_ms == 0
+    assert (PrefillGraph.fill, GroupBlocks.block_table, GroupBlocks.slot_mapping, ModelRunner.prepare_replay) == before

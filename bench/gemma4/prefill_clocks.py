@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -115,6 +116,19 @@ def summarize(steps: list[dict], slow_factor: float = 1.05) -> dict:
                 **{f"{p}_ms_slow_rest": (host(slow, f"{p}_ms"), host(fast, f"{p}_ms")) for p in PARTS},
                 gen2_steps=sum(1 for s in steps if 2 in s.get("gc_runs", [])),
                 slow_gen2_steps=sum(1 for s in slow if 2 in s.get("gc_runs", [])))
+
+
+def threads_now() -> dict:
+    """The process's threads: Python's by name (one wanting the GIL takes it from the step every switch interval,
+    5 ms) and the OS's count (CUDA driver, OpenMP pool)."""
+    import threading  # noqa: PLC0415
+
+    try:
+        os_threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        os_threads = None
+    return dict(python=sorted(t.name for t in threading.enumerate()), os=os_threads,
+                switch_interval_s=sys.getswitchinterval())
 
 
 class Phases:
@@ -339,7 +353,8 @@ def render(d: dict) -> str:
                          + ", ".join(f"{a} / {b}" for a, b in (sm.get(f"{p}_ms_slow_rest", (None, None)) for p in PARTS))
                          + f" | {sm.get('gen2_steps')} "
                          f"({sm.get('slow_gen2_steps')}) |")
-        L.append("")
+        L += ["", *[f"Threads during `{m}`: Python {t['python']}, OS {t['os']}, GIL switch interval "
+                    f"{t['switch_interval_s']} s" for m, t in c.get("threads", {}).items()], ""]
     return "\n".join(L) + "\n"
 
 
@@ -431,6 +446,7 @@ def main(argv: list[str]) -> int:
                 for s, st in steps.items():
                     attribute(st, samples)
                 cell["rounds"][mode] = {s: summarize(st) for s, st in steps.items()}
+                cell.setdefault("threads", {})[mode] = threads_now()
                 cell.setdefault("steps", {})[mode] = steps
                 cell.setdefault("smi_samples", {})[mode] = len(samples)
                 print(f"kv={kv} {mode}: {len(samples)} smi samples; {cell['rounds'][mode]}", flush=True)

@@ -13,7 +13,8 @@
 #                                   #   to 4,096)
 #   bash bench/h200/clocks.sh T     # ~2 min: the prefill and decode graphs' GPU tests (not FlashInfer's JIT cases)
 #   bash bench/h200/clocks.sh S4    # next: back to back, and on one intra-op CPU thread, each step's fill split into
-#                                   #   block tables, slot mappings and replay planning (where do 9-12 ms go?)
+#                                   #   block tables, slot mappings and replay planning, and the process's threads
+#                                   #   during the rounds (where do 9-12 ms go?)
 #   bash bench/h200/clocks.sh F4    # vLLM's SM90 multimodal composite (TRITON_FLASH_ATTN_v3/_v4) timed with E4B's
 #   bash bench/h200/clocks.sh F31   #   layer:192 fence (31B: layer:1024), prefill then decode buckets, as its
 #                                   #   group-mates were (bench/h200/fenced.sh Q4 P4 / Q31 P31; $KEEP carries the

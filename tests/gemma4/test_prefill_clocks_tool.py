@@ -79,3 +79,19 @@ def test_host_clock_times_the_fill_and_its_parts_and_unwraps_them():
         hc.reset()
         assert hc.parts["block_table"] == 0 and hc.fill_ms == 0
     assert (PrefillGraph.fill, GroupBlocks.block_table, GroupBlocks.slot_mapping, ModelRunner.prepare_replay) == before
+
+
+def test_threads_now_names_the_python_threads_and_counts_the_os_ones():
+    import threading
+
+    ev = threading.Event()
+    t = threading.Thread(target=ev.wait, name="kselect-test-waiter")
+    t.start()
+    try:
+        got = pc.threads_now()
+        assert "MainThread" in got["python"] and "kselect-test-waiter" in got["python"]
+        assert got["os"] is None or got["os"] >= 2
+        assert got["switch_interval_s"] > 0
+    finally:
+        ev.set()
+        t.join()

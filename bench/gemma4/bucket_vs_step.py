@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.append(str(ROOT))
 
-from e2e import SEED, SELECTIONS, free, point_overrides  # noqa: E402
+from e2e import free, point_overrides, selection_overrides  # noqa: E402
 from fusion import attention_kernels, category, profile_prefill, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
     rows = []
     for sname in o.selections:
         for kv in o.kv:
-            over = [f"rules={o.rules}" if x == SEED else x for x in SELECTIONS[sname]]
+            over = selection_overrides(sname, o.rules)
             point = point_overrides(SimpleNamespace(prompt_len=o.prompt_len, new=o.new), "decode B1") if sname == "latency" else []
             _, sel = select(base + [f"kv_cache={kv}", *over, *point])
             if prefill:

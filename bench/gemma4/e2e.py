@@ -60,6 +60,12 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
               "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
+
+
+def selection_overrides(name: str, rules: str) -> list[str]:
+    """A selection's Hydra overrides with the seed's rules replaced by `rules` (a selection naming its own rules,
+    like vllm_0_33_0, keeps them)."""
+    return [f"rules={rules}" if o == SEED else o for o in SELECTIONS[name]]
 KV_DTYPES = ["auto", "fp8"]
 PROFILE_STEPS = 8  # B1 decode steps profiled per selection
 PROFILE_PREFILLS = 3  # B1 prefills of --prompt-len profiled per selection
@@ -494,7 +500,7 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
             what = f"{preset} kv={kv} {metric}: {opts.prefill_rounds} interleaved rounds over {len(rows)} selections"
             try:
                 got = interleaved_prefill(model, {i: gr for i, (_, gr) in enumerate(rows)}, prompt, opts.prefill_rounds, g,
-                                          prefill_graph_tokens=opts.prefill_graph_tokens, gc_freeze=opts.gc_freeze)
+                                          prefill_graph_tokens=opts.prefill_graph_tokens)
             except Exception as e:  # noqa: BLE001
                 rep.data["errors"].append(f"{what}: {first_line(e)}")
                 log(f"{what}: FAILED {first_line(e)}")
@@ -550,9 +556,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefill-graph-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                     help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
                          "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
-    ap.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=False,
-                    help="freeze Python's garbage collector (gc.collect + gc.freeze) during the interleaved prefill rounds, "
-                         "as vLLM's workers do after initialization (vLLM #44363)")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     opts = ap.parse_args(argv)
     try:
@@ -627,7 +630,7 @@ def main(argv: list[str]) -> int:
             row = dict(preset=preset, selection=sname, kv=kv, point=point)
             rep.data["selections"].append(row)
             try:
-                over = [f"rules={opts.rules}" if o == SEED else o for o in SELECTIONS[sname]]
+                over = selection_overrides(sname, opts.rules)
                 _, sel = select(base + [f"kv_cache={kv}", *over, *point_overrides(opts, point)])
                 groups = model_groups(sel)
             except Exception as e:  # noqa: BLE001

@@ -20,8 +20,10 @@ Results: DIR/prefill_clocks.json and .md, written after every cell.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
+import operator
 import os
 import statistics
 import subprocess
@@ -74,14 +76,8 @@ def attribute(steps: list[dict], samples: list[dict]) -> None:
             continue
         s.update(sm_mean=statistics.fmean(x["sm"] for x in inside), sm_min=min(x["sm"] for x in inside),
                  power_max=max(x["power"] for x in inside), temp_max=max(x["temp"] for x in inside),
-                 reasons=reason_names(_or(x["reasons"] for x in inside)), samples=len(inside))
-
-
-def _or(xs) -> int:
-    m = 0
-    for x in xs:
-        m |= x
-    return m
+                 reasons=reason_names(functools.reduce(operator.or_, (x["reasons"] for x in inside), 0)),
+                 samples=len(inside))
 
 
 def rank_corr(a: list[float], b: list[float]) -> float | None:
@@ -101,19 +97,20 @@ def summarize(steps: list[dict], slow_factor: float = 1.05) -> dict:
     med = statistics.median(ms)
     slow = [s for s in steps if s["ms"] >= slow_factor * med]
     fast = [s for s in steps if s["ms"] < slow_factor * med]
-    clock = lambda xs: round(statistics.fmean(s["sm_mean"] for s in xs), 1) if xs and all("sm_mean" in s for s in xs) else None  # noqa: E731
-    power = lambda xs: round(statistics.fmean(s["power_max"] for s in xs), 1) if xs and all("power_max" in s for s in xs) else None  # noqa: E731
     have = [s for s in steps if "sm_mean" in s]
-    host = lambda xs, key: round(statistics.fmean(s.get(key, 0.0) for s in xs), 3) if xs else None  # noqa: E731
+
+    def mean(xs, key, nd):  # None when a step lacks the figure (no nvidia-smi sample)
+        return round(statistics.fmean(x[key] for x in xs), nd) if xs and all(key in x for x in xs) else None
+
     return dict(steps=len(steps), median_ms=round(med, 3), min_ms=round(min(ms), 3), max_ms=round(max(ms), 3),
-                slow=len(slow), slow_sm_mhz=clock(slow), rest_sm_mhz=clock(fast), slow_power_w=power(slow),
-                rest_power_w=power(fast),
+                slow=len(slow), slow_sm_mhz=mean(slow, "sm_mean", 1), rest_sm_mhz=mean(fast, "sm_mean", 1),
+                slow_power_w=mean(slow, "power_max", 1), rest_power_w=mean(fast, "power_max", 1),
                 reasons_slow=sorted({r for s in slow for r in s.get("reasons", [])}),
                 reasons_rest=sorted({r for s in fast for r in s.get("reasons", [])}),
                 rank_corr_ms_vs_sm=rank_corr([s["ms"] for s in have], [s["sm_mean"] for s in have]),
-                slow_gc_ms=host(slow, "gc_ms"), rest_gc_ms=host(fast, "gc_ms"), slow_fill_ms=host(slow, "fill_ms"),
-                rest_fill_ms=host(fast, "fill_ms"),
-                **{f"{p}_ms_slow_rest": (host(slow, f"{p}_ms"), host(fast, f"{p}_ms")) for p in PARTS},
+                slow_gc_ms=mean(slow, "gc_ms", 3), rest_gc_ms=mean(fast, "gc_ms", 3),
+                slow_fill_ms=mean(slow, "fill_ms", 3), rest_fill_ms=mean(fast, "fill_ms", 3),
+                **{f"{p}_ms_slow_rest": (mean(slow, f"{p}_ms", 3), mean(fast, f"{p}_ms", 3)) for p in PARTS},
                 gen2_steps=sum(1 for s in steps if 2 in s.get("gc_runs", [])),
                 slow_gen2_steps=sum(1 for s in slow if 2 in s.get("gc_runs", [])))
 
@@ -131,23 +128,26 @@ def threads_now() -> dict:
                 switch_interval_s=sys.getswitchinterval())
 
 
-class Phases:
-    """Wrap methods so each call runs between two device syncs; host seconds per phase name."""
+class Timed:
+    """Wrap methods or functions so each call adds its host ms to `add`, optionally between two device syncs (what
+    the call leaves queued counts too); `restore` undoes every wrap."""
 
-    def __init__(self, sync):
-        self.sync, self.s, self.undo = sync, defaultdict(float), []
+    def __init__(self):
+        self.undo: list = []
 
-    def wrap(self, owner, name: str, label: str) -> None:
+    def wrap(self, owner, name: str, add, sync=None) -> None:
         orig, own = getattr(owner, name), name in vars(owner)
 
         def timed(*a, **k):
-            self.sync()
+            if sync:
+                sync()
             t = time.perf_counter()
             try:
                 return orig(*a, **k)
             finally:
-                self.sync()
-                self.s[label] += time.perf_counter() - t
+                if sync:
+                    sync()
+                add((time.perf_counter() - t) * 1e3)
 
         setattr(owner, name, timed)
         self.undo.append((owner, name, orig if own else None))
@@ -168,13 +168,13 @@ def phase_times(eng, prompt: list[int], reps: int, sync) -> dict:
 
     runs = []
     for _ in range(reps):
-        ph = Phases(sync)
+        ms, ph = defaultdict(float), Timed()
         for owner, name, label in [(eng, "reset", "reset"), (eng, "reserve", "reserve"),
                                    (eng, "check_tokens", "check_tokens"), (eng, "begin_step", "begin_step"),
                                    (PrefillGraph, "fill", "graph fill (tables, slots, plan)"),
                                    (PrefillGraph, "replay", "graph replay (device)"), (eng, "end_step", "end_step"),
                                    (eng.runner, "logits", "logits"), (engine_mod, "sample", "sample")]:
-            ph.wrap(owner, name, label)
+            ph.wrap(owner, name, lambda x, label=label: ms.__setitem__(label, ms[label] + x), sync)
         try:
             sync()
             t = time.perf_counter()
@@ -182,7 +182,7 @@ def phase_times(eng, prompt: list[int], reps: int, sync) -> dict:
             total = time.perf_counter() - t
         finally:
             ph.restore()
-        row = {k: v * 1e3 for k, v in ph.s.items()}
+        row = dict(ms)
         row["other (unwrapped host)"] = total * 1e3 - sum(row.values())
         row["total, synced phases"] = total * 1e3
         row["engine clock (events)"] = r.prefill_s * 1e3
@@ -234,7 +234,7 @@ class HostClock:
         self.parts = dict.fromkeys(PARTS, 0.0)
         self.gc_runs: list[int] = []
         self._t = None
-        self._undo: list = []
+        self._timed = Timed()
 
     def on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -249,35 +249,20 @@ class HostClock:
         self.parts = dict.fromkeys(PARTS, 0.0)
         self.gc_runs = []
 
-    def _timed(self, owner, name: str, add) -> None:
-        orig = owner.__dict__[name]
-
-        def timed(*a, **k):
-            t = time.perf_counter()
-            try:
-                return orig(*a, **k)
-            finally:
-                add((time.perf_counter() - t) * 1e3)
-
-        setattr(owner, name, timed)
-        self._undo.append((owner, name, orig))
-
     def __enter__(self):
         from kselect.gemma4.block_manager import GroupBlocks  # noqa: PLC0415
         from kselect.gemma4.model_runner import ModelRunner  # noqa: PLC0415
         from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
 
         gc.callbacks.append(self.on_gc)
-        self._timed(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms))
+        self._timed.wrap(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms))
         for owner, name in ((GroupBlocks, "block_table"), (GroupBlocks, "slot_mapping"), (ModelRunner, "prepare_replay")):
-            self._timed(owner, name, lambda ms, n=name: self.parts.__setitem__(n, self.parts[n] + ms))
+            self._timed.wrap(owner, name, lambda ms, n=name: self.parts.__setitem__(n, self.parts[n] + ms))
         return self
 
     def __exit__(self, *exc) -> None:
         gc.callbacks.remove(self.on_gc)
-        for owner, name, orig in reversed(self._undo):
-            setattr(owner, name, orig)
-        self._undo.clear()
+        self._timed.restore()
 
 
 def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1, freeze: bool = False,
@@ -288,11 +273,9 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
     (vLLM #44363), undone after; threads: torch's intra-op CPU threads for the rounds (restored after)."""
     import torch  # noqa: PLC0415
 
-    from prefill_rounds import balanced_orders  # noqa: PLC0415
+    from prefill_rounds import visit_order  # noqa: PLC0415
 
-    keys = list(engines)
-    orders = balanced_orders(len(keys))
-    steps = {k: [] for k in keys}
+    steps = {k: [] for k in engines}
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -301,19 +284,18 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
         gc.freeze()
     try:
         with HostClock() as hc:
-            for r in range(n):
-                for k in (keys[i] for i in orders[r % len(orders)]):
-                    for _ in range(warm):
-                        engines[k].generate([prompt], 1, stop_at_eos=False)
-                    sync()
-                    if pause_s:
-                        time.sleep(pause_s)
-                    hc.reset()
-                    t0 = time.time()
-                    res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
-                    steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3,
-                                         gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3),
-                                         **{f"{n}_ms": round(v, 3) for n, v in hc.parts.items()}))
+            for r, k in visit_order(list(engines), n):
+                for _ in range(warm):
+                    engines[k].generate([prompt], 1, stop_at_eos=False)
+                sync()
+                if pause_s:
+                    time.sleep(pause_s)
+                hc.reset()
+                t0 = time.time()
+                res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
+                steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3,
+                                     gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3),
+                                     **{f"{p}_ms": round(v, 3) for p, v in hc.parts.items()}))
     finally:
         if freeze:
             gc.unfreeze()
@@ -379,7 +361,7 @@ def main(argv: list[str]) -> int:
     opts = ap.parse_args(argv)
 
     import torch  # noqa: PLC0415
-    from e2e import SELECTIONS, describe, environment, free  # noqa: PLC0415
+    from e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
     from kselect.gemma4.engine import Engine, model_groups  # noqa: PLC0415
@@ -403,7 +385,7 @@ def main(argv: list[str]) -> int:
         engines = {}
         try:
             for s in opts.selections:
-                over = [f"rules={opts.rules}" if o.startswith("rules=") else o for o in SELECTIONS[s]]
+                over = selection_overrides(s, opts.rules)
                 _, sel = select(base + [f"kv_cache={kv}", *over])
                 groups = model_groups(sel)
                 cell["backends"][s] = describe(groups)

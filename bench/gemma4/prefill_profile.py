@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.append(str(ROOT))
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from e2e import SELECTIONS, describe, environment, free  # noqa: E402
+from e2e import SELECTIONS, describe, environment, free, selection_overrides  # noqa: E402
 from fusion import CATEGORIES, category, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         model, _, _ = build_model(cfg0, 0)
         for sname in opts.selections:
             for kv in opts.kv:
-                over = [f"rules={opts.rules}" if o.startswith("rules=") else o for o in SELECTIONS[sname]]
+                over = selection_overrides(sname, opts.rules)
                 for n in opts.lens:
                     row = dict(preset=preset, selection=sname, kv=kv)
                     try:

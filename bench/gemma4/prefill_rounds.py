@@ -17,7 +17,6 @@ not measured.
 
 from __future__ import annotations
 
-import gc
 import statistics
 
 from kselect.gemma4.engine import Engine
@@ -40,14 +39,20 @@ def balanced_orders(n: int) -> list[list[int]]:
     return rows + [r[::-1] for r in rows] if n % 2 and n > 1 else rows
 
 
+def visit_order(keys: list, rounds: int):
+    """(round, key) for every visit of `rounds` rounds, round r in balanced_orders' order r mod its length."""
+    orders = balanced_orders(len(keys))
+    for r in range(rounds):
+        for i in orders[r % len(orders)]:
+            yield r, keys[i]
+
+
 def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, graphs, warm: int = 1,
-                        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS, gc_freeze: bool = False) -> dict:
+                        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
     """entries {key: groups} -> {key: record}: the median of `rounds` prefills of `prompt` (B1) on each selection,
-    every round visiting every engine (round r in `balanced_orders`' order r mod its length; a multiple of that
-    length balances the design), each visit timing the prefill after `warm` untimed ones.
-    graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step;
-    gc_freeze: after the warm-up, gc.collect() + gc.freeze() for the rounds (undone after), as vLLM's workers freeze
-    the collector after initialization (vLLM #44363): bench/gemma4/prefill_clocks.py times the collections."""
+    every round visiting every engine (`visit_order`; a multiple of balanced_orders' length balances the design),
+    each visit timing the prefill after `warm` untimed ones.
+    graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step."""
     if rounds < 1:
         raise ValueError(f"--prefill-rounds must be at least 1, got {rounds}")
     engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs,
@@ -56,25 +61,18 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
     try:
         for eng in engines.values():  # warm-up: kernel compiles, prefill graph capture
             eng.generate([prompt], 1, stop_at_eos=False)
-        if gc_freeze:
-            gc.collect()
-            gc.freeze()
         keys = list(engines)
-        orders = balanced_orders(len(keys))
         times: dict = {k: [] for k in keys}
-        for r in range(rounds):
-            for k in (keys[i] for i in orders[r % len(orders)]):
-                for _ in range(warm):
-                    engines[k].generate([prompt], 1, stop_at_eos=False)
-                times[k].append(engines[k].generate([prompt], 1, stop_at_eos=False).prefill_s)
+        for _, k in visit_order(keys, rounds):
+            for _ in range(warm):
+                engines[k].generate([prompt], 1, stop_at_eos=False)
+            times[k].append(engines[k].generate([prompt], 1, stop_at_eos=False).prefill_s)
         out = {}
         for k, ts in times.items():
             p = statistics.median(ts)
             out[k] = dict(prefill_tok_s=len(prompt) / p, prefill_ms=p * 1e3, prefill_ms_reps=[round(t * 1e3, 3) for t in ts],
                           rounds=rounds, warm=warm, selections=len(keys), prefill_graph_steps=engines[k].prefill_graph_steps,
-                          gc_frozen=gc_freeze, order="williams")
+                          order="williams")
         return out
     finally:
-        if gc_freeze:
-            gc.unfreeze()
         engines.clear()

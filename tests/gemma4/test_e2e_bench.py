@@ -487,45 +487,17 @@ def test_balanced_orders_let_each_selection_follow_each_other_equally_often(n):
     if n > 1:
         assert set(pairs) == {(i, j) for i in range(n) for j in range(n) if i != j}
         assert len(set(pairs.values())) == 1
-    rotation = Counter((a, b) for s in range(3) for o in [[(i + s) % 3 for i in range(3)]] for a, b in zip(o, o[1:]))
-    assert (1, 0) not in rotation  # what the rotation never gives: b right before a
     with pytest.raises(ValueError, match="at least one"):
         pr.balanced_orders(0)
+    if n == 2:  # the visits of three rounds: each round in the next order
+        assert list(pr.visit_order(["a", "b"], 3)) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
 
 
-def test_prefill_rounds_freeze_the_collector_only_for_the_timed_rounds(monkeypatch):
-    """gc_freeze: the warm-up runs with the collector as it was, the rounds frozen, and the freeze is undone after
-    (also when a prefill fails); the record says so."""
-    import gc
-
-    sys.path.insert(0, str(ROOT / "bench" / "gemma4"))
-    pr = _load("bench/gemma4/prefill_rounds.py")
-    frozen = []
-
-    class FakeEngine:
-        prefill_graph_steps = 0
-
-        def __init__(self, model, groups, **kw):
-            self.n, self.fail = 0, groups == "x"
-
-        def generate(self, prompts, new, stop_at_eos):
-            self.n += 1
-            frozen.append(gc.get_freeze_count() > 0)
-            if self.fail and self.n > 1:
-                raise RuntimeError("boom")
-            return SimpleNamespace(prefill_s=0.01)
-
-    monkeypatch.setattr(pr, "Engine", FakeEngine)
-    gc.unfreeze()
-    got = pr.interleaved_prefill(None, {"A": "a"}, [1, 2], 2, None, gc_freeze=True)
-    assert frozen == [False, True, True, True, True] and got["A"]["gc_frozen"] is True
-    assert gc.get_freeze_count() == 0
-    frozen.clear()
-    assert pr.interleaved_prefill(None, {"A": "a"}, [1, 2], 1, None)["A"]["gc_frozen"] is False
-    assert not any(frozen)
-    with pytest.raises(RuntimeError, match="boom"):
-        pr.interleaved_prefill(None, {"A": "x"}, [1, 2], 1, None, gc_freeze=True)
-    assert gc.get_freeze_count() == 0
+def test_selection_overrides_put_the_run_rules_in_place_of_the_seed_rules_only():
+    e2e = _load("bench/gemma4/e2e.py")
+    assert e2e.selection_overrides("vllm", "vllm_0_33_0") == ["rules=vllm_0_33_0"]
+    assert e2e.selection_overrides("latency", "x") == ["rules=x", "objective=latency"]
+    assert e2e.selection_overrides("vllm_0_33_0", "post_pr52987") == ["rules=vllm_0_33_0"]  # names its own rules
 
 
 def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_block_timings():
@@ -570,8 +542,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     todo = [(s, f"groups:{s['selection']}@{s['point']}") for s in selections if "same_as" not in s and "error" not in s]
     calls = []
 
-    def fake(model, entries, prompt, rounds, graphs, prefill_graph_tokens, gc_freeze):
-        assert gc_freeze is True  # --gc-freeze reaches the rounds
+    def fake(model, entries, prompt, rounds, graphs, prefill_graph_tokens):
         calls.append((len(prompt), sorted(entries.values()), graphs, prefill_graph_tokens))
         return {k: dict(prefill_tok_s=1000.0 + k, prefill_ms=1.0) for k in entries}
 
@@ -580,7 +551,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
         calls.clear()
         rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
         opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"],
-                               prefill_graph_tokens=graph_tokens, gc_freeze=True)
+                               prefill_graph_tokens=graph_tokens)
         args = SimpleNamespace(vocab_size=100)
         e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
         assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None, graph_tokens),

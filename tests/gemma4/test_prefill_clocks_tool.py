@@ -51,17 +51,20 @@ def test_summarize_splits_slow_steps_and_correlates_with_the_clock():
     assert pc.rank_corr([1, 2], [2, 1]) is None
 
 
-def test_phases_time_each_call_and_restore_what_they_wrapped():
+def test_timed_wraps_time_each_call_between_syncs_and_restore_what_they_wrapped():
     class Thing:
         def work(self, x):
             return x + 1
 
-    thing, syncs = Thing(), []
-    ph = pc.Phases(lambda: syncs.append(1))
-    ph.wrap(thing, "work", "work")
-    assert thing.work(1) == 2 and ph.s["work"] >= 0 and len(syncs) == 2
-    ph.restore()
-    assert "work" not in vars(thing) and thing.work(1) == 2 and len(syncs) == 2
+    thing, syncs, got = Thing(), [], []
+    t = pc.Timed()
+    t.wrap(thing, "work", got.append, lambda: syncs.append(1))  # an instance's bound method
+    t.wrap(Thing, "work", got.append)  # the class's own function, no syncs
+    assert thing.work(1) == 2 and len(got) == 1 and got[0] >= 0 and len(syncs) == 2  # the instance's wrap wins
+    assert Thing().work(1) == 2 and len(got) == 2 and len(syncs) == 2
+    t.restore()
+    assert "work" not in vars(thing) and Thing.__dict__["work"].__name__ == "work"
+    assert thing.work(1) == 2 and len(got) == 2 and len(syncs) == 2
 
 
 def test_host_clock_times_the_fill_and_its_parts_and_unwraps_them():

@@ -9,8 +9,9 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
 - interleaved rounds as `prefill_rounds.py` runs them, with the GPU's SM clock, power, temperature and clock-event
   reasons sampled by `nvidia-smi` every --sample-ms, attributed to each timed step; then the same rounds with an
   idle --pause-s before every timed step (does an idle GPU come back slower or faster?), and with the garbage
-  collector frozen, or on one CPU thread; each timed step records its host ms in garbage collection and in the
-  graph's fill (and in the fill's block tables, slot mappings and replay planning).
+  collector frozen, on one CPU thread, without nvidia-smi, or with a shorter GIL switch interval; each timed step
+  records its host ms in garbage collection and in the graph's fill (and in the fill's block tables, slot mappings
+  and replay planning), and the fill's CPU time, context switches and page faults (a stall is work or a wait).
 
     python bench/gemma4/prefill_clocks.py --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
 
@@ -25,6 +26,7 @@ import gc
 import json
 import operator
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -111,6 +113,7 @@ def summarize(steps: list[dict], slow_factor: float = 1.05) -> dict:
                 slow_gc_ms=mean(slow, "gc_ms", 3), rest_gc_ms=mean(fast, "gc_ms", 3),
                 slow_fill_ms=mean(slow, "fill_ms", 3), rest_fill_ms=mean(fast, "fill_ms", 3),
                 **{f"{p}_ms_slow_rest": (mean(slow, f"{p}_ms", 3), mean(fast, f"{p}_ms", 3)) for p in PARTS},
+                **{f"fill_{u}_slow_rest": (mean(slow, f"fill_{u}", 2), mean(fast, f"fill_{u}", 2)) for u in USAGE},
                 gen2_steps=sum(1 for s in steps if 2 in s.get("gc_runs", [])),
                 slow_gen2_steps=sum(1 for s in slow if 2 in s.get("gc_runs", [])))
 
@@ -128,6 +131,17 @@ def threads_now() -> dict:
                 switch_interval_s=sys.getswitchinterval())
 
 
+def thread_usage() -> dict:
+    """This thread's CPU ms, context switches (voluntary: it waited, on a lock, the GIL or a blocking call;
+    involuntary: the OS preempted it) and page faults: a host stall with little CPU time was a wait."""
+    r = resource.getrusage(getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF))
+    return dict(cpu_ms=time.thread_time() * 1e3, vcsw=r.ru_nvcsw, ivcsw=r.ru_nivcsw, minflt=r.ru_minflt,
+                majflt=r.ru_majflt)
+
+
+USAGE = ("cpu_ms", "vcsw", "ivcsw", "minflt", "majflt")
+
+
 class Timed:
     """Wrap methods or functions so each call adds its host ms to `add`, optionally between two device syncs (what
     the call leaves queued counts too); `restore` undoes every wrap."""
@@ -135,12 +149,14 @@ class Timed:
     def __init__(self):
         self.undo: list = []
 
-    def wrap(self, owner, name: str, add, sync=None) -> None:
+    def wrap(self, owner, name: str, add, sync=None, usage=None) -> None:
+        """usage: also called with the call's thread_usage() difference."""
         orig, own = getattr(owner, name), name in vars(owner)
 
         def timed(*a, **k):
             if sync:
                 sync()
+            u0 = thread_usage() if usage else None
             t = time.perf_counter()
             try:
                 return orig(*a, **k)
@@ -148,6 +164,9 @@ class Timed:
                 if sync:
                     sync()
                 add((time.perf_counter() - t) * 1e3)
+                if usage:
+                    u1 = thread_usage()
+                    usage({k: u1[k] - u0[k] for k in USAGE})
 
         setattr(owner, name, timed)
         self.undo.append((owner, name, orig if own else None))
@@ -232,6 +251,7 @@ class HostClock:
     def __init__(self):
         self.gc_ms = self.fill_ms = 0.0
         self.parts = dict.fromkeys(PARTS, 0.0)
+        self.usage = dict.fromkeys(USAGE, 0.0)  # the fill's
         self.gc_runs: list[int] = []
         self._t = None
         self._timed = Timed()
@@ -247,7 +267,12 @@ class HostClock:
     def reset(self) -> None:
         self.gc_ms = self.fill_ms = 0.0
         self.parts = dict.fromkeys(PARTS, 0.0)
+        self.usage = dict.fromkeys(USAGE, 0.0)
         self.gc_runs = []
+
+    def add_usage(self, d: dict) -> None:
+        for k, v in d.items():
+            self.usage[k] += v
 
     def __enter__(self):
         from kselect.gemma4.block_manager import GroupBlocks  # noqa: PLC0415
@@ -255,7 +280,8 @@ class HostClock:
         from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
 
         gc.callbacks.append(self.on_gc)
-        self._timed.wrap(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms))
+        self._timed.wrap(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms),
+                         usage=self.add_usage)
         for owner, name in ((GroupBlocks, "block_table"), (GroupBlocks, "slot_mapping"), (ModelRunner, "prepare_replay")):
             self._timed.wrap(owner, name, lambda ms, n=name: self.parts.__setitem__(n, self.parts[n] + ms))
         return self
@@ -266,19 +292,22 @@ class HostClock:
 
 
 def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm: int = 1, freeze: bool = False,
-           threads: int | None = None) -> dict:
+           threads: int | None = None, switch_s: float | None = None) -> dict:
     """prefill_rounds.py's rounds (balanced orders, `warm` untimed visits), each timed step stamped on the host's
     wall clock for the nvidia-smi samples, with its garbage-collection and graph-fill host ms; pause_s of idle
     before every timed step; freeze: gc.collect() + gc.freeze() first, as vLLM's workers do after initialization
-    (vLLM #44363), undone after; threads: torch's intra-op CPU threads for the rounds (restored after)."""
+    (vLLM #44363), undone after; threads: torch's intra-op CPU threads for the rounds; switch_s: Python's GIL
+    switch interval for the rounds (both restored after)."""
     import torch  # noqa: PLC0415
 
     from prefill_rounds import visit_order  # noqa: PLC0415
 
     steps = {k: [] for k in engines}
-    before = torch.get_num_threads()
+    before, switch_before = torch.get_num_threads(), sys.getswitchinterval()
     if threads:
         torch.set_num_threads(threads)
+    if switch_s:
+        sys.setswitchinterval(switch_s)
     if freeze:
         gc.collect()
         gc.freeze()
@@ -295,11 +324,13 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
                 res = engines[k].generate([prompt], 1, stop_at_eos=False)  # ends with a sync (its clock)
                 steps[k].append(dict(round=r, t0=t0, t1=time.time(), ms=res.prefill_s * 1e3,
                                      gc_ms=round(hc.gc_ms, 3), gc_runs=list(hc.gc_runs), fill_ms=round(hc.fill_ms, 3),
-                                     **{f"{p}_ms": round(v, 3) for p, v in hc.parts.items()}))
+                                     **{f"{p}_ms": round(v, 3) for p, v in hc.parts.items()},
+                                     **{f"fill_{u}": round(v, 3) for u, v in hc.usage.items()}))
     finally:
         if freeze:
             gc.unfreeze()
         torch.set_num_threads(before)
+        sys.setswitchinterval(switch_before)
     return steps
 
 
@@ -323,8 +354,10 @@ def render(d: dict) -> str:
                   *[f"- gap {g['us']} us after `{g['after']}` before `{g['before']}`" for g in p.get("largest_gaps", [])], ""]
         L += ["| rounds | selection | steps | median ms | min | max | slow (>=1.05x) | SM MHz slow / rest | "
               "power W slow / rest | reasons slow | reasons rest | rank corr ms vs SM | GC ms slow / rest | "
-              "fill ms slow / rest | tables, slots, plan ms in the step slow / rest | steps with a gen-2 GC (slow) |",
-              "|" + "---|" * 16]
+              "fill ms slow / rest | tables, slots, plan ms in the step slow / rest | "
+              "fill's CPU ms, voluntary / involuntary switches, minor / major faults slow / rest | "
+              "steps with a gen-2 GC (slow) |",
+              "|" + "---|" * 17]
         for mode, per in c["rounds"].items():
             for s, sm in per.items():
                 L.append(f"| {mode} | {s} | {sm['steps']} | {sm['median_ms']} | {sm['min_ms']} | {sm['max_ms']} | "
@@ -333,6 +366,8 @@ def render(d: dict) -> str:
                          f"{_num(sm['rank_corr_ms_vs_sm'])} | {sm.get('slow_gc_ms')} / {sm.get('rest_gc_ms')} | "
                          f"{sm.get('slow_fill_ms')} / {sm.get('rest_fill_ms')} | "
                          + ", ".join(f"{a} / {b}" for a, b in (sm.get(f"{p}_ms_slow_rest", (None, None)) for p in PARTS))
+                         + " | " + ", ".join(f"{a} / {b}" for a, b in (sm.get(f"fill_{u}_slow_rest", (None, None))
+                                                                     for u in USAGE))
                          + f" | {sm.get('gen2_steps')} "
                          f"({sm.get('slow_gen2_steps')}) |")
         L += ["", *[f"Threads during `{m}`: Python {t['python']}, OS {t['os']}, GIL switch interval "
@@ -354,6 +389,10 @@ def main(argv: list[str]) -> int:
                     help="also run the back-to-back rounds with the garbage collector frozen (gc.freeze)")
     ap.add_argument("--one-thread", action=argparse.BooleanOptionalAction, default=False,
                     help="also run the back-to-back rounds with one intra-op CPU thread (torch.set_num_threads(1))")
+    ap.add_argument("--unsampled", action=argparse.BooleanOptionalAction, default=False,
+                    help="also run the back-to-back rounds without nvidia-smi (its driver queries as a cause)")
+    ap.add_argument("--switch-ms", type=float, default=0.0,
+                    help="also run the back-to-back rounds with this GIL switch interval (sys.setswitchinterval)")
     ap.add_argument("--phase-reps", type=int, default=5)
     ap.add_argument("--sample-ms", type=int, default=20)
     ap.add_argument("--rules", default="vllm_0_33_0")
@@ -400,22 +439,28 @@ def main(argv: list[str]) -> int:
             save()
             log = opts.out / f"smi_{kv}.csv"
             smi_text = []
-            for mode, n, pause, freeze, threads in [
-                    ("back to back", opts.rounds, 0.0, False, None),
-                    ("back to back, gc frozen", opts.rounds if opts.freeze else 0, 0.0, True, None),
-                    ("back to back, 1 CPU thread", opts.rounds if opts.one_thread else 0, 0.0, False, 1),
-                    (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False, None)]:
+            b2b = opts.rounds
+            for mode, n, pause, freeze, threads, switch_s, sampled in [
+                    ("back to back", b2b, 0.0, False, None, None, True),
+                    ("back to back, gc frozen", b2b if opts.freeze else 0, 0.0, True, None, None, True),
+                    ("back to back, 1 CPU thread", b2b if opts.one_thread else 0, 0.0, False, 1, None, True),
+                    ("back to back, no nvidia-smi", b2b if opts.unsampled else 0, 0.0, False, None, None, False),
+                    (f"back to back, GIL switch {opts.switch_ms} ms", b2b if opts.switch_ms else 0, 0.0, False, None,
+                     opts.switch_ms / 1e3, True),
+                    (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False, None, None, True)]:
                 if n < 1:
                     continue
+                smi = None
                 try:
-                    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
-                                            f"-lms={opts.sample_ms}"], stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True)
+                    if sampled:
+                        smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
+                                                f"-lms={opts.sample_ms}"], stdout=subprocess.PIPE,
+                                               stderr=subprocess.STDOUT, text=True)
                 except FileNotFoundError:  # no NVIDIA driver here: rounds without clocks
                     smi = None
                 time.sleep(0.3)
                 try:
-                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze, threads=threads)
+                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze, threads=threads, switch_s=switch_s)
                 finally:
                     time.sleep(0.1)
                     text = ""

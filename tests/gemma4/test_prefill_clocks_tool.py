@@ -2,6 +2,7 @@
 summary, and the phase timer's wrapping undone."""
 
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -98,3 +99,52 @@ def test_threads_now_names_the_python_threads_and_counts_the_os_ones():
     finally:
         ev.set()
         t.join()
+
+
+def test_timed_usage_tells_a_wait_from_work():
+    got, usage = [], []
+
+    class Thing:
+        def wait(self):
+            time.sleep(0.03)
+
+        def work(self):
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.03:
+                pass
+
+    t = pc.Timed()
+    t.wrap(Thing, "wait", got.append, usage=usage.append)
+    t.wrap(Thing, "work", got.append, usage=usage.append)
+    try:
+        Thing().wait()
+        Thing().work()
+    finally:
+        t.restore()
+    (wait, work), (wait_ms, work_ms) = usage, got
+    assert set(wait) == set(pc.USAGE) and wait_ms >= 29 and work_ms >= 29
+    assert wait["cpu_ms"] < 10 and wait["vcsw"] >= 1  # slept: little CPU, the thread gave way
+    assert work["cpu_ms"] >= 20  # spun: the wall time was CPU time
+
+
+def test_rounds_restore_threads_and_switch_interval_and_record_the_fill_usage():
+    import torch
+
+    class Result:
+        prefill_s = 0.001
+
+    class Eng:
+        def __init__(self):
+            self.seen = []
+
+        def generate(self, prompts, n, stop_at_eos):
+            self.seen.append((torch.get_num_threads(), sys.getswitchinterval()))
+            return Result()
+
+    engines = {"vllm": Eng(), "latency": Eng()}
+    threads, switch = torch.get_num_threads(), sys.getswitchinterval()
+    steps = pc.rounds(engines, [1, 2], 4, 0.0, lambda: None, threads=1, switch_s=0.0005)
+    assert torch.get_num_threads() == threads and sys.getswitchinterval() == switch
+    assert all(seen == (1, 0.0005) for e in engines.values() for seen in e.seen)
+    assert [len(v) for v in steps.values()] == [4, 4]
+    assert all(s[f"fill_{u}"] == 0 for v in steps.values() for s in v for u in pc.USAGE)  # no graph fill ran

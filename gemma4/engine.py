@@ -33,6 +33,7 @@ import torch
 from kselect.backends.base import AttentionBackend
 from kselect.backends.registry import make_backend
 from kselect.gemma4.decode_graph import DecodeGraph
+from kselect.gemma4.host_threads import use_serving_threads
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
@@ -132,18 +133,22 @@ class Engine:
         max_step_tokens: int | None = None,
         prefill_graphs: bool | None = None,
         prefill_graph_tokens: int = DEFAULT_MAX_TOKENS,
+        serving_threads: bool = True,
     ):
         """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
         that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
         to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
         every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to
         prefill_graph_tokens (a bucket of gemma4/prefill_graph.py, default 2,048) replay CUDA graphs per token
-        bucket; None = whenever decode graphs are on and every prefill backend supports graphs."""
+        bucket; None = whenever decode graphs are on and every prefill backend supports graphs.
+        serving_threads: on a GPU, torch's intra-op CPU pool shrinks to one thread for the process
+        (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-12 ms); False leaves it."""
         if max_step_tokens is not None and max_step_tokens < 1:
             raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
         self.model = model.eval()
         self.args = model.args
         self.device = torch.device(device) if device is not None else model.device
+        self.host_threads = use_serving_threads(self.device) if serving_threads else torch.get_num_threads()
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
         # per phase (objective selections): a group's prefill steps may run another backend over the same

@@ -42,6 +42,7 @@ sys.path.append(str(Path(__file__).resolve().parent))  # its sibling tools (pair
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
+from kselect.gemma4.host_threads import serving_threads  # noqa: E402
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
 from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens  # noqa: E402
 from e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label  # noqa: E402
@@ -93,7 +94,8 @@ def environment(argv: list[str], script: str = "bench/gemma4/e2e.py") -> dict:
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=torch.cuda.get_device_name(0), gpu_mem_gib=round(p.total_memory / 2**30, 1),
-                   cuda=torch.version.cuda, capability=f"{p.major}.{p.minor}")
+                   cuda=torch.version.cuda, capability=f"{p.major}.{p.minor}",
+                   host_threads=serving_threads("cuda") or torch.get_num_threads())  # the engines serve with
     else:
         env.update(gpu=None, cpu_threads=torch.get_num_threads())
     return env

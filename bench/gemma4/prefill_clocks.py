@@ -9,7 +9,8 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
 - interleaved rounds as `prefill_rounds.py` runs them, with the GPU's SM clock, power, temperature and clock-event
   reasons sampled by `nvidia-smi` every --sample-ms, attributed to each timed step; then the same rounds with an
   idle --pause-s before every timed step (does an idle GPU come back slower or faster?), and with the garbage
-  collector frozen, on one CPU thread, without nvidia-smi, or with a shorter GIL switch interval; each timed step
+  collector frozen, on torch's default CPU pool (not the engine's one serving thread), without nvidia-smi, or with
+  a shorter GIL switch interval; each timed step
   records its host ms in garbage collection and in the graph's fill (and in the fill's block tables, slot mappings
   and replay planning), and the fill's CPU time, context switches and page faults (a stall is work or a wait).
 
@@ -387,8 +388,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--pause-s", type=float, default=0.5)
     ap.add_argument("--freeze", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the back-to-back rounds with the garbage collector frozen (gc.freeze)")
-    ap.add_argument("--one-thread", action=argparse.BooleanOptionalAction, default=False,
-                    help="also run the back-to-back rounds with one intra-op CPU thread (torch.set_num_threads(1))")
+    ap.add_argument("--pool", action=argparse.BooleanOptionalAction, default=False,
+                    help="also run the back-to-back rounds on torch's default intra-op pool (one thread per core), "
+                         "not the engine's serving thread (gemma4/host_threads.py)")
     ap.add_argument("--unsampled", action=argparse.BooleanOptionalAction, default=False,
                     help="also run the back-to-back rounds without nvidia-smi (its driver queries as a cause)")
     ap.add_argument("--switch-ms", type=float, default=0.0,
@@ -401,6 +403,8 @@ def main(argv: list[str]) -> int:
 
     import torch  # noqa: PLC0415
     from e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
+
+    pool = torch.get_num_threads()  # torch's default, before an engine on a GPU serves on one
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
     from kselect.gemma4.engine import Engine, model_groups  # noqa: PLC0415
@@ -443,7 +447,7 @@ def main(argv: list[str]) -> int:
             for mode, n, pause, freeze, threads, switch_s, sampled in [
                     ("back to back", b2b, 0.0, False, None, None, True),
                     ("back to back, gc frozen", b2b if opts.freeze else 0, 0.0, True, None, None, True),
-                    ("back to back, 1 CPU thread", b2b if opts.one_thread else 0, 0.0, False, 1, None, True),
+                    (f"back to back, {pool} CPU threads", b2b if opts.pool else 0, 0.0, False, pool, None, True),
                     ("back to back, no nvidia-smi", b2b if opts.unsampled else 0, 0.0, False, None, None, False),
                     (f"back to back, GIL switch {opts.switch_ms} ms", b2b if opts.switch_ms else 0, 0.0, False, None,
                      opts.switch_ms / 1e3, True),

@@ -15,7 +15,10 @@
 #   bash bench/h200/clocks.sh S4    # ~4 min, sixteenth session: back to back, on one intra-op CPU thread, without
 #                                   #   nvidia-smi, and with a 0.5 ms GIL switch interval; each step's fill split into
 #                                   #   block tables, slot mappings and replay planning, with its CPU time, context
-#                                   #   switches and page faults, and the process's threads (where do 9-12 ms go?)
+#                                   #   switches and page faults, and the process's threads (where do 9-12 ms go?).
+#                                   #   Run on fbf8d94, where torch's pool was the default and `--one-thread` the
+#                                   #   contrast; since then an engine on a GPU serves on one thread
+#                                   #   (gemma4/host_threads.py) and `--pool` is the contrast
 #   bash bench/h200/clocks.sh F4    # vLLM's SM90 multimodal composite (TRITON_FLASH_ATTN_v3/_v4) timed with E4B's
 #   bash bench/h200/clocks.sh F31   #   layer:192 fence (31B: layer:1024), prefill then decode buckets, as its
 #                                   #   group-mates were (bench/h200/fenced.sh Q4 P4 / Q31 P31; $KEEP carries the
@@ -31,7 +34,7 @@ S|S2|S3|S4)
   case $PART in
   S) extra=(--pause-rounds ${PAUSE_ROUNDS:-20} --no-freeze) ;;
   S2) extra=(--pause-rounds 0 --freeze) ;;
-  S4) extra=(--pause-rounds 0 --no-freeze --one-thread --unsampled --switch-ms 0.5) ;;
+  S4) extra=(--pause-rounds 0 --no-freeze --pool --unsampled --switch-ms 0.5) ;;
   *) extra=(--pause-rounds 0 --no-freeze) ;;
   esac
   say "prefill clocks: E4B, 4,096 tokens, graphs (${extra[*]})"

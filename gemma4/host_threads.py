@@ -4,7 +4,7 @@ torch sizes its CPU thread pool to the host's cores. An engine on a GPU runs onl
 launches (block tables, slot mappings, sampling bookkeeping), and on more than one thread they can stall: on the
 H200's 16 cores a 4,096-token prefill step's slot mappings took 8-13 ms of CPU time, without a context switch, in
 up to a third of the steps (0.5-4.7 ms in the others); on one thread they took 0.24-0.35 ms in every step
-(bench/results/h200/clocks/S4/).
+(bench/results/h200/host_threads/S4/).
 vLLM's GPU workers serve on one intra-op thread for the same reason (vLLM #49919), and leave an OMP_NUM_THREADS
 set outside alone; so does this engine.
 """

@@ -8,12 +8,17 @@
 #   bash bench/h200/rounds.sh E31B   # ~5 min: 31B bf16, B1, $ROUNDS (61) rounds over vLLM's choice, latency, pin_fa3
 #                                    #   (explain's headroom at 4,096: 0.57% of the step)
 #   bash bench/h200/fenced.sh P4     # E4B decode buckets re-timed with the layer:192 fence (FlashInfer JIT included)
+#   bash bench/h200/rounds.sh E31P   # ~5 min: 31B bf16's 512-token prefill alone, $ROUNDS (1001) rounds of vLLM's choice
+#                                    #   and latency (same FA4 kernels at other blocks: 0.19% of the step in the
+#                                    #   profile of bench/results/h200/host_threads/E31B; 61 rounds resolve +-0.5%)
 set -u
 here=$(dirname "$0")
-case ${1:?usage: rounds.sh E4G|E31B} in
+case ${1:?usage: rounds.sh E4G|E31B|E31P} in
 E4G)  ROUNDS=${ROUNDS:-41} E2E_EXTRA="--prefill-graph-tokens 4096 --kv auto fp8 --batches 1 --selections vllm latency pin_fa pin_fa3 pin_triton" \
         exec bash "$here/fa3_builds.sh" E4 ;;
 E31B) ROUNDS=${ROUNDS:-61} E2E_EXTRA="--kv auto --batches 1 --selections vllm latency pin_fa3" \
         exec bash "$here/fa3_builds.sh" E31 ;;
-*) echo "usage: rounds.sh E4G|E31B" >&2; exit 2 ;;
+E31P) ROUNDS=${ROUNDS:-1001} E2E_EXTRA="--kv auto --batches 1 --selections vllm latency --prefill-lens" \
+        exec bash "$here/fa3_builds.sh" E31 ;;
+*) echo "usage: rounds.sh E4G|E31B|E31P" >&2; exit 2 ;;
 esac

@@ -16,8 +16,9 @@ re-planned through prepare_replay as under the engine's graphs), median of --rep
 (tests): eager calls timed with perf_counter, graph=false in the entry. Sliding decode allocates
 only the pages the window reaches. `--warm-jobs N` first runs every target once on a tiny shape in
 N processes, so JIT compiles (FlashInfer, FA4, Triton) overlap and land in their disk caches before
-the timed pass, which runs in this process, one kernel at a time. The file is merged and written
-atomically after every target, so a timeout keeps what was measured.
+the timed pass, which runs in this process, one kernel at a time, on the intra-op CPU threads an engine
+on that device serves with (gemma4/host_threads.py: one on a GPU), so host_ms and plan_ms are the engine's.
+The file is merged and written atomically after every target, so a timeout keeps what was measured.
 """
 
 from __future__ import annotations
@@ -180,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
+    from kselect.gemma4.host_threads import use_serving_threads
+
+    # host_ms and plan_ms on the intra-op threads an engine on this device serves with (one on a GPU)
+    print(f"intra-op CPU threads: {use_serving_threads(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))}",
+          flush=True)
     t0 = time.monotonic()
     if args.warm_jobs > 0 and args.device != "cpu":
         warm_up(ts, args.device, args.warm_jobs)

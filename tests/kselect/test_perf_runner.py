@@ -351,3 +351,17 @@ def test_a_kernel_or_dtype_no_verified_claim_has_exits_2_naming_what_is_allowed(
     bad = value.split(",")[0]
     assert f"{flag} {bad}:" in r.stderr and "nvidia_h200.yaml" in r.stderr and "allowed:" in r.stderr
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_runner_times_on_the_threads_an_engine_on_that_device_serves_with(tmp_path, conformance_file, capsys,
+                                                                          monkeypatch):
+    import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "")
+        assert "intra-op CPU threads: 2" in capsys.readouterr().out and torch.get_num_threads() == 2  # CPU: kept
+    finally:
+        torch.set_num_threads(before)

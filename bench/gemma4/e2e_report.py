@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -186,6 +187,19 @@ def fnum(x, fmt=",.0f"):
     return "" if x is None else (f"{x:{fmt}}" if isinstance(x, (int, float)) and math.isfinite(x) else str(x))
 
 
+SLOW_ROUND = 1.05  # a round this much over its selection's median counts as slow
+
+
+def round_spread(ms: list[float]) -> dict | None:
+    """One selection's interleaved prefill rounds (ms): median, min, 95th percentile, max and the slow rounds."""
+    if len(ms) < 2:
+        return None
+    med = statistics.median(ms)
+    return dict(rounds=len(ms), median=med, min=min(ms), max=max(ms),
+                p95=statistics.quantiles(ms, n=20, method="inclusive")[-1],
+                slow=sum(1 for x in ms if x >= SLOW_ROUND * med))
+
+
 def render_md(d: dict) -> str:
     env, o = d["environment"], d["options"]
     L = [f"# Gemma-4 end to end: kselect engine vs HF transformers ({env.get('gpu') or 'CPU'})", "",
@@ -275,6 +289,18 @@ def render_md(d: dict) -> str:
             L.append(f"| {r['preset']} | {sel_label(r)} | {r['kv']} | {r.get('prompt_len', '')} | {r.get('mode', '')} | "
                      f"{fnum(r.get('attention_ms'), '.3f')} | {fnum(r.get('kernel_ms'), '.2f')} | {fnum(r.get('kernels'))} | "
                      f"{r.get('error', '')} |")
+    if d.get("prefill_rounds"):
+        L += ["", "## Interleaved prefill rounds: spread per selection", "",
+              f"Slow: rounds at least {SLOW_ROUND}x the selection's median (host stalls, clock changes); "
+              "the objective table compares the rounds round by round.", "",
+              "| preset | kv | metric | selection | rounds | median ms | min | p95 | max | p95 / median | slow |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in d["prefill_rounds"]:
+            sp = round_spread(r.get("prefill_ms_reps") or [])
+            if sp:
+                L.append(f"| {r['preset']} | {r['kv']} | {r['metric']} | {sel_label(r)} | {sp['rounds']} | "
+                         f"{sp['median']:.2f} | {sp['min']:.2f} | {sp['p95']:.2f} | {sp['max']:.2f} | "
+                         f"{sp['p95'] / sp['median']:.3f} | {sp['slow']} |")
     table = objective_table(d)
     if table:
         L += ["", "## Objectives vs objective=vllm vs single-backend pins (same run)", "",

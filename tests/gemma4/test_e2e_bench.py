@@ -113,6 +113,25 @@ def test_objective_table_compares_same_run_and_names_identical_selections():
     assert "## B1 prefill profile" in md and "| m | vllm | auto | 512 | graph | 1.500 | 9.25 | 700 |" in md
 
 
+def test_the_rounds_section_shows_each_selections_spread_and_slow_rounds():
+    rep = _load("bench/gemma4/e2e_report.py")
+    ms = [64.0, 64.5, 63.8, 64.2, 72.0, 64.1, 64.3, 80.0, 63.9, 64.0]  # median 64.15: two rounds >= 1.05x
+    sp = rep.round_spread(ms)
+    assert sp["rounds"] == 10 and sp["median"] == pytest.approx(64.15) and sp["slow"] == 2
+    assert sp["min"] == 63.8 and sp["max"] == 80.0 and 72.0 <= sp["p95"] <= 80.0
+    assert rep.round_spread([64.0]) is None
+    md = rep.render_md(dict(
+        environment=dict(command="x", git_commit="abc", torch="t", date="d"), hf=[], presets={}, skipped=[], errors=[],
+        ceilings={}, options=dict(prompt_len=1, new=1, hf_new=1, reps=1, capacity_gib=1), selections=[], runs=[],
+        prefills=[], profiles=[], prefill_profiles=[],
+        prefill_rounds=[dict(preset="m", selection="vllm", kv="auto", metric="prefill B1 x 4096", prefill_ms_reps=ms),
+                        dict(preset="m", selection="latency", kv="auto", metric="prefill B1 x 4096",
+                             prefill_ms_reps=[63.0, 63.1])]))
+    assert "## Interleaved prefill rounds" in md
+    assert f"| m | auto | prefill B1 x 4096 | vllm | 10 | 64.15 | 63.80 | {sp['p95']:.2f} | 80.00 | " in md
+    assert "| m | auto | prefill B1 x 4096 | latency | 2 | 63.05 | 63.00 |" in md and md.count("| prefill B1 x 4096 |") == 2
+
+
 def test_e2e_capacity_counts_only_kv_producing_layers():
     e2e = _load("bench/gemma4/e2e.py")
     from kselect.gemma4.config import Gemma4Args

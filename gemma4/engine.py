@@ -142,7 +142,7 @@ class Engine:
         prefill_graph_tokens (a bucket of gemma4/prefill_graph.py, default 2,048) replay CUDA graphs per token
         bucket; None = whenever decode graphs are on and every prefill backend supports graphs.
         serving_threads: on a GPU, torch's intra-op CPU pool shrinks to one thread for the process
-        (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-12 ms); False leaves it."""
+        (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-13 ms); False leaves it."""
         if max_step_tokens is not None and max_step_tokens < 1:
             raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
         self.model = model.eval()

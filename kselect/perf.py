@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.gemma4.host_threads import use_serving_threads
 
     # host_ms and plan_ms on the intra-op threads an engine on this device serves with (one on a GPU)
-    print(f"intra-op CPU threads: {use_serving_threads(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))}",
-          flush=True)
+    print(f"intra-op CPU threads: {use_serving_threads(args.device)}", flush=True)
     t0 = time.monotonic()
     if args.warm_jobs > 0 and args.device != "cpu":
         warm_up(ts, args.device, args.warm_jobs)

@@ -61,15 +61,15 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
               "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
+KV_DTYPES = ["auto", "fp8"]
+PROFILE_STEPS = 8  # B1 decode steps profiled per selection
+PROFILE_PREFILLS = 3  # B1 prefills of --prompt-len profiled per selection
 
 
 def selection_overrides(name: str, rules: str) -> list[str]:
     """A selection's Hydra overrides with the seed's rules replaced by `rules` (a selection naming its own rules,
     like vllm_0_33_0, keeps them)."""
     return [f"rules={rules}" if o == SEED else o for o in SELECTIONS[name]]
-KV_DTYPES = ["auto", "fp8"]
-PROFILE_STEPS = 8  # B1 decode steps profiled per selection
-PROFILE_PREFILLS = 3  # B1 prefills of --prompt-len profiled per selection
 
 
 def first_line(e: BaseException) -> str:

@@ -241,7 +241,6 @@ def main(argv: list[str]) -> int:
     sel_name = o.selection if o.selection != "auto" else ("base" if o.smoke or fa_available() else "pin_triton")
     sel_over = [] if sel_name == "base" else ["attention.backend=TRITON_ATTN"]
     env = environment(argv, "bench/gemma4/fusion.py")
-    env["command"] = " ".join(["python3", "bench/gemma4/fusion.py", *argv])
     data = dict(environment=env, options={k: str(v) for k, v in vars(o).items()}, selection=sel_name,
                 ceilings={}, presets={}, runs=[], fp8=[], profiles=[], greedy=[], prefill=[], hf=[], errors=[],
                 skipped=[])

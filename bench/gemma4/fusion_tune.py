@@ -75,7 +75,6 @@ def main(argv):
     o = ap.parse_args(argv)
     o.out.mkdir(parents=True, exist_ok=True)
     env = environment(argv, "bench/gemma4/fusion_tune.py")
-    env["command"] = " ".join(["python3", "bench/gemma4/fusion_tune.py", *argv])
     data = dict(environment=env, warps=warps_table(), diagnose=diagnose(), decode=[])
     print(json.dumps(data["warps"], indent=1), json.dumps(data["diagnose"], indent=1), flush=True)
     if o.no_decode:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import contextlib
 import math
 import platform as _platform
 import statistics
@@ -49,6 +50,9 @@ from e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objecti
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
 SEED = "rules=post_pr52987"
+# torch's intra-op threads before any engine shrinks them (gemma4/host_threads.py: one on a GPU, process-wide): HF's
+# baseline runs on these, as users run HF, not on the engines' serving thread
+HF_THREADS = torch.get_num_threads()
 SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175": [SEED, "overlay=[pr53175]"],
               "vllm_0_33_0": ["rules=vllm_0_33_0"],
               # same-run baselines: one backend for every group
@@ -95,7 +99,8 @@ def environment(argv: list[str], script: str = "bench/gemma4/e2e.py") -> dict:
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=torch.cuda.get_device_name(0), gpu_mem_gib=round(p.total_memory / 2**30, 1),
                    cuda=torch.version.cuda, capability=f"{p.major}.{p.minor}",
-                   host_threads=serving_threads("cuda") or torch.get_num_threads())  # the engines serve with
+                   host_threads=serving_threads("cuda") or torch.get_num_threads(),  # the engines serve with
+                   hf_threads=HF_THREADS)
     else:
         env.update(gpu=None, cpu_threads=torch.get_num_threads())
     return env
@@ -361,9 +366,21 @@ def timed_s(fn, device) -> float:
     return time.perf_counter() - t
 
 
+@contextlib.contextmanager
+def hf_threads():
+    """torch's intra-op threads at HF_THREADS while HF is timed, the engines' count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(HF_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 # Inference mode around the warm-up calls too: HF's parameters require grad, so a forward outside it keeps
 # every layer's activations for a backward (31B at 4,096 tokens ran out of memory so).
 @torch.inference_mode()
+@hf_threads()
 def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
     ids = torch.tensor(prompts, device=device)
     am = torch.ones_like(ids)
@@ -385,6 +402,7 @@ def time_hf(hf, prompts, new: int, reps: int, device) -> dict:
 
 
 @torch.inference_mode()
+@hf_threads()
 def time_hf_prefill(hf, n: int, vocab: int, reps: int, device, seed: int) -> dict:
     """HF's B1 prefill of one n-token prompt (logits of the last token only), as time_hf's prefill."""
     ids = torch.randint(3, vocab, (1, n), generator=torch.Generator().manual_seed(seed)).to(device)

@@ -207,6 +207,9 @@ def render_md(d: dict) -> str:
          f"torch {env['torch']}, transformers {env.get('transformers')}, triton {env.get('triton')}, {env['date']}.",
          f"Prompt {o['prompt_len']} random tokens, {o['new']} new tokens greedy (HF: {o['hf_new']}), median of "
          f"{o['reps']} after a warm-up; decode tok/s = batch x decode steps / decode time (prefill excluded).", ""]
+    if env.get("host_threads"):
+        L += [f"Intra-op CPU threads: the engines {env['host_threads']} (gemma4/host_threads.py), HF "
+              f"{env.get('hf_threads', 'not recorded')}.", ""]
     if d.get("ceilings"):
         c = d["ceilings"]
         L += [f"Ceilings: copy {fnum(c.get('copy_gbs'))} GB/s (read+write), bf16 GEMM {fnum(c.get('bf16_gemm_tflops'))} "

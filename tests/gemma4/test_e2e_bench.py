@@ -406,6 +406,37 @@ def test_hf_timing_keeps_no_autograd_graph():
     assert seen and not any(seen)
 
 
+def test_hf_is_timed_on_torchs_own_threads_not_the_engines(monkeypatch, tmp_path):
+    """An engine on a GPU shrinks torch's pool to one thread for the whole process (gemma4/host_threads.py); HF's
+    baseline is timed on the count torch had before, and the engines' count comes back after."""
+    e2e = _load("bench/gemma4/e2e.py")
+    monkeypatch.setattr(e2e, "HF_THREADS", 2)
+    seen = []
+
+    class FakeHF:
+        def __call__(self, input_ids, attention_mask, logits_to_keep):
+            seen.append(torch.get_num_threads())
+            return input_ids.float()[..., None]
+
+        def generate(self, ids, **kw):
+            return self(ids, None, 1)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # as an engine on a GPU leaves it
+        e2e.time_hf_prefill(FakeHF(), 8, 100, 2, torch.device("cpu"), 0)
+        e2e.time_hf(FakeHF(), [[5, 6, 7]], 4, 2, torch.device("cpu"))
+        assert seen and set(seen) == {2}
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    report = _load("bench/gemma4/e2e_report.py")
+    env = dict(command="e2e.py", git_commit="abc", torch="2", date="d", host_threads=1, hf_threads=16)
+    rep = report.Report(tmp_path, env, dict(prompt_len=8, new=2, hf_new=2, reps=1, capacity_gib=1))
+    text = report.render_md(rep.data)
+    assert "Intra-op CPU threads: the engines 1 (gemma4/host_threads.py), HF 16." in text
+
+
 def test_profiles_name_each_attention_kernel():
     """fusion.attention_kernels (the e2e profiles' and bucket_vs_step's table): attention kernels only, by
     name, launches per step and mean microseconds, the heaviest first."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import contextlib
 import math
 import platform as _platform
 import statistics

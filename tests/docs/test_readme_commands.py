@@ -1,0 +1,93 @@
+"""The README's commands still run. COMMANDS lists every command line of the README's code blocks with how it is
+checked; a README that shows a command not on the list, or drops one the list holds, fails here, so the list
+cannot go stale. The quick ones run on CPU from an empty directory: their exit status, no traceback, and the
+output the README describes. (A wider pass over the docs' commands from a wheel: bench/newcomer/readme_pass.py.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run `cmd` (bash, from an empty directory), expect exit status `rc` and every regex of `shows` in its output."""
+    cmd: str
+    shows: tuple[str, ...] = ()
+    rc: int = 0
+
+
+@dataclass(frozen=True)
+class Skip:
+    why: str
+
+
+# The README's code-block lines (trailing comments dropped) -> how each is checked.
+COMMANDS: dict[str, Run | Skip] = {
+    # --without-pip: the venv and its activation are what is checked; pip's bootstrap would add ~10 s.
+    "python -m venv .venv && . .venv/bin/activate": Run(
+        f'{PY} -m venv --without-pip .venv && . .venv/bin/activate && test "$VIRTUAL_ENV" = "$PWD/.venv"'
+        " && command -v python",
+        shows=(r"\.venv/bin/python",)),
+    # The install half is .ci/run's own install line; the main job runs here.
+    'pip install torch==2.13.0 -e ".[test,sweep]" && kselect run': Run(
+        "kselect run", shows=(r"attention backend per group", r"tokens/s", r"numerics:")),
+    "python -m pytest -n auto": Skip("the whole suite: what .ci/run runs"),
+    "kselect select platform=sm90 model=gemma4_31b kv_cache=fp8": Run(
+        "kselect select platform=sm90 model=gemma4_31b kv_cache=fp8",
+        shows=(r"(?m)^sliding_window\s", r"(?m)^full_attention\s", r"why: ", r"rules vllm_0_33_0")),
+    "kselect select platform=sm90 model=gemma4_31b kv_cache=fp8 objective=latency": Run(
+        "kselect select platform=sm90 model=gemma4_31b kv_cache=fp8 objective=latency",
+        shows=(r"chosen by objective latency", r"runner-up", r"vLLM's choice")),
+    "kselect diff b.overlay=[pr48666] format=markdown": Run(
+        "kselect diff b.overlay=[pr48666] format=markdown",
+        shows=(r"\*\*kselect diff \[\] -> \[pr48666\] over matrix default \(5376 cells\)",)),
+}
+
+
+def readme_commands() -> list[str]:
+    """Every non-empty line of the README's ```bash blocks, its trailing `# comment` dropped."""
+    out, fence = [], None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            fence = line[3:].strip() if fence is None else None
+        elif fence in ("bash", "sh", "console", "shell") and line.strip():
+            out.append(re.sub(r"\s+#\s.*$", "", line).strip())
+    return out
+
+
+def test_the_list_is_the_readmes():
+    shown = readme_commands()
+    assert len(shown) == len(set(shown)), "a command is shown twice"
+    assert shown == list(COMMANDS), (
+        f"README shows commands not on the list: {[c for c in shown if c not in COMMANDS]}; "
+        f"the list holds commands the README no longer shows: {[c for c in COMMANDS if c not in shown]}")
+
+
+def test_the_two_quick_start_commands_are_unchanged():
+    shown = readme_commands()
+    assert 'pip install torch==2.13.0 -e ".[test,sweep]" && kselect run' in shown
+    assert "python -m pytest -n auto" in shown
+
+
+@pytest.mark.parametrize("shown", [c for c, how in COMMANDS.items() if isinstance(how, Run)])
+def test_readme_command_runs_on_cpu(shown, tmp_path):
+    how = COMMANDS[shown]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "KSELECT_DEBUG")}
+    env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"  # this interpreter's `kselect`
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU path, as on a CPU machine
+    p = subprocess.run(["bash", "-c", how.cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode == how.rc, f"{how.cmd}: exit {p.returncode}\n{out[-3000:]}"
+    assert "Traceback" not in out, out[-3000:]
+    for pattern in how.shows:
+        assert re.search(pattern, out), f"{how.cmd}: output lacks {pattern!r}\n{out[-3000:]}"

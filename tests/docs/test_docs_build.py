@@ -145,3 +145,25 @@ def test_link_finder_skips_code_and_finds_links(tmp_path):
     assert set(found) == {"../missing/", "https://example.org/x", "#here"}
     assert found["../missing/"] == tmp_path / "missing" and not found["../missing/"].exists()
     assert found["https://example.org/x"] is None and found["#here"] is None
+
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading (as github-slugger): lower case, punctuation dropped, each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@needs_mkdocs
+@pytest.mark.parametrize("md", sorted(f"docs/{p.name}" for p in DOCS.glob("*.md")))
+def test_headings_give_the_same_anchor_on_github_and_mkdocs(md):
+    """The build checks anchors in MkDocs' slugs (Python-Markdown's toc); links must work on GitHub too, whose
+    slugs differ once a heading holds non-ASCII letters or a spaced hyphen."""
+    from markdown.extensions.toc import slugify
+
+    fence = False
+    for line in (ROOT / md).read_text().splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#{1,6} ", line):
+            heading = line.lstrip("#").strip()
+            assert slugify(heading, "-") == github_slug(heading), f"{md}: {line!r}"

@@ -9,9 +9,7 @@ checks the count and that the FA4 fork's windowed FP8 path is reached).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
 WORDS = ("the kernel reads every page of the cache once and the window keeps the last thousand tokens "
          "while the full layers see everything that came before").split()

@@ -14,7 +14,7 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
   records its host ms in garbage collection and in the graph's fill (and in the fill's block tables, slot mappings
   and replay planning), and the fill's CPU time, context switches and page faults (a stall is work or a wait).
 
-    python bench/gemma4/prefill_clocks.py --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
+    python -m kselect.benchmarks.prefill_clocks --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
 
 Results: DIR/prefill_clocks.json and .md, written after every cell.
 """
@@ -35,10 +35,6 @@ import time
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))
-sys.path.append(str(Path(__file__).resolve().parent))
 
 # nvidia-smi --help-query-gpu: the bits of clocks_event_reasons.active
 REASONS = {0x1: "idle", 0x2: "app clocks", 0x4: "sw power cap", 0x8: "hw slowdown", 0x10: "sync boost",
@@ -301,7 +297,7 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
     switch interval for the rounds (both restored after)."""
     import torch  # noqa: PLC0415
 
-    from prefill_rounds import visit_order  # noqa: PLC0415
+    from kselect.benchmarks.prefill_rounds import visit_order  # noqa: PLC0415
 
     steps = {k: [] for k in engines}
     before, switch_before = torch.get_num_threads(), sys.getswitchinterval()
@@ -402,7 +398,7 @@ def main(argv: list[str]) -> int:
     opts = ap.parse_args(argv)
 
     import torch  # noqa: PLC0415
-    from e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
+    from kselect.benchmarks.e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
 
     pool = torch.get_num_threads()  # torch's default, before an engine on a GPU serves on one
 
@@ -411,7 +407,7 @@ def main(argv: list[str]) -> int:
     from kselect.selector.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
-    d = dict(env=environment(argv, "bench/gemma4/prefill_clocks.py"), cells=[])
+    d = dict(env=environment(argv, "-m kselect.benchmarks.prefill_clocks"), cells=[])
 
     def save():
         atomic_write(opts.out / "prefill_clocks.json", json.dumps(d, indent=1))

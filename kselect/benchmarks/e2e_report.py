@@ -1,4 +1,4 @@
-"""bench/gemma4/e2e.py's results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
+"""kselect/benchmarks/e2e.py's results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
 compares each objective's selection with vLLM's choice and the best single-backend pin in the same run."""
 
 from __future__ import annotations
@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parent))  # its sibling paired.py, as e2e.py imports it
-
-from kselect.selector.files import atomic_write  # noqa: E402
-from paired import compare, fmt  # noqa: E402
+from kselect.benchmarks.paired import compare, fmt
+from kselect.selector.files import atomic_write
 
 OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
 WRONG = "WRONG"

@@ -1,7 +1,8 @@
 """Gemma-4 end to end: our engine on the selected kernels vs Hugging Face transformers, same weights.
 
-    python bench/gemma4/e2e.py --out $OUT/e2e --budget-s 540 [--presets gemma4_e4b gemma4_31b]
-    python bench/gemma4/e2e.py --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
+    python -m kselect.benchmarks.e2e --out $OUT/e2e --budget-s 540 [--presets gemma4_e4b gemma4_31b]
+    python -m kselect.benchmarks.e2e --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
+    kselect bench experiment=<name>                                   # a recorded run (bench/conf/experiment/)
 
 Per preset (seeded random weights in the model dtype, built on the device; freed between presets):
   * every selection (base, overlay=[pr48666], overlay=[pr53175]; `--selections ... pin_triton` adds
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import math
 import platform as _platform
 import statistics
@@ -36,16 +36,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
-sys.path.append(str(Path(__file__).resolve().parent))  # its sibling tools (paired.py, prefill_rounds.py)
-
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups  # noqa: E402
-from kselect.gemma4.host_threads import serving_threads  # noqa: E402
-from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype  # noqa: E402
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens  # noqa: E402
-from e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label  # noqa: E402
+from kselect.benchmarks.e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label
+from kselect.benchmarks.step_profile import free, profile_decode
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups
+from kselect.gemma4.host_threads import serving_threads
+from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype
+from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
 SEED = "rules=post_pr52987"
@@ -80,7 +77,7 @@ def first_line(e: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------- environment
-def environment(argv: list[str], script: str = "bench/gemma4/e2e.py") -> dict:
+def environment(argv: list[str], script: str = "-m kselect.benchmarks.e2e") -> dict:
     """The run's command (as `script` with argv), the project's commit, versions, the device."""
     from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
 
@@ -184,12 +181,6 @@ def capacity(args, groups, model_dtype, budget_gib: float, prefill_chunk: int = 
 
 
 # ---------------------------------------------------------------------------- measurements
-def free():
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
     """The verdict: every attention call of the selected kernels vs TORCH_REFERENCE on the same inputs,
     each kernel at its own bar (gemma4/attention_check.py). Also recorded: end-to-end logits vs an
@@ -273,8 +264,6 @@ def profile_attention(model, groups, prompt: list[int], steps: int) -> dict:
     decodes with (kernels named as attention, quant-query included) and of eager steps (every kernel the
     attention backends' forward calls launched, by profiler range); eager alone where a selection does
     not capture graphs or the profiler saw no graph kernels."""
-    from fusion import profile_decode  # noqa: PLC0415 - fusion imports this module
-
     layers = model.args.num_hidden_layers
     r = profile_decode(model, groups, prompt, steps, layers)
     g = profile_decode(model, groups, prompt, steps, layers, graphs=True)
@@ -499,7 +488,7 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
     time_prefill does."""
     if not opts.prefill_rounds:
         return
-    from prefill_rounds import interleaved_prefill  # noqa: PLC0415
+    from kselect.benchmarks.prefill_rounds import interleaved_prefill  # noqa: PLC0415
 
     metrics = [("prefill B1 x prompt-len", opts.prompt_len, "decode B1", graphs)]
     # longer prompts eager, unless --prefill-graph-tokens admits them

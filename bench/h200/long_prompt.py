@@ -1,5 +1,5 @@
 """Print a prompt of at least N tokens (default 1,536) under the bundled tokenizer: English words
-from a fixed list, so the run is reproducible. bench/h200/issue14_checks.sh passes it to `kselect run
+from a fixed list, so the run is reproducible. issue #14's checks (bench/results/LOG.md) passed it to `kselect run
 --prompt` to take the 31B past its 1,024-token sliding window (tests/gemma4/test_pr48666_window_path.py
 checks the count and that the FA4 fork's windowed FP8 path is reached).
 

@@ -199,20 +199,33 @@ def check(root: Path, exp: Experiment, name: str, step: Step) -> None:
     check_argv(root, step.run, argv_of(step), f"kselect bench experiment={exp.name}: steps.{name}.run")
 
 
+def step_environ(root: Path, env: dict[str, str]) -> dict[str, str]:
+    """The steps' environment: ours plus the experiment's. Where kselect is not installed (a bare checkout, as on the
+    H200), the checkout goes first on PYTHONPATH, so scripts under bench/ import the kselect the runner runs."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    out = {**os.environ, **env}
+    try:
+        distribution("kselect")
+    except PackageNotFoundError:
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), out.get("PYTHONPATH", "")) if p)
+    return out
+
+
 def run(root: Path, exp: Experiment) -> int:
     out = Path(exp.out)
     if not exp.dry_run:
         out.mkdir(parents=True, exist_ok=True)
     for name, step in exp.steps.items():
         cmd = command(exp, step)
-        env = {k: expand(v) for k, v in {**exp.env, **step.env}.items()}
+        env = {k: v for k, v in ((k, expand(v)) for k, v in {**exp.env, **step.env}.items()) if v}  # unset: left out
         shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(cmd)])
         print(f"=== {name}: {shown}", flush=True)
         if exp.dry_run:
             check(root, exp, name, step)
             continue
         try:
-            rc = subprocess.run(cmd, cwd=root, env={**os.environ, **env}, timeout=step.timeout_s).returncode
+            rc = subprocess.run(cmd, cwd=root, env=step_environ(root, env), timeout=step.timeout_s).returncode
         except subprocess.TimeoutExpired:
             rc = 124
         print(f"=== {name}: exit {rc}", flush=True)

@@ -48,6 +48,10 @@ def _check(cmd, out: Path, monkeypatch) -> None:
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip(), "the heredoc printed nothing"
         return
+    if isinstance(cmd, dict) and "compose" in cmd:  # the Hydra app composes its config with these overrides
+        r = _run_cpu([*_argv(cmd["compose"], out), "--cfg", "job"])
+        assert r.returncode == 0 and "platform:" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+        return
     if isinstance(cmd, dict):
         r = _run_cpu(_argv(cmd["cpu"], out))
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -75,7 +79,7 @@ def _check(cmd, out: Path, monkeypatch) -> None:
         else:  # a probe without options: it compiles (what it imports is checked by its own GPU run)
             py_compile.compile(str(script), cfile=str(out / "probe.pyc"), doraise=True)
     else:
-        pytest.fail(f"{cmd!r}: no check for program {prog!r}; allowed: kselect, python3, bash, cpu:, heredoc:")
+        pytest.fail(f"{cmd!r}: no check for program {prog!r}; allowed: kselect, python3, bash, cpu:, compose:, heredoc:")
 
 
 @pytest.mark.parametrize("path,cmd", ENTRIES, ids=[f"{p.removeprefix('bench/results/')}:{i}" for i, (p, _) in enumerate(ENTRIES)])

@@ -93,8 +93,11 @@ def test_outside_a_checkout_it_says_where_to_run(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "bench" / "conf" / "experiment").glob("*.yaml")))
 def test_every_experiment_of_the_repo_checks_out(name, monkeypatch):
+    """It composes, each step's parser takes its command line, and the records it names are in bench/results."""
     monkeypatch.chdir(ROOT)
     assert runner.main([f"experiment={name}", "dry_run=true"]) == 0
+    records = runner.compose(ROOT, [f"experiment={name}"]).records
+    assert all(r.startswith("bench/results/") and (ROOT / r).is_dir() for r in records), records
 
 
 def test_an_experiment_shares_the_window_options_and_overrides_them():

@@ -23,7 +23,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 # name: (Hq, Hkv, D, window) -- as bench/kernels/bench_attention.py SHAPES

@@ -33,20 +33,17 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
-
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine  # noqa: E402
-from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
-from kselect.kernels.cache_ops import quantize  # noqa: E402
-from kselect.kernels.tolerances import rel_err  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine
+from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters
+from kselect.kernels.cache_ops import quantize
+from kselect.kernels.tolerances import rel_err
+from kselect.selector.files import atomic_write
 
 
 def _median_runs(fn, repeats: int):

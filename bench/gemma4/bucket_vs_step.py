@@ -24,20 +24,16 @@ from types import SimpleNamespace
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(Path(__file__).resolve().parent))
-sys.path.append(str(ROOT))
+from kselect.benchmarks.e2e import free, point_overrides, selection_overrides
+from kselect.benchmarks.step_profile import attention_kernels, category, profile_prefill, sync
 
-from e2e import free, point_overrides, selection_overrides  # noqa: E402
-from fusion import attention_kernels, category, profile_prefill, sync  # noqa: E402
-
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
-from kselect.perf_targets import Target, make_target_backend  # noqa: E402
-from kselect.perf_timing import parse_fence, time_bucket  # noqa: E402
-from kselect.profiling import timeline_ms  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
-from kselect.selector.vocab import claim_dtype  # noqa: E402
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine, model_groups
+from kselect.perf_targets import Target, make_target_backend
+from kselect.perf_timing import parse_fence, time_bucket
+from kselect.profiling import timeline_ms
+from kselect.selector.files import atomic_write
+from kselect.selector.vocab import claim_dtype
 
 
 def model_step(model, groups, prompt, steps: int) -> dict:

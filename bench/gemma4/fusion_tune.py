@@ -14,14 +14,11 @@ from pathlib import Path
 import torch
 import triton.testing
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT / "bench" / "gemma4"))
+from kselect.benchmarks.e2e import environment, time_engine
 
-from e2e import environment, time_engine  # noqa: E402
-
-from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq  # noqa: E402
-from kselect.kernels import qkv_rope, rms_norm  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
+from kselect.kernels import qkv_rope, rms_norm
+from kselect.selector.files import atomic_write
 
 WARPS = (2, 4, 8, 16, 32)
 

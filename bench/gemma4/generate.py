@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine
+from kselect.selector.files import atomic_write
 
 
 def main(argv: list[str]) -> int:

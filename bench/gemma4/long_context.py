@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
-from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks
+from kselect.selector.files import atomic_write
 
 
 def _sync(device) -> None:

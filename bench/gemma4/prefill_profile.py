@@ -22,16 +22,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))
-sys.path.append(str(Path(__file__).resolve().parent))
+from kselect.benchmarks.e2e import SELECTIONS, describe, environment, free, selection_overrides
+from kselect.benchmarks.step_profile import CATEGORIES, category, sync
 
-from e2e import SELECTIONS, describe, environment, free, selection_overrides  # noqa: E402
-from fusion import CATEGORIES, category, sync  # noqa: E402
-
-from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.gemma4.build import build_model, select
+from kselect.gemma4.engine import Engine, model_groups
+from kselect.selector.files import atomic_write
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
 

@@ -22,12 +22,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))
-
-from kselect.selector.api import compose  # noqa: E402
-from kselect.selector.explain import explain, step, to_text  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.api import compose
+from kselect.selector.explain import explain, step, to_text
+from kselect.selector.files import atomic_write
 
 KV = (("auto", 0), ("fp8", 1))  # e2e kv name, position in explain's caches (model dtype first)
 

@@ -1,5 +1,5 @@
 """Print a prompt of at least N tokens (default 1,536) under the bundled tokenizer: English words
-from a fixed list, so the run is reproducible. bench/h200/issue14_checks.sh passes it to `kselect run
+from a fixed list, so the run is reproducible. issue #14's checks (bench/results/LOG.md) passed it to `kselect run
 --prompt` to take the 31B past its 1,024-token sliding window (tests/gemma4/test_pr48666_window_path.py
 checks the count and that the FA4 fork's windowed FP8 path is reached).
 
@@ -9,9 +9,7 @@ checks the count and that the FA4 fork's windowed FP8 path is reached).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
 WORDS = ("the kernel reads every page of the cache once and the window keeps the last thousand tokens "
          "while the full layers see everything that came before").split()

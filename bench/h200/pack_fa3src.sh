@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pack the FA3 source `fa3_builds.sh B` builds on the H200 (no network there) into .devkernels/c4/fa3src.tar.xz
+# Pack the FA3 source bench/h200/build_fa3_hopper.sh builds on the H200 (no network there) into .devkernels/c4/fa3src.tar.xz
 # (~1.2 MB): flash-attention's hopper/ at FA_COMMIT and its cutlass submodule's include/ at CUTLASS_COMMIT, from
 # local git clones (bare or not) of github.com/Dao-AILab/flash-attention and github.com/NVIDIA/cutlass.
 #

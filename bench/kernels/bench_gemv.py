@@ -18,14 +18,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))
-sys.path.append(str(Path(__file__).resolve().parent))
+from kselect.benchmarks.kernel_timing import time_graph
 
-from bench_attention import time_graph  # noqa: E402
-
-from kselect.kernels.gemv import gemv  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.kernels.gemv import gemv
+from kselect.selector.files import atomic_write
 
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
 SHAPES = {

@@ -4,16 +4,13 @@ first in a step) and with a fresh plan (the first layer of each group per step).
     python3 bench/kernels/flashinfer_plan_cost.py
 """
 
-import os
-import sys
 import time
 
 import torch
 
-sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
-from kselect.backends import make_backend  # noqa: E402
-from kselect.backends.fixtures import layer_of, make_group, meta_of  # noqa: E402
-from kselect.kernels.cases import make_case  # noqa: E402
+from kselect.backends import make_backend
+from kselect.backends.fixtures import layer_of, make_group, meta_of
+from kselect.kernels.cases import make_case
 
 case = make_case([1], [600], hq=32, hkv=16, d=256, block_size=16, dtype=torch.bfloat16,
                  cache_dtype=torch.float8_e4m3fn, descale="layer", window_left=1023, device="cuda")

@@ -19,14 +19,12 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
 
 import torch
 
-sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
-from bench_attention import kv_bytes, make_inputs, time_eager, time_graph  # noqa: E402
-from kselect.kernels.triton_paged import _pow2, paged_attention_triton, pick_config  # noqa: E402
+from kselect.benchmarks.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
+from kselect.kernels.triton_paged import _pow2, paged_attention_triton, pick_config
 
 # (name, Hq, Hkv, D, window, B, L)
 CASES = [("31b_sliding_d256", 32, 16, 256, 1024, 64, 8192), ("31b_full_d512", 32, 4, 512, None, 64, 8192),

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))
 
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.files import atomic_write
 
 H = "platform=sm90 model=gemma4_31b kv_cache=fp8"
 
@@ -92,7 +91,7 @@ COMMANDS = [
         want="0|5"),
     Cmd("run-fp8", "kselect run kv_cache=fp8 kv_cache.scales=calibrated", section="The bundled Gemma-4"),
     Cmd("run-chunk-module", "python -m kselect.gemma4 --prefill-chunk 8 --max-new-tokens 8"),
-    Cmd("e2e-smoke", "python bench/gemma4/e2e.py --smoke --out $WORK/e2e", where="clone"),
+    Cmd("e2e-smoke", "python -m kselect.benchmarks.e2e --smoke --out $WORK/e2e", where="clone"),
     Cmd("run-mtp", "kselect run spec_decode=mtp"),
     Cmd("run-mm", "kselect run model.multimodal=true"),
     Cmd("run-chunk", "kselect run --prefill-chunk 8"),

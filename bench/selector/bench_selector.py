@@ -21,10 +21,9 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT))  # the checkout, when kselect is not installed
 
 IMPORT_SNIPPET = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 

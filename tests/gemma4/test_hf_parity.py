@@ -145,7 +145,7 @@ def test_bf16_embedding_scales_round_like_hf(models):
 def test_rope_tables_for_both_types_at_once_are_bit_equal_per_type(dtype):
     """Gemma4.rope_tables_all (three kernels a step) gives each layer type's rope_cos_sin (seven a type) bit for bit,
     with fp32 frequencies (keep_rope_fp32) and with frequencies left in bf16 by `.to()`, at large positions too.
-    Runs on the GPU where there is one (bench/h200/pdl.sh T)."""
+    Runs on the GPU where there is one (bench/results/h200/pdl/, part T)."""
     from kselect.gemma4.checkpoint import build_random
     from kselect.gemma4.config import FULL, SLIDING
     from kselect.gemma4.model import rope_cos_sin

@@ -1,4 +1,4 @@
-"""The H200 check of the refuted `pr48666` path (bench/h200/issue14_checks.sh, part b) on CPU: the
+"""The H200 check of the refuted `pr48666` path (issue #14's checks, part b: bench/results/LOG.md) on CPU: the
 31B FP8 selection under `rules=post_pr52987 overlay=[pr48666]`, run by `kselect run`'s own main() with
 the script's long prompt (bench/h200/long_prompt.py), really calls vLLM's FA4 fork on an FP8 cache
 with 64-token pages, a 1,024-token window and more keys than the window holds: the windowed

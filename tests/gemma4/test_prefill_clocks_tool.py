@@ -1,15 +1,13 @@
-"""bench/gemma4/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
+"""kselect/benchmarks/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
 summary, and the phase timer's wrapping undone."""
 
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gemma4"))
-import prefill_clocks as pc  # noqa: E402
+from kselect.benchmarks import prefill_clocks as pc
 
 
 def stamp(t: float) -> str:

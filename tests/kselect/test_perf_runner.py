@@ -213,7 +213,7 @@ def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conforma
     run(tmp_path, conformance_file, "--decode", "1x32", "--prefill", "", "--kv", "bf16", "--fence", "write:1")
     assert "CUDA-graph timing only" in capsys.readouterr().err
     assert {e.fence for e in perf.load("fake", tmp_path / "perf").entries.values()} == {""}
-    # prefill buckets alone (bench/h200/fenced.sh Q31): an empty decode grid times none
+    # prefill buckets alone (bench/results/h200/splits/, Q31): an empty decode grid times none
     out = run(tmp_path / "q", conformance_file, "--decode", "", "--prefill", "1x24", "--kv", "bf16")
     assert {e.phase for e in perf.load("fake", out.parent).entries.values()} == {"prefill"}
 

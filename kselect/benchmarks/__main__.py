@@ -1,0 +1,5 @@
+import sys
+
+from kselect.benchmarks.runner import main
+
+sys.exit(main())

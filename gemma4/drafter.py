@@ -40,7 +40,7 @@ from torch import nn
 
 from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
-from kselect.gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
+from kselect.gemma4.layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from kselect.kernels.dtypes import dtype_name
 from kselect.selector.vocab import is_fp8
 

@@ -134,7 +134,7 @@ def test_bf16_embedding_scales_round_like_hf(models):
         emb = m._embed(ids)
         assert torch.equal(emb, hf.model.embed_tokens(ids[None])[0])
         # sqrt(256) = 16 is exact; sqrt(32) is not: the rounded scale is what HF uses
-        assert m._scale_in(torch.bfloat16, 32**0.5) == 5.65625 != 32**0.5
+        assert m.scale_in(torch.bfloat16, 32**0.5) == 5.65625 != 32**0.5
         w = m.embed_tokens_per_layer.weight[ids]
         assert not torch.equal(w * 5.65625, (w.float() * 32**0.5).to(torch.bfloat16))
         ref = hf.model.project_per_layer_inputs(emb[None], hf.model.get_per_layer_inputs(ids[None]))[0]

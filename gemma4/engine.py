@@ -33,11 +33,12 @@ import torch
 from kselect.backends.base import AttentionBackend
 from kselect.backends.registry import make_backend
 from kselect.gemma4.decode_graph import DecodeGraph
+from kselect.gemma4.engine_config import EngineConfig
 from kselect.gemma4.host_threads import use_serving_threads
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphs
+from kselect.gemma4.prefill_graph import PrefillGraphs
 from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
@@ -119,36 +120,18 @@ class Clock:
 
 
 class Engine:
-    def __init__(
-        self,
-        model: Gemma4,
-        selection: Selection | dict[str, GroupSelection],
-        *,
-        max_seqs: int = 8,
-        max_seq_len: int = 512,
-        device: torch.device | str | None = None,
-        kv_scales: dict[int, tuple[float, float]] | None = None,
-        cuda_graphs: bool | None = None,
-        backends: dict[str, AttentionBackend] | None = None,
-        max_step_tokens: int | None = None,
-        prefill_graphs: bool | None = None,
-        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS,
-        serving_threads: bool = True,
-    ):
-        """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
-        that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
-        to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
-        every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to
-        prefill_graph_tokens (a bucket of gemma4/prefill_graph.py, default 2,048) replay CUDA graphs per token
-        bucket; None = whenever decode graphs are on and every prefill backend supports graphs.
-        serving_threads: on a GPU, torch's intra-op CPU pool shrinks to one thread for the process
-        (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-13 ms); False leaves it."""
-        if max_step_tokens is not None and max_step_tokens < 1:
-            raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
+    def __init__(self, model: Gemma4, selection: Selection | dict[str, GroupSelection],
+                 config: EngineConfig = EngineConfig(), *, backends: dict[str, AttentionBackend] | None = None):
+        """config: how it runs (gemma4/engine_config.py). backends: attention backends per layer type to use
+        instead of the selection's (tests, benchmarks)."""
+        self.config = config
+        max_seqs, max_seq_len, max_step_tokens = config.max_seqs, config.max_seq_len, config.max_step_tokens
+        device, cuda_graphs, prefill_graphs = config.device, config.cuda_graphs, config.prefill_graphs
         self.model = model.eval()
         self.args = model.args
         self.device = torch.device(device) if device is not None else model.device
-        self.host_threads = use_serving_threads(self.device) if serving_threads else torch.get_num_threads()
+        self.host_threads = (use_serving_threads(self.device) if config.serving_threads
+                             else torch.get_num_threads())
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
         # per phase (objective selections): a group's prefill steps may run another backend over the same
@@ -158,8 +141,8 @@ class Engine:
         self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
         self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
                                   model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
-        if kv_scales:
-            self.cache.set_scales(kv_scales)
+        if config.kv_scales:
+            self.cache.set_scales(config.kv_scales)
         self.sequences = SequenceTable(max_seqs)
         self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device,
                                   prefill_backends=self.prefill_backends)
@@ -171,7 +154,7 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
         self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
                                                                            prefill_graphs is not False), self.notes,
-                                            self.note_fallback, prefill_graph_tokens)
+                                            self.note_fallback, config.prefill_graph_tokens)
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
 
     # -------------------------------------------------------------- bookkeeping
@@ -406,8 +389,8 @@ class Engine:
         mdt = dtype_name(self.model.dtype)
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
                  for k, g in reference_groups(self.groups).items()}
-        calib = Engine(self.model, plain, max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),
-                       device=self.device, cuda_graphs=False)
+        calib = Engine(self.model, plain, EngineConfig(max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),
+                                                       device=self.device, cuda_graphs=False))
         amax: dict = {}
         calib.extend(list(range(len(prompts))), prompts, kv_amax=amax)
         scales = {}
@@ -545,5 +528,6 @@ def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> li
     return ends
 
 
-__all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "reference_groups", "model_groups",
+__all__ = ["Engine", "EngineConfig", "MultimodalUnsupportedError", "GenerationResult", "reference_groups",
+           "model_groups",
            "sample", "max_rel_error", "chunk_ends", "Clock"]

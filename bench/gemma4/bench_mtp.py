@@ -42,7 +42,7 @@ import torch
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 from kselect.kernels.tolerances import rel_err  # noqa: E402
@@ -59,8 +59,8 @@ def _median_runs(fn, repeats: int):
 def run_cell(label, cfg, sel, model, drafters, prompts, calib, opts):
     """Plain and speculative decoding on one selection. Returns rows."""
     max_len = max(map(len, prompts)) + opts.new + opts.k  # room for the k drafts of a captured round
-    eng = Engine(model, sel, max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
-                 cuda_graphs=False if opts.no_cuda_graphs else None)
+    eng = Engine(model, sel, EngineConfig(max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
+                                          cuda_graphs=False if opts.no_cuda_graphs else None))
     scales = None
     if eng.cache.fp8 and cfg.kv_cache.scales == "calibrated":
         scales = eng.calibrate(calib)
@@ -127,12 +127,12 @@ def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) 
     same K/V (the FP8 cache is the quantized copy of the plain one, with the calibrated scales)."""
     max_len = max(max(map(len, prompts)), max(map(len, calib)))
     n = len(prompts)
-    plain = Engine(model, sel_plain, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
+    plain = Engine(model, sel_plain, EngineConfig(max_seqs=n, max_seq_len=max_len, cuda_graphs=False))
     sd0 = SpeculativeDecoder(plain, drafter, sel_plain, num_speculative_tokens=1)
     logits, hidden = sd0.target_forward(list(range(n)), prompts)
     inputs = ([int(lg[-1].argmax()) for lg in logits], [h[-1] for h in hidden])
     ref = sd0.propose(list(range(n)), *inputs, [1] * n, return_logits=True)[2]
-    fp8 = Engine(model, sel_fp8, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
+    fp8 = Engine(model, sel_fp8, EngineConfig(max_seqs=n, max_seq_len=max_len, cuda_graphs=False))
     fp8.calibrate(calib)
     sd = SpeculativeDecoder(fp8, drafter, sel_fp8, num_speculative_tokens=1)
     sd.target_forward(list(range(n)), prompts)  # lengths and blocks; the K/V are replaced below

@@ -32,7 +32,7 @@ from e2e import free, point_overrides, selection_overrides  # noqa: E402
 from fusion import attention_kernels, category, profile_prefill, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: E402
 from kselect.perf_targets import Target, make_target_backend  # noqa: E402
 from kselect.perf_timing import parse_fence, time_bucket  # noqa: E402
 from kselect.profiling import timeline_ms  # noqa: E402
@@ -43,7 +43,7 @@ from kselect.selector.vocab import claim_dtype  # noqa: E402
 def model_step(model, groups, prompt, steps: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=True)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=True))
     tok = int(eng.extend([0], [prompt]).argmax(-1)[0])
     eng.decode([0], [tok])
     sync()

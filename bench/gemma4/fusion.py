@@ -39,7 +39,7 @@ from e2e import ceilings, environment, first_line, free, hf_model, time_engine, 
 from gemv_variants import split_mode  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups  # noqa: E402
 from kselect.kernels import gemv  # noqa: E402
 from kselect.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms  # noqa: E402
 
@@ -112,7 +112,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
 def _profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs))
     logits = eng.extend([0], [prompt])
     tok = int(logits.argmax(-1)[0])
     eng.decode([0], [tok])  # warm-up
@@ -154,7 +154,7 @@ def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = 
     (default: the prompt + 8)."""
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True))
     eng.extend([0], [prompt])  # warm-up: compiles, captures the bucket's graph and checks it
     sync()
     before = eng.prefill_graph_steps
@@ -176,7 +176,7 @@ def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = 
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:
-    eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]) + steps + 1)
+    eng = Engine(model, groups, EngineConfig(max_seqs=len(prompts), max_seq_len=len(prompts[0]) + steps + 1))
     res = eng.generate(prompts, steps, stop_at_eos=False)
     out = [list(map(int, r)) for r in (res.tokens if hasattr(res, "tokens") else res.steps)]
     del eng
@@ -354,7 +354,7 @@ def main(argv: list[str]) -> int:
             logits = {}
             for mode in ("unfused", "triton"):  # prefill logits of the prompts, eager
                 model.set_compute(mode)
-                eng = Engine(model, gk, max_seqs=nb, max_seq_len=o.prompt_len + 1, cuda_graphs=False)
+                eng = Engine(model, gk, EngineConfig(max_seqs=nb, max_seq_len=o.prompt_len + 1, cuda_graphs=False))
                 logits[mode] = eng.extend(list(range(nb)), prompts[:nb]).float()
                 del eng
             lerr = max_rel_error(logits["triton"], logits["unfused"])

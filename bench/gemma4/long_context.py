@@ -26,7 +26,7 @@ import torch
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when kselect is not installed
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error  # noqa: E402
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 
@@ -54,8 +54,8 @@ def run(cfg, sel, model, opts) -> dict:
     graphs = False if opts.no_cuda_graphs else None
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    eng = Engine(model, sel, max_seqs=1, max_seq_len=seq_len, max_step_tokens=opts.prefill_chunk,
-                 cuda_graphs=graphs)
+    eng = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=seq_len, max_step_tokens=opts.prefill_chunk,
+                                          cuda_graphs=graphs))
     prompt = torch.randint(3, model.args.vocab_size, (opts.context,),
                            generator=torch.Generator().manual_seed(opts.seed)).tolist()
     # warm-up: kernel JIT for first and later chunks and for decode, CUDA-graph capture (kept across reset)
@@ -83,7 +83,7 @@ def run(cfg, sel, model, opts) -> dict:
     if opts.check:
         from kselect.kernels.tolerances import tolerance
 
-        whole = Engine(model, sel, max_seqs=1, max_seq_len=seq_len, cuda_graphs=False)
+        whole = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=seq_len, cuda_graphs=False))
         ref = whole.prefill([0], [prompt])
         err = max_rel_error(logits, ref)
         bar = tolerance(model.dtype, fp8=eng.cache.fp8)

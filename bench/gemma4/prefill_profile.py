@@ -30,7 +30,7 @@ from e2e import SELECTIONS, describe, environment, free, selection_overrides  # 
 from fusion import CATEGORIES, category, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
-from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
@@ -41,7 +41,7 @@ def one_prefill(eng: Engine, prompt: list[int]) -> None:
 
 
 def cell(model, groups, prompt: list[int], reps: int) -> dict:
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False))
     for _ in range(2):  # compiles, plans
         one_prefill(eng, prompt)
     sync()

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kselect.gemma4.engine import Engine, sample
+from kselect.gemma4.engine import Engine, EngineConfig, sample
 from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def eng(model, **kw):
-    return Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64, **kw)
+    return Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=64, **kw))
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(models, prompts):
@@ -144,8 +144,8 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
     syncs) gives the same tokens and logits as the eager paths, here run on CPU."""
     model, _ = models["all"]
     sel = simple_selection(model.args, kv_block_size=32, kv_cache_dtype=kv)
-    ref = Engine(model, sel, max_seqs=4, max_seq_len=64).generate(prompts, 6, return_logits=True)
-    e = Engine(model, sel, max_seqs=4, max_seq_len=64)
+    ref = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64)).generate(prompts, 6, return_logits=True)
+    e = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     e.runner.static_paths = True
     got = e.generate(prompts, 6, return_logits=True)
     assert got.tokens == ref.tokens
@@ -159,7 +159,8 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
 def test_static_cache_write_is_bitwise_write_kv(models, kv):
     model, _ = models["all"]
     sel = simple_selection(model.args, kv_block_size=16, kv_cache_dtype=kv)
-    caches = [Engine(model, sel, max_seqs=2, max_seq_len=64).cache.groups["full_attention"] for _ in range(2)]
+    caches = [Engine(model, sel, EngineConfig(max_seqs=2, max_seq_len=64)).cache.groups["full_attention"]
+              for _ in range(2)]
     g = torch.Generator().manual_seed(0)
     k, v = (torch.randn(7, 1, 128, generator=g) * 3 for _ in range(2))
     slots = torch.tensor([0, 1, 2, 17, 18, 40, 63])
@@ -186,9 +187,9 @@ def test_cuda_graph_decode_matches_eager(step, over):
     sel = resolve(cfg)
     model, _, _ = build_model(cfg, seed=0)
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30)]
-    eager = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=False,
-                   max_step_tokens=step).generate(prompts, 40, return_logits=True)
-    g = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=True, max_step_tokens=step)
+    eager = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=False,
+                                            max_step_tokens=step)).generate(prompts, 40, return_logits=True)
+    g = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=True, max_step_tokens=step))
     if not g.use_graphs:
         pytest.skip("the selected backends do not support CUDA graphs")
     res = g.generate(prompts, 40, return_logits=True)

@@ -21,7 +21,7 @@ import torch
 from g4_helpers import EMBED_STD, hf_twin, make_args
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, hf_state_dict
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.engine import Engine, EngineConfig
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder
 
@@ -123,7 +123,7 @@ def test_draft_tokens_match_hf_assisted_generation(hf_sharing_fix, prompts3, mon
     hf_toks, hf_cands = hf_assisted(hf, hf_assistant(drafter), prompts3, monkeypatch)
 
     sel = simple_selection(target.args, kv_block_size=16)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     res = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=K, kv_view="hf").generate(
         prompts3, max_new_tokens=N_NEW, record=True)
     assert res.tokens == hf_toks  # = greedy (HF's assisted greedy equals its plain greedy; no EOS here)

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
+from kselect.gemma4.draft_kv import DraftKVBinding, draft_groups_of
+from kselect.gemma4.drafter import Drafter, draft_inputs
 from kselect.gemma4.engine import Clock, chunk_ends
 from kselect.gemma4.sampling import check_request, probs_of, sample
 from kselect.gemma4.spec_graphs import SpecGraphs
@@ -338,7 +339,9 @@ class SpeculativeDecoder:
 def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0, inits=("random", "copy")):
     """[(label, Drafter)]: an HF assistant checkpoint, else seeded drafters with the preset's
     `drafter:` shapes: `random` weights, and the `copy` heuristic init (`copy_init`)."""
-    from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, load_drafter
+    from kselect.gemma4.checkpoint import load_drafter
+    from kselect.gemma4.config import DrafterArgs
+    from kselect.gemma4.drafter_init import build_random_drafter
 
     if checkpoint:
         return [(f"checkpoint {checkpoint}", load_drafter(checkpoint, target.args, device=target.device,

@@ -19,10 +19,10 @@ import torch
 import yaml
 
 from kselect.backends.registry import make_backend
-from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
-from kselect.gemma4.drafter import (DrafterArgs, DrafterError, build_random_drafter, draft_groups_of, load_drafter,
-                            save_drafter, target_kv_layer)
+from kselect.gemma4.checkpoint import build_random, load_drafter, save_drafter
+from kselect.gemma4.config import FULL, SLIDING, DrafterArgs, DrafterError, Gemma4Args, target_kv_layer
+from kselect.gemma4.draft_kv import draft_groups_of
+from kselect.gemma4.drafter_init import build_random_drafter
 from kselect.gemma4.engine import Engine, EngineConfig, model_groups
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, accept_greedy, rejection_sample

@@ -15,8 +15,8 @@ import yaml
 
 from g4_helpers import HF_RTOL, hf_logits
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import SLIDING, Gemma4Args
-from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
+from kselect.gemma4.config import SLIDING, DrafterArgs, Gemma4Args
+from kselect.gemma4.drafter_init import build_random_drafter
 from kselect.gemma4.engine import Engine, EngineConfig, chunk_ends, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder

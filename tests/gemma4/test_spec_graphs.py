@@ -15,8 +15,8 @@ import yaml
 
 from g4_helpers import simple_selection
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import Gemma4Args
-from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
+from kselect.gemma4.config import DrafterArgs, Gemma4Args
+from kselect.gemma4.drafter_init import build_random_drafter
 from kselect.gemma4.engine import Engine, EngineConfig
 from kselect.gemma4.speculative import SpeculativeDecoder
 

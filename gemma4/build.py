@@ -1,5 +1,5 @@
 """Building blocks of a Gemma-4 run: compose and resolve the selection, build or load the model,
-encode prompts. Used by `kselect run` (gemma4/__main__.py) and the bench scripts (bench/gemma4/)."""
+encode prompts. Used by `kselect run` (kselect/run.py) and the bench scripts (bench/gemma4/)."""
 
 from __future__ import annotations
 

@@ -763,6 +763,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.gemma4.__main__ import cli
+    from kselect.run import cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -1,5 +1,5 @@
-"""The fused forward of the Gemma-4 decoder (CUDA): the same maths as gemma4/model.py's modules in
-fewer, larger kernels. Per layer:
+"""The fused ops of the Gemma-4 forward (CUDA): gemma4/forward.py computes with these instead of gemma4/ops.py's
+PyTorch ops, the same maths in fewer, larger kernels. Per layer:
 
     qkv  = xn @ [Wq; Wk; Wv]                  one GEMM (weights concatenated once, module weights become views)
     q    = qkv_norm_rope_write(qkv)           one kernel: q/k/v norms, rope, paged KV write (FP8 included),
@@ -18,13 +18,13 @@ the logit softcap are the projections' epilogues (more rows: PyTorch's ops after
 where PyTorch took 13.
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
-`ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
+The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
-MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
+MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ from kselect.gemma4.step_context import GroupStep, StepContext  # noqa: F401 - r
 
 
 class Attention(nn.Module):
+    """One attention layer's weights and shape (gemma4/forward.py `attention` computes it)."""
+
     def __init__(self, args: Gemma4Args, layer: int):
         super().__init__()
         self.layer = layer
@@ -56,6 +58,8 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """One decoder layer's weights (gemma4/forward.py `layer` computes it)."""
+
     def __init__(self, args: Gemma4Args, layer: int):
         super().__init__()
         h, eps = args.hidden_size, args.rms_norm_eps

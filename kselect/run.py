@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
             err2 = max_rel_error(got, torch.stack(r2.logits))
             print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
                   f"(FP8 quantization error of this random model)")
-    if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (gemma4/speculative.py)
-        from kselect.gemma4.speculative import report_mtp
+    if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (kselect/run_mtp.py)
+        from kselect.run_mtp import report_mtp
 
         report_mtp(cfg, sel, eng, prompts, res, max_new_tokens=opts.max_new_tokens, temperature=opts.temperature,
                    top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter, mm_spans=mm_spans)

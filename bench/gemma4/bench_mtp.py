@@ -43,7 +43,8 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when 
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, EngineConfig  # noqa: E402
-from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
+from kselect.gemma4.build import build_drafters  # noqa: E402
+from kselect.gemma4.speculative import SpeculativeDecoder  # noqa: E402
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 from kselect.kernels.tolerances import rel_err  # noqa: E402
 from kselect.selector.files import atomic_write  # noqa: E402

@@ -87,7 +87,7 @@ def test_cuda_graph_speculative_greedy_equals_plain_greedy():
     """Real CUDA graphs, the machine's selection for the bundled tiny model with MTP: speculative
     greedy == plain greedy over 40 tokens for a batch that crosses the window and finishes unevenly."""
     from kselect.gemma4.build import build_model, select
-    from kselect.gemma4.speculative import build_drafters
+    from kselect.gemma4.build import build_drafters
 
     cfg, sel = select(["spec_decode=mtp"])
     model, _, _ = build_model(cfg, seed=0)

@@ -36,7 +36,6 @@ from torch import nn
 
 from kselect.gemma4.layers import apply_rope, gelu_tanh
 from kselect.gemma4.ops import TORCH, TorchOps, add_rms_norm, rms_norm
-from kselect.kernels import pdl
 
 
 # ---------------------------------------------------------------------------- weights, once
@@ -95,6 +94,8 @@ class FusedOps(TorchOps):
         prepare(model)
 
     def launches(self, model, tokens: int):
+        from kselect.kernels import pdl  # Triton: imported with the first fused step, not with the model
+
         return pdl.on() if not self.serial and pdl_step(model, tokens) else contextlib.nullcontext()
 
     def qkv(self, a, xn, cos, sin, ctx, g, params, cache_dtype):

@@ -498,7 +498,7 @@ def test_prefill_rounds_visit_every_selection_each_round_in_balanced_orders(monk
     class FakeEngine:
         prefill_graph_steps = 0
 
-        def __init__(self, model, groups, **kw):
+        def __init__(self, model, groups, config=None, **kw):
             self.key, self.n = groups, 0
 
         def generate(self, prompts, new, stop_at_eos):

@@ -39,7 +39,7 @@ class GroupCheck:
 def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=None, mm_spans=None,
                     engine_cls=None) -> list[GroupCheck]:
     """groups: the engine's groups (kind -> GroupSelection); forced: the tokens to replay."""
-    from kselect.gemma4.engine import Engine, reference_groups  # noqa: PLC0415
+    from kselect.gemma4.engine import Engine, EngineConfig, reference_groups  # noqa: PLC0415
 
     engine_cls = engine_cls or Engine
     refs = reference_groups(groups)
@@ -48,8 +48,8 @@ def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=N
     for k, g in groups.items():
         sel = make_backend(g)
         backends[k] = sel if g.backend == "TORCH_REFERENCE" else CheckingBackend(sel, make_backend(refs[k]), records[k])
-    eng = engine_cls(model, groups, max_seqs=len(prompts), max_seq_len=max_len, kv_scales=kv_scales,
-                     cuda_graphs=False, backends=backends)
+    config = EngineConfig(max_seqs=len(prompts), max_seq_len=max_len, kv_scales=kv_scales, cuda_graphs=False)
+    eng = engine_cls(model, groups, config, backends=backends)
     eng.generate(prompts, len(forced[0]) if forced else 1, forced=forced, stop_at_eos=False, mm_spans=mm_spans)
     out = []
     for k, g in groups.items():

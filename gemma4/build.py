@@ -1,5 +1,5 @@
-"""Building blocks of a Gemma-4 run: compose and resolve the selection, build or load the model,
-encode prompts. Used by `kselect run` (gemma4/__main__.py) and the bench scripts (bench/gemma4/)."""
+"""Building blocks of a Gemma-4 run: compose and resolve the selection, build or load the model (and MTP
+drafters), encode prompts. Used by `kselect run` (kselect/run.py) and the bench scripts (bench/gemma4/)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def build_model(cfg, seed: int):
             f"models on {device.type}; set model.checkpoint=<HF folder> or use model=gemma4_tiny")
     model = build_random(args, seed=seed, device=device)
     return model, load_tokenizer(), f"seeded random weights (seed {seed}, {n / 1e6:.2f}M parameters)"
+
+
+def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0, inits=("random", "copy")):
+    """[(label, Drafter)]: an HF assistant checkpoint, else seeded drafters with the preset's
+    `drafter:` shapes: `random` weights, and the `copy` heuristic init (`copy_init`)."""
+    from kselect.gemma4.checkpoint import load_drafter
+    from kselect.gemma4.config import DrafterArgs
+    from kselect.gemma4.drafter_init import build_random_drafter
+
+    if checkpoint:
+        return [(f"checkpoint {checkpoint}", load_drafter(checkpoint, target.args, device=target.device,
+                                                          dtype=target.dtype))]
+    dargs = DrafterArgs.from_preset(target.args, cfg.model.drafter)
+    out = []
+    for init in inits:
+        copy_from = target.embed_tokens.weight if init == "copy" else None
+        d = build_random_drafter(dargs, seed=seed, device=target.device, dtype=target.dtype, copy_from=copy_from)
+        out.append((f"seeded {init} (seed {seed})", d))
+    return out
 
 
 def _check_matches_preset(ck, preset, name: str) -> None:

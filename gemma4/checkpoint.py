@@ -1,4 +1,5 @@
-"""Checkpoints: Hugging Face folders (config.json + safetensors shards), seeded random weights, tokenizers.
+"""Checkpoints: Hugging Face folders (config.json + safetensors shards), seeded random weights, tokenizers; and
+the MTP drafter's (HF `Gemma4AssistantForCausalLM` folders, read by the same safetensors reader).
 
 Only safetensors are read (never pickle). Tensor names are HF's: `model.` (Gemma4ForCausalLM) or
 `model.language_model.` (Gemma4ForConditionalGeneration) prefixes are stripped; vision/audio
@@ -15,7 +16,8 @@ from pathlib import Path
 import torch
 
 from kselect.kernels.dtypes import dtype_name
-from kselect.gemma4.config import Gemma4Args, torch_dtype
+from kselect.gemma4.config import DrafterArgs, DrafterError, Gemma4Args, torch_dtype
+from kselect.gemma4.drafter import Drafter
 from kselect.gemma4.model import Gemma4
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -359,6 +361,104 @@ def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None 
     model = Gemma4(args)
     load_state(model, read_tensors(folder), where=str(folder))
     return model.to(device=device, dtype=args.torch_dtype).eval().keep_rope_fp32()
+
+
+# ---------------------------------------------------------------------------- MTP drafters (HF assistants)
+
+
+_IGNORED = ("model.embed_tokens.weight",)  # the draft-width embedding: unused (tied to lm_head)
+
+
+def hf_state_dict(drafter: Drafter) -> dict[str, torch.Tensor]:
+    """Our weights under HF's names (for `Gemma4AssistantForCausalLM.load_state_dict`)."""
+    sd = {k: v for k, v in drafter.state_dict().items()}
+    sd["model.embed_tokens.weight"] = sd["lm_head.weight"]
+    return sd
+
+
+def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
+    """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
+    from safetensors.torch import save_file
+
+    from kselect.selector.files import atomic_write, replaced
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / "config.json", json.dumps(drafter.args.to_hf_config_dict(), indent=2))
+    sd = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items() if k != "lm_head.weight"}
+    sd["model.embed_tokens.weight"] = drafter.lm_head.weight.detach().contiguous().cpu()
+    with replaced(folder / "model.safetensors") as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt"})
+    return folder
+
+
+def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: torch.dtype | None = None) -> Drafter:
+    """Load an HF `Gemma4AssistantForCausalLM` folder (safetensors only) for `target`.
+
+    Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
+    config field that does not fit the target."""
+    folder = Path(folder)
+    cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
+    try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from None
+    try:
+        args = DrafterArgs.from_hf_config(d, target)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise DrafterError(f"{cfg}: not a usable gemma4_assistant config: {type(e).__name__}: {e}") from e
+    if dtype is not None:
+        args.dtype = dtype_name(dtype)
+    drafter = Drafter(args)
+    try:
+        files = _shard_files(folder)
+    except CheckpointError as e:
+        raise DrafterError(str(e)) from e
+    tensors = read_safetensors(files, lambda name: name, DrafterError)
+    load_drafter_state(drafter, tensors, where=str(folder))
+    return drafter.to(device=device, dtype=args.torch_dtype).eval().keep_rope_fp32()
+
+
+def load_drafter_state(drafter: Drafter, tensors: dict[str, tuple[str, torch.Tensor]] | dict[str, torch.Tensor],
+                       where: str = "drafter checkpoint") -> None:
+    """Copy HF-named tensors into `drafter` with strict name and shape checks."""
+    tensors = {k: (v if isinstance(v, tuple) else (k, v)) for k, v in tensors.items()}
+    tensors = dict(tensors)
+    if "lm_head.weight" not in tensors:  # tied: HF saves only model.embed_tokens.weight
+        if "model.embed_tokens.weight" not in tensors:
+            raise DrafterError(f"{where}: missing tensor 'lm_head.weight' (and no tied 'model.embed_tokens.weight')")
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    expected = drafter.state_dict()
+    unexpected = [k for k in tensors if k not in expected and k not in _IGNORED]
+    if unexpected:
+        hint = ""
+        if any(".k_proj." in k or ".v_proj." in k for k in unexpected):
+            hint = " (k/v projections: the assistant's layers are Q-only; is this a target checkpoint?)"
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise DrafterError(f"{where}: unexpected tensor {unexpected[0]!r}{more}{hint}")
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 1} more: {missing[1:4]})" if len(missing) > 1 else ""
+        raise DrafterError(f"{where}: missing tensor {missing[0]!r}{more}")
+    for k, dst in expected.items():
+        orig, src = tensors[k]
+        if tuple(src.shape) != tuple(dst.shape):
+            raise DrafterError(f"{where}: tensor {orig!r} has shape {tuple(src.shape)}, the drafter expects "
+                               f"{tuple(dst.shape)}")
+        if k.endswith("token_ordering"):
+            if src.is_floating_point():
+                raise DrafterError(f"{where}: tensor {orig!r} must be integer token ids, got {src.dtype}")
+            if not torch.equal(torch.sort(src.long()).values, torch.arange(src.numel())):
+                raise DrafterError(f"{where}: tensor {orig!r} is not a permutation of the vocabulary")
+        elif not src.is_floating_point():
+            raise DrafterError(f"{where}: tensor {orig!r} has dtype {src.dtype}, expected floating point")
+    emb = tensors.get("model.embed_tokens.weight")
+    if emb is not None and tuple(emb[1].shape) != tuple(expected["lm_head.weight"].shape):
+        raise DrafterError(f"{where}: tensor 'model.embed_tokens.weight' has shape {tuple(emb[1].shape)}, expected "
+                           f"{tuple(expected['lm_head.weight'].shape)} (the draft-width tied head)")
+    with torch.no_grad():
+        for k, dst in expected.items():
+            dst.copy_(tensors[k][1].to(dst.dtype))
 
 
 # ---------------------------------------------------------------------------- tokenizers

@@ -1,4 +1,4 @@
-"""What chunked prefill (`kselect run --prefill-chunk N`, `Engine(max_step_tokens=N)`) did, for the
+"""What chunked prefill (`kselect run --prefill-chunk N`, `EngineConfig(max_step_tokens=N)`) did, for the
 run's summary: the chunk size, the prefill steps each prompt took (gemma4/engine.py's chunk_ends,
 the function the engine cuts with), and the sliding-window pool: its size, what it would be
 without chunking, and the most blocks the run held at once."""

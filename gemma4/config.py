@@ -299,3 +299,220 @@ class Gemma4Args:
 
     def layers_of(self, kind: str) -> list[int]:
         return [i for i, t in enumerate(self.layer_types) if t == kind]
+
+
+# ---------------------------------------------------------------------------- the MTP drafter's arguments
+
+
+class DrafterError(ValueError):
+    """A drafter config or checkpoint that does not fit its target (or is not a Gemma-4 assistant)."""
+
+
+# ---------------------------------------------------------------------------- arguments
+
+
+@dataclass
+class DrafterArgs:
+    """Shapes of the assistant. Head dims, KV heads and the window come from the target (the draft
+    layers read its cache); the rest from the model preset's `drafter:` block or the HF config."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    layer_types: list[str]
+    backbone_hidden_size: int
+    vocab_size: int
+    head_dim: int
+    global_head_dim: int
+    num_key_value_heads: int  # the target's KV heads of its sliding layers
+    num_global_key_value_heads: int  # ... and of its full layers (what the draft layers read)
+    sliding_window: int
+    rms_norm_eps: float = 1e-6
+    rope_theta_sliding: float = 10_000.0
+    rope_theta_full: float = 1_000_000.0
+    partial_rotary_factor_full: float = 0.25
+    use_ordered_embeddings: bool = False
+    num_centroids: int = 2048
+    centroid_intermediate_top_k: int = 32
+    attention_k_eq_v: bool = False  # mirrors the target (HF builds the draft layers' GQA from it)
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        self.layer_types = list(self.layer_types)
+        if len(self.layer_types) != self.num_hidden_layers:
+            raise DrafterError(
+                f"drafter layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers")
+        bad = sorted(set(self.layer_types) - {SLIDING, FULL})
+        if bad:
+            raise DrafterError(f"drafter: unknown layer types {bad}; expected {SLIDING!r} or {FULL!r}")
+        for t in set(self.layer_types):
+            kv = self.kv_heads_of(t)
+            if self.num_attention_heads % kv:
+                raise DrafterError(
+                    f"drafter num_attention_heads={self.num_attention_heads} is not a multiple of the "
+                    f"target's {kv} KV heads of its {t} layers (the draft layers read that cache)")
+        if self.use_ordered_embeddings:
+            if self.vocab_size % self.num_centroids:
+                raise DrafterError(
+                    f"drafter: vocab_size={self.vocab_size} is not a multiple of num_centroids={self.num_centroids}")
+            if not 0 < self.centroid_intermediate_top_k <= self.num_centroids:
+                raise DrafterError(
+                    f"drafter: centroid_intermediate_top_k={self.centroid_intermediate_top_k} must be in "
+                    f"1..num_centroids={self.num_centroids}")
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def from_preset(cls, target: Gemma4Args, block: dict[str, Any] | Any) -> "DrafterArgs":
+        """From a preset's `drafter:` block (a dict or the selector's pydantic `Drafter`)."""
+        if block is None:
+            raise DrafterError(f"model {target.name!r} has no drafter: block (needed for spec_decode=mtp)")
+        if hasattr(block, "model_dump"):
+            block = block.model_dump()
+        b = dict(block)
+        try:
+            return cls(
+                hidden_size=int(b["hidden_size"]), intermediate_size=int(b["intermediate_size"]),
+                num_hidden_layers=int(b["num_hidden_layers"]), num_attention_heads=int(b["num_attention_heads"]),
+                layer_types=list(b["layer_types"]), use_ordered_embeddings=bool(b.get("use_ordered_embeddings", False)),
+                num_centroids=int(b.get("num_centroids", 2048)),
+                centroid_intermediate_top_k=int(b.get("centroid_intermediate_top_k", 32)),
+                sliding_window=int(b.get("sliding_window") or target.sliding_window),
+                **_target_shapes(target))
+        except KeyError as e:
+            raise DrafterError(f"drafter: block is missing {e.args[0]!r}") from None
+
+    @classmethod
+    def from_hf_config(cls, d: dict[str, Any], target: Gemma4Args | None = None) -> "DrafterArgs":
+        """From an assistant `config.json` (model_type gemma4_assistant). With `target`, its shapes
+        are checked against the target's (they must agree: the draft layers read its cache)."""
+        mt = d.get("model_type")
+        if mt != "gemma4_assistant":
+            raise DrafterError(f"config.json model_type {mt!r} is not 'gemma4_assistant' (a Gemma-4 MTP drafter)")
+        tc = d.get("text_config")
+        if not isinstance(tc, dict):
+            raise DrafterError("gemma4_assistant config.json has no text_config")
+        for key in ("hidden_size_per_layer_input", "vocab_size_per_layer_input"):
+            if tc.get(key):
+                raise DrafterError(f"drafter text_config.{key}={tc[key]}: the assistant has no per-layer embeddings")
+        if tc.get("enable_moe_block"):
+            raise DrafterError("drafter text_config.enable_moe_block=true: the assistant has no MoE block")
+        n = tc["num_hidden_layers"]
+        shared = tc.get("num_kv_shared_layers") or n
+        if shared != n:
+            raise DrafterError(f"drafter: num_kv_shared_layers={shared} != num_hidden_layers={n} "
+                               "(every assistant layer reads the target's KV)")
+        global_head_dim = tc.get("global_head_dim", 512)
+        num_global_kv = tc.get("num_global_key_value_heads")
+        layer_types = tc.get("layer_types") or [SLIDING] * (n - 1) + [FULL]
+        for idx, over in (tc.get("per_layer_config") or {}).items():
+            if layer_types[int(idx)] == FULL:
+                global_head_dim = over.get("head_dim", global_head_dim)
+                num_global_kv = over.get("num_key_value_heads", num_global_kv)
+                break
+        rope = tc.get("rope_parameters") or {}
+        rs, rf = rope.get(SLIDING) or {}, rope.get(FULL) or {}
+        k_eq_v = bool(tc.get("attention_k_eq_v", False))
+        kv = tc.get("num_key_value_heads", 1)
+        dtype = str(d.get("dtype") or d.get("torch_dtype") or tc.get("dtype") or "bfloat16").removeprefix("torch.")
+        args = cls(
+            hidden_size=tc["hidden_size"], intermediate_size=tc["intermediate_size"], num_hidden_layers=n,
+            num_attention_heads=tc["num_attention_heads"], layer_types=list(layer_types),
+            backbone_hidden_size=d.get("backbone_hidden_size", 1536), vocab_size=tc["vocab_size"],
+            head_dim=tc.get("head_dim", 256), global_head_dim=global_head_dim, num_key_value_heads=kv,
+            num_global_key_value_heads=(num_global_kv if (k_eq_v and num_global_kv) else kv),
+            sliding_window=tc.get("sliding_window", 512), rms_norm_eps=tc.get("rms_norm_eps", 1e-6),
+            rope_theta_sliding=rs.get("rope_theta", 10_000.0), rope_theta_full=rf.get("rope_theta", 1_000_000.0),
+            partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
+            use_ordered_embeddings=bool(d.get("use_ordered_embeddings", False)),
+            num_centroids=d.get("num_centroids", 2048), centroid_intermediate_top_k=d.get("centroid_intermediate_top_k", 32),
+            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")
+        if target is not None:
+            args.check_target(target)
+        return args
+
+    def check_target(self, target: Gemma4Args) -> None:
+        """Raise DrafterError when this drafter cannot run on `target`'s cache and embeddings."""
+        want = _target_shapes(target)
+        errs = []
+        for k in ("backbone_hidden_size", "vocab_size", "head_dim", "global_head_dim"):
+            if getattr(self, k) != want[k]:
+                errs.append(f"{k}={getattr(self, k)} but the target has {want[k]}")
+        for t in set(self.layer_types):
+            if self.kv_heads_of(t) != _kv_heads(target, t):
+                errs.append(f"{t} KV heads {self.kv_heads_of(t)} but the target's {t} cache has {_kv_heads(target, t)}")
+            if t not in target.layer_types:
+                errs.append(f"a {t} draft layer but the target has no {t} layer to read")
+        if errs:
+            raise DrafterError("drafter does not fit the target model: " + "; ".join(errs))
+
+    def to_hf_config_dict(self) -> dict[str, Any]:
+        """An assistant config.json (model_type gemma4_assistant)."""
+        text = dict(
+            model_type="gemma4_text", vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim, global_head_dim=self.global_head_dim, layer_types=list(self.layer_types),
+            sliding_window=self.sliding_window, rms_norm_eps=self.rms_norm_eps, final_logit_softcapping=None,
+            rope_parameters={
+                SLIDING: {"rope_type": "default", "rope_theta": self.rope_theta_sliding},
+                FULL: {"rope_type": "proportional", "partial_rotary_factor": self.partial_rotary_factor_full,
+                       "rope_theta": self.rope_theta_full}},
+            hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
+            num_kv_shared_layers=self.num_hidden_layers, attention_k_eq_v=self.attention_k_eq_v,
+            enable_moe_block=False, use_double_wide_mlp=False, hidden_activation="gelu_pytorch_tanh")
+        if self.attention_k_eq_v:
+            text["num_global_key_value_heads"] = self.num_global_key_value_heads
+        return dict(
+            model_type="gemma4_assistant", architectures=["Gemma4AssistantForCausalLM"], dtype=self.dtype,
+            text_config=text, backbone_hidden_size=self.backbone_hidden_size,
+            use_ordered_embeddings=self.use_ordered_embeddings, num_centroids=self.num_centroids,
+            centroid_intermediate_top_k=self.centroid_intermediate_top_k, tie_word_embeddings=True)
+
+    def to_hf_config(self):
+        """`transformers.Gemma4AssistantConfig` (tests)."""
+        from transformers import Gemma4AssistantConfig, Gemma4TextConfig
+
+        d = self.to_hf_config_dict()
+        text = {k: v for k, v in d.pop("text_config").items() if k != "model_type"}
+        d.pop("model_type"), d.pop("architectures"), d.pop("dtype")
+        return Gemma4AssistantConfig(text_config=Gemma4TextConfig(**text), **d)
+
+    # -------------------------------------------------------------- derived
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch_dtype(self.dtype)
+
+    def is_sliding(self, layer: int) -> bool:
+        return self.layer_types[layer] == SLIDING
+
+    def layer_head_dim(self, layer: int) -> int:
+        return self.head_dim if self.is_sliding(layer) else self.global_head_dim
+
+    def kv_heads_of(self, kind: str) -> int:
+        return self.num_key_value_heads if kind == SLIDING else self.num_global_key_value_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _kv_heads(target: Gemma4Args, kind: str) -> int:
+    return target.num_kv_heads(target.layers_of(kind)[0]) if kind in target.layer_types else 0
+
+
+def _target_shapes(target: Gemma4Args) -> dict[str, Any]:
+    return dict(
+        backbone_hidden_size=target.hidden_size, vocab_size=target.vocab_size, head_dim=target.head_dim,
+        global_head_dim=target.global_head_dim, num_key_value_heads=_kv_heads(target, SLIDING) or target.num_key_value_heads,
+        num_global_key_value_heads=_kv_heads(target, FULL), rms_norm_eps=target.rms_norm_eps,
+        rope_theta_sliding=target.rope_theta_sliding, rope_theta_full=target.rope_theta_full,
+        partial_rotary_factor_full=target.partial_rotary_factor_full, attention_k_eq_v=target.attention_k_eq_v,
+        dtype=target.dtype)
+
+
+def target_kv_layer(target: Gemma4Args, kind: str) -> int:
+    """The target layer whose cache draft layers of type `kind` read: the last non-KV-shared one."""
+    layers = [i for i in range(target.first_kv_shared_layer) if target.layer_types[i] == kind]
+    if not layers:
+        raise DrafterError(f"the target has no non-shared {kind} layer for the drafter to read")
+    return layers[-1]

@@ -6,7 +6,7 @@ gemma4/block_manager.py), and the model runner (gemma4/model_runner.py: metadata
 captured forwards). `Engine.extend(seqs, tokens)` is the one forward path: it appends tokens to
 sequences (a prompt for prefill, one token for decode, several for chunked prefill or a
 speculative verify pass), writes their K/V and returns logits. `generate` does greedy or seeded
-temperature/top-k sampling over a batch and reports prefill and decode tokens/s.
+temperature/top-k sampling over a batch (gemma4/generate.py's loop) and reports prefill and decode tokens/s.
 
 Speculative decoding (gemma4/speculative.py) uses a public API: `reserve` blocks up front,
 `extend(..., commit=False)` writes a verify pass as pending tokens, `commit` accepts a prefix of
@@ -15,7 +15,7 @@ them, `rollback` shortens a sequence.
 On CUDA, decode runs as a CUDA graph when every group's backend `supports_cuda_graphs()` (checked
 against an eager step at capture time; any mismatch or capture error falls back to eager with a
 warning). `generate` keeps the tokens on the device, so with graphs the decode loop has no
-per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps; eager checks every step). A
+per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps, gemma4/generate.py; eager checks every step). A
 captured graph is kept across `reset()` (static inputs are reloaded before use). One sequence's multi-token
 steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per token bucket
 (gemma4/prefill_graph.py), so a short prompt's prefill is not bound by the host's launches.
@@ -24,28 +24,25 @@ steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per t
 from __future__ import annotations
 
 import math
-import time
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 
 from kselect.backends.base import AttentionBackend
 from kselect.backends.registry import make_backend
 from kselect.gemma4.decode_graph import DecodeGraph
+from kselect.gemma4.engine_config import EngineConfig
+from kselect.gemma4.generate import Clock, GenerationResult, PlainDecoding, generation_loop
 from kselect.gemma4.host_threads import use_serving_threads
 from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from kselect.gemma4.model import Gemma4
 from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphs
-from kselect.gemma4.sampling import check_request, integer_type, max_rel_error, sample
+from kselect.gemma4.prefill_graph import PrefillGraphs
+from kselect.gemma4.sampling import integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
 from kselect.selector.vocab import is_fp8 as is_fp8_name
 from kselect.selector.selection import GroupSelection, Selection
-
-EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
-
 
 # ---------------------------------------------------------------------------- selections
 
@@ -67,88 +64,22 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
     return out
 
 
-# ---------------------------------------------------------------------------- results
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[list[int]]  # generated tokens per sequence (stops after EOS when stop_at_eos)
-    prompt_tokens: int
-    decode_tokens: int  # tokens produced by decode steps (all sequences of the batch)
-    prefill_s: float
-    decode_s: float
-    logits: list[torch.Tensor] | None = None  # per step [B, V] (prefill last-token first), if asked
-    steps: list[list[int]] = field(default_factory=list)  # per step, the token picked for every sequence
-    cuda_graphs: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else float("inf")
-
-    @property
-    def decode_tok_s(self) -> float:
-        return self.decode_tokens / self.decode_s if self.decode_s > 0 else float("nan")
-
-
-class Clock:
-    """Marks on the device's timeline (CUDA events: no sync until `seconds`), or the host's on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-        self.marks: list = []
-
-    def mark(self) -> None:
-        if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self.marks.append(ev)
-        else:
-            self.marks.append(time.perf_counter())
-
-    def seconds(self) -> list[float]:
-        """Seconds between consecutive marks."""
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
-
-
 # ---------------------------------------------------------------------------- engine
 
 
 class Engine:
-    def __init__(
-        self,
-        model: Gemma4,
-        selection: Selection | dict[str, GroupSelection],
-        *,
-        max_seqs: int = 8,
-        max_seq_len: int = 512,
-        device: torch.device | str | None = None,
-        kv_scales: dict[int, tuple[float, float]] | None = None,
-        cuda_graphs: bool | None = None,
-        backends: dict[str, AttentionBackend] | None = None,
-        max_step_tokens: int | None = None,
-        prefill_graphs: bool | None = None,
-        prefill_graph_tokens: int = DEFAULT_MAX_TOKENS,
-        serving_threads: bool = True,
-    ):
-        """max_step_tokens: the most tokens one sequence may add in one forward; prompts longer than
-        that are prefilled in chunks (`prefill`). It bounds the sliding-window cache per sequence
-        to W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for
-        every token). prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to
-        prefill_graph_tokens (a bucket of gemma4/prefill_graph.py, default 2,048) replay CUDA graphs per token
-        bucket; None = whenever decode graphs are on and every prefill backend supports graphs.
-        serving_threads: on a GPU, torch's intra-op CPU pool shrinks to one thread for the process
-        (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-13 ms); False leaves it."""
-        if max_step_tokens is not None and max_step_tokens < 1:
-            raise ValueError(f"max_step_tokens must be a positive token count or None, got {max_step_tokens}")
+    def __init__(self, model: Gemma4, selection: Selection | dict[str, GroupSelection],
+                 config: EngineConfig = EngineConfig(), *, backends: dict[str, AttentionBackend] | None = None):
+        """config: how it runs (gemma4/engine_config.py). backends: attention backends per layer type to use
+        instead of the selection's (tests, benchmarks)."""
+        self.config = config
+        max_seqs, max_seq_len, max_step_tokens = config.max_seqs, config.max_seq_len, config.max_step_tokens
+        device, cuda_graphs, prefill_graphs = config.device, config.cuda_graphs, config.prefill_graphs
         self.model = model.eval()
         self.args = model.args
         self.device = torch.device(device) if device is not None else model.device
-        self.host_threads = use_serving_threads(self.device) if serving_threads else torch.get_num_threads()
+        self.host_threads = (use_serving_threads(self.device) if config.serving_threads
+                             else torch.get_num_threads())
         self.groups = model_groups(selection)
         self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
         # per phase (objective selections): a group's prefill steps may run another backend over the same
@@ -158,8 +89,8 @@ class Engine:
         self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
         self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
                                   model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
-        if kv_scales:
-            self.cache.set_scales(kv_scales)
+        if config.kv_scales:
+            self.cache.set_scales(config.kv_scales)
         self.sequences = SequenceTable(max_seqs)
         self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device,
                                   prefill_backends=self.prefill_backends)
@@ -171,7 +102,7 @@ class Engine:
         graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
         self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
                                                                            prefill_graphs is not False), self.notes,
-                                            self.note_fallback, prefill_graph_tokens)
+                                            self.note_fallback, config.prefill_graph_tokens)
         self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
 
     # -------------------------------------------------------------- bookkeeping
@@ -367,9 +298,9 @@ class Engine:
         """One decode step: tokens[i] (a host list or a device tensor) appended to seqs[i]. Returns [B, V]."""
         if not isinstance(tokens, torch.Tensor):
             self.check_tokens(seqs, [[t] for t in tokens])
-        return self._decode(seqs, tokens).clone()
+        return self.decode_step(seqs, tokens).clone()
 
-    def _decode(self, seqs: list[int], tokens) -> torch.Tensor:
+    def decode_step(self, seqs: list[int], tokens) -> torch.Tensor:
         """`decode` without the copy: a graph's logits are valid until its next replay."""
         out = self._try_graph(seqs, tokens)
         if out is not None:
@@ -406,8 +337,8 @@ class Engine:
         mdt = dtype_name(self.model.dtype)
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
                  for k, g in reference_groups(self.groups).items()}
-        calib = Engine(self.model, plain, max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),
-                       device=self.device, cuda_graphs=False)
+        calib = Engine(self.model, plain, EngineConfig(max_seqs=len(prompts), max_seq_len=max(map(len, prompts)),
+                                                       device=self.device, cuda_graphs=False))
         amax: dict = {}
         calib.extend(list(range(len(prompts))), prompts, kv_amax=amax)
         scales = {}
@@ -432,70 +363,13 @@ class Engine:
         forced: list[list[int]] | None = None,
         mm_spans: list[list[tuple[int, int]]] | None = None,
     ) -> GenerationResult:
-        """Generate for a batch. All sequences decode in lock step (finished ones keep a stable batch
-        shape; their extra tokens are dropped). `forced`: teacher-force these continuations instead
-        of sampling (the numerics check replays a run on another backend). `mm_spans`: image spans
-        per prompt (see `extend`); decode steps are causal (they lie after every span).
-
-        Tokens (and logits) stay on the device until the end; the loop waits for the device only to
-        ask whether every sequence has finished: every step eager, every EOS_CHECK_EVERY steps with
-        graphs (same tokens either way; decode_tokens counts the steps actually run)."""
-        check_request(prompts, max_new_tokens, temperature, top_k, max_seqs=self.max_seqs,
-                      max_seq_len=self.max_seq_len)
-        self.reset()
-        dev = self.device
-        eos = self.args.eos_token_id if eos_token_id is None else eos_token_id
-        gen = torch.Generator(device=dev).manual_seed(seed) if temperature > 0 else None
-        seqs = list(range(len(prompts)))
-        for s, p in zip(seqs, prompts):  # reserve blocks up front: static block tables for graphs
-            self.reserve(s, len(p) + max_new_tokens)
-        forced_t = (torch.tensor(forced, dtype=torch.long).T.contiguous().to(dev)
-                    if forced is not None else None)  # [steps, B]
-        logs: list[torch.Tensor] = []
-        toks: list[torch.Tensor] = []
-        finished = torch.zeros(len(prompts), dtype=torch.bool, device=dev)
-        seen = 0  # tokens folded into `finished` when it is read, not every step (two kernels fewer between replays)
-
-        def pick(logits: torch.Tensor, step: int) -> torch.Tensor:
-            if return_logits:
-                logs.append(logits.to(torch.float32, copy=True))
-            nxt = forced_t[step] if forced_t is not None else sample(logits, temperature, top_k, gen)
-            toks.append(nxt)
-            return nxt
-
-        check_every = EOS_CHECK_EVERY if self.use_graphs else 1
-        clock = Clock(dev)
-        clock.mark()
-        nxt = pick(self.prefill(seqs, prompts, mm_spans=mm_spans), 0)
-        clock.mark()
-        steps = 0
-        for step in range(1, max_new_tokens):
-            if stop_at_eos and step % check_every == 0:
-                finished |= (torch.stack(toks[seen:]) == eos).any(0)
-                seen = len(toks)
-                if bool(finished.all()):
-                    break
-            nxt = pick(self._decode(seqs, nxt), step)
-            steps += 1
-        clock.mark()
-        prefill_s, decode_s = clock.seconds()
-        rows = torch.stack(toks).tolist()  # [1 + steps, B]
-        out = [[t] for t in rows[0]]
-        done = [stop_at_eos and t == eos for t in rows[0]]
-        used = 1
-        for row in rows[1:]:
-            if all(done):
-                break
-            used += 1
-            for i, t in enumerate(row):
-                if not done[i]:
-                    out[i].append(t)
-                    done[i] = stop_at_eos and t == eos
-        return GenerationResult(
-            tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=steps * len(prompts),
-            prefill_s=prefill_s, decode_s=decode_s,
-            logits=[x.cpu() for x in logs[:used]] if return_logits else None, steps=rows[:used],
-            cuda_graphs=self.graphs_captured, notes=list(self.notes))
+        """Generate for a batch: gemma4/generate.py's loop with `PlainDecoding` (all sequences decode in lock step;
+        tokens stay on the device until the end). `forced`: teacher-force these continuations instead of sampling
+        (the numerics check replays a run on another backend). `mm_spans`: image spans per prompt (see `extend`);
+        decode steps are causal (they lie after every span)."""
+        plain = PlainDecoding(self, forced=forced, return_logits=return_logits)
+        return generation_loop(self, plain, prompts, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                               eos_token_id=eos_token_id, stop_at_eos=stop_at_eos, mm_spans=mm_spans)
 
     # -------------------------------------------------------------- CUDA graphs
     def _decode_graph(self, seqs: list[int], tokens) -> torch.Tensor:
@@ -545,5 +419,6 @@ def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> li
     return ends
 
 
-__all__ = ["Engine", "MultimodalUnsupportedError", "GenerationResult", "reference_groups", "model_groups",
+__all__ = ["Engine", "EngineConfig", "MultimodalUnsupportedError", "GenerationResult", "reference_groups",
+           "model_groups",
            "sample", "max_rel_error", "chunk_ends", "Clock"]

@@ -1,5 +1,5 @@
-"""The fused forward of the Gemma-4 decoder (CUDA): the same maths as gemma4/model.py's modules in
-fewer, larger kernels. Per layer:
+"""The fused ops of the Gemma-4 forward (CUDA): gemma4/forward.py computes with these instead of gemma4/ops.py's
+PyTorch ops, the same maths in fewer, larger kernels. Per layer:
 
     qkv  = xn @ [Wq; Wk; Wv]                  one GEMM (weights concatenated once, module weights become views)
     q    = qkv_norm_rope_write(qkv)           one kernel: q/k/v norms, rope, paged KV write (FP8 included),
@@ -18,13 +18,13 @@ the logit softcap are the projections' epilogues (more rows: PyTorch's ops after
 where PyTorch took 13.
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
-`ops` is the implementation of the fused regions: hand-written Triton (kernels/) or the same regions
+The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
-MoE blocks and FP8 calibration (kv_amax) keep the unfused code.
+MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from kselect.gemma4.model import rope_row_tables, softcap_logits
-from kselect.kernels import pdl
+from kselect.gemma4.layers import apply_rope, gelu_tanh
+from kselect.gemma4.ops import TORCH, TorchOps, add_rms_norm, rms_norm
 
 
 # ---------------------------------------------------------------------------- weights, once
@@ -85,39 +84,43 @@ def _weights_key(model) -> tuple:
 
 
 # ---------------------------------------------------------------------------- fused-region implementations
-def _after(y, scale=None, softcap=None):
-    """The projection epilogues as the unfused model writes them: `* scale` (per-layer inputs), the logit softcap."""
-    if scale is not None:
-        y = y * scale
-    return y if softcap is None else softcap_logits(y, softcap)
+class FusedOps(TorchOps):
+    """The regions gemma4/ops.py's TorchOps runs op by op, over the concatenated weights: one q/k/v GEMM and one
+    norm-rope-KV-write kernel (`qkv_kernel`), one gate/up GEMM with GELU*up after it. Subclasses give the kernels."""
 
+    serial = False  # launch with PDL where `pdl_step` says (kernels/pdl.py)
 
-class _Ops:
-    serial = False  # launch plainly, not with PDL (kernels/pdl.py)
+    def prepare(self, model) -> None:
+        prepare(model)
 
-    def linear(self, x, w, scale=None, softcap=None):
-        """x @ w.T, then `* scale` and the logit softcap where given (the GEMV's epilogue where it runs)."""
-        return _after(F.linear(x, w), scale, softcap)
+    def launches(self, model, tokens: int):
+        from kselect.kernels import pdl  # Triton: imported with the first fused step, not with the model
 
-    def embedding(self, ids, w, scale: float):
-        return F.embedding(ids, w) * scale
+        return pdl.on() if not self.serial and pdl_step(model, tokens) else contextlib.nullcontext()
 
-    rope_tables = staticmethod(rope_row_tables)
+    def qkv(self, a, xn, cos, sin, ctx, g, params, cache_dtype):
+        eps = a.q_norm.eps
+        qkv = self.linear(xn, a.qkv_weight)
+        # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer); a
+        # step with far rows keeps q in the model dtype (their calls may take another path)
+        qs = None if g.far else g.backend.query_scale(g.meta, params, cache_dtype)
+        quant = dict(q_scale=qs, q_dtype=cache_dtype) if qs is not None else {}
+        if a.kv_shared:
+            return self.qkv_kernel(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)
+        kc, vc = g.cache.kv(a.layer)
+        p = g.cache.layer_params(a.layer, a.window_left)
+        return self.qkv_kernel(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps,
+                               kc, vc, g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
 
-    def linear_gelu_mul(self, x, w, mul=None):
-        """gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] (mul None), else gelu_tanh(x @ w.T) * mul."""
-        y = self.linear(x, w)
-        if mul is None:
-            i = y.shape[1] // 2
-            return self.gelu_mul(y[:, :i], y[:, i:])
-        return self.gelu_mul(y, mul)
+    def mlp(self, m, z):
+        return self.linear(self.linear_gelu_mul(z, m.gate_up_weight), m.down_proj.weight)
 
 
 def _one_row(x, w) -> bool:
     return x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(-1) == 1
 
 
-class TritonOps(_Ops):
+class TritonOps(FusedOps):
     name = "triton"
 
     def __init__(self):
@@ -128,7 +131,7 @@ class TritonOps(_Ops):
         self.rms_norm = rms_norm.rms_norm
         self.add_rms_norm = rms_norm.add_rms_norm
         self.gelu_mul = gelu_mul.gelu_tanh_mul
-        self.qkv = qkv_rope.qkv_norm_rope_write
+        self.qkv_kernel = qkv_rope.qkv_norm_rope_write
         self._gemv = gemv.gemv
         self._gemv_gelu_mul = gemv.gemv_gelu_mul
 
@@ -157,45 +160,26 @@ class TritonCublasOps(TritonOps):
     """The Triton fused regions with every projection on cuBLAS: the GEMV's baseline."""
 
     name = "triton_cublas"
-    linear = _Ops.linear
-
-    def linear_gelu_mul(self, x, w, mul=None):
-        return _Ops.linear_gelu_mul(self, x, w, mul)
-
-
-def _t_norm(x, w, eps):
-    xf = x.float()
-    out = xf * torch.pow(xf.pow(2).mean(-1, keepdim=True) + eps, -0.5)
-    return (out * w.float() if w is not None else out).to(x.dtype)
-
-
-def _t_add_norm(y, res, wa, eps, scalar, wb):
-    s = res + _t_norm(y, wa, eps)
-    if scalar is not None:
-        s = s * scalar
-    return s, (_t_norm(s, wb, eps) if wb is not None else None)
-
-
-def _t_gelu_mul(gate, up):
-    return F.gelu(gate, approximate="tanh") * up
-
-
-def _t_rope(x, cos, sin):
-    half = x.shape[-1] // 2
-    return x * cos[:, None, :] + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin[:, None, :]
+    linear = TorchOps.linear
+    linear_gelu_mul = TorchOps.linear_gelu_mul
 
 
 def _t_qkv(qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_eq_v):
+    """The q/k/v region as PyTorch ops (compiled by CompiledOps): norms and rope of the concatenated projection."""
     t = qkv.shape[0]
-    q = _t_rope(_t_norm(qkv[:, :hq * d].view(t, hq, d), qw, eps), cos, sin)
+    q = apply_rope(rms_norm(qkv[:, :hq * d].view(t, hq, d), qw, eps), cos, sin)
     if not hkv:
         return q, None, None
     k_raw = qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)
     v_raw = k_raw if k_eq_v else qkv[:, (hq + hkv) * d:].view(t, hkv, d)
-    return q, _t_rope(_t_norm(k_raw, kw, eps), cos, sin), _t_norm(v_raw, None, eps)
+    return q, apply_rope(rms_norm(k_raw, kw, eps), cos, sin), rms_norm(v_raw, None, eps)
 
 
-class CompiledOps(_Ops):
+def _gelu_mul(gate, up):
+    return gelu_tanh(gate) * up
+
+
+class CompiledOps(FusedOps):
     """The fused regions as PyTorch ops under torch.compile (inductor generates the kernels).
     The KV write after the compiled norm+rope is kernels/kv_write (one more kernel per KV layer)."""
 
@@ -211,9 +195,9 @@ class CompiledOps(_Ops):
         if hasattr(torch._dynamo.config, "recompile_limit"):
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
         c = lambda f: torch.compile(f, fullgraph=True, dynamic=False)  # noqa: E731
-        self.rms_norm = c(_t_norm)
-        self._add_norm = c(_t_add_norm)
-        self.gelu_mul = c(_t_gelu_mul)
+        self.rms_norm = c(rms_norm)
+        self._add_norm = c(add_rms_norm)
+        self.gelu_mul = c(_gelu_mul)
         self._qkv = c(_t_qkv)
         self._write = write_kv_triton
         self._quant_q = quantize_query
@@ -221,8 +205,8 @@ class CompiledOps(_Ops):
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         return self._add_norm(y, res, wa, eps, scalar, w_b)
 
-    def qkv(self, qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_cache=None, v_cache=None, slot_mapping=None,
-            k_scale=None, v_scale=None, k_eq_v=False, q_scale=None, q_dtype=None):
+    def qkv_kernel(self, qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_cache=None, v_cache=None, slot_mapping=None,
+                   k_scale=None, v_scale=None, k_eq_v=False, q_scale=None, q_dtype=None):
         q, k, v = self._qkv(qkv, hq, hkv if k_cache is not None else 0, d, qw, kw, cos, sin, eps, k_eq_v)
         if k_cache is not None:
             self._write(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
@@ -233,53 +217,13 @@ _OPS: dict[str, object] = {}
 
 
 def ops_for(name: str):
+    """The ops of a compute mode (gemma4/model.py COMPUTE_MODES, "auto" resolved): one instance per mode."""
+    if name == "unfused":
+        return TORCH
     if name not in _OPS:
         _OPS[name] = {"triton": TritonOps, "triton_serial": TritonSerialOps, "triton_cublas": TritonCublasOps,
                       "compile": CompiledOps}[name]()
     return _OPS[name]
-
-
-# ---------------------------------------------------------------------------- the forward
-def _attention(ops, a, xn, cos, sin, ctx):
-    t = xn.shape[0]
-    g = ctx.groups[a.kind]
-    eps = a.q_norm.eps
-    qkv = ops.linear(xn, a.qkv_weight)
-    k_cache, v_cache = g.cache.kv(a.kv_source)
-    src = g.cache.layer_params(a.kv_source, a.window_left)
-    # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer); a
-    # step with far rows keeps q in the model dtype (their calls may take another path)
-    qs = None if g.far else g.backend.query_scale(g.meta, src, k_cache.dtype)
-    quant = dict(q_scale=qs, q_dtype=k_cache.dtype) if qs is not None else {}
-    if a.kv_shared:
-        q = ops.qkv(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)
-    else:
-        kc, vc = g.cache.kv(a.layer)
-        p = g.cache.layer_params(a.layer, a.window_left)
-        q = ops.qkv(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps, kc, vc,
-                    g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
-    o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
-    for rows, meta, window_left in g.far:
-        o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
-    return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
-
-
-def _layer(ops, layer, x, xn, cos, sin, ctx, ple, next_norm):
-    eps = layer.input_layernorm.eps
-    o = _attention(ops, layer.self_attn, xn, cos, sin, ctx)
-    h, z = ops.add_rms_norm(o, x, layer.post_attention_layernorm.weight, eps, None, layer.pre_feedforward_layernorm.weight)
-    mlp = layer.mlp
-    y = ops.linear(ops.linear_gelu_mul(z, mlp.gate_up_weight), mlp.down_proj.weight)
-    if layer.moe:  # unfused: the expert block reads the pre-MLP residual h
-        w, idx = layer.router(h)
-        y2 = layer.experts(layer.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
-        y = layer.post_feedforward_layernorm_1(y) + layer.post_feedforward_layernorm_2(y2)
-    if layer.ple_dim:
-        h, _ = ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps)
-        p = ops.linear_gelu_mul(h, layer.per_layer_input_gate.weight, ple)
-        y = ops.linear(p, layer.per_layer_projection.weight)
-        return ops.add_rms_norm(y, h, layer.post_per_layer_input_norm.weight, eps, layer.layer_scalar, next_norm)
-    return ops.add_rms_norm(y, h, layer.post_feedforward_layernorm.weight, eps, layer.layer_scalar, next_norm)
 
 
 # PDL measured on the H200, same runs (bench/results/h200/pdl/): one-token steps of E4B (0.19 GB of weights a layer)
@@ -301,35 +245,3 @@ def pdl_step(model, tokens: int) -> bool:
     """Whether a step of `tokens` rows launches its Triton kernels with PDL: one-token steps of a model whose layers
     hold at most PDL_MAX_LAYER_BYTES of weights, where it measured faster; plain elsewhere."""
     return tokens == 1 and layer_bytes(model) <= PDL_MAX_LAYER_BYTES
-
-
-def _launches(ops, model, tokens: int):
-    return pdl.on() if not ops.serial and pdl_step(model, tokens) else contextlib.nullcontext()
-
-
-def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
-    """Gemma4.forward with fused regions: input_ids [T] -> final-normed hidden states [T, hidden]."""
-    with _launches(ops, model, input_ids.shape[0]):
-        return _forward(model, input_ids, ctx, ops)
-
-
-def lm_head(model, hidden: torch.Tensor, ops) -> torch.Tensor:
-    """The tied LM head and Gemma's logit softcap on the ops' projection (one row: the GEMV, 1.08x cuBLAS for E4B's
-    1.3 GB head in bench/results/h200/prefill_gemv/G/gemv.md, the softcap in its epilogue: 3 kernels fewer)."""
-    cap = model.args.final_logit_softcapping
-    with _launches(ops, model, hidden.shape[0]):
-        return ops.linear(hidden, model.embed_tokens.weight, softcap=cap or None)
-
-
-def _forward(model, input_ids, ctx, ops):
-    prepare(model)
-    x = model._embed(input_ids, ops)
-    ple = model._per_layer_inputs(input_ids, x, ops) if model.ple_dim else None
-    rope = model.rope_tables_all(ctx.positions, x.dtype, ops)
-    layers = model.layers
-    xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
-    for i, layer in enumerate(layers):
-        cos, sin = rope[model.args.layer_types[i]]
-        nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else model.norm.weight
-        x, xn = _layer(ops, layer, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt)
-    return xn

@@ -4,7 +4,7 @@ A sequence's `length` counts its committed tokens (their K/V are in the cache an
 step reads them). A speculative verify pass writes tokens past it as *pending*
 (`Engine.extend(..., commit=False)`); `Engine.commit` accepts a prefix of them, and the next step
 overwrites the rest (their slots stay allocated). `written` is where the last pass stopped writing,
-pending tokens included (HF's drafter reads those positions: gemma4/drafter.py `kv_view`).
+pending tokens included (HF's drafter reads those positions: gemma4/draft_kv.py `kv_view`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Speculative decoding rounds as CUDA graphs: the k draft steps and the verify pass, captured.
 
 `DraftGraph`: k greedy draft steps of the MTP drafter for b sequences, all at their constant draft
-position, over the target's cache (gemma4/drafter.py `DraftKVBinding`); each step's argmax and
+position, over the target's cache (gemma4/draft_kv.py `DraftKVBinding`); each step's argmax and
 next hidden state feed the next step on the device. `VerifyGraph`: one target forward over
 [last, d1..dk] per sequence (b x (k+1) tokens, the model runner's capture-safe step) and the
 target's argmax at each position. `SpecGraphs.round` runs both for one round: between them the

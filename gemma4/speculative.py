@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.gemma4.drafter import DraftKVBinding, Drafter, draft_groups_of, draft_inputs
-from kselect.gemma4.engine import Clock, chunk_ends
-from kselect.gemma4.sampling import check_request, probs_of, sample
+from kselect.gemma4.draft_kv import DraftKVBinding, draft_groups_of
+from kselect.gemma4.drafter import Drafter, draft_inputs
+from kselect.gemma4.engine import chunk_ends
+from kselect.gemma4.generate import Outputs, Request, generation_loop
+from kselect.gemma4.sampling import probs_of
 from kselect.gemma4.spec_graphs import SpecGraphs
 
 
@@ -247,147 +249,98 @@ class SpeculativeDecoder:
                  top_k: int = 0, seed: int = 0, eos_token_id: int | None = None, stop_at_eos: bool = True,
                  record: bool = False, num_speculative_tokens: int | None = None,
                  mm_spans: list[list[tuple[int, int]]] | None = None) -> SpecResult:
-        """Speculative generation for a batch. Greedy (temperature 0) emits exactly the target's greedy
-        tokens; sampled decoding emits the target's sampling distribution (seeded). `mm_spans`: image
-        spans per prompt (vision mode), as in Engine.generate."""
+        """Speculative generation for a batch: gemma4/generate.py's loop with `SpeculativeRounds`. Greedy
+        (temperature 0) emits exactly the target's greedy tokens; sampled decoding emits the target's sampling
+        distribution (seeded). `mm_spans`: image spans per prompt (vision mode), as in Engine.generate."""
+        rounds = SpeculativeRounds(self, int(num_speculative_tokens or self.k), record=record)
+        return generation_loop(self.engine, rounds, prompts, max_new_tokens, temperature=temperature, top_k=top_k,
+                               seed=seed, eos_token_id=eos_token_id, stop_at_eos=stop_at_eos, mm_spans=mm_spans)
+
+
+class SpeculativeRounds:
+    """The step strategy of speculative decoding (gemma4/generate.py): a step is one round for every unfinished
+    sequence (drafts, one verify pass, acceptance, commit; see the module docstring); a sequence that finishes
+    gives its blocks back."""
+
+    def __init__(self, decoder: SpeculativeDecoder, k: int, *, record: bool = False):
+        self.sd, self.engine, self.k, self.record = decoder, decoder.engine, k, record
+        # captured rounds always draft k, also when the budget keeps fewer: blocks for k more positions
+        self.lookahead = k if decoder.graphs.enabled else 0
+
+    def check(self, max_new_tokens: int) -> None:
         eng = self.engine
-        k = int(num_speculative_tokens or self.k)
-        check_request(prompts, max_new_tokens, temperature, top_k, max_seqs=eng.max_seqs,
-                      max_seq_len=eng.max_seq_len)
-        if eng.max_step_tokens and k + 1 > eng.max_step_tokens:
-            raise ValueError(f"a verify step writes num_speculative_tokens + 1 = {k + 1} tokens > the engine's "
+        if eng.max_step_tokens and self.k + 1 > eng.max_step_tokens:
+            raise ValueError(f"a verify step writes num_speculative_tokens + 1 = {self.k + 1} tokens > the engine's "
                              f"max_step_tokens={eng.max_step_tokens}")
-        eng.reset()
-        self.target_passes = self.draft_passes = 0
-        eos = eng.args.eos_token_id if eos_token_id is None else eos_token_id
-        gen = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
-        seqs = list(range(len(prompts)))
-        for s, p in zip(seqs, prompts):  # every position a round may write: < len(p) + max_new_tokens
-            # (+ k with graphs: captured rounds always draft k, also when the budget keeps fewer)
-            eng.reserve(s, min(eng.max_seq_len, len(p) + max_new_tokens + (k if self.graphs.enabled else 0)))
-        stats = SpecStats()
-        props: list[list[list[int]]] = [[] for _ in seqs]
-        notes0 = len(eng.notes)
-        graph_rounds = 0
 
-        clock = Clock(self.device)
-        clock.mark()
-        logits, hidden = self._prefill(seqs, prompts, mm_spans)
-        first = sample(torch.stack([lg[-1] for lg in logits]), temperature, top_k, gen).tolist()
-        clock.mark()
-        out = [[t] for t in first]
-        last = list(first)
-        h_prev = [hd[-1] for hd in hidden]
-        done = [max_new_tokens <= 1 or (stop_at_eos and t == eos) for t in first]
-        for s in seqs:
-            if done[s]:
-                eng.release(s)
-        while not all(done):
-            act = [s for s in seqs if not done[s]]
-            counts = [max(0, min(k, max_new_tokens - len(out[s]) - 1)) for s in act]
-            rnd = None
-            room = max(eng.sequences.length(s) for s in act) + k + 1 <= eng.max_seq_len
-            if temperature <= 0 and room and self.graphs.enabled:
-                rnd = self.graphs.round(act, [last[s] for s in act], [h_prev[s] for s in act], k)
-                graph_rounds += rnd is not None
-            if rnd is not None:  # drafts beyond a sequence's budget: dropped, as if never proposed
-                drafts, emitted_at, vhidden = rnd
-                drafts = [d[:c] for d, c in zip(drafts, counts)]
-                self.target_passes += 1
-                self.draft_passes += k
+    def begin(self, req: Request) -> None:
+        self.sd.target_passes = self.sd.draft_passes = 0
+        self.stats = SpecStats()
+        self.props: list[list[list[int]]] = [[] for _ in req.seqs]
+        self.notes0 = len(self.engine.notes)
+        self.graph_rounds = 0
+
+    def prefill(self, req: Request) -> None:
+        logits, hidden = self.sd._prefill(req.seqs, req.prompts, req.mm_spans)
+        first = req.sample(torch.stack([lg[-1] for lg in logits])).tolist()
+        self.out = Outputs(req, first)
+        self.last = list(first)
+        self.h_prev = [hd[-1] for hd in hidden]
+        for s in req.seqs:
+            if self.out.done[s]:
+                self.engine.release(s)
+
+    def finished(self, req: Request) -> bool:
+        return all(self.out.done)
+
+    def step(self, req: Request) -> None:
+        sd, eng, k, out, last, h_prev = self.sd, self.engine, self.k, self.out, self.last, self.h_prev
+        greedy = req.temperature <= 0
+        act = [s for s in req.seqs if not out.done[s]]
+        counts = [max(0, min(k, req.max_new_tokens - len(out.tokens[s]) - 1)) for s in act]
+        rnd = None
+        room = max(eng.sequences.length(s) for s in act) + k + 1 <= eng.max_seq_len
+        if greedy and room and sd.graphs.enabled:
+            rnd = sd.graphs.round(act, [last[s] for s in act], [h_prev[s] for s in act], k)
+            self.graph_rounds += rnd is not None
+        if rnd is not None:  # drafts beyond a sequence's budget: dropped, as if never proposed
+            drafts, emitted_at, vhidden = rnd
+            drafts = [d[:c] for d, c in zip(drafts, counts)]
+            sd.target_passes += 1
+            sd.draft_passes += k
+        else:
+            drafts, qprobs, _ = sd.propose(act, [last[s] for s in act], [h_prev[s] for s in act], counts,
+                                           temperature=req.temperature, top_k=req.top_k, generator=req.generator)
+            vlogits, vhidden = sd.target_forward(act, [[last[s]] + drafts[i] for i, s in enumerate(act)],
+                                                 commit=False)
+        for i, s in enumerate(act):
+            if rnd is not None:
+                toks = emitted_at[i][: counts[i] + 1]
+                n = min(len(emitted_at[i]) - 1, counts[i])
+            elif greedy:
+                toks, n = accept_greedy(vlogits[i], drafts[i])
             else:
-                drafts, qprobs, _ = self.propose(act, [last[s] for s in act], [h_prev[s] for s in act], counts,
-                                                 temperature=temperature, top_k=top_k, generator=gen)
-                vlogits, vhidden = self.target_forward(act, [[last[s]] + drafts[i] for i, s in enumerate(act)],
-                                                       commit=False)
-            for i, s in enumerate(act):
-                if rnd is not None:
-                    toks = emitted_at[i][: counts[i] + 1]
-                    n = min(len(emitted_at[i]) - 1, counts[i])
-                elif temperature <= 0:
-                    toks, n = accept_greedy(vlogits[i], drafts[i])
-                else:
-                    p = probs_of(vlogits[i], temperature, top_k)
-                    toks, n = rejection_sample(p, qprobs[i], drafts[i], gen) if drafts[i] else (
-                        [int(torch.multinomial(p[0], 1, generator=gen))], 0)
-                toks = toks[: max_new_tokens - len(out[s])]
-                if stop_at_eos and eos in toks:
-                    toks = toks[: toks.index(eos) + 1]
-                stats.add(len(drafts[i]), n, len(toks))
-                if record:
-                    props[s].append(list(drafts[i]))
-                out[s].extend(toks)
-                eng.commit(s, len(toks))  # [last] + the accepted drafts are now cached
-                last[s] = toks[-1]
-                h_prev[s] = vhidden[i][len(toks) - 1]
-                if len(out[s]) >= max_new_tokens or (stop_at_eos and toks[-1] == eos):
-                    done[s] = True
-                    eng.release(s)
-        clock.mark()
-        prefill_s, decode_s = clock.seconds()
+                p = probs_of(vlogits[i], req.temperature, req.top_k)
+                toks, n = rejection_sample(p, qprobs[i], drafts[i], req.generator) if drafts[i] else (
+                    [int(torch.multinomial(p[0], 1, generator=req.generator))], 0)
+            toks = out.add(s, toks)
+            self.stats.add(len(drafts[i]), n, len(toks))
+            if self.record:
+                self.props[s].append(list(drafts[i]))
+            eng.commit(s, len(toks))  # [last] + the accepted drafts are now cached
+            last[s] = toks[-1]
+            h_prev[s] = vhidden[i][len(toks) - 1]
+            if out.done[s]:
+                eng.release(s)
+
+    def result(self, req: Request, prefill_s: float, decode_s: float) -> SpecResult:
+        out, sd = self.out.tokens, self.sd
         return SpecResult(
-            tokens=out, prompt_tokens=sum(map(len, prompts)), decode_tokens=sum(len(o) - 1 for o in out),
-            prefill_s=prefill_s, decode_s=decode_s, stats=stats, target_passes=self.target_passes - 1,
-            draft_passes=self.draft_passes, proposals=props if record else None, graph_rounds=graph_rounds,
-            notes=eng.notes[notes0:])
+            tokens=out, prompt_tokens=sum(map(len, req.prompts)), decode_tokens=sum(len(o) - 1 for o in out),
+            prefill_s=prefill_s, decode_s=decode_s, stats=self.stats, target_passes=sd.target_passes - 1,
+            draft_passes=sd.draft_passes, proposals=self.props if self.record else None,
+            graph_rounds=self.graph_rounds, notes=self.engine.notes[self.notes0:])
 
 
-# ---------------------------------------------------------------------------- reporting
-
-
-def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0, inits=("random", "copy")):
-    """[(label, Drafter)]: an HF assistant checkpoint, else seeded drafters with the preset's
-    `drafter:` shapes: `random` weights, and the `copy` heuristic init (`copy_init`)."""
-    from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, load_drafter
-
-    if checkpoint:
-        return [(f"checkpoint {checkpoint}", load_drafter(checkpoint, target.args, device=target.device,
-                                                          dtype=target.dtype))]
-    dargs = DrafterArgs.from_preset(target.args, cfg.model.drafter)
-    out = []
-    for init in inits:
-        copy_from = target.embed_tokens.weight if init == "copy" else None
-        d = build_random_drafter(dargs, seed=seed, device=target.device, dtype=target.dtype, copy_from=copy_from)
-        out.append((f"seeded {init} (seed {seed})", d))
-    return out
-
-
-def report_mtp(cfg, selection, engine, prompts: list[list[int]], plain, *, max_new_tokens: int,
-               temperature: float = 0.0, top_k: int = 0, seed: int = 0, drafter_checkpoint: str | None = None,
-               inits=("random", "copy"), out=print, mm_spans=None) -> list[dict]:
-    """The main job's `spec_decode=mtp` part: speculative decoding with each drafter next to `plain`
-    (the engine's plain decoding of the same prompts): acceptance, mean accepted length, tokens/s."""
-    k = int(cfg.spec_decode.num_speculative_tokens)
-    rows = []
-    drafters = build_drafters(cfg, engine.model, checkpoint=drafter_checkpoint, seed=seed + 1, inits=inits)
-    for label, drafter in drafters:
-        sd = SpeculativeDecoder(engine, drafter, selection, num_speculative_tokens=k)
-        sd.generate(prompts, 2, temperature=temperature, top_k=top_k, seed=seed, mm_spans=mm_spans)  # warm-up
-        res = sd.generate(prompts, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, mm_spans=mm_spans)
-        st = res.stats
-        rows.append(dict(drafter=label, draft_kv_scales=sd.scales_mode, k=k, acceptance_rate=st.acceptance_rate,
-                         mean_accepted_length=st.mean_accepted_length, decode_tok_s=res.decode_tok_s,
-                         plain_decode_tok_s=plain.decode_tok_s, target_passes=res.target_passes,
-                         identical=(res.tokens == plain.tokens) if temperature <= 0 else None,
-                         acceptance_at=st.to_dict()["acceptance_at"]))
-    scales = ", ".join(f"{LAYER_TO_GROUP.get(t, t)}={m}" for t, m in sorted(rows[0]["draft_kv_scales"].items()))
-    groups = [g for g in selection.groups if g.draft]
-    out(f"\nspeculative decoding (MTP, k={k}, constant draft positions, draft groups on "
-        f"{', '.join(sorted({g.backend for g in groups}))}; draft KV scales: {scales}):")
-    out(f"  {'drafter':<28} {'acceptance':>10} {'mean len':>8} {'decode tok/s':>12} {'vs plain':>8} "
-        f"{'target passes':>13}  greedy == plain")
-    out(f"  {'plain decoding':<28} {'-':>10} {'1.00':>8} {plain.decode_tok_s:>12,.0f} {'1.00x':>8} "
-        f"{plain.decode_tokens // max(1, len(prompts)):>13}  -")
-    for r in rows:
-        same = "-" if r["identical"] is None else ("yes" if r["identical"] else "NO")
-        out(f"  {r['drafter']:<28} {r['acceptance_rate']:>10.1%} {r['mean_accepted_length']:>8.2f} "
-            f"{r['decode_tok_s']:>12,.0f} {r['decode_tok_s'] / plain.decode_tok_s:>7.2f}x {r['target_passes']:>13}  {same}")
-    out("  (acceptance = accepted / proposed drafts; mean len = tokens per verification pass and sequence; "
-        "random drafter weights accept little, the copy init proposes the last token again)")
-    return rows
-
-
-LAYER_TO_GROUP = {"sliding_attention": "sliding_window", "full_attention": "full_attention"}
-
-
-__all__ = ["SpeculativeDecoder", "SpecResult", "SpecStats", "accept_greedy", "rejection_sample", "probs_of"]
+__all__ = ["SpeculativeDecoder", "SpeculativeRounds", "SpecResult", "SpecStats", "accept_greedy", "rejection_sample",
+           "probs_of"]

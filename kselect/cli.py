@@ -22,7 +22,7 @@ COMMANDS = {
     "conformance": ("kselect.conformance", "run claims on this machine's kernels"),
     "perf": ("kselect.perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
     "perf-steps": ("kselect.perf_steps", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
-    "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
+    "run": ("kselect.run", "select, then run the bundled Gemma-4 on the selection"),
     "bench": ("kselect.benchmarks", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
 }
 

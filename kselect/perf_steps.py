@@ -28,10 +28,10 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from kselect.gemma4.engine import Engine
+    from kselect.gemma4.engine import Engine, EngineConfig
     from kselect.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
 
-    run = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1)
+    run = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1))
     for _ in range(2):  # compiles, plans, captures
         run.generate([prompt], 1, stop_at_eos=False)
     torch.cuda.synchronize()
@@ -40,7 +40,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
         walls.append(run.generate([prompt], 1, stop_at_eos=False).prefill_s * 1e3)
     graphs = run.prefill_graph_steps - before == reps
     del run
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False))
     eng.generate([prompt], 1, stop_at_eos=False)
     with in_range(eng.backends.values(), "forward", ATTENTION), \
             profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

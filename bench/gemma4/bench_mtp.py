@@ -39,8 +39,9 @@ from pathlib import Path
 import torch
 
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine
-from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters
+from kselect.gemma4.engine import Engine, EngineConfig
+from kselect.gemma4.build import build_drafters
+from kselect.gemma4.speculative import SpeculativeDecoder
 from kselect.kernels.cache_ops import quantize
 from kselect.kernels.tolerances import rel_err
 from kselect.selector.files import atomic_write
@@ -56,8 +57,8 @@ def _median_runs(fn, repeats: int):
 def run_cell(label, cfg, sel, model, drafters, prompts, calib, opts):
     """Plain and speculative decoding on one selection. Returns rows."""
     max_len = max(map(len, prompts)) + opts.new + opts.k  # room for the k drafts of a captured round
-    eng = Engine(model, sel, max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
-                 cuda_graphs=False if opts.no_cuda_graphs else None)
+    eng = Engine(model, sel, EngineConfig(max_seqs=len(prompts), max_seq_len=max(max_len, max(map(len, calib))),
+                                          cuda_graphs=False if opts.no_cuda_graphs else None))
     scales = None
     if eng.cache.fp8 and cfg.kv_cache.scales == "calibrated":
         scales = eng.calibrate(calib)
@@ -124,12 +125,12 @@ def draft_logit_error(model, drafter, sel_fp8, sel_plain, prompts, calib, opts) 
     same K/V (the FP8 cache is the quantized copy of the plain one, with the calibrated scales)."""
     max_len = max(max(map(len, prompts)), max(map(len, calib)))
     n = len(prompts)
-    plain = Engine(model, sel_plain, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
+    plain = Engine(model, sel_plain, EngineConfig(max_seqs=n, max_seq_len=max_len, cuda_graphs=False))
     sd0 = SpeculativeDecoder(plain, drafter, sel_plain, num_speculative_tokens=1)
     logits, hidden = sd0.target_forward(list(range(n)), prompts)
     inputs = ([int(lg[-1].argmax()) for lg in logits], [h[-1] for h in hidden])
     ref = sd0.propose(list(range(n)), *inputs, [1] * n, return_logits=True)[2]
-    fp8 = Engine(model, sel_fp8, max_seqs=n, max_seq_len=max_len, cuda_graphs=False)
+    fp8 = Engine(model, sel_fp8, EngineConfig(max_seqs=n, max_seq_len=max_len, cuda_graphs=False))
     fp8.calibrate(calib)
     sd = SpeculativeDecoder(fp8, drafter, sel_fp8, num_speculative_tokens=1)
     sd.target_forward(list(range(n)), prompts)  # lengths and blocks; the K/V are replaced below
@@ -266,6 +267,6 @@ def _versions() -> dict:
 
 
 if __name__ == "__main__":
-    from kselect.gemma4.__main__ import cli
+    from kselect.run import cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

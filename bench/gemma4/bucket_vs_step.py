@@ -28,7 +28,7 @@ from kselect.benchmarks.e2e import free, point_overrides, selection_overrides
 from kselect.benchmarks.step_profile import attention_kernels, category, profile_prefill, sync
 
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine, model_groups
+from kselect.gemma4.engine import Engine, EngineConfig, model_groups
 from kselect.perf_targets import Target, make_target_backend
 from kselect.perf_timing import parse_fence, time_bucket
 from kselect.profiling import timeline_ms
@@ -39,7 +39,7 @@ from kselect.selector.vocab import claim_dtype
 def model_step(model, groups, prompt, steps: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=True)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=True))
     tok = int(eng.extend([0], [prompt]).argmax(-1)[0])
     eng.decode([0], [tok])
     sync()

@@ -35,7 +35,7 @@ from kselect.benchmarks.e2e import ceilings, environment, first_line, hf_model, 
 from kselect.benchmarks.gemv_variants import split_mode
 from kselect.benchmarks.step_profile import CATEGORIES, free, profile_decode
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
 from kselect.kernels import gemv
 
 def fa_available() -> bool:
@@ -55,7 +55,7 @@ def save(out: Path, data: dict) -> None:
 
 
 def greedy(model, groups, prompts, steps: int) -> list[list[int]]:
-    eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]) + steps + 1)
+    eng = Engine(model, groups, EngineConfig(max_seqs=len(prompts), max_seq_len=len(prompts[0]) + steps + 1))
     res = eng.generate(prompts, steps, stop_at_eos=False)
     out = [list(map(int, r)) for r in (res.tokens if hasattr(res, "tokens") else res.steps)]
     del eng
@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
             logits = {}
             for mode in ("unfused", "triton"):  # prefill logits of the prompts, eager
                 model.set_compute(mode)
-                eng = Engine(model, gk, max_seqs=nb, max_seq_len=o.prompt_len + 1, cuda_graphs=False)
+                eng = Engine(model, gk, EngineConfig(max_seqs=nb, max_seq_len=o.prompt_len + 1, cuda_graphs=False))
                 logits[mode] = eng.extend(list(range(nb)), prompts[:nb]).float()
                 del eng
             lerr = max_rel_error(logits["triton"], logits["unfused"])

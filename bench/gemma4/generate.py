@@ -16,7 +16,7 @@ import torch
 
 
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.engine import Engine, EngineConfig
 from kselect.selector.files import atomic_write
 
 
@@ -39,8 +39,8 @@ def main(argv: list[str]) -> int:
     print(f"{'batch':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'graphs':>6}  backends")
     for b in opts.batch:
         prompts = torch.randint(3, model.args.vocab_size, (b, opts.prompt_len), generator=g).tolist()
-        eng = Engine(model, sel, max_seqs=b, max_seq_len=opts.prompt_len + opts.new,
-                     cuda_graphs=False if opts.no_cuda_graphs else None)
+        eng = Engine(model, sel, EngineConfig(max_seqs=b, max_seq_len=opts.prompt_len + opts.new,
+                                              cuda_graphs=False if opts.no_cuda_graphs else None))
         if eng.cache.fp8 and cfg.kv_cache.scales == "calibrated":
             eng.calibrate(prompts)
         eng.generate(prompts, 2)  # warm-up (and graph capture on the first decode)
@@ -56,6 +56,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.gemma4.__main__ import cli
+    from kselect.run import cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

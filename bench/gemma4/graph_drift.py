@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from kselect.gemma4.build import build_model
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve
 
 CASES = (["model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN"],
@@ -27,7 +27,7 @@ def main() -> None:
         sel = resolve(cfg)
         model, _, _ = build_model(cfg, seed=0)
         prompt = [2] + list(range(10, 15))
-        make = lambda **k: Engine(model, sel, max_seqs=1, max_seq_len=256, **k)  # noqa: E731
+        make = lambda **k: Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, **k))  # noqa: E731
         ref = make(cuda_graphs=False).generate([prompt], 24, return_logits=True, stop_at_eos=False)
         want = torch.stack(ref.logits)
         for name, eng in (("eager chunk 2", make(cuda_graphs=False, max_step_tokens=2)),

@@ -24,7 +24,7 @@ import torch
 
 
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks
 from kselect.selector.files import atomic_write
 
@@ -52,8 +52,8 @@ def run(cfg, sel, model, opts) -> dict:
     graphs = False if opts.no_cuda_graphs else None
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    eng = Engine(model, sel, max_seqs=1, max_seq_len=seq_len, max_step_tokens=opts.prefill_chunk,
-                 cuda_graphs=graphs)
+    eng = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=seq_len, max_step_tokens=opts.prefill_chunk,
+                                          cuda_graphs=graphs))
     prompt = torch.randint(3, model.args.vocab_size, (opts.context,),
                            generator=torch.Generator().manual_seed(opts.seed)).tolist()
     # warm-up: kernel JIT for first and later chunks and for decode, CUDA-graph capture (kept across reset)
@@ -81,7 +81,7 @@ def run(cfg, sel, model, opts) -> dict:
     if opts.check:
         from kselect.kernels.tolerances import tolerance
 
-        whole = Engine(model, sel, max_seqs=1, max_seq_len=seq_len, cuda_graphs=False)
+        whole = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=seq_len, cuda_graphs=False))
         ref = whole.prefill([0], [prompt])
         err = max_rel_error(logits, ref)
         bar = tolerance(model.dtype, fp8=eng.cache.fp8)
@@ -125,6 +125,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.gemma4.__main__ import cli
+    from kselect.run import cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

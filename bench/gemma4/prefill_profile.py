@@ -26,7 +26,7 @@ from kselect.benchmarks.e2e import SELECTIONS, describe, environment, free, sele
 from kselect.benchmarks.step_profile import CATEGORIES, category, sync
 
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine, model_groups
+from kselect.gemma4.engine import Engine, EngineConfig, model_groups
 from kselect.selector.files import atomic_write
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
@@ -37,7 +37,7 @@ def one_prefill(eng: Engine, prompt: list[int]) -> None:
 
 
 def cell(model, groups, prompt: list[int], reps: int) -> dict:
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False))
     for _ in range(2):  # compiles, plans
         one_prefill(eng, prompt)
     sync()

@@ -6,7 +6,7 @@ import torch
 
 from kselect.gemma4 import prefill_graph as pg
 from kselect.gemma4.build import build_model
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve
 
 cfg = compose(["model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN"])
@@ -31,7 +31,7 @@ p = [2] + list(range(10, 110))
 runs = {}
 for graphs in (False, True):
     log.clear()
-    e = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=graphs, max_step_tokens=8)
+    e = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=graphs, max_step_tokens=8))
     e.prefill_graphs.on = graphs
     r = e.generate([p], 1, return_logits=True, stop_at_eos=False)
     runs[graphs] = (list(log), r.logits[0].float())

@@ -10,7 +10,7 @@ import torch
 
 import kselect.kernels.triton_paged as tp
 from kselect.gemma4.build import build_model
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve
 
 over = ["model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN"]
@@ -29,7 +29,7 @@ def one(n, step, mode, label):
     p = [2] + list(range(10, 10 + n - 1))
     out = {}
     for graphs in (False, True):
-        e = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=graphs, max_step_tokens=step)
+        e = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=graphs, max_step_tokens=step))
         r = e.generate([p], 1, return_logits=True, stop_at_eos=False)
         out[graphs] = (r.logits[0].float(), caches(e), e.prefill_graph_steps)
     err = max_rel_error(out[True][0], out[False][0])

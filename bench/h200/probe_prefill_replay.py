@@ -7,7 +7,7 @@ import torch
 import kselect.kernels.triton_paged as tp
 from kselect.gemma4 import prefill_graph as pg
 from kselect.gemma4.build import build_model
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve
 
 cfg = compose(["model.dtype=bfloat16", "kv_cache=fp8", "attention.backend=TRITON_ATTN"])
@@ -43,7 +43,7 @@ def attn(q, k_cache, v_cache, cu, su, bt, scale, **kw):
 tp.paged_attention_triton = attn
 for small in (4, 0):
     tp.SMALL_BATCH = small
-    e = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=8)
+    e = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=8))
     print(f"SMALL_BATCH={small}")
     e.generate([[2] + list(range(10, 110))], 1, return_logits=True, stop_at_eos=False)
     print("captured attention calls:", sorted(set(calls)))

@@ -132,7 +132,7 @@ def _record_selection(platform_cls) -> None:
 def write_model_dirs(preset: dict, root: Path) -> tuple[Path, Path | None]:
     """config.json folders for the target (Gemma4ForConditionalGeneration) and its MTP drafter."""
     from kselect.gemma4.config import Gemma4Args
-    from kselect.gemma4.drafter import DrafterArgs
+    from kselect.gemma4.config import DrafterArgs
 
     args = Gemma4Args.from_model_config(preset)
     text = args.to_hf_config_dict()

@@ -39,7 +39,7 @@ import torch
 from kselect.benchmarks.e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label
 from kselect.benchmarks.step_profile import free, profile_decode
 from kselect.gemma4.build import build_model, select
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups, reference_groups
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups, reference_groups
 from kselect.gemma4.host_threads import serving_threads
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype
 from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens
@@ -190,11 +190,11 @@ def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
     from kselect.kernels.tolerances import tolerance
 
     max_len = max(map(len, prompts)) + steps + 1
-    eng = Engine(model, groups, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=graphs)
+    eng = Engine(model, groups, EngineConfig(max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=graphs))
     res = eng.generate(prompts, steps + 1, return_logits=True, stop_at_eos=False)
     forced = [list(col) for col in zip(*res.steps)]
-    ref = Engine(model, reference_groups(eng.groups), max_seqs=len(prompts), max_seq_len=max_len,
-                 kv_scales=eng.cache.scales(), cuda_graphs=False)
+    ref = Engine(model, reference_groups(eng.groups), EngineConfig(max_seqs=len(prompts), max_seq_len=max_len,
+                                                                   kv_scales=eng.cache.scales(), cuda_graphs=False))
     r = ref.generate(prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
     got, want = torch.stack(res.logits), torch.stack(r.logits)  # [steps, B, V]
     fp8 = eng.cache.fp8
@@ -216,7 +216,7 @@ def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
         mdt = str(model.dtype).removeprefix("torch.")
         plain = {k: g.model_copy(update=dict(kv_cache_dtype=mdt, descale="none", kv_scales="none"))
                  for k, g in reference_groups(eng.groups).items()}
-        r2 = Engine(model, plain, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False).generate(
+        r2 = Engine(model, plain, EngineConfig(max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False)).generate(
             prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False)
         out["fp8_quant_rel_err"] = max_rel_error(want, torch.stack(r2.logits))
     del eng, ref
@@ -226,7 +226,7 @@ def numerics_check(model, groups, prompts, steps: int, graphs) -> dict:
 
 def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
     b = len(prompts)
-    eng = Engine(model, groups, max_seqs=b, max_seq_len=len(prompts[0]) + new, cuda_graphs=graphs)
+    eng = Engine(model, groups, EngineConfig(max_seqs=b, max_seq_len=len(prompts[0]) + new, cuda_graphs=graphs))
     t = time.perf_counter()
     eng.generate(prompts, 3, stop_at_eos=False)  # warm-up: kernel compiles, graph capture
     warm_s = time.perf_counter() - t
@@ -249,7 +249,8 @@ def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
 
 def time_prefill(model, groups, prompt: list[int], reps: int, chunk: int | None = None) -> dict:
     """One prompt's prefill (B1), whole or in chunks of `chunk` tokens (Engine max_step_tokens)."""
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False, max_step_tokens=chunk)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=False,
+                                             max_step_tokens=chunk))
     eng.generate([prompt], 1, stop_at_eos=False)  # warm-up: kernel compiles
     ts = [eng.generate([prompt], 1, stop_at_eos=False).prefill_s for _ in range(reps)]
     p = statistics.median(ts)
@@ -326,7 +327,7 @@ def hf_model(model):
 def hf_logits_check(model, hf, ref_groups, prompts) -> dict:
     from kselect.kernels.tolerances import tolerance
 
-    eng = Engine(model, ref_groups, max_seqs=len(prompts), max_seq_len=len(prompts[0]), cuda_graphs=False)
+    eng = Engine(model, ref_groups, EngineConfig(max_seqs=len(prompts), max_seq_len=len(prompts[0]), cuda_graphs=False))
     ours = eng.extend(list(range(len(prompts))), prompts).float()
     ids = torch.tensor(prompts, device=model.device)
     theirs = hf(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[:, -1].float()
@@ -751,6 +752,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.gemma4.__main__ import cli
+    from kselect.run import cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

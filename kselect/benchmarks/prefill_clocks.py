@@ -403,7 +403,7 @@ def main(argv: list[str]) -> int:
     pool = torch.get_num_threads()  # torch's default, before an engine on a GPU serves on one
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
-    from kselect.gemma4.engine import Engine, model_groups  # noqa: PLC0415
+    from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: PLC0415
     from kselect.selector.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -428,8 +428,8 @@ def main(argv: list[str]) -> int:
                 _, sel = select(base + [f"kv_cache={kv}", *over])
                 groups = model_groups(sel)
                 cell["backends"][s] = describe(groups)
-                eng = engines[s] = Engine(model, groups, max_seqs=1, max_seq_len=opts.len + 1,
-                                          prefill_graph_tokens=4096)
+                eng = engines[s] = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=opts.len + 1,
+                                                                      prefill_graph_tokens=4096))
                 for _ in range(3):  # compiles, plans, the graph's capture
                     eng.generate([prompt], 1, stop_at_eos=False)
                 cell["phases"][s] = phase_times(eng, prompt, opts.phase_reps, sync)

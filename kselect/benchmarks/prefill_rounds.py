@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.engine import Engine, EngineConfig
 from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
 
 
@@ -55,8 +55,8 @@ def interleaved_prefill(model, entries: dict, prompt: list[int], rounds: int, gr
     graphs: the Engine's cuda_graphs (None: its default); prefill_graph_tokens: its longest graphed prefill step."""
     if rounds < 1:
         raise ValueError(f"--prefill-rounds must be at least 1, got {rounds}")
-    engines = {k: Engine(model, g, max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs,
-                         prefill_graph_tokens=prefill_graph_tokens)
+    engines = {k: Engine(model, g, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1, cuda_graphs=graphs,
+                                                prefill_graph_tokens=prefill_graph_tokens))
                for k, g in entries.items()}
     try:
         for eng in engines.values():  # warm-up: kernel compiles, prefill graph capture

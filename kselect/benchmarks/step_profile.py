@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import torch
 
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.engine import Engine, EngineConfig
 from kselect.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms
 
 
@@ -72,7 +72,7 @@ def profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool 
 def _profile_decode(model, groups, prompt, steps: int, layers: int, graphs: bool) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + steps + 8, cuda_graphs=graphs))
     logits = eng.extend([0], [prompt])
     tok = int(logits.argmax(-1)[0])
     eng.decode([0], [tok])  # warm-up
@@ -114,7 +114,7 @@ def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = 
     (default: the prompt + 8)."""
     from torch.profiler import ProfilerActivity, profile
 
-    eng = Engine(model, groups, max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True)
+    eng = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=max_seq_len or len(prompt) + 8, cuda_graphs=True))
     eng.extend([0], [prompt])  # warm-up: compiles, captures the bucket's graph and checks it
     sync()
     before = eng.prefill_graph_steps

@@ -84,7 +84,7 @@ def test_the_reference_is_not_compared_with_itself(model, monkeypatch):
 def test_gpu_main_job_runs_the_tiny_model_in_bf16():
     """On CUDA the default main job would otherwise select Triton for an fp32 model and never touch
     FA3/FA4/FlashInfer; the switch is printed and a named model.dtype wins."""
-    from kselect.gemma4.__main__ import gpu_tiny_in_bf16
+    from kselect.run import gpu_tiny_in_bf16
     from kselect.selector.api import compose
 
     sm90 = compose(["platform=sm90"])

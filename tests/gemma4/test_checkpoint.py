@@ -14,7 +14,7 @@ from g4_helpers import HF_RTOL, hf_logits
 from kselect.gemma4.checkpoint import (BUNDLED_TOKENIZER, CheckpointError, build_random, load_checkpoint,
                                load_tokenizer, save_checkpoint)
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def hf_folder(models, tmp_path_factory):
 
 
 def logits_of(model, tokens):
-    e = Engine(model, simple_selection(model.args), max_seqs=1, max_seq_len=64)
+    e = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=1, max_seq_len=64))
     return e.extend([0], [tokens], all_logits=True)[0]
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,8 +222,8 @@ def test_decode_intensity_is_gqa_ratio():
 def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs, kv):
     model, _ = models["edge"]
     sel = simple_selection(model.args, kv_block_size={"sliding_attention": 8, "full_attention": 16}, kv_cache_dtype=kv)
-    eager = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
-    g = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    eager = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
+    g = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
     g.use_graphs = True  # the fake graph path on CPU
     want = eager.generate(prompts, 20, return_logits=True, stop_at_eos=False)
     for _ in range(2):  # the second run reuses the captured graph after reset()
@@ -242,7 +242,7 @@ def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs,
     f = g.generate(prompts, len(want.steps), forced=forced, return_logits=True, stop_at_eos=False)
     assert f.steps == want.steps
     g.reset()
-    e2 = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    e2 = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
     seqs = [0, 1, 2]
     l1, l2 = g.extend(seqs, prompts), e2.extend(seqs, prompts)
     for step in range(5):
@@ -257,7 +257,7 @@ def test_graph_decode_advances_positions_inside_the_graph(models, prompts, fake_
     positions and lengths (+1) on the device, so `advance` launches no kernel for them; the warm-ups before capture
     each run the same step (CapturedStep._rewind)."""
     model, _ = models["edge"]
-    g = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    g = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
     g.use_graphs = True
     g.generate(prompts, 4, stop_at_eos=False)
     dg = g._graphs[len(prompts)]
@@ -277,8 +277,8 @@ def test_graph_decode_with_kernel_blocks_reads_each_steps_table(models, prompts,
     (AttentionMetadata.kernel_tables) and no replay reads the table of an earlier step."""
     model, _ = models["edge"]
     sel = simple_selection(model.args, kv_block_size={"sliding_attention": 8, "full_attention": 16}, kernel_block_size=4)
-    eager = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
-    g = Engine(model, sel, max_seqs=4, max_seq_len=64, cuda_graphs=False)
+    eager = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
+    g = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
     g.use_graphs = True
     want = eager.generate(prompts, 20, return_logits=True, stop_at_eos=False)
     got = g.generate(prompts, 20, return_logits=True, stop_at_eos=False)
@@ -495,7 +495,7 @@ def test_prefill_rounds_visit_every_selection_each_round_in_balanced_orders(monk
     class FakeEngine:
         prefill_graph_steps = 0
 
-        def __init__(self, model, groups, **kw):
+        def __init__(self, model, groups, config=None, **kw):
             self.key, self.n = groups, 0
 
         def generate(self, prompts, new, stop_at_eos):

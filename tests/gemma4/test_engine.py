@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kselect.gemma4.engine import Engine, sample
+from kselect.gemma4.engine import Engine, EngineConfig, sample
 from g4_helpers import simple_selection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def eng(model, **kw):
-    return Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64, **kw)
+    return Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=64, **kw))
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(models, prompts):
@@ -66,7 +66,7 @@ def test_batched_equals_one_at_a_time(models, prompts):
 
 
 def run_main(capsys, *argv):
-    from kselect.gemma4.__main__ import main
+    from kselect.run import main
 
     n = torch.get_num_threads()
     try:
@@ -90,7 +90,7 @@ def test_main_job_default(capsys):
 def test_main_job_runs_on_a_cpu_machine_without_triton():
     """Triton is a GPU dependency (pyproject's `gpu` and `test` extras): the CPU main job imports none of it."""
     code = ("import sys; sys.modules['triton'] = None\n"  # an import of triton now fails, as where it is missing
-            "from kselect.gemma4.__main__ import main\n"
+            "from kselect.run import main\n"
             "sys.exit(main(['platform=cpu', '--max-new-tokens', '2']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -108,11 +108,11 @@ def test_main_job_fp8_calibrated(capsys):
 
 
 def test_main_job_reports_errors_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "kselect.gemma4", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "kselect.run", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "gemma4_31b has 30.7B parameters" in r.stderr and "Traceback" not in r.stderr
-    from kselect.gemma4.__main__ import main
+    from kselect.run import main
     from kselect.gemma4.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x does not exist"):
@@ -132,7 +132,7 @@ def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
     save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
     out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
     assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out
-    from kselect.gemma4.__main__ import RunError, main
+    from kselect.run import RunError, main
 
     with pytest.raises(RunError, match="sliding_window: preset 8, checkpoint 16"):
         main([f"platform={kind}", f"model.checkpoint={tmp_path}", "model.sliding_window=8"])
@@ -144,8 +144,8 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
     syncs) gives the same tokens and logits as the eager paths, here run on CPU."""
     model, _ = models["all"]
     sel = simple_selection(model.args, kv_block_size=32, kv_cache_dtype=kv)
-    ref = Engine(model, sel, max_seqs=4, max_seq_len=64).generate(prompts, 6, return_logits=True)
-    e = Engine(model, sel, max_seqs=4, max_seq_len=64)
+    ref = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64)).generate(prompts, 6, return_logits=True)
+    e = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     e.runner.static_paths = True
     got = e.generate(prompts, 6, return_logits=True)
     assert got.tokens == ref.tokens
@@ -159,7 +159,8 @@ def test_graph_safe_paths_match_eager(models, prompts, kv):
 def test_static_cache_write_is_bitwise_write_kv(models, kv):
     model, _ = models["all"]
     sel = simple_selection(model.args, kv_block_size=16, kv_cache_dtype=kv)
-    caches = [Engine(model, sel, max_seqs=2, max_seq_len=64).cache.groups["full_attention"] for _ in range(2)]
+    caches = [Engine(model, sel, EngineConfig(max_seqs=2, max_seq_len=64)).cache.groups["full_attention"]
+              for _ in range(2)]
     g = torch.Generator().manual_seed(0)
     k, v = (torch.randn(7, 1, 128, generator=g) * 3 for _ in range(2))
     slots = torch.tensor([0, 1, 2, 17, 18, 40, 63])
@@ -186,9 +187,9 @@ def test_cuda_graph_decode_matches_eager(step, over):
     sel = resolve(cfg)
     model, _, _ = build_model(cfg, seed=0)
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30)]
-    eager = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=False,
-                   max_step_tokens=step).generate(prompts, 40, return_logits=True)
-    g = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=True, max_step_tokens=step)
+    eager = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=False,
+                                            max_step_tokens=step)).generate(prompts, 40, return_logits=True)
+    g = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=True, max_step_tokens=step))
     if not g.use_graphs:
         pytest.skip("the selected backends do not support CUDA graphs")
     res = g.generate(prompts, 40, return_logits=True)
@@ -198,7 +199,7 @@ def test_cuda_graph_decode_matches_eager(step, over):
 
 def test_main_job_unimplemented_backend_is_a_clear_error():
     # FLEX_ATTENTION is a valid selection on CPU, but kselect has no kernel for it: exit 2, no fallback
-    r = subprocess.run([sys.executable, "-m", "kselect.gemma4", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
+    r = subprocess.run([sys.executable, "-m", "kselect.run", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert "FLEX_ATTENTION" in r.stderr and "Traceback" not in r.stderr

@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 
 from g4_helpers import HF_RTOL, hf_logits, simple_selection  # noqa: E402
 from kselect.gemma4 import fused  # noqa: E402
-from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error  # noqa: E402
 from kselect.kernels import rms_norm  # noqa: E402
 
 if type(rms_norm._add_rms_norm_kernel).__name__ != "InterpretedFunction":
@@ -27,7 +27,7 @@ def run(model, mode, prompts, cont):
     old = model.compute
     model.set_compute(mode)
     try:
-        eng = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=64)
+        eng = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=64))
         seqs = list(range(len(prompts)))
         out = [torch.cat(eng.extend(seqs, prompts, all_logits=True))]
         for step in range(len(cont[0])):
@@ -128,7 +128,7 @@ def test_quant_query_groups_get_q_quantized_by_the_qkv_kernel(models, monkeypatc
 
     def logits():  # a prefill and one decode step: q quantized in both
         seen.clear(), calls.clear()
-        eng = Engine(model, sel, max_seqs=1, max_seq_len=16)
+        eng = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=16))
         return torch.cat([torch.cat(eng.extend([0], [prompt], all_logits=True)), eng.decode([0], [nxt])])
 
     model.set_compute("triton")

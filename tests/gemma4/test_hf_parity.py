@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from g4_helpers import CONFIGS, HF_RTOL, hf_logits
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 
 NAMES = list(CONFIGS)
 
 
 def engine_for(model, **kw):
-    return Engine(model, simple_selection(model.args, **kw), max_seqs=4, max_seq_len=64)
+    return Engine(model, simple_selection(model.args, **kw), EngineConfig(max_seqs=4, max_seq_len=64))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -101,7 +101,7 @@ def test_every_layer_attends_through_its_group_backend(models, prompts):
     groups = model_groups(sel)
     log = []
     spies = {k: SpyBackend(make_backend(g), k, log) for k, g in groups.items()}
-    eng = Engine(model, sel, max_seqs=4, max_seq_len=64, backends=spies)
+    eng = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64), backends=spies)
     eng.extend([0, 1, 2], prompts)
     eng.decode([0, 1, 2], [5, 6, 7])
     assert len(log) == 2 * args.num_hidden_layers  # prefill + decode, one call per layer
@@ -134,7 +134,7 @@ def test_bf16_embedding_scales_round_like_hf(models):
         emb = m._embed(ids)
         assert torch.equal(emb, hf.model.embed_tokens(ids[None])[0])
         # sqrt(256) = 16 is exact; sqrt(32) is not: the rounded scale is what HF uses
-        assert m._scale_in(torch.bfloat16, 32**0.5) == 5.65625 != 32**0.5
+        assert m.scale_in(torch.bfloat16, 32**0.5) == 5.65625 != 32**0.5
         w = m.embed_tokens_per_layer.weight[ids]
         assert not torch.equal(w * 5.65625, (w.float() * 32**0.5).to(torch.bfloat16))
         ref = hf.model.project_per_layer_inputs(emb[None], hf.model.get_per_layer_inputs(ids[None]))[0]

@@ -31,14 +31,14 @@ def test_use_serving_threads_sets_torch_only_for_a_gpu(monkeypatch):
 def test_an_engine_on_the_cpu_keeps_torchs_threads(models, monkeypatch):
     from g4_helpers import simple_selection
 
-    from kselect.gemma4.engine import Engine
+    from kselect.gemma4.engine import Engine, EngineConfig
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     model = models["edge"][0]
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        e = Engine(model, simple_selection(model.args), max_seqs=1, max_seq_len=16)
+        e = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=1, max_seq_len=16))
         assert e.host_threads == 2 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -9,7 +9,7 @@ from kselect.backends.registry import make_backend
 from g4_helpers import BASE, EMBED_STD
 from kselect.gemma4.checkpoint import build_random
 from kselect.gemma4.config import Gemma4Args
-from kselect.gemma4.engine import Engine, max_rel_error, model_groups
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.block_manager import CacheFullError
 from kselect.kernels.cache_ops import quantize
@@ -35,8 +35,8 @@ def run(engine, data, fragment_seed=None):
     return torch.stack(res.logits)
 
 
-def engine(model, sel, **kw):
-    return Engine(model, sel, max_seqs=4, max_seq_len=64, **kw)
+def engine(model, sel, backends=None, **kw):
+    return Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=64, **kw), backends=backends)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_groups_have_their_own_layout(models):
 
 def test_cache_full_and_release(models):
     model, _ = models["edge"]
-    e = Engine(model, simple_selection(model.args, kv_block_size=16), max_seqs=1, max_seq_len=32)
+    e = Engine(model, simple_selection(model.args, kv_block_size=16), EngineConfig(max_seqs=1, max_seq_len=32))
     gc = e.cache.groups[S]
     n = len(gc.free_blocks)
     e.extend([0], [[7] * 32])

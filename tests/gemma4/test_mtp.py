@@ -19,11 +19,11 @@ import torch
 import yaml
 
 from kselect.backends.registry import make_backend
-from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
-from kselect.gemma4.drafter import (DrafterArgs, DrafterError, build_random_drafter, draft_groups_of, load_drafter,
-                            save_drafter, target_kv_layer)
-from kselect.gemma4.engine import Engine, model_groups
+from kselect.gemma4.checkpoint import build_random, load_drafter, save_drafter
+from kselect.gemma4.config import FULL, SLIDING, DrafterArgs, DrafterError, Gemma4Args, target_kv_layer
+from kselect.gemma4.draft_kv import draft_groups_of
+from kselect.gemma4.drafter_init import build_random_drafter
+from kselect.gemma4.engine import Engine, EngineConfig, model_groups
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, accept_greedy, rejection_sample
 from kselect.kernels.tolerances import rel_err
@@ -173,7 +173,7 @@ def test_greedy_speculative_is_token_identical_to_greedy(target, copy_drafter, m
     """Speculative greedy == plain greedy of the target, for a batch of unequal lengths, with the
     selector's selection for the cell (draft groups included) at every kv block size."""
     sel = with_block(selection(f"kv_cache={kv}", f"kv_cache.scales={scales}"), block)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     if scales == "calibrated":
         s = eng.calibrate(mtp_prompts)
         assert max(max(v) for v in s.values()) < 0.05  # calibrated scales are far from 1
@@ -203,7 +203,7 @@ def test_bad_generation_requests_are_refused_by_name(target, copy_drafter, bad, 
     anything runs. Before, max_new_tokens 0 or -1 gave one token, a negative temperature decoded greedily, and NaN or
     a negative top_k failed inside PyTorch."""
     sel = simple_selection(target.args, kv_block_size=16)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     req = dict(prompts=[[2, 3, 4, 5, 6, 7, 8]], max_new_tokens=4, temperature=1.0, top_k=0) | bad
     for gen in (eng.generate, sd.generate):
@@ -217,7 +217,7 @@ def test_commit_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_pro
     round a sequence's committed length is prompt + emitted - 1 (the last emitted token is not cached
     yet); rejected slots stay allocated; finished sequences release their blocks."""
     sel = simple_selection(target.args, kv_block_size=16)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     seen, partial = [], []
     orig = eng.commit
@@ -259,7 +259,7 @@ def test_commit_bookkeeping_and_partial_acceptance(target, copy_drafter, mtp_pro
 
 def test_eos_and_budget_truncation(target, copy_drafter, mtp_prompts):
     sel = simple_selection(target.args)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     plain = eng.generate(mtp_prompts, max_new_tokens=N_NEW, stop_at_eos=False)
     eos = plain.tokens[1][6]  # a token that the target emits mid-sequence: becomes the EOS
     want = eng.generate(mtp_prompts, max_new_tokens=N_NEW, eos_token_id=eos)
@@ -276,7 +276,7 @@ def test_draft_layers_read_the_target_cache_through_the_draft_backend(target, co
     target's block tables, with seqused_k = the committed length, one query per sequence; the
     drafter never writes the cache."""
     sel = with_block(selection("kv_cache=fp8_e4m3", "kv_cache.scales=calibrated", "rules=post_pr52987", "overlay=[pr48666]"), 32)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     eng.calibrate(mtp_prompts)
     log = []
 
@@ -319,7 +319,7 @@ def test_draft_layers_read_the_target_cache_through_the_draft_backend(target, co
 
 def test_mismatched_draft_backend_is_refused(target, copy_drafter):
     sel = simple_selection(target.args)
-    eng = Engine(target, sel, max_seqs=2, max_seq_len=32)
+    eng = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=32))
     groups = {k: g.model_copy(update=dict(draft=True, backend="TRITON_ATTN")) for k, g in model_groups(sel).items()}
     bad = sel.model_copy(update=dict(groups=tuple(sel.groups) + tuple(groups.values())))
     with pytest.raises(DrafterError, match="must use the target's backend"):
@@ -354,7 +354,7 @@ def test_rejection_sampling_preserves_the_target_distribution():
 
 def test_sampled_speculative_decoding_is_seeded(target, copy_drafter, mtp_prompts):
     sel = simple_selection(target.args)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     a = sd.generate(mtp_prompts, max_new_tokens=6, temperature=0.8, top_k=20, seed=11)
     b = sd.generate(mtp_prompts, max_new_tokens=6, temperature=0.8, top_k=20, seed=11)
@@ -379,7 +379,7 @@ def test_accept_greedy():
 def _fp32_state(target, drafter, prompts):
     """Prefill on an fp32 cache: (engine, decoder, drafter inputs of one draft step)."""
     sel = selection()
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=1)
     logits, hidden = sd.target_forward(list(range(len(prompts))), prompts)
     return eng, sd, ([int(lg[-1].argmax()) for lg in logits], [h[-1] for h in hidden])
@@ -389,7 +389,7 @@ def _fp8_copy(target, drafter, sel, prompts, eng32):
     """The same cache contents as `eng32`'s, stored in FP8 with the calibrated scales."""
     from kselect.kernels.cache_ops import quantize
 
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     eng.calibrate(prompts)
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=1)
     sd.target_forward(list(range(len(prompts))), prompts)  # lengths and blocks; the K/V are replaced below
@@ -471,7 +471,7 @@ def test_unit_fp8_cache_is_unaffected_by_the_scale_choice(target, random_drafter
     sel = selection("kv_cache=fp8_e4m3", "kv_cache.scales=unit")
     out = []
     for copy in (False, True):
-        eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+        eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
         sd = SpeculativeDecoder(eng, random_drafter, sel, copy_scales=copy)
         logits, hidden = sd.target_forward([0, 1, 2], mtp_prompts)
         inputs = ([int(lg[-1].argmax()) for lg in logits], [h[-1] for h in hidden])
@@ -486,10 +486,10 @@ def test_greedy_speculative_with_image_spans(target, copy_drafter, mtp_prompts, 
     spans, and differs from a text-only run."""
     spans = [[(1, 6), (9, 20)], [], [(2, 9)]]  # (9, 20) is as long as a chunk: prompt 0 cuts at 9 and 20
     sel = simple_selection(target.args, kv_block_size=16)
-    plain = Engine(target, sel, max_seqs=4, max_seq_len=64).generate(mtp_prompts, max_new_tokens=N_NEW,
+    plain = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64)).generate(mtp_prompts, max_new_tokens=N_NEW,
                                                                      mm_spans=spans)
-    text = Engine(target, sel, max_seqs=4, max_seq_len=64).generate(mtp_prompts, max_new_tokens=N_NEW)
+    text = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64)).generate(mtp_prompts, max_new_tokens=N_NEW)
     assert plain.tokens != text.tokens  # the spans change the output
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64, max_step_tokens=chunk)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64, max_step_tokens=chunk))
     sd = SpeculativeDecoder(eng, copy_drafter, sel, num_speculative_tokens=K)
     assert sd.generate(mtp_prompts, max_new_tokens=N_NEW, mm_spans=spans).tokens == plain.tokens

@@ -19,9 +19,10 @@ import pytest
 import torch
 
 from g4_helpers import EMBED_STD, hf_twin, make_args
-from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.drafter import DrafterArgs, build_random_drafter, hf_state_dict
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.checkpoint import build_random, hf_state_dict
+from kselect.gemma4.config import DrafterArgs
+from kselect.gemma4.drafter_init import build_random_drafter
+from kselect.gemma4.engine import Engine, EngineConfig
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder
 
@@ -123,7 +124,7 @@ def test_draft_tokens_match_hf_assisted_generation(hf_sharing_fix, prompts3, mon
     hf_toks, hf_cands = hf_assisted(hf, hf_assistant(drafter), prompts3, monkeypatch)
 
     sel = simple_selection(target.args, kv_block_size=16)
-    eng = Engine(target, sel, max_seqs=4, max_seq_len=64)
+    eng = Engine(target, sel, EngineConfig(max_seqs=4, max_seq_len=64))
     res = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=K, kv_view="hf").generate(
         prompts3, max_new_tokens=N_NEW, record=True)
     assert res.tokens == hf_toks  # = greedy (HF's assisted greedy equals its plain greedy; no EOS here)
@@ -147,7 +148,7 @@ def test_draft_tokens_match_hf_assisted_generation(hf_sharing_fix, prompts3, mon
 def test_loads_an_hf_save_pretrained_assistant(hf_sharing_fix, tmp_path, ordered):
     """A folder written by HF's `Gemma4AssistantForCausalLM.save_pretrained` (its config.json and
     safetensors names) loads into our drafter with identical weights and config."""
-    from kselect.gemma4.drafter import load_drafter
+    from kselect.gemma4.checkpoint import load_drafter
 
     target = build_random(make_args("all"), seed=12, embed_std=EMBED_STD)
     dargs = DrafterArgs.from_preset(target.args, {**DRAFTER, "use_ordered_embeddings": ordered})

@@ -17,7 +17,7 @@ import torch
 
 from g4_helpers import EMBED_STD, HF_RTOL, make_args
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, MultimodalUnsupportedError, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 
 W = 8  # sliding window of the tiny configs
@@ -69,7 +69,8 @@ def hf_logits(hf, cfg, tokens, spans, *, vision=True):
 
 
 def run_engine(model, prompts, cont, backend="TORCH_REFERENCE", spans=SPANS):
-    eng = Engine(model, simple_selection(model.args, backend=backend, kv_block_size=8), max_seqs=4, max_seq_len=48)
+    eng = Engine(model, simple_selection(model.args, backend=backend, kv_block_size=8),
+                 EngineConfig(max_seqs=4, max_seq_len=48))
     seqs = list(range(len(prompts)))
     got = {s: [x] for s, x in zip(seqs, eng.extend(seqs, prompts, all_logits=True, mm_spans=spans))}
     for step in range(N_DECODE):
@@ -111,7 +112,7 @@ def test_long_span_needs_past_only_window(mm, batch):
     from kselect.gemma4.model_runner import ModelRunner
     from kselect.gemma4.sequence import StepBatch
 
-    eng = Engine(model, simple_selection(model.args), max_seqs=4, max_seq_len=48)
+    eng = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=48))
     meta = AttentionMetadata(cu_seqlens_q=None, seqused_k=None, block_table=torch.arange(8).view(2, 4),
                              max_seqlen_q=0, max_seqlen_k=0)
     far = eng.runner.far_span_queries(StepBatch([0, 2], [0, 0], [LENS[0], LENS[2]]), {0: SPANS[0], 2: SPANS[2]},
@@ -156,7 +157,7 @@ def test_flash_attn_adapter_matches_hf(mm, batch, fake_flash_attn):
     sel = simple_selection(model.args, kv_block_size=8)
     backends = {k: FlashAttn4Backend(g.model_copy(update=dict(backend="FLASH_ATTN", flash_attn_version=4)))
                 for k, g in model_groups(sel).items()}
-    eng = Engine(model, sel, max_seqs=4, max_seq_len=48, backends=backends)
+    eng = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=48), backends=backends)
     seqs = list(range(len(prompts)))
     got = {s: [x] for s, x in zip(seqs, eng.extend(seqs, prompts, all_logits=True, mm_spans=SPANS))}
     span_passes = fake_flash_attn.count(False)
@@ -191,7 +192,7 @@ def test_backend_without_mm_prefix_fails_loudly(mm, batch):
 
     sel = simple_selection(model.args)
     backends = {k: NoMM(make_backend(g)) for k, g in model_groups(sel).items()}
-    eng = Engine(model, sel, max_seqs=4, max_seq_len=48, backends=backends)
+    eng = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=48), backends=backends)
     eng.extend([1], [prompts[1]])  # text only: fine
     with pytest.raises(MultimodalUnsupportedError, match="mm-prefix"):
         eng.extend([0], [prompts[0]], mm_spans=[SPANS[0]])
@@ -200,7 +201,7 @@ def test_backend_without_mm_prefix_fails_loudly(mm, batch):
 
 
 def test_main_job_multimodal_runs():
-    out = subprocess.run([sys.executable, "-m", "kselect.gemma4", "model.multimodal=true", "--max-new-tokens", "4"],
+    out = subprocess.run([sys.executable, "-m", "kselect.run", "model.multimodal=true", "--max-new-tokens", "4"],
                          capture_output=True, text=True, timeout=120, cwd=str(pathlib.Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placeholder image tokens" in out.stdout and "image span [1, 21)" in out.stdout

@@ -3,7 +3,7 @@ steps the group's own backend, over one paged cache; generation is unchanged."""
 
 from g4_helpers import simple_selection  # noqa: E402
 
-from kselect.gemma4.engine import Engine, reference_groups
+from kselect.gemma4.engine import Engine, EngineConfig, reference_groups
 
 
 def _spy(backend, log, name):
@@ -22,8 +22,8 @@ def test_prefill_and_decode_run_their_own_backends(models, prompts):
     # prefill views each 32-token kv block as two 16-token kernel blocks: another backend object, same cache
     groups = tuple(g.model_copy(update={"prefill": g.model_copy(update={"kernel_block_size": 16})}) for g in base.groups)
     split = base.model_copy(update={"groups": groups})
-    plain = Engine(model, base, max_seqs=4, max_seq_len=64).generate(prompts, 6).tokens
-    eng = Engine(model, split, max_seqs=4, max_seq_len=64)
+    plain = Engine(model, base, EngineConfig(max_seqs=4, max_seq_len=64)).generate(prompts, 6).tokens
+    eng = Engine(model, split, EngineConfig(max_seqs=4, max_seq_len=64))
     assert all(eng.prefill_backends[k] is not eng.backends[k] for k in eng.backends)
     assert all("; prefill TORCH_REFERENCE" in v for v in eng.backend_names().values())
     log = []

@@ -52,7 +52,7 @@ def fork_calls(monkeypatch):
 
 
 def test_long_prompt_passes_the_31b_window_on_the_fp8_fork(fork_calls, monkeypatch, capsys):
-    from kselect.gemma4 import __main__ as run
+    from kselect import run
     from kselect.gemma4.build import select
     from kselect.gemma4.checkpoint import build_random, load_tokenizer
     from kselect.gemma4.config import Gemma4Args

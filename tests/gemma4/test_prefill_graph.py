@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from g4_helpers import simple_selection
-from kselect.gemma4.engine import Engine, max_rel_error
+from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.gemma4.prefill_graph import BUCKETS, PrefillGraph, bucket_for
 
 
@@ -28,7 +28,7 @@ def test_larger_buckets_only_up_to_the_engines_max_tokens():
 def test_max_tokens_must_be_a_bucket(models):
     model, _ = models["all"]
     with pytest.raises(ValueError, match=r"prefill graph tokens 3000: not a bucket; allowed: 16, .*, 4096"):
-        Engine(model, simple_selection(model.args), max_seqs=1, max_seq_len=64, prefill_graph_tokens=3000)
+        Engine(model, simple_selection(model.args), EngineConfig(max_seqs=1, max_seq_len=64, prefill_graph_tokens=3000))
 
 
 def test_steps_above_max_tokens_run_eager(models, prompts, fake_cuda_graphs):
@@ -36,8 +36,8 @@ def test_steps_above_max_tokens_run_eager(models, prompts, fake_cuda_graphs):
     eager (no 32 bucket), with the same tokens."""
     model, _ = models["all"]
     sel = simple_selection(model.args, kv_block_size=16)
-    eager = Engine(model, sel, max_seqs=2, max_seq_len=64)
-    graphed = Engine(model, sel, max_seqs=2, max_seq_len=64, prefill_graph_tokens=16)
+    eager = Engine(model, sel, EngineConfig(max_seqs=2, max_seq_len=64))
+    graphed = Engine(model, sel, EngineConfig(max_seqs=2, max_seq_len=64, prefill_graph_tokens=16))
     graphed.prefill_graphs.on = True
     for p in prompts:
         assert graphed.generate([p], 3).tokens == eager.generate([p], 3).tokens
@@ -47,7 +47,7 @@ def test_steps_above_max_tokens_run_eager(models, prompts, fake_cuda_graphs):
 
 def _engines(model, kv, step, blocks=16):
     sel = simple_selection(model.args, kv_block_size=blocks, kv_cache_dtype=kv)
-    make = lambda: Engine(model, sel, max_seqs=2, max_seq_len=64, max_step_tokens=step)  # noqa: E731
+    make = lambda: Engine(model, sel, EngineConfig(max_seqs=2, max_seq_len=64, max_step_tokens=step))  # noqa: E731
     eager, graphed = make(), make()
     graphed.prefill_graphs.on = True  # the emulated graphs on CPU
     return eager, graphed
@@ -181,13 +181,13 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     sel = resolve(cfg)
     model, _, _ = build_model(cfg, seed=0)
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30, 100)]
-    eager = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=False, max_step_tokens=step)
-    g = Engine(model, sel, max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=step)
+    eager = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=False, max_step_tokens=step))
+    g = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=step))
     if not g.prefill_graphs.on:
         pytest.skip("the selected prefill backends do not support CUDA graphs")
     exact = model.dtype == torch.float32 and not over
-    truth = None if exact else Engine(copy.deepcopy(model).float(), reference_groups(model_groups(sel)), max_seqs=1,
-                                      max_seq_len=256, cuda_graphs=False)
+    truth = None if exact else Engine(copy.deepcopy(model).float(), reference_groups(model_groups(sel)),
+                                      EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=False))
     for p in prompts:
         want = eager.generate([p], 24, return_logits=True, stop_at_eos=False)
         res = g.generate([p], 24, return_logits=True, stop_at_eos=False)

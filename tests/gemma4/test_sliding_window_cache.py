@@ -15,9 +15,9 @@ import yaml
 
 from g4_helpers import HF_RTOL, hf_logits
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import SLIDING, Gemma4Args
-from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
-from kselect.gemma4.engine import Engine, chunk_ends, max_rel_error
+from kselect.gemma4.config import SLIDING, DrafterArgs, Gemma4Args
+from kselect.gemma4.drafter_init import build_random_drafter
+from kselect.gemma4.engine import Engine, EngineConfig, chunk_ends, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder
 
@@ -43,10 +43,10 @@ def test_blocks_outside_the_window_go_back_and_logits_match_hf(models):
     holds only blocks a window can reach, the pool is 3 blocks (not 7 + the null block), and every
     logit is HF's."""
     model, hf = models["all"]
-    eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_seqs=1, max_seq_len=96,
-                 max_step_tokens=8)
+    eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_seqs=1, max_seq_len=96,
+                                                                                        max_step_tokens=8))
     gc = eng.cache.groups[SLIDING]
-    whole = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_seqs=1, max_seq_len=96)
+    whole = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_seqs=1, max_seq_len=96))
     assert gc.num_blocks == math.ceil((W - 1 + 8) / BLOCK) + 1 + 1 < whole.cache.groups[SLIDING].num_blocks == 7 + 1
     seq = tokens(80, 5)
     prompt, cont = seq[:60], seq[60:]
@@ -74,8 +74,8 @@ def test_chunked_batch_generate_equals_whole_prefill(models):
     forced = [tokens(12, 7 + i) for i in range(3)]
     outs = []
     for step in (None, 5):
-        eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_seqs=3, max_seq_len=56,
-                     max_step_tokens=step)
+        eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_seqs=3, max_seq_len=56,
+                                                                                            max_step_tokens=step))
         res = eng.generate(prompts, 12, forced=forced, return_logits=True, stop_at_eos=False)
         outs.append(torch.stack(res.logits))
     assert max_rel_error(outs[1], outs[0]) < 1e-5
@@ -83,12 +83,12 @@ def test_chunked_batch_generate_equals_whole_prefill(models):
 
 def test_a_step_longer_than_max_step_tokens_is_refused(models):
     model, _ = models["all"]
-    eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_seqs=1, max_seq_len=32,
-                 max_step_tokens=8)
+    eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_seqs=1, max_seq_len=32,
+                                                                                        max_step_tokens=8))
     with pytest.raises(ValueError, match="a step of 9 tokens for one sequence > max_step_tokens=8"):
         eng.extend([0], [tokens(9, 1)])
     with pytest.raises(ValueError, match="max_step_tokens must be a positive"):
-        Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_step_tokens=0)
+        Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_step_tokens=0))
 
 
 def test_chunked_prefill_with_image_spans(models):
@@ -98,8 +98,8 @@ def test_chunked_prefill_with_image_spans(models):
     spans = [(5, 11), (14, 26)]  # the second is longer than the window, as long as a chunk
     got = []
     for step in (None, 12):
-        eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), max_seqs=1, max_seq_len=40,
-                     max_step_tokens=step)
+        eng = Engine(model, simple_selection(model.args, kv_block_size=BLOCK), EngineConfig(max_seqs=1, max_seq_len=40,
+                                                                                            max_step_tokens=step))
         got.append(eng.prefill([0], [prompt], mm_spans=[spans]))
         assert eng.mm_spans[0] == spans
     assert max_rel_error(got[1], got[0]) < 1e-5
@@ -116,8 +116,8 @@ def test_speculative_decoding_on_a_windowed_cache():
                                    copy_from=target.embed_tokens.weight)
     sel = simple_selection(target.args, kv_block_size=BLOCK)
     prompts = [tokens(n, 40 + n) for n in (45, 13)]
-    plain = Engine(target, sel, max_seqs=2, max_seq_len=80).generate(prompts, max_new_tokens=14)
-    eng = Engine(target, sel, max_seqs=2, max_seq_len=80, max_step_tokens=6)
+    plain = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=80)).generate(prompts, max_new_tokens=14)
+    eng = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=80, max_step_tokens=6))
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=4)
     assert sd.generate(prompts, max_new_tokens=14).tokens == plain.tokens
     with pytest.raises(ValueError, match="num_speculative_tokens \\+ 1 = 7 tokens > the engine's max_step_tokens=6"):
@@ -130,7 +130,7 @@ def test_speculative_decoding_on_a_windowed_cache():
 
 
 def test_main_job_prefill_chunk():
-    ok = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "4", "--max-new-tokens", "4"],
+    ok = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "4", "--max-new-tokens", "4"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "prefill:" in ok.stdout and "numerics: not checked: every group runs TORCH_REFERENCE, the reference itself" in ok.stdout  # chunked == whole: test_chunked_prefill_* above
@@ -147,11 +147,11 @@ def test_main_job_prefill_chunk():
     pool, whole, seq_len, peak = map(int, m.groups())
     assert pool == 4 * (-(-19 // 16) + 1) + 1 < whole == -(-4 * seq_len // 16) + 4 + 1 and 0 < peak <= pool - 1
     # an image span longer than a chunk: exit 2, one paragraph
-    mm = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "8", "model.multimodal=true"],
+    mm = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "8", "model.multimodal=true"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert mm.returncode == 2 and "Traceback" not in mm.stderr
     assert "--prefill-chunk 8: an image span of 20 tokens > max_step_tokens=8" in mm.stderr
-    bad = subprocess.run([sys.executable, "-m", "kselect.gemma4", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -15,9 +15,9 @@ import yaml
 
 from g4_helpers import simple_selection
 from kselect.gemma4.checkpoint import build_random
-from kselect.gemma4.config import Gemma4Args
-from kselect.gemma4.drafter import DrafterArgs, build_random_drafter
-from kselect.gemma4.engine import Engine
+from kselect.gemma4.config import DrafterArgs, Gemma4Args
+from kselect.gemma4.drafter_init import build_random_drafter
+from kselect.gemma4.engine import Engine, EngineConfig
 from kselect.gemma4.speculative import SpeculativeDecoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,11 +44,11 @@ def test_graph_rounds_equal_eager_rounds(pair, fake_cuda_graphs, step):
     target, drafter = pair
     sel = simple_selection(target.args, kv_block_size=8)
     prompts = _prompts((21, 9, 14))
-    plain = Engine(target, sel, max_seqs=3, max_seq_len=64).generate(prompts, max_new_tokens=20)
-    eager_eng = Engine(target, sel, max_seqs=3, max_seq_len=64, max_step_tokens=step)
+    plain = Engine(target, sel, EngineConfig(max_seqs=3, max_seq_len=64)).generate(prompts, max_new_tokens=20)
+    eager_eng = Engine(target, sel, EngineConfig(max_seqs=3, max_seq_len=64, max_step_tokens=step))
     eager = SpeculativeDecoder(eager_eng, drafter, sel, num_speculative_tokens=4).generate(
         prompts, max_new_tokens=20, record=True)
-    eng = Engine(target, sel, max_seqs=3, max_seq_len=64, max_step_tokens=step)
+    eng = Engine(target, sel, EngineConfig(max_seqs=3, max_seq_len=64, max_step_tokens=step))
     eng.use_graphs = True  # the emulated graphs on CPU
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=4)
     for _ in range(2):  # the second run replays the graphs captured by the first
@@ -64,8 +64,8 @@ def test_failed_capture_falls_back_to_eager_rounds(pair, fake_cuda_graphs, monke
     target, drafter = pair
     sel = simple_selection(target.args, kv_block_size=8)
     prompts = _prompts((12, 17))
-    plain = Engine(target, sel, max_seqs=2, max_seq_len=48).generate(prompts, max_new_tokens=12)
-    eng = Engine(target, sel, max_seqs=2, max_seq_len=48)
+    plain = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=48)).generate(prompts, max_new_tokens=12)
+    eng = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=48))
     eng.use_graphs = True
     from kselect.gemma4 import spec_graphs
 
@@ -87,17 +87,17 @@ def test_cuda_graph_speculative_greedy_equals_plain_greedy():
     """Real CUDA graphs, the machine's selection for the bundled tiny model with MTP: speculative
     greedy == plain greedy over 40 tokens for a batch that crosses the window and finishes unevenly."""
     from kselect.gemma4.build import build_model, select
-    from kselect.gemma4.speculative import build_drafters
+    from kselect.gemma4.build import build_drafters
 
     cfg, sel = select(["spec_decode=mtp"])
     model, _, _ = build_model(cfg, seed=0)
     (_, drafter), = build_drafters(cfg, model, seed=1, inits=("copy",))
     prompts = [[2] + list(range(10, 10 + n)) for n in (5, 17, 30)]
-    plain = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=True)
+    plain = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=True))
     if not plain.use_graphs:
         pytest.skip("the selected backends do not support CUDA graphs")
     want = plain.generate(prompts, 40)
-    eng = Engine(model, sel, max_seqs=4, max_seq_len=128, cuda_graphs=True)
+    eng = Engine(model, sel, EngineConfig(max_seqs=4, max_seq_len=128, cuda_graphs=True))
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=4)
     for _ in range(2):
         got = sd.generate(prompts, 40)

@@ -465,7 +465,7 @@ def _main(cli: str):
     elif cli == "conformance":
         from kselect.conformance import main
     elif cli == "run":
-        from kselect.gemma4.__main__ import main, user_errors
+        from kselect.run import main, user_errors
 
         return user_errors(main)
     return main

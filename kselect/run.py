@@ -70,7 +70,7 @@ def gpu_tiny_in_bf16(cfg, overrides: list[str]) -> bool:
 
 def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) -> int:
     """argv: overrides and --options; with opts (already parsed), argv holds only the overrides."""
-    from kselect.gemma4.engine import Engine, MultimodalUnsupportedError, max_rel_error, reference_groups
+    from kselect.gemma4.engine import Engine, EngineConfig, MultimodalUnsupportedError, max_rel_error, reference_groups
     from kselect.selector.render import table
 
     overrides, opts = parse(sys.argv[1:] if argv is None else argv) if opts is None else (list(argv or ()), opts)
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
     max_len = max(map(len, prompts)) + opts.max_new_tokens
     max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
     cuda_graphs = False if opts.no_cuda_graphs else None
-    eng = Engine(model, sel, max_seqs=max(len(prompts), len(CALIBRATION_TEXT)), max_seq_len=max_len,
-                 cuda_graphs=cuda_graphs, max_step_tokens=opts.prefill_chunk)
+    eng = Engine(model, sel, EngineConfig(max_seqs=max(len(prompts), len(CALIBRATION_TEXT)), max_seq_len=max_len,
+                                          cuda_graphs=cuda_graphs, max_step_tokens=opts.prefill_chunk))
     print(f"model {cfg.model.name} ({args.dtype}) from {source} on {model.device}")
     print("attention backend per group: " + ", ".join(
         f"{g} -> {name}" for g, name in eng.backend_names().items()))
@@ -156,9 +156,10 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
                   f"({len(res.steps)} teacher-forced steps): {'FAILED' if failed else 'ok'}")
             for c in checks:
                 print(f"  {c.line()}")
-            r = Engine(model, same, max_seqs=len(prompts), max_seq_len=max_len, kv_scales=eng.cache.scales(),
-                       cuda_graphs=False).generate(prompts, len(res.steps), forced=forced, return_logits=True,
-                                                   stop_at_eos=False, mm_spans=mm_spans)
+            cfg_ref = EngineConfig(max_seqs=len(prompts), max_seq_len=max_len, kv_scales=eng.cache.scales(),
+                                   cuda_graphs=False)
+            r = Engine(model, same, cfg_ref).generate(prompts, len(res.steps), forced=forced, return_logits=True,
+                                                      stop_at_eos=False, mm_spans=mm_spans)
             got = torch.stack(res.logits)
             drift = max_rel_error(got, torch.stack(r.logits))
             print(f"numerics: end-to-end logits vs an all-TORCH_REFERENCE run: max rel err {drift:.2e} (per-call errors "
@@ -167,13 +168,14 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
             got = torch.stack(res.logits)
             plain = {k: g.model_copy(update=dict(kv_cache_dtype=args.dtype, descale="none", kv_scales="none"))
                      for k, g in same.items()}
-            r2 = Engine(model, plain, max_seqs=len(prompts), max_seq_len=max_len, cuda_graphs=False).generate(
+            r2 = Engine(model, plain, EngineConfig(max_seqs=len(prompts), max_seq_len=max_len,
+                                                   cuda_graphs=False)).generate(
                 prompts, len(res.steps), forced=forced, return_logits=True, stop_at_eos=False, mm_spans=mm_spans)
             err2 = max_rel_error(got, torch.stack(r2.logits))
             print(f"numerics: max rel logit error vs TORCH_REFERENCE with a {args.dtype} KV cache: {err2:.2e} "
                   f"(FP8 quantization error of this random model)")
-    if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (gemma4/speculative.py)
-        from kselect.gemma4.speculative import report_mtp
+    if cfg.spec_decode.method == "mtp":  # the MTP drafter next to plain decoding (kselect/run_mtp.py)
+        from kselect.run_mtp import report_mtp
 
         report_mtp(cfg, sel, eng, prompts, res, max_new_tokens=opts.max_new_tokens, temperature=opts.temperature,
                    top_k=opts.top_k, seed=opts.seed, drafter_checkpoint=opts.drafter, mm_spans=mm_spans)

@@ -1,0 +1,95 @@
+"""The one forward of the Gemma-4 decoder, over an ops object (gemma4/ops.py's TorchOps, gemma4/fused.py's
+fused ops): the modules of gemma4/model.py hold the weights, this code the order of the maths.
+
+Every layer starts from its normed input and hands the next its normed output: a layer ends in
+`add_rms_norm` with the next layer's input norm (the last: the final norm), so the fused ops compute the
+residual add and the next norm in one kernel. MoE blocks run their modules (router, experts, norms) under
+every ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kselect.gemma4.config import FULL, SLIDING
+
+
+def attention(ops, a, xn, cos, sin, ctx) -> torch.Tensor:
+    """One attention layer `a` (gemma4/model.py Attention) over normed input xn: q, K/V written, the group's backend,
+    the output projection."""
+    t = xn.shape[0]
+    g = ctx.groups[a.kind]
+    k_cache, v_cache = g.cache.kv(a.kv_source)
+    src = g.cache.layer_params(a.kv_source, a.window_left)
+    q = ops.qkv(a, xn, cos, sin, ctx, g, src, k_cache.dtype)
+    o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
+    for rows, meta, window_left in g.far:
+        o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
+    return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
+
+
+def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoder layer `lay` (gemma4/model.py DecoderLayer): x its input, xn = input_layernorm(x). Returns (the
+    layer's output, its norm with `next_norm`'s weight)."""
+    eps = lay.input_layernorm.eps
+    o = attention(ops, lay.self_attn, xn, cos, sin, ctx)
+    h, z = ops.add_rms_norm(o, x, lay.post_attention_layernorm.weight, eps, None, lay.pre_feedforward_layernorm.weight)
+    y = ops.mlp(lay.mlp, z)
+    if lay.moe:  # the expert block also reads the pre-MLP residual h
+        w, idx = lay.router(h)
+        y2 = lay.experts(lay.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
+        y = lay.post_feedforward_layernorm_1(y) + lay.post_feedforward_layernorm_2(y2)
+    if lay.ple_dim:
+        h, _ = ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps)
+        p = ops.linear_gelu_mul(h, lay.per_layer_input_gate.weight, ple)
+        y = ops.linear(p, lay.per_layer_projection.weight)
+        return ops.add_rms_norm(y, h, lay.post_per_layer_input_norm.weight, eps, lay.layer_scalar, next_norm)
+    return ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps, lay.layer_scalar, next_norm)
+
+
+def embed(model, ids: torch.Tensor, ops) -> torch.Tensor:
+    """The scaled token embedding."""
+    w = model.embed_tokens.weight
+    return ops.embedding(ids, w, model.scale_in(w.dtype, model.args.embed_scale))
+
+
+def per_layer_inputs(model, ids: torch.Tensor, emb: torch.Tensor, ops) -> torch.Tensor:
+    """PLE_i = (norm(context part) + token part) * 2^-0.5, as [T, L, P]."""
+    t, n, p = ids.shape[0], model.args.num_hidden_layers, model.ple_dim
+    w = model.embed_tokens_per_layer.weight
+    tok = ops.embedding(ids, w, model.scale_in(w.dtype, p**0.5))
+    ctx = ops.linear(emb, model.per_layer_model_projection.weight, scale=model.args.hidden_size**-0.5)
+    norm = model.per_layer_projection_norm
+    return ops.add_rms_norm(ctx.view(t, n, p), tok.view(t, n, p), norm.weight, norm.eps, 2.0**-0.5)[0]
+
+
+def rope_tables(model, positions: torch.Tensor, dtype: torch.dtype, ops) -> dict:
+    """{kind: (cos, sin)} for both layer types from one table: the types' NeoX-doubled frequencies are one row
+    (model.rope_inv_row), and each type's tables are column views of it."""
+    cos, sin = ops.rope_tables(positions, model.rope_inv_row, dtype)
+    ds = 2 * model.sliding_inv_freq.numel()
+    return {SLIDING: (cos[:, :ds], sin[:, :ds]), FULL: (cos[:, ds:], sin[:, ds:])}
+
+
+def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
+    """input_ids [T] -> final-normed hidden states [T, hidden]."""
+    with ops.launches(model, input_ids.shape[0]):
+        ops.prepare(model)
+        x = embed(model, input_ids, ops)
+        ple = per_layer_inputs(model, input_ids, x, ops) if model.ple_dim else None
+        rope = rope_tables(model, ctx.positions, x.dtype, ops)
+        layers = model.layers
+        xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+        for i, lay in enumerate(layers):
+            cos, sin = rope[model.args.layer_types[i]]
+            nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else model.norm.weight
+            x, xn = layer(ops, lay, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt)
+        return xn
+
+
+def lm_head(model, hidden: torch.Tensor, ops) -> torch.Tensor:
+    """The tied LM head and Gemma's logit softcap on the ops' projection (fused ops, one row: the GEMV with the
+    softcap in its epilogue)."""
+    cap = model.args.final_logit_softcapping
+    with ops.launches(model, hidden.shape[0]):
+        return ops.linear(hidden, model.embed_tokens.weight, softcap=cap or None)

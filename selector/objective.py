@@ -165,7 +165,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         fg = next(x for x in faithful.groups if x.kind == g.kind and not x.draft)
         dec = _decode_evidence(cfg, s, g, fg)
         pre_g, pre = prefill_over_layout(cfg, book, s, chosen, g, fg)
-        warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind)]
+        warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind), *s.other_version(g.kind)]
         refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
         not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()

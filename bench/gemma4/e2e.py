@@ -52,6 +52,7 @@ SEED = "rules=post_pr52987"
 # torch's intra-op threads before any engine shrinks them (gemma4/host_threads.py: one on a GPU, process-wide): HF's
 # baseline runs on these, as users run HF, not on the engines' serving thread
 HF_THREADS = torch.get_num_threads()
+VLLM_KERNELS_ONLY = ["platform.packages.kselect_triton=false", "platform.packages.fa3_upstream=false"]
 SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175": [SEED, "overlay=[pr53175]"],
               "vllm_0_33_0": ["rules=vllm_0_33_0"],
               # same-run baselines: one backend for every group
@@ -62,7 +63,13 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # objective=vllm under --rules (the same rules as the objectives'): vLLM's own choice
               "vllm": [SEED],
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
-              "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
+              "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"],
+              # the objectives over the kernels vLLM ships only (no TRITON_ATTN+kselect, no FLASH_ATTN v3+upstream)
+              "latency_vllm": [SEED, "objective=latency", *VLLM_KERNELS_ONLY],
+              "throughput_vllm": [SEED, "objective=throughput", *VLLM_KERNELS_ONLY],
+              # vLLM's own selection measured a second time, never folded into `vllm` (same_as): its spread from
+              # `vllm` is this run's noise band (bench/gemma4/e2e_report.py)
+              "vllm_twin": [SEED]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 PROFILE_STEPS = 8  # B1 decode steps profiled per selection
@@ -662,7 +669,7 @@ def main(argv: list[str]) -> int:
             if ref_groups is None and kv == "auto":
                 ref_groups = reference_groups(groups)
             sig = signature(groups)
-            twin = next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
+            twin = None if sname == "vllm_twin" else next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
             if twin is not None:  # measured once: a row that runs at every point, or at this one
                 row["same_as"] = f"{twin['selection']} kv={twin['kv']}"
                 row["same_as_point"] = twin["point"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import hashlib
 import importlib.util
 import logging
 import os
@@ -247,7 +248,8 @@ def _exec(src: Path) -> VllmTriton:
     the names are restored after, so a real vLLM (or vllm.vllm_flash_attn) in this process is untouched."""
     stubs = _stubs(src)
     rel = source_release(src)
-    private = f"kselect_vllm_triton_{re.sub(r'[^0-9a-zA-Z]', '_', rel)}_{abs(hash(str(src))) % 10**8}"
+    # a private name per source, the same in every process (Triton's on-disk compile cache stays warm across them)
+    private = f"kselect_vllm_triton_{re.sub(r'[^0-9a-zA-Z]', '_', rel)}_{hashlib.sha1(str(src).encode()).hexdigest()[:8]}"
     helpers_name = "vllm.v1.attention.ops.triton_attention_helpers"
     saved = {k: sys.modules.get(k) for k in (*stubs, helpers_name)}
     try:

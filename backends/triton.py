@@ -149,8 +149,11 @@ def mm_prefix_range(mm_prefix: torch.Tensor | None) -> torch.Tensor | None:
 
 def _per_seq_head(d: torch.Tensor | None, b: int, hkv: int) -> torch.Tensor | None:
     """A descale as vLLM passes it: the layer's scalar expanded to [B, Hkv] (the kernel reads element 0)."""
-    if d is None or d.numel() != 1:
-        return d
+    if d is None:
+        return None
+    if d.numel() != 1:
+        raise NotImplementedError("TRITON_ATTN (vLLM's unified_attention) takes one K and one V scale per layer "
+                                  f"(vLLM: supports_per_head_quant_scales False), not {tuple(d.shape)}")
     return d.reshape(1, 1).expand(b, hkv)
 
 

@@ -117,6 +117,14 @@ def test_fp8_quant_query():
           descale="q_k_v")
 
 
+def test_per_head_scales_refused():
+    # vLLM passes one K and one V scale per layer; its kernel would read element 0 of a [B, Hkv] scale
+    case = build("decode", "causal", dtype=DOT16, cache_dtype=E4, descale="seq_head")
+    with pytest.raises(NotImplementedError, match="one K and one V scale per layer"):
+        backend_for(case, kv="fp8_e4m3", descale="k_v").forward(case.q, case.k_cache, case.v_cache, meta_of(case),
+                                                                 layer_of(case))
+
+
 def test_softcap():
     case = build("chunked", "causal", seed=9)
     case.q.mul_(4)  # logits well past the cap

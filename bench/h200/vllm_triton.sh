@@ -5,8 +5,8 @@
 #
 # Before (on the CPU side; the H200 has no network): put the release's kernel files in the checkout and carry them,
 #   KSELECT_CACHE=$PWD/.kcache python -m kselect.kernels.vllm_triton_fetch --release 0.33.0 [--wheel vllm-0.33.0-*.whl]
-# then on the H200, from the checkout root after the device-kernels activate step, parts in order on one machine
-# ($KEEP carries the perf file between parts):
+# then on the H200, from the checkout root after the device-kernels activate step, parts in order on one warm
+# machine ($KEEP carries C's conformance file and the perf file between parts; commit $OUT's copies after):
 #
 #   bash bench/h200/vllm_triton.sh C    # ~4 min: the interpreter tests again on CUDA (bf16 included), then
 #                                       #   `kselect conformance` of every TRITON_ATTN claim TRITON_ATTN+kselect has,
@@ -36,6 +36,9 @@ if [ "${CPU:-0}" = 1 ]; then
 else
   source "$here/window.sh"
   DEV=()
+  # each run() call copies the checkout afresh: C's verdicts and P/F's figures live in $KEEP on the warm machine
+  mkdir -p "$KEEP"
+  [ "$PART" != C ] && [ -f "$KEEP/conformance.yaml" ] && cp "$KEEP/conformance.yaml" conf/conformance/$GPU.yaml
 fi
 python3 -c "from kselect.kernels import vllm_triton as v; print('vLLM Triton kernel:', v.load().label, v.source_dir())" \
   || { echo "vllm_triton.sh: vLLM $RELEASE's kernel source is not here; see the comment at the top" >&2; exit 2; }
@@ -69,7 +72,7 @@ C)
   target=conf/conformance/$GPU.yaml; [ "${CPU:-0}" = 1 ] && target=$KEEP/conformance_cpu.yaml
   timeout 400 python3 -m kselect.conformance --claims "$OUT/claims_vllm_triton.txt" --gpu-name $GPU "${DEV[@]}" \
     --out "$target" --jobs ${JOBS:-4} 2>&1 | tail -30
-  cp "$target" "$OUT/conformance_$GPU.yaml"
+  cp "$target" "$OUT/conformance_$GPU.yaml"; [ "${CPU:-0}" = 1 ] || cp "$target" "$KEEP/conformance.yaml"
   grep -A3 "^  TRITON_ATTN:" "$target" | grep -c "status: verified"
   ;;
 P)

@@ -80,6 +80,9 @@ class BackendUnavailableError(RuntimeError):
 class AttentionBackend(ABC):
     name: str = "?"
     kernel_build: str = ""  # which library build runs, where a backend has several (shown by the engine)
+    # the kernel library's version, {package: version}, where it is not an installed distribution's (vLLM's
+    # Triton kernel runs from a release's source: {"vllm": "0.33.0"}); perf and conformance records carry it
+    kernel_versions: dict[str, str] = {}
 
     def __init__(self, group: GroupSelection):
         self.group = group

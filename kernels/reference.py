@@ -10,6 +10,7 @@ runs on CPU at a usable speed. Semantics (shared by all backends, see backends/b
 - Key kp is visible to query qp iff kp < seqused_k[i], window_ok, and (kp <= qp, or both in
   one mm_prefix span, or not causal); window_ok = |qp - kp| <= window_left (or window_left < 0).
 - sinks [Hq] add exp(sink) to the softmax denominator (no value row).
+- softcap > 0 bounds each scaled logit s to softcap * tanh(s / softcap) (vLLM's logits_soft_cap).
 - A row with nothing visible outputs zeros.
 """
 
@@ -53,7 +54,7 @@ def visibility_mask(q_pos: torch.Tensor, kv_len: int, *, causal: bool, window_le
 
 def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale, *,
                     causal=True, window_left=-1, mm_prefix=None, sinks=None,
-                    q_descale=None, k_descale=None, v_descale=None, q_positions=None, out_dtype=None):
+                    q_descale=None, k_descale=None, v_descale=None, q_positions=None, out_dtype=None, softcap=0.0):
     total_q, hq, d = q.shape
     _, block_size, hkv, dv = v_cache.shape
     if hq % hkv:
@@ -89,6 +90,8 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, s
         mask = visibility_mask(qpos, kv_len, causal=causal, window_left=window_left, spans=spans)
 
         s = torch.einsum("qhgd,khd->hgqk", qi, k) * softmax_scale  # [Hkv, G, qlen, kv]
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
         s = s.masked_fill(~mask, float("-inf"))
         m = s.amax(-1, keepdim=True)
         if sink is not None:

@@ -92,6 +92,8 @@ def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None
         return dict(status="unsupported", rel_err=None, detail=_first_line(e))
     tol = tolerance(torch_dtype(c.model_dtype), c.fp8)
     kernel = dict(kernel=be.kernel_build) if be.kernel_build else {}
+    if be.kernel_versions:
+        kernel["versions"] = dict(be.kernel_versions)
     worst = 0.0
     for case in _cases(c, run, device):
         qs = torch.tensor(0.05, device=device) if descale == "q_k_v" else None

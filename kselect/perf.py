@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.device != "cpu":
                     torch.cuda.empty_cache()
                 continue
-            e = perfdata.PerfEntry(kernel=t.path, build=build, versions=versions(t), kv=t.kv, head=t.head, window=t.window,
+            e = perfdata.PerfEntry(kernel=t.path, build=build, versions={**versions(t), **be.kernel_versions}, kv=t.kv, head=t.head, window=t.window,
                                    phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
                                    ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None,
                                    plan_ms=float(f"{plan:.4g}") if plan is not None else None, graph=graph,

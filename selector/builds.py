@@ -4,7 +4,9 @@ The rules decide what a backend may run (block sizes, dtypes, quant-query): a bu
 flash-attention's own FA3 beside vLLM's, runs exactly what the rules resolved, so a variant is the resolved group
 with its build set and its claims checked under that build's ids (`FLASH_ATTN_v3+upstream:...`). Only an objective
 tries them, only where the platform says the build is installed (`platform.packages`), and the conformance file
-must verify them like any kernel. vLLM cannot run them: the export names that (selector/render.py).
+must verify them like any kernel (TRITON_ATTN+kselect: kselect's own Triton kernel; FLASH_ATTN v3+upstream). vLLM
+cannot run them: `output=vllm` exports the best choice made of vLLM's own kernels instead and states what it loses
+(selector/vllm_export.vllm_kernels, selector/render.per_phase_losses).
 """
 
 from __future__ import annotations

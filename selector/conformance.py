@@ -33,6 +33,9 @@ class ClaimResult(BaseModel):
     rel_err: float | None = Field(default=None, ge=0)
     detail: str = ""
     kernel: str = ""  # which library build ran, where the backend has several (FA3: vLLM's or upstream's)
+    # the kernel library's version where it is no installed distribution's ({"vllm": "0.33.0"} for vLLM's Triton
+    # kernel run from that release's source, {"kselect": ...} for TRITON_ATTN+kselect)
+    versions: dict[str, str] = {}
 
 
 class ConformanceFile(BaseModel):

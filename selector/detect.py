@@ -101,5 +101,6 @@ def detect_platform() -> dict:
             "flashinfer": _has("flashinfer"),
             "triton": _has("triton"),
             "fa3_upstream": _has("flash_attn_3"),
+            "kselect_triton": _has("triton"),  # kselect's own kernel needs only triton
         },
     }

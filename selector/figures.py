@@ -12,6 +12,7 @@ FA3's, its kernels 0.24 ms more by conf/perf).
 from __future__ import annotations
 
 from . import perf
+from .kernel_versions import other_versions, release_of
 from .measured import Figure, StepFigure
 from .schema import KSelectConfig
 from .selection import GroupSelection
@@ -45,7 +46,8 @@ def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | 
     plan = e.plan_ms if phase == "prefill" and e.plan_ms else None
     ms = (host or e.ms) + (plan / len(g.layers) if plan else 0.0)
     return Figure(backend=g.label, ms=ms, bucket=e.bucket, kernel_ms=e.ms if host or plan else None, fence=e.fence,
-                  plan_ms=plan, host_bound=host is not None, host_ms=e.host_ms if phase == "prefill" else None)
+                  plan_ms=plan, host_bound=host is not None, host_ms=e.host_ms if phase == "prefill" else None,
+                  other_version=other_versions(e.kernel, e.versions, release_of(cfg.ruleset.name)))
 
 
 def host_bound(data, cfg: KSelectConfig) -> bool:

@@ -15,6 +15,7 @@ from . import perf
 from .builds import BUILD_RANK, group_builds
 from .errors import SelectionError
 from .figures import figure, kv_tag, point, step_figure, verified
+from .kernel_versions import release_of
 from .measured import Figure, PhaseEvidence
 from .pins import choices, pinned, rank
 from .records import ObjectiveWarning
@@ -51,12 +52,23 @@ class Search:
     unmeasured: dict[str, dict[str, ObjectiveWarning]] = field(default_factory=dict)  # kind -> backend -> warning
     scored: list[Scored] = field(default_factory=list)  # best request first
     timings: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (kind, phase) -> fence -> a bucket
+    # (kind, phase) -> backend -> which library version differs from the release's, and a bucket timed so
+    versions: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def out(self, kind: str, name: str, why: str) -> None:
         self.left_out.setdefault(kind, {}).setdefault(name, why)
 
     def timed(self, kind: str, phase: str, f: Figure) -> None:
         self.timings.setdefault((kind, phase), {}).setdefault(f.fence, f.bucket)
+        if f.other_version:
+            self.versions.setdefault((kind, phase), {}).setdefault(f.backend, f"{f.other_version} [{f.bucket}]")
+
+    def other_version(self, kind: str) -> list[ObjectiveWarning]:
+        """A warning per phase and backend whose ranked figure for this group was measured on a kernel library
+        version other than the release's (selector/kernel_versions.py)."""
+        return [ObjectiveWarning(code="objective_other_version", group=kind, objective=self.cfg.objective.name,
+                                 phase=phase, backend=b, versions=text, release=release_of(self.cfg.ruleset.name))
+                for (k, phase), seen in sorted(self.versions.items()) if k == kind for b, text in sorted(seen.items())]
 
     def mixed_timing(self, kind: str) -> list[ObjectiveWarning]:
         """A warning per phase whose compared figures for this group were timed differently: a fenced figure

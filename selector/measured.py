@@ -25,6 +25,8 @@ class Figure(_Frozen):
     plan_ms: float | None = None  # prefill: the group's host planning before each step (PerfEntry.plan_ms)
     host_bound: bool = False  # ms is the call's host time
     host_ms: float | None = None  # prefill: one eager call's host time (PerfEntry.host_ms), whether or not it counts
+    # the kernel library versions that differ from the release the rules model (selector/kernel_versions.py), '' if none
+    other_version: str = ""
 
     def text(self) -> str:
         parts = (["host-bound"] if self.host_bound else []) + \

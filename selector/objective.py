@@ -165,7 +165,7 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         fg = next(x for x in faithful.groups if x.kind == g.kind and not x.draft)
         dec = _decode_evidence(cfg, s, g, fg)
         pre_g, pre = prefill_over_layout(cfg, book, s, chosen, g, fg)
-        warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind)]
+        warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind), *s.other_version(g.kind)]
         refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
         not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()
@@ -180,7 +180,18 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
             "prefill": pre_g if pre_g is not None and pre_g.label != g.label else None}))
     env = {**chosen.environment, "objective": obj}
     return chosen.model_copy(update={"groups": tuple(groups), "environment": env, "warnings": tuple(sel_warnings),
-                                     "trace": chosen.trace + (f"objective.{obj}",)})
+                                     "trace": chosen.trace + (f"objective.{obj}",), **_vllm_kernels(cfg, s, chosen)})
+
+
+def _vllm_kernels(cfg: KSelectConfig, s: Search, chosen: Selection) -> dict:
+    """Where the choice decodes on a build vLLM does not ship: the best scored choice made of vLLM's own kernels
+    (what output=vllm exports instead), and both request times."""
+    if not any(g.build for g in chosen.groups if not g.draft) or not s.scored:
+        return {}
+    n = cfg.objective.new_tokens
+    alt = next((c for c in s.scored if not any(g.build for g in c.sel.groups if not g.draft)), None)
+    return {"request_ms": s.scored[0].request(n),
+            "vllm_kernels": alt.sel.model_copy(update={"request_ms": alt.request(n)}) if alt else None}
 
 
 def _layout_note(s: Search) -> str:

@@ -117,9 +117,11 @@ class ClaimsWarning(Record):
 class ObjectiveWarning(Record):
     """An objective (selector/objective.py) could not use measured data: a candidate no measurement
     covers (left out, never guessed), no measured choice at all (vLLM's kept), nothing to choose, or
-    candidates of one group and phase compared on figures timed differently (fenced vs back to back)."""
+    candidates of one group and phase compared on figures timed differently (fenced vs back to back), or a
+    figure ranked that was measured on another kernel library version than the release's."""
 
-    code: Literal["objective_no_measurement", "objective_kept_vllm", "objective_all_pinned", "objective_mixed_timing"]
+    code: Literal["objective_no_measurement", "objective_kept_vllm", "objective_all_pinned", "objective_mixed_timing",
+                  "objective_other_version"]
     group: str
     rule: None = None
     objective: str
@@ -128,13 +130,15 @@ class ObjectiveWarning(Record):
     shape: str | None = None  # e.g. "B1 x 8192 (d256, bf16, 16 KV heads)"
     gpu: str | None = None
     timings: str | None = None  # objective_mixed_timing: each timing and one bucket timed so
+    versions: str | None = None  # objective_other_version: the library versions that differ, and a bucket timed so
+    release: str | None = None  # objective_other_version: the vLLM release the rules model
 
 
 Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning | ObjectiveWarning,
                     Field(discriminator="code")]
 WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_precluded": 1, "claims_unverified": 2,
                 "objective_no_measurement": 2, "objective_kept_vllm": 1, "objective_all_pinned": 2,
-                "objective_mixed_timing": 1}
+                "objective_mixed_timing": 1, "objective_other_version": 1}
 
 
 # ---------------------------------------------------------------- no selection

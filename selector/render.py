@@ -105,31 +105,40 @@ def markdown(sel: Selection) -> str:
     return "\n".join(out)
 
 
-def per_phase_losses(sel: Selection) -> list[str]:
-    """Choices vLLM cannot express: per-phase backends (vLLM runs one backend per layer kind for every step), and a
-    kernel build vLLM does not ship (vocab.ALT_BUILDS): what the nearest vLLM command above loses."""
+def per_phase_losses(sel: Selection, exported: Selection | None = None) -> list[str]:
+    """Choices vLLM cannot express, and what the vLLM command above loses: per-phase backends (vLLM runs one backend
+    per layer kind for every step), and a kernel build vLLM does not ship (vocab.ALT_BUILDS), where `exported` is
+    the best choice made of vLLM's own kernels that the command runs instead (selector/vllm_export.vllm_kernels)."""
+    exported = exported or sel
     out = []
+    if exported is not sel:
+        kernels = ", ".join(f"{group_name(g)} {g.label}" for g in exported.groups if not g.draft)
+        loss = (f": {exported.request_ms:.4g} vs {sel.request_ms:.4g} ms of attention per request "
+                f"(+{exported.request_ms / sel.request_ms - 1:.1%})"
+                if exported.request_ms and sel.request_ms and sel.request_ms != float("inf") else "")
+        out.append(f"the objective's best runs a build vLLM does not ship; the command above runs the best choice made "
+                   f"of vLLM's own kernels ({kernels}), which loses the measured request time{loss}")
     for g in sel.groups:
         if g.draft:
             continue
+        runs = next(x for x in exported.groups if x.kind == g.kind and not x.draft).label
         if g.build:
             dec = next((m for m in g.measured if m.phase == "decode"), None)
-            own = g.model_copy(update={"build": None})
-            same = dec.figure_of(own.label) if dec else None
+            same = dec.figure_of(runs) if dec else None
             lost = (f"; it loses the measured decode gain: {dec.chosen.backend} {dec.chosen.ms:.4g} ms vs {same.backend} "
                     f"{same.ms:.4g} ms per layer at {dec.point}") if dec and dec.chosen and same else ""
-            out.append(f"{group_name(g)} runs {g.label}, a build vLLM does not ship; the command above runs "
-                       f"vLLM's own {own.label}{lost}")
+            out.append(f"{group_name(g)} runs {g.label}, a build vLLM does not ship; the command above runs {runs} "
+                       f"there{lost}")
         if not g.prefill:
             continue
         pre = next((m for m in g.measured if m.phase == "prefill"), None)
-        same = pre.figure_of(g.label) if pre else None
+        same = pre.figure_of(runs) if pre else None
         lost = ""
         if pre and pre.chosen and same:
             lost = (f"; it loses the measured prefill gain: {pre.chosen.backend} {pre.chosen.ms:.4g} ms vs "
                     f"{same.backend} {same.ms:.4g} ms per layer at {pre.point}")
         out.append(f"{group_name(g)} prefills on {g.prefill.label} and decodes on {g.label} (per-phase backends); "
-                   f"the command above runs both phases on {g.label}{lost}")
+                   f"the command above runs both phases on {runs}{lost}")
     return out
 
 

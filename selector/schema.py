@@ -33,6 +33,9 @@ class Packages(Strict):
     triton: bool = False
     # FA3 from flash-attention's hopper/ build (not part of vLLM): an objective may choose it (vocab.ALT_BUILDS)
     fa3_upstream: bool = False
+    # kselect's own Triton kernel (kernels/triton_paged.py, not vLLM's): an objective may choose it as
+    # TRITON_ATTN+kselect (vocab.ALT_BUILDS); false keeps an objective to the kernels vLLM ships
+    kselect_triton: bool = False
 
 
 class Platform(Strict):
@@ -219,6 +222,10 @@ class Objective(Strict):
     # (0: prefill alone decides; selector/objective.py)
     new_tokens: int = Field(default=256, ge=0)
     tie: float = Field(default=0.03, ge=0, lt=1)  # within this fraction of the fastest: priority order decides
+    # a metric's noise band, per phase: the spread of two selections on identical kernels in the same end-to-end run
+    # (bench/results/LOG.md, "Noise band"). A cell within it is a tie; the goal for a tie is "never slower
+    # beyond the band" (kselect/benchmarks/e2e_report.py's objective table)
+    noise_band: dict[Literal["decode", "prefill"], float] = {"decode": 0.02, "prefill": 0.035}
 
 
 # ---------------------------------------------------------------- the whole config

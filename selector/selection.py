@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .measured import PhaseEvidence
 from .records import ClaimCheck, Rejection, Warning
@@ -74,6 +74,11 @@ class Selection(Frozen):
     groups: tuple[GroupSelection, ...]
     warnings: tuple[Warning, ...] = ()
     trace: tuple[str, ...] = ()  # model-level rule ids (forcing, preferred block, spec)
+    # An objective's choice that runs a kernel build vLLM does not ship (vocab.ALT_BUILDS): the best choice made of
+    # vLLM's own kernels (what `output=vllm` exports; None: no such choice is verified and measured), and each one's
+    # request time as the objective scores it (ms of attention). Not serialized: the export and its notes read them.
+    vllm_kernels: Selection | None = Field(default=None, exclude=True)
+    request_ms: float | None = Field(default=None, exclude=True)
 
     def all_warnings(self) -> list[Warning]:
         """Every warning, the groups' in order, then the selection-level ones (each names its group)."""

@@ -30,6 +30,8 @@ WARNING_PHRASE = {
     "objective_all_pinned": "objective {objective}: every group is pinned; nothing to choose",
     "objective_mixed_timing": "objective {objective}: the {phase} figures compared for this group were not timed alike "
     "({timings}); time them the same way (kselect perf --fence) [perf]",
+    "objective_other_version": "objective {objective}: the {phase} figure of {backend} ranked here was measured on "
+    "{versions}, not vLLM {release}'s kernel; re-measure it on the release's (kselect perf) [perf]",
 }
 CLAIM_RUN = "{claim}: page {page}, descale {descale} (from {source})"
 RULE_PHRASE = "{reason} [{rule}]"  # a reject or warning rule: its declared reason and id

@@ -36,23 +36,39 @@ def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None
             "output=vllm: kselect's CPU selection runs TORCH_REFERENCE, which is not a vLLM backend "
             "(vLLM's CPU backend is CPU_ATTN, a different kernel); there is no vLLM command that runs this selection"
         )
-    targets = [g for g in sel.groups if not g.draft]
-    drafts = [g for g in sel.groups if g.draft]
+    want = vllm_kernels(sel)
+    targets = [g for g in want.groups if not g.draft]
+    drafts = [g for g in want.groups if g.draft]
     ref = _vllm_book(conf_dir)
     tried: list[str] = []
     for pins in _candidate_pins(cfg, targets):
-        got = _resolve_as_vllm(cfg, ref, pins, e.get("user_block_size"))
+        got = _resolve_as_vllm(cfg, ref, pins, want.environment.get("user_block_size"))
         if isinstance(got, str):
             tried.append(f"{_describe(pins)}: {got}")
             continue
-        diff = _differences(sel, got)
+        diff = _differences(want, got)
         if not diff:
-            return _command(cfg, sel, pins, drafts)
+            return _command(cfg, want, pins, drafts, chosen=sel)
         tried.append(f"{_describe(pins)}: {diff}")
     raise ExportError(
         f"output=vllm: vLLM 0.33.0 cannot express this selection (rules={e.get('rules')}); "
         f"with the closest arguments it would run something else: {tried[-1] if tried else 'nothing to try'}"
     )
+
+
+def vllm_kernels(sel: Selection) -> Selection:
+    """What the export runs: the selection itself, or where it decodes on a build vLLM does not ship (an objective's
+    choice, vocab.ALT_BUILDS), the objective's best choice made of vLLM's own kernels. vLLM then runs only kernels
+    it ships: a measured gain of another build is stated beside the command, never exported under vLLM's name."""
+    builds = [g for g in sel.groups if g.build and not g.draft]
+    if not builds:
+        return sel
+    if sel.vllm_kernels is None:
+        raise ExportError(
+            "output=vllm: the objective's choice runs " + ", ".join(f"{group_name(g)} {g.label}" for g in builds)
+            + ", a build vLLM does not ship, and no choice made of vLLM's own kernels is verified and measured here; "
+              "export objective=vllm (vLLM's own selection) instead")
+    return sel.vllm_kernels
 
 
 # ---------------------------------------------------------------- candidates
@@ -148,7 +164,10 @@ def _attention_config(p: AttentionPins) -> dict:
     return d
 
 
-def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: list[GroupSelection]) -> str:
+def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: list[GroupSelection],
+             chosen: Selection | None = None) -> str:
+    """sel: what the command runs; chosen: the selection asked for (its measured figures and warnings are noted)."""
+    chosen = chosen or sel
     e = sel.environment
     model = cfg.model.checkpoint or "<model>"
     args = [f"--dtype {e['dtype']}", f"--kv-cache-dtype {e['kv_cache_dtype']}"]
@@ -179,8 +198,8 @@ def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: li
     # command, still copy-pasteable, never lost
     notes += [f"# NOTE {group_name(g)}: vLLM runs kernel block {g.draft_shared_kernel_block} (not {g.kernel_block_size}) on the "
               "target layers sharing a KV-cache group with the MTP draft layers" for g in sel.groups if g.draft_shared_kernel_block]
-    notes += [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(sel)]
-    notes += [f"# measured {group_name(g)}: {m.text()}" for g in sel.groups if not g.draft for m in g.measured]
-    notes += [f"# WARNING {group_name(g)}: {w.text}" for g in sel.groups for w in g.warnings]
-    notes += [f"# WARNING: {w.text}" for w in sel.warnings]
+    notes += [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(chosen, sel)]
+    notes += [f"# measured {group_name(g)}: {m.text()}" for g in chosen.groups if not g.draft for m in g.measured]
+    notes += [f"# WARNING {group_name(g)}: {w.text}" for g in chosen.groups for w in g.warnings]
+    notes += [f"# WARNING: {w.text}" for w in chosen.warnings]
     return f"vllm serve {model} " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)

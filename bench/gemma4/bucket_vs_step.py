@@ -4,7 +4,7 @@ decode step part).
     python3 bench/gemma4/bucket_vs_step.py --out OUT --preset gemma4_31b --kv auto fp8 --selections vllm latency
     python3 bench/gemma4/bucket_vs_step.py --phase prefill --max-seq-lens 520 4608 ...
 
-For each selection and KV dtype (resolved as bench/gemma4/e2e.py resolves them at decode B1): the B1 decode
+For each selection and KV dtype (resolved as kselect/benchmarks/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
 microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf_timing.py
 time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per

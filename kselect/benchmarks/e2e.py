@@ -49,6 +49,7 @@ SEED = "rules=post_pr52987"
 # torch's intra-op threads before any engine shrinks them (gemma4/host_threads.py: one on a GPU, process-wide): HF's
 # baseline runs on these, as users run HF, not on the engines' serving thread
 HF_THREADS = torch.get_num_threads()
+VLLM_KERNELS_ONLY = ["platform.packages.kselect_triton=false", "platform.packages.fa3_upstream=false"]
 SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175": [SEED, "overlay=[pr53175]"],
               "vllm_0_33_0": ["rules=vllm_0_33_0"],
               # same-run baselines: one backend for every group
@@ -59,7 +60,13 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               # objective=vllm under --rules (the same rules as the objectives'): vLLM's own choice
               "vllm": [SEED],
               # selection by measurement (conf/perf/<gpu>.yaml): per group and phase, the fastest verified kernel
-              "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"]}
+              "latency": [SEED, "objective=latency"], "throughput": [SEED, "objective=throughput"],
+              # the objectives over the kernels vLLM ships only (no TRITON_ATTN+kselect, no FLASH_ATTN v3+upstream)
+              "latency_vllm": [SEED, "objective=latency", *VLLM_KERNELS_ONLY],
+              "throughput_vllm": [SEED, "objective=throughput", *VLLM_KERNELS_ONLY],
+              # vLLM's own selection measured a second time, never folded into `vllm` (same_as): its spread from
+              # `vllm` is this run's noise band (kselect/benchmarks/e2e_report.py)
+              "vllm_twin": [SEED]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
 PROFILE_STEPS = 8  # B1 decode steps profiled per selection
@@ -561,7 +568,7 @@ def main(argv: list[str]) -> int:
                          "objective.prefill.context): one resolution per decode batch and per --prefill-lens prompt")
     ap.add_argument("--prefill-rounds", type=int, default=0,
                     help="after the B1 runs, time each prefill metric again in this many rounds that visit every "
-                         "selection (bench/gemma4/prefill_rounds.py); the objective table reads those")
+                         "selection (kselect/benchmarks/prefill_rounds.py); the objective table reads those")
     ap.add_argument("--prefill-graph-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                     help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
                          "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
@@ -652,7 +659,7 @@ def main(argv: list[str]) -> int:
             if ref_groups is None and kv == "auto":
                 ref_groups = reference_groups(groups)
             sig = signature(groups)
-            twin = next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
+            twin = None if sname == "vllm_twin" else next((r for r in distinct.get(sig, []) if r["point"] in ("", point)), None)
             if twin is not None:  # measured once: a row that runs at every point, or at this one
                 row["same_as"] = f"{twin['selection']} kv={twin['kv']}"
                 row["same_as_point"] = twin["point"]

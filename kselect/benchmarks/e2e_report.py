@@ -11,7 +11,9 @@ from pathlib import Path
 from kselect.benchmarks.paired import compare, fmt
 from kselect.selector.files import atomic_write
 
-OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)
+# selections compared against "vllm" and the pins (objective_table); *_vllm: over the kernels vLLM ships only
+OBJECTIVES = ("latency", "throughput", "latency_vllm", "throughput_vllm")
+TWIN = "vllm_twin"  # vLLM's selection measured twice in one run: the spread of identical kernels
 WRONG = "WRONG"
 HF = "HF transformers sdpa"  # the baseline's name in the prefill table
 
@@ -66,13 +68,31 @@ def prefill_kernels(selections: list[dict], preset: str, key: tuple) -> tuple | 
                         for name, g in rows[0]["groups"].items()))
 
 
-def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
+def declared_band() -> dict[str, float]:
+    """The noise band the objective's data declares per phase (conf/objective/latency.yaml `noise_band`)."""
+    from kselect.selector.api import CONF_DIR  # noqa: PLC0415
+    from kselect.selector.files import load_yaml  # noqa: PLC0415
+
+    return dict(load_yaml(CONF_DIR / "objective" / "latency.yaml", "an objective")["noise_band"])
+
+
+def band_of(metric: str, bands: dict[str, float]) -> float:
+    """A metric's band: prefill metrics the prefill band; decode metrics and the request (one prefill and its decode
+    steps, which dominate its time) the decode band."""
+    return bands["decode"] if metric.startswith("decode") or metric == REQUEST else bands["prefill"]
+
+
+def objective_table(d: dict, noise: float | None = None) -> list[dict]:
     """Per preset, kv and metric: each objective's tok/s against objective=vllm and the fastest
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
     same groups were measured once (same_as): the table follows that link and says so. An objective
     resolved at each run's point (--objective-at-run) is read at the metric's own point. A metric timed in
-    interleaved rounds (--prefill-rounds) is judged round by round (bench/gemma4/paired.py): faster or slower
-    only where the interval of the per-round ratios excludes 1; block-timed metrics use the fixed `noise`."""
+    interleaved rounds (--prefill-rounds) is judged round by round (kselect/benchmarks/paired.py): faster or slower
+    only where the interval of the per-round ratios excludes 1; block-timed metrics use the metric's noise band
+    (`noise`, else the declared band per phase, conf/objective: the spread of two selections on identical kernels
+    in one run): a cell within it is a tie, and a tie meets the goal "never slower beyond the band". Where the run
+    measured vLLM's selection twice (vllm_twin), that spread is recorded beside each cell (`twin_spread`)."""
+    bands = declared_band()
     def rounds_of(preset, kv, metric):  # --prefill-rounds records of one metric
         return [x for x in d.get("prefill_rounds", []) if (x["preset"], x["kv"], x["metric"]) == (preset, kv, metric)]
 
@@ -118,6 +138,7 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                + [f"prefill B1 x {n}" for n in sorted({r["prompt_len"] for r in d.get("prefills", []) if not r.get("chunk")})])
     for preset, kv in dict.fromkeys((s["preset"], s["kv"]) for s in d["selections"]):
         base = measured_as(d["selections"], preset, "vllm", kv)
+        twin = measured_as(d["selections"], preset, TWIN, kv)
         pins = {s["selection"]: measured_as(d["selections"], preset, s["selection"], kv) for s in d["selections"]
                 if s["preset"] == preset and s["kv"] == kv and s["selection"].startswith("pin_")}
         for obj in OBJECTIVES:
@@ -137,6 +158,11 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                          best_pin=best, best_pin_value=pv.get(best), vs_best_pin=v / pv[best] if best else None,
                          interleaved=bool(rs),
                          graphs="" if not g else "graphs" if g == len(rs) else f"graphs in {g} of {len(rs)} selections")
+                band = noise if noise is not None else band_of(m, bands)
+                t["noise_band"] = band
+                vt = value(preset, twin, m) if twin is not None else None
+                if vt:
+                    t["twin_spread"] = abs(vt / vb - 1)
                 pc = paired_of(preset, key, base, m)
                 pp = paired_of(preset, key, pins[best], m) if best else None
                 if pc:
@@ -154,13 +180,19 @@ def objective_table(d: dict, noise: float = 0.02) -> list[dict]:
                         faster = {"faster": "faster than vllm", "slower": "SLOWER than vllm",
                                   "equal": "within noise of vllm"}[pc["side"]]
                     else:
-                        faster = "faster than vllm" if v > vb * (1 + noise) else "within noise of vllm" \
-                            if v >= vb * (1 - noise) else "SLOWER than vllm"
-                    slower_than_pin = pp["side"] == "slower" if pp else best and v < pv[best] * (1 - noise)
+                        faster = "faster than vllm" if v > vb * (1 + band) else "within noise of vllm" \
+                            if v >= vb * (1 - band) else "SLOWER than vllm"
+                    slower_than_pin = pp["side"] == "slower" if pp else best and v < pv[best] * (1 - band)
                     pin = "" if not best else f"; SLOWER than {best}" if slower_than_pin else f"; >= best pin ({best})"
                     t["verdict"] = faster + pin
+                # a tie's goal: never slower than vLLM's choice beyond the band
+                t["goal"] = "missed" if t["verdict"].startswith("SLOWER") else "met"
                 out.append(t)
     return out
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.1%}"
 
 
 def _mode(t: dict) -> str:
@@ -309,16 +341,20 @@ def render_md(d: dict) -> str:
               "so no gain is claimed. A metric marked (interleaved) was timed in rounds that visit every selection "
               "(--prefill-rounds), not in each selection's own block: its ratios are the median of the per-round ratios "
               "with a sign-test interval [low, high; coverage over n rounds], and a verdict of faster or slower needs "
-              "the interval to exclude 1 (bench/gemma4/paired.py); `graphs` there: its prefills replayed CUDA graphs "
-              "(--prefill-graph-tokens), else they ran eager. Other metrics: ratios within 2% are run-to-run "
-              "noise.", "",
-              "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "the interval to exclude 1 (kselect/benchmarks/paired.py); `graphs` there: its prefills replayed CUDA graphs "
+              "(--prefill-graph-tokens), else they ran eager. Other metrics: a ratio within the metric's noise band "
+              "(`band`: declared per phase in conf/objective, the spread of two selections on identical kernels in one "
+              "run; `twin`: the spread of vLLM's selection measured twice in this run, where it was) is a tie, and a "
+              "tie's goal is never slower than vllm beyond the band (`goal`). `*_vllm` objectives choose among the "
+              "kernels vLLM ships only.", "",
+              "| preset | kv | metric | vllm | objective | objective value | vs vllm | best pin | best pin value | vs best pin | band | twin | verdict | goal |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in table:
             L.append(f"| {t['preset']} | {t['kv']} | {t['metric']}{_mode(t)} | {fnum(t['vllm'], ',.1f')} | {sel_label(dict(selection=t['objective'], point=t.get('point')))} | "
                      f"{fnum(t['value'], ',.1f')} | {_ratio(t, 'vs_vllm', 'paired_vllm')} | {t.get('best_pin') or ''} | "
                      f"{fnum(t.get('best_pin_value'), ',.1f')} | {_ratio(t, 'vs_best_pin', 'paired_best_pin')} | "
-                     f"{t['verdict']} |")
+                     f"±{t['noise_band']:.1%} | {_pct(t.get('twin_spread'))} | "
+                     f"{t['verdict']} | {t.get('goal', '')} |")
     if d["skipped"]:
         L += ["", "Skipped (time budget): " + ", ".join(d["skipped"])]
     if d["errors"]:

@@ -106,7 +106,8 @@ def test_backend_adapter_with_kernel_blocks_and_quant_query():
     qs = torch.tensor(0.05, device=DEV)
     layer = LayerParams(case.softmax_scale, window_left=30, sinks=case.sinks, k_scale=case.k_descale,
                         v_scale=case.v_descale, q_scale=qs)
-    be = make_backend(make_group("TRITON_ATTN", kv="fp8_e4m3", kernel_block=16, kv_block=64, descale="q_k_v"))
+    be = make_backend(make_group("TRITON_ATTN", kv="fp8_e4m3", kernel_block=16, kv_block=64, descale="q_k_v",
+                                 build="kselect"))  # our kernel: TRITON_ATTN+kselect (per-sequence descales)
     assert be.name == "TRITON_ATTN" and be.supports_cuda_graphs()
     out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer)
     assert rel_err(out, case.reference(q=quantize_query(case.q, qs), q_descale=qs)) < 1e-2

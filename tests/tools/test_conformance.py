@@ -22,7 +22,8 @@ def test_parse():
             parse_claim(bad)
 
 
-@pytest.mark.parametrize("claim", ["TRITON_ATTN:bf16:d64:window", "TRITON_ATTN:fp8:d64:quant_query",
+@pytest.mark.parametrize("claim", ["TRITON_ATTN+kselect:bf16:d64:window", "TRITON_ATTN:fp16:d64:window",
+                                   "TRITON_ATTN:fp8:d64:quant_query",
                                    "TORCH_REFERENCE:fp8_e5m2:d64:mm_prefix"])
 def test_verified_claims(claim):
     r = check_claim(claim, "cpu")
@@ -116,7 +117,7 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
     assert claims[ids[2]]["status"] == "verified" and "kernel" not in claims[ids[2]]
 
 
-@pytest.mark.parametrize("backend,per_head", [("FLASHINFER", False), ("TRITON_ATTN", True), ("FLASH_ATTN", True),
+@pytest.mark.parametrize("backend,per_head", [("FLASHINFER", False), ("TRITON_ATTN", False), ("FLASH_ATTN", True),
                                               ("NOT_DECLARED", False)])
 def test_fp8_cases_use_the_declared_scale_granularity(backend, per_head):
     """capabilities.<backend>.per_head_quant_scales decides [B, Hkv] descales vs one per layer."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -48,13 +49,18 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     _CC = cc
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # HAS_TRITON stays on, no driver probed; V2 runner default
     os.environ["VLLM_HAS_FLASHINFER_CUBIN"] = "1"  # stands in for flashinfer-cubin
+    # vLLM caches model inspections under VLLM_CACHE_ROOT by file name, not by release: one
+    # cache per source tree, or two releases evict each other's (a subprocess per cell)
+    home = Path(os.environ.get("KSELECT_VLLM_HOME", Path.home() / ".cache" / "kselect" / "vllm"))
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(home / "vllm-cache" / Path(src).resolve().name))
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.path[:0] = [str(STUBS), src]
+    dist = _flashinfer_dist(src)
+    sys.path[:0] = [str(STUBS), dist, src]
     # vLLM's own subprocesses (model inspection) see the same sources and stubs
     os.environ["KSELECT_VLLM_ORACLE"] = "1"
     os.environ["KSELECT_VLLM_SRC"] = src
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(STUBS), src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(STUBS), dist, src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     import _kselect_vllm_ext  # noqa: F401
 
     import vllm.platforms as platforms
@@ -91,6 +97,30 @@ def boot(src: str, cc: tuple[int, int]) -> None:
 
     loader_utils.record_metadata_for_reloading = lambda model: None
     _record_selection(cuda.CudaPlatformBase)
+
+
+def flashinfer_pin(src: str) -> str:
+    """The flashinfer-python version the release pins (its wheel's METADATA), else 0.7.2.post1."""
+    for meta in sorted(Path(src).glob("vllm-*.dist-info/METADATA")):
+        for line in meta.read_text().splitlines():
+            m = re.match(r"Requires-Dist: flashinfer-python\s*==\s*([^\s;,]+)", line)
+            if m:
+                return m.group(1)
+    return "0.7.2.post1"
+
+
+def _flashinfer_dist(src: str) -> str:
+    """A folder with the stub's distribution metadata at the release's pinned version: vLLM reads
+    it (importlib.metadata) and FLASHINFER_TS gates on `flashinfer.__version__`."""
+    version = flashinfer_pin(src)
+    os.environ["KSELECT_FLASHINFER_VERSION"] = version
+    root = Path(tempfile.mkdtemp(prefix="kselect_flashinfer_dist_"))
+    info = root / f"flashinfer_python-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n"
+                                   "Summary: stub for the kselect vLLM oracle (no kernels)\n")
+    (info / "top_level.txt").write_text("flashinfer\n")
+    return str(root)
 
 
 def _record_selection(platform_cls) -> None:
@@ -206,7 +236,6 @@ def _build(vllm_config, out: dict, _unused) -> None:
     from vllm.platforms import current_platform
     from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, init_attn_backend
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 
@@ -227,13 +256,25 @@ def _build(vllm_config, out: dict, _unused) -> None:
         out["_stage"] = "kv_cache_groups"
         layouts = [[x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(vllm_config))]]
         resolve_kv_cache_layout(vllm_config, layouts, specs.values())
-        groups = get_global_kv_cache_groups(vllm_config, [specs])
-        kv_cfg = get_kv_cache_configs(vllm_config, [specs], [KV_MEMORY_BYTES], groups)[0]
+        kv_cfg = _kv_cache_config(vllm_config, specs)
         out["_stage"] = "metadata_builders"
         attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE,
                                                           draft_layer_names=draft_layers)
         out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers)
         out["block_size"] = vllm_config.cache_config.block_size
+
+
+def _kv_cache_config(vllm_config, specs):
+    """The engine core's KV-cache planning. 0.33.0 split it into kv_cache_planning and forms the
+    global groups first; 0.32.0 forms them inside get_kv_cache_configs (kv_cache_utils)."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    except ModuleNotFoundError:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+
+        return get_kv_cache_configs(vllm_config, [specs], [KV_MEMORY_BYTES])[0]
+    groups = get_global_kv_cache_groups(vllm_config, [specs])
+    return get_kv_cache_configs(vllm_config, [specs], [KV_MEMORY_BYTES], groups)[0]
 
 
 def _build_drafter(vllm_config, target_model) -> set[str]:

@@ -23,6 +23,7 @@ COMMANDS = {
     "perf": ("kselect.perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
     "perf-steps": ("kselect.perf_steps", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
     "run": ("kselect.gemma4", "select, then run the bundled Gemma-4 on the selection"),
+    "oracle": ("kselect.oracle.cli", "run a vLLM release's own selection over the grid, compare with a rules preset"),
 }
 
 

@@ -150,6 +150,9 @@ class LocalWorker:
             raise WorkerError(f"the vLLM worker answered batch {ans.get('id')!r} to {payload['id']!r}")
         return ans
 
+    def kill(self) -> None:
+        self.proc.kill()
+
     def close(self) -> None:
         try:
             self.proc.stdin.close()
@@ -185,6 +188,9 @@ class RayWorker:
 
     def run(self, payload: dict) -> dict:
         return self._ray.get(self.actor.run.remote(payload))
+
+    def kill(self) -> None:
+        self._ray.kill(self.actor)
 
     def close(self) -> None:
         try:
@@ -230,6 +236,7 @@ def run_batches(batches: Sequence[Batch], start: Callable[[str], object], jobs: 
         pending.setdefault(b.cc, deque()).append(b)
     lock = threading.Lock()
     errors: list[BaseException] = []
+    live: set = set()  # workers running now: closed by the caller's thread if it is interrupted
 
     def take(cc: str | None) -> Batch | None:
         with lock:
@@ -248,14 +255,17 @@ def run_batches(batches: Sequence[Batch], start: Callable[[str], object], jobs: 
             while (b := take(cc)) is not None:
                 if b.cc != cc:
                     if worker is not None:
+                        live.discard(worker)
                         worker.close()
                     worker, cc = start(b.cc), b.cc
+                    live.add(worker)
                 on_done(b, worker.run(payload(b)))
         except BaseException as e:  # noqa: BLE001 - re-raised by the caller
             with lock:
                 errors.append(e)
         finally:
             if worker is not None:
+                live.discard(worker)
                 try:
                     worker.close()
                 except Exception:  # noqa: BLE001 - the first error is the one to report
@@ -264,8 +274,15 @@ def run_batches(batches: Sequence[Batch], start: Callable[[str], object], jobs: 
     threads = [threading.Thread(target=loop, daemon=True) for _ in range(max(1, min(jobs, len(batches))))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:  # Ctrl-C: no worker outlives the run (finished batches are already kept)
+        with lock:
+            errors.append(KeyboardInterrupt())
+        for w in list(live):
+            w.kill()
+        raise
     if errors:
         raise errors[0]
 

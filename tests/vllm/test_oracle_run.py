@@ -120,3 +120,22 @@ def test_read_lines_ignores_an_unterminated_last_line(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"key": "a", "v": 1}\n{"key": "b", "v"')
     assert read_lines(p) == {"a": {"key": "a", "v": 1}}
+
+
+@pytest.mark.slow
+def test_ray_actors_write_the_same_record(tmp_path, monkeypatch):
+    """The optional Ray path (kselect[ray]): two actors on a local Ray instance, each owning a
+    worker process, produce the local run's bytes."""
+    ray = pytest.importorskip("ray")
+    local = tmp_path / "local.jsonl.gz"
+    _run(local, monkeypatch, jobs=1, batch_size=32)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for k in ("FAKE_ORACLE_CRASH", "FAKE_ORACLE_RAN"):
+            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setenv("FAKE_ORACLE_JITTER", "1")
+        out = tmp_path / "ray.jsonl.gz"
+        run_grid(CELLS, out, FAKE, jobs=2, batch_size=4, ray_address="auto", quiet=True, model_dirs=_fake_dirs)
+    finally:
+        ray.shutdown()
+    assert out.read_bytes() == local.read_bytes()

@@ -301,6 +301,7 @@ def run_grid(cells: Sequence[Cell], out: Path, worker_cmd: list[str], *, jobs: i
     """Run the cells not yet in `out` (or its parts), then write `out` with every cell."""
     out = Path(out)
     have = read_lines(out)
+    as_written = list(have)
     parts = Parts(out)
     have.update(parts.done())
     todo = [c for c in cells if c.key not in have]
@@ -348,7 +349,8 @@ def run_grid(cells: Sequence[Cell], out: Path, worker_cmd: list[str], *, jobs: i
     missing = [c.key for c in cells if c.key not in have]
     if missing:
         raise WorkerError(f"{len(missing)} cells have no record after the run, e.g. {missing[0]}")
-    write_record(out, have, cells)
+    if as_written != [c.key for c in cells] or len(have) != len(as_written):  # else: the record as it is
+        write_record(out, have, cells)
     parts.remove()
     return RunResult(out, len(cells), len(todo), time.perf_counter() - t0)
 

@@ -79,7 +79,9 @@ def test_a_stopped_run_resumes_with_the_cells_left(tmp_path, monkeypatch):
     _run(clean, monkeypatch, jobs=1, batch_size=32)
     assert out.read_bytes() == clean.read_bytes()
     ran.unlink()
+    before = out.stat().st_mtime_ns
     assert _run(out, monkeypatch).ran == 0 and not ran.exists()  # a finished record: nothing re-runs
+    assert out.stat().st_mtime_ns == before  # nor is it rewritten
 
 
 def test_a_dead_worker_is_reported_with_its_log(tmp_path, monkeypatch):

@@ -17,7 +17,11 @@ def preset(model: str) -> dict:
 def write_model_dirs(preset: dict, root: Path) -> tuple[Path, Path | None]:
     """config.json folders for the target (Gemma4ForConditionalGeneration) and its MTP drafter."""
     from kselect.gemma4.config import Gemma4Args
-    from kselect.gemma4.drafter import DrafterArgs
+
+    try:  # main's gemma4 keeps DrafterArgs beside Gemma4Args (the drafter split, dad0b04)
+        from kselect.gemma4.config import DrafterArgs
+    except ImportError:
+        from kselect.gemma4.drafter import DrafterArgs
 
     args = Gemma4Args.from_model_config(preset)
     text = args.to_hf_config_dict()

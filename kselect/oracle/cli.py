@@ -133,8 +133,10 @@ def _ray_available(address: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from kselect.oracle import env as envmod
+    from kselect.oracle.run import WorkerError
     from kselect.selector.errors import KSelectError
 
+    a = out = None
     try:
         a = parser().parse_args(argv)
         cells = _cells(a)
@@ -160,6 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(str(e), file=sys.stderr)
         return 2
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError, EOFError, OSError) as e:
+        if isinstance(e, OSError) and not getattr(e, "filename", None):
+            raise
+        print(f"kselect oracle: --out {a.out or out}: not an oracle record this command can resume or compare "
+              f"({type(e).__name__}: {e}); give a new path or the record `kselect oracle` wrote.", file=sys.stderr)
+        return 2
+    except WorkerError as e:  # vLLM's worker died: finished batches are kept, a re-run resumes
+        print(f"kselect oracle: {e}", file=sys.stderr)
+        return 1
     except KSelectError as e:
         print(f"kselect oracle: {e}", file=sys.stderr)
         return 2

@@ -188,3 +188,12 @@ def test_source_resolution(tmp_path):
     (tmp_path / "wheels").mkdir()
     whl.rename(tmp_path / "wheels" / whl.name)
     assert env.resolve("0.34.0", root=tmp_path, download=lambda v, r: pytest.fail("not cached")).wheel.parent.name == "wheels"
+
+
+def test_a_foreign_out_file_is_bad_input(tmp_path, capsys):
+    tree = fake_tree(tmp_path / "src")
+    out = tmp_path / "r.jsonl"
+    out.write_text("this is not json\n")
+    assert cli.main([str(tree), "--out", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "not an oracle record" in err and "\n\n" not in err.strip()

@@ -24,6 +24,7 @@ COMMANDS = {
     "perf-steps": ("kselect.perf_steps", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
     "run": ("kselect.run", "select, then run the bundled Gemma-4 on the selection"),
     "bench": ("kselect.benchmarks", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
+    "oracle": ("kselect.oracle.cli", "run a vLLM release's own selection over the grid, compare with a rules preset"),
 }
 
 

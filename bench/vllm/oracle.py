@@ -1,5 +1,9 @@
 """The vLLM oracle: vLLM's own selection code over the cell grid, one JSON record per cell.
 
+Superseded by `kselect oracle` (kselect/oracle/cli.py: warm batched workers, resumable,
+byte-identical records); kept as the one-process-per-chunk path the timings compare with
+(bench/results/vllm/README.md). It runs in a venv with kselect installed (setup.sh).
+
     bash bench/vllm/setup.sh                       # once: the wheel, its sources, a venv
     ~/.cache/kselect/vllm/venv-0.33.0/bin/python bench/vllm/oracle.py \
         --src ~/.cache/kselect/vllm/src-0.33.0 --out bench/results/vllm/oracle_0_33_0.jsonl

@@ -39,7 +39,7 @@ def load_records(path: str | Path) -> list[dict]:
 
 def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
     """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}."""
-    from kselect.selector.errors import KSelectError, SelectionError
+    from kselect.selector.errors import KSelectError
     from kselect.selector.resolve import resolve
 
     builder = _RulesBuilder(rules, conf_dir)
@@ -52,22 +52,12 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
             raise _Err(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
     out: dict[str, dict] = {}
     for c in cells:
+        # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
+        # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
             ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
-            dropped = False
-            try:
-                sel = resolve(cfg)
-            except SelectionError as e:
-                if e.failure.code != "fa_pin_unused":
-                    raise
-                # kselect refuses a FlashAttention pin no group runs (bad input, never silently
-                # ignored); vLLM ignores it: compare the selection vLLM makes without it
-                sel = resolve(cfg.model_copy(update={"attention": cfg.attention.model_copy(update={"flash_attn_version": None})}))
-                dropped = True
-        except SelectionError as e:
-            out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
-            continue
-        except KSelectError as e:  # the config itself refused (a pin the schema rejects)
+            sel = resolve(cfg)
+        except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
             continue
         groups = {}
@@ -76,7 +66,8 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
                 "backend": g.backend, "fa_version": g.flash_attn_version, "kernel_block": g.kernel_block_size,
                 "kv_block": g.kv_block_size, "quant_query": g.quant_query, "trace": list(g.trace),
                 "draft_shared_kernel_block": g.draft_shared_kernel_block}
-        out[c.key] = {"groups": groups, "error": None, "block_size": sel.block_size, "fa_pin_dropped": dropped}
+        out[c.key] = {"groups": groups, "error": None, "block_size": sel.block_size,
+                      "warnings": [getattr(w, "code", str(w)) for w in getattr(sel, "warnings", ())]}
     return out
 
 
@@ -151,7 +142,6 @@ class Report:
     checks: Counter = field(default_factory=Counter)  # field -> number of checks
     agree: Counter = field(default_factory=Counter)  # field -> number agreeing
     disagreements: list[Disagreement] = field(default_factory=list)
-    fa_pin_dropped: int = 0  # cells compared without an FA pin no group runs (kselect refuses it, vLLM ignores it)
 
     def rate(self, f: str | None = None) -> float:
         if f is None:
@@ -169,9 +159,7 @@ def compare(records: list[dict], rules: str | None = None, kselect: dict[str, di
         kselect = kselect_records(cells, rules, conf_dir)
     rep = Report(rules=rules, cells=len(records))
     for r, c in zip(records, cells):
-        k = kselect[c.key]
-        rep.fa_pin_dropped += bool(k.get("fa_pin_dropped"))
-        _compare_one(rep, r, k, c)
+        _compare_one(rep, r, kselect[c.key], c)
     return rep
 
 
@@ -249,29 +237,26 @@ def where(ds: list[Disagreement]) -> str:
     return " ".join(parts)
 
 
-def render(rep: Report, limit: int | None = None) -> str:
+def render(rep: Report, limit: int | None = None, examples: int = 1) -> str:
     out = [f"kselect rules={rep.rules or '(config default)'} vs vLLM oracle: {rep.cells} cells, "
            f"{sum(rep.checks.values())} field checks, agreement {100 * rep.rate():.2f}%", ""]
     out.append("| field | checks | agree | rate |")
     out.append("|---|---:|---:|---:|")
     for f in FIELDS:
         out.append(f"| {f} | {rep.checks[f]} | {rep.agree[f]} | {100 * rep.rate(f):.2f}% |")
-    if rep.fa_pin_dropped:
-        out += ["", f"{rep.fa_pin_dropped} cells pin a FlashAttention version no group runs: vLLM ignores the pin, kselect "
-                    "refuses it (exit 2, bad input); they are compared as selected without it."]
     cl = classes(rep)
     out += ["", f"## Disagreements: {len(rep.disagreements)} in {len(cl)} classes", ""]
     for f, cause, ds in cl[:limit]:
         cells = sorted({d.key for d in ds})
         out.append(f"### {f}: {cause} — {len(ds)} checks, {len(cells)} cells")
         out.append(f"- where: {where(ds)}")
-        out.append(f"- e.g. `{cells[0]}`")
+        out += [f"- e.g. `{k}`" for k in cells[:max(1, examples)]]
         out.append("")
     return "\n".join(out)
 
 
 def to_json(rep: Report) -> dict:
-    return {"rules": rep.rules, "cells": rep.cells, "overall": rep.rate(), "fa_pin_dropped": rep.fa_pin_dropped,
+    return {"rules": rep.rules, "cells": rep.cells, "overall": rep.rate(),
             "fields": {f: {"checks": rep.checks[f], "agree": rep.agree[f], "rate": rep.rate(f)} for f in FIELDS},
             "classes": [{"field": f, "cause": cause, "checks": len(ds), "cells": sorted({d.key for d in ds}),
                          "where": where(ds)} for f, cause, ds in classes(rep)]}

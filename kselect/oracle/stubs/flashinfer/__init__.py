@@ -1,4 +1,5 @@
-"""Stand-in for flashinfer-python 0.7.2.post1 on a CPU machine (the oracle only selects).
+"""Stand-in for flashinfer-python on a CPU machine (the oracle only selects); its version is the
+release's pin (`flashinfer-python==...` in the vLLM wheel's METADATA), set by the oracle's boot.
 
 Every `flashinfer.<sub>` module imports, and every name in it is a placeholder class: vLLM's
 selection code imports FlashInfer's kernels at module level but never calls them while
@@ -10,7 +11,9 @@ import importlib.machinery
 import sys
 import types
 
-__version__ = "0.7.2.post1"
+import os
+
+__version__ = os.environ.get("KSELECT_FLASHINFER_VERSION", "0.7.2.post1")
 
 
 class _Placeholder:

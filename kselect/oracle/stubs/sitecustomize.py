@@ -1,4 +1,4 @@
-"""On PYTHONPATH only inside the oracle (bench/vllm/vllm_chain.py sets it for vLLM's own
+"""On PYTHONPATH only inside the oracle (kselect/oracle/vllm_chain.py sets it for vLLM's own
 subprocesses): the compiled-extension stubs."""
 
 import os

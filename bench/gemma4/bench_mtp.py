@@ -46,7 +46,7 @@ from kselect.gemma4.engine import Engine  # noqa: E402
 from kselect.gemma4.speculative import SpeculativeDecoder, build_drafters  # noqa: E402
 from kselect.kernels.cache_ops import quantize  # noqa: E402
 from kselect.kernels.tolerances import rel_err  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 
 def _median_runs(fn, repeats: int):

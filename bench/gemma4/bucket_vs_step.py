@@ -36,8 +36,8 @@ from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
 from kselect.perf_targets import Target, make_target_backend  # noqa: E402
 from kselect.perf_timing import parse_fence, time_bucket  # noqa: E402
 from kselect.profiling import timeline_ms  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
-from kselect.selector.vocab import claim_dtype  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
+from kselect.selector.config.vocab import claim_dtype  # noqa: E402
 
 
 def model_step(model, groups, prompt, steps: int) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parent))  # its sibling paired.py, as e2e.py imports it
 
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 from paired import compare, fmt  # noqa: E402
 
 OBJECTIVES = ("latency", "throughput")  # selections compared against "vllm" and the pins (objective_table)

@@ -21,7 +21,7 @@ from e2e import environment, time_engine  # noqa: E402
 
 from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq  # noqa: E402
 from kselect.kernels import qkv_rope, rms_norm  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 WARPS = (2, 4, 8, 16, 32)
 

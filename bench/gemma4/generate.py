@@ -19,7 +19,7 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when 
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

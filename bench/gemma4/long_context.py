@@ -28,7 +28,7 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the checkout, when 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, max_rel_error  # noqa: E402
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 
 def _sync(device) -> None:

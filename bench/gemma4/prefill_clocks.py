@@ -408,7 +408,7 @@ def main(argv: list[str]) -> int:
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
     from kselect.gemma4.engine import Engine, model_groups  # noqa: PLC0415
-    from kselect.selector.files import atomic_write  # noqa: PLC0415
+    from kselect.selector.base.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
     d = dict(env=environment(argv, "bench/gemma4/prefill_clocks.py"), cells=[])

@@ -31,7 +31,7 @@ from fusion import CATEGORIES, category, sync  # noqa: E402
 
 from kselect.gemma4.build import build_model, select  # noqa: E402
 from kselect.gemma4.engine import Engine, model_groups  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
 

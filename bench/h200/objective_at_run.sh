@@ -5,7 +5,7 @@
 #   bash bench/h200/objective_at_run.sh A   # ~9 min: GPU tests of the FlashInfer re-plan change, the perf
 #                                           #   buckets still missing, e2e 31B bf16 + FP8
 #   bash bench/h200/objective_at_run.sh B   # ~6 min: e2e E4B bf16 + FP8, explain vs both runs, MTP round cost
-#   bash bench/h200/objective_at_run.sh C   # ~4 min, after the relayout page guard (selector/objective.py
+#   bash bench/h200/objective_at_run.sh C   # ~4 min, after the relayout page guard (selector/measure/objective.py
 #                                           #   _unmeasured_pages): e2e FP8 caches of both models again
 #
 # e2e.py: objective=vllm, objective=latency resolved at each run's own point (--objective-at-run: decode

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue #17, H200 window of 2026-12-01 (third session): perf figures per kernel page. A kernel's speed
 # depends on its page, and the objective now reads a figure only at the page a group runs
-# (selector/perf.py bucket ids end in :p<page>; selector/reachable.py lists the pages). Run from the
+# (selector/evidence/perf_data.py bucket ids end in :p<page>; selector/measure/reachable.py lists the pages). Run from the
 # checkout root after the device-kernels activate step, parts in order on one machine:
 #
 #   bash bench/h200/perf_pages.sh P    # ~5 min: `kselect perf` at every page the objective can reach for

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 sys.path.append(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))  # the checkout, when kselect is not installed
 from kselect.kernels.cache_ops import quantize  # noqa: E402
@@ -344,6 +344,6 @@ def write_md(out, meta, rows):
 
 
 if __name__ == "__main__":
-    from kselect.selector.cli import run_script
+    from kselect.selector.base.cli_errors import run_script
 
     run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -25,7 +25,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 from bench_attention import time_graph  # noqa: E402
 
 from kselect.kernels.gemv import gemv  # noqa: E402
-from kselect.selector.files import atomic_write  # noqa: E402
+from kselect.selector.base.files import atomic_write  # noqa: E402
 
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
 SHAPES = {

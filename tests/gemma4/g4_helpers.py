@@ -57,7 +57,7 @@ def simple_selection(args: Gemma4Args, *, backend: str = "TORCH_REFERENCE", kv_b
     """A hand-made selection: the same backend for every group. `kv_block_size` / `kernel_block_size`
     may be given per layer type ({sliding_attention: 16, ...})."""
     from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP
-    from kselect.selector.selection import GroupSelection, Selection
+    from kselect.selector.outputs.selection import GroupSelection, Selection
 
     names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
     kv_name = names[args.torch_dtype] if kv_cache_dtype in (None, "auto") else kv_cache_dtype

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 
 from kselect.selector.api import compose_raw, validate
-from kselect.selector.cli import call_main
-from kselect.selector.errors import KSelectError, SelectionError
-from kselect.selector.resolve import resolve
+from kselect.selector.base.cli_errors import call_main
+from kselect.selector.base.errors import KSelectError, SelectionError
+from kselect.selector.api import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 15
@@ -447,19 +447,19 @@ TABLE = table()
 
 def _main(cli: str):
     if cli == "select":
-        from kselect.selector.__main__ import main
+        from kselect.selector.commands.select import main
     elif cli == "claims":
-        from kselect.selector.claims import main
+        from kselect.selector.measure.claims import main
     elif cli == "diff":
-        from kselect.selector.diff import main
+        from kselect.selector.commands.diff import main
     elif cli == "matrix":
-        from kselect.selector.matrix import _main as main
+        from kselect.selector.review.matrix import _main as main
     elif cli == "plot":
-        from kselect.selector.plot import main
+        from kselect.selector.review.plot import main
     elif cli == "sweep":
-        from kselect.selector.sweep import main
+        from kselect.selector.review.sweep import main
     elif cli == "gather":
-        from kselect.selector.gather import main
+        from kselect.selector.review.gather import main
     elif cli == "conformance":
         from kselect.conformance import main
     elif cli == "run":

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kselect.selector.api import compose
-from kselect.selector.errors import SelectionError
-from kselect.selector.matrix import (
+from kselect.selector.base.errors import SelectionError
+from kselect.selector.review.matrix import (
     Builder,
     Cell,
     MatrixError,
@@ -20,7 +20,7 @@ from kselect.selector.matrix import (
     resolve_named,
     skipped,
 )
-from kselect.selector.resolve import resolve
+from kselect.selector.api import resolve
 
 
 def test_default_matrix_shape():
@@ -128,7 +128,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
 
 
 def test_one_compose_per_overlay_set(monkeypatch):
-    import kselect.selector.configs as m
+    import kselect.selector.review.configs as m
 
     calls = []
     real = m.compose_raw

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector.errors import SelectionError
+from kselect.selector.base.errors import SelectionError
 
 SM90_31B = ("platform=sm90", "model=gemma4_31b")
 PR = "overlay=[pr48666]"

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.selector.selection import GroupSelection
+from kselect.backends.common import query_scale
+from kselect.backends.params import LayerParams  # noqa: F401 - re-exported: every backend takes it from here
+from kselect.selector.outputs.selection import GroupSelection
 
 
 @dataclass
@@ -51,21 +53,6 @@ class AttentionMetadata:
         """Forget the kernel-block tables: called before a forward runs its layers, so a table made in one
         capture (or eager step) is never read by another."""
         self.kernel_tables.clear()
-
-
-@dataclass
-class LayerParams:
-    """Per-layer attention constants."""
-
-    softmax_scale: float
-    window_left: int = -1  # FlashAttention (window_left, 0); -1 = full attention
-    sinks: torch.Tensor | None = None  # [num_q_heads] fp32 learnable sink logits
-    # FP8 cache descales (dequant = stored * scale), fp32 scalars or [B, num_kv_heads]
-    k_scale: torch.Tensor | None = None
-    v_scale: torch.Tensor | None = None
-    q_scale: torch.Tensor | None = None  # quant-query path: q_fp8 = q / q_scale
-    # the model dtype (the output's): set where q may arrive already quantized (AttentionBackend.query_scale)
-    out_dtype: torch.dtype | None = None
 
 
 class ReplayShapeError(RuntimeError):
@@ -102,8 +89,6 @@ class AttentionBackend(ABC):
         """The scale this call would quantize q with (quant-query on an FP8 cache), or None. A model that
         quantizes q itself with it (fused into its q/k/v kernel) may pass forward() that FP8 q, with
         layer.out_dtype set to the model dtype; the backend then skips its own quantize kernel."""
-        from kselect.backends.common import query_scale  # noqa: PLC0415 - common imports this module
-
         return query_scale(self.group.descale, kv_dtype, layer, meta.seqused_k.device)
 
     def supports_cuda_graphs(self) -> bool:

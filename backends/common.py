@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kselect.backends.base import LayerParams
+from kselect.backends.params import LayerParams
 from kselect.kernels.cache_ops import quantize_query
 from kselect.kernels.reference import is_fp8
 

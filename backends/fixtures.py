@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kselect.backends.base import AttentionMetadata, LayerParams
-from kselect.selector.selection import GroupSelection
-from kselect.selector.vocab import is_fp8
+from kselect.selector.outputs.selection import GroupSelection
+from kselect.selector.config.vocab import is_fp8
 
 
 def make_group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,

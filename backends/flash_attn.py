@@ -12,7 +12,7 @@ from kselect.backends.common import expand_descale, kernel_block_view, quant_inp
 from kselect.backends.span_split import select_descale, span_pass
 from kselect.kernels import flash_attn as fa
 from kselect.kernels import flash_attn_loader as loader
-from kselect.selector.vocab import is_fp8
+from kselect.selector.config.vocab import is_fp8
 
 
 def _fp8_group(group) -> bool:

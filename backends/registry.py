@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from kselect.backends.base import AttentionBackend, BackendUnavailableError
-from kselect.selector.selection import GroupSelection
+from kselect.selector.outputs.selection import GroupSelection
 
 # Backends the selector may pick that kselect does not implement.
 NOT_IMPLEMENTED = {

@@ -10,7 +10,7 @@
   spans as vLLM's mm_prefix_range (inclusive ends, (0, 0) padding), clamped by the window on sliding
   layers as Gemma-4 sets mm_prefix_clamp_sliding_window.
 - TRITON_ATTN+kselect (group.build == "kselect") runs kernels/triton_paged.py. vLLM never runs it: only
-  an objective picks it (selector/builds.py), and an export says so.
+  an objective picks it (selector/measure/builds.py), and an export says so.
 
 Runs on CUDA, or on CPU tensors under TRITON_INTERPRET=1 (slow; what CI uses).
 """

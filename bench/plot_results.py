@@ -23,7 +23,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 # name: (Hq, Hkv, D, window) -- as bench/kernels/bench_attention.py SHAPES
@@ -300,6 +300,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.selector.cli import run_cli
+    from kselect.selector.base.cli_errors import run_cli
 
     run_cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -130,7 +130,7 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
     """Write an HF-style folder: config.json + model.safetensors (or shards with an index)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.files import atomic_write, replaced
+    from kselect.selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ def precheck(d: dict, where: str) -> None:
 
     from pydantic import TypeAdapter, ValidationError
 
-    from kselect.selector.schema import ModelConfig
+    from kselect.selector.config.schema import ModelConfig
 
     for k, f in ModelConfig.model_fields.items():
         if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
@@ -211,12 +211,12 @@ def precheck(d: dict, where: str) -> None:
 
 
 def check_bounds(args: Gemma4Args, where: str) -> None:
-    """Every size of a config within the selector's bounds (selector/schema.py ModelConfig), before
+    """Every size of a config within the selector's bounds (selector/config/schema.py ModelConfig), before
     any tensor is allocated from it."""
     from pydantic import ValidationError
 
-    from kselect.selector.errors import format_validation_error
-    from kselect.selector.schema import ModelConfig
+    from kselect.selector.base.errors import format_validation_error
+    from kselect.selector.config.schema import ModelConfig
 
     keys = set(ModelConfig.model_fields) - {"name", "architecture", "dtype", "multimodal", "checkpoint", "drafter",
                                             "full_attention_every"}
@@ -380,7 +380,7 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.files import atomic_write, replaced
+    from kselect.selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

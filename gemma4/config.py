@@ -14,7 +14,7 @@ import torch
 
 from kselect.kernels.dtypes import TORCH_DTYPES, is_fp8
 from kselect.kernels.dtypes import torch_dtype as kernel_torch_dtype
-from kselect.selector.vocab import LAYER_TYPE
+from kselect.selector.config.vocab import LAYER_TYPE
 
 SLIDING = LAYER_TYPE["sliding_window"]
 FULL = LAYER_TYPE["full_attention"]

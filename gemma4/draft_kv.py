@@ -9,7 +9,7 @@ from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerPara
 from kselect.gemma4.config import FULL, SLIDING, DrafterArgs, DrafterError, Gemma4Args, target_kv_layer
 from kselect.gemma4.drafter import DraftContext, DraftGroupStep
 from kselect.kernels.dtypes import dtype_name
-from kselect.selector.vocab import is_fp8
+from kselect.selector.config.vocab import is_fp8
 
 
 class DraftKVBinding:

@@ -41,8 +41,8 @@ from kselect.gemma4.prefill_graph import PrefillGraphs
 from kselect.gemma4.sampling import integer_type, max_rel_error, sample
 from kselect.gemma4.sequence import SequenceTable, StepBatch
 from kselect.kernels.dtypes import dtype_name
-from kselect.selector.vocab import is_fp8 as is_fp8_name
-from kselect.selector.selection import GroupSelection, Selection
+from kselect.selector.config.vocab import is_fp8 as is_fp8_name
+from kselect.selector.outputs.selection import GroupSelection, Selection
 
 # ---------------------------------------------------------------------------- selections
 

@@ -4,16 +4,9 @@ The repository's folders are this package's subpackages (pyproject.toml's packag
 `kselect.selector` (configs -> rules -> a Selection; no torch), `kselect.backends` (a
 selection -> kernel calls), `kselect.kernels` (the kernels; imports nothing else of kselect),
 `kselect.gemma4` (the bundled model) and `kselect.conf` (the Hydra configs, package data).
+In a checkout, kselect/selector, kselect/backends, kselect/kernels, kselect/gemma4 and kselect/conf are
+symbolic links to those folders, so the names resolve the same from a checkout (static tools, PYTHONPATH),
+an editable install and the wheel, and nothing else of the checkout is importable under `kselect`.
 """
 
 __version__ = "0.1.0"
-
-from pathlib import Path as _Path
-
-# Run from a source checkout without installing (the GPU machine, `python bench/...`): the
-# subpackages are the checkout's sibling folders, so add the checkout to this package's path.
-# An installed wheel has them inside this folder and never takes this branch.
-_root = _Path(__file__).resolve().parent.parent
-if (_root / "pyproject.toml").is_file() and (_root / "selector" / "api.py").is_file():
-    __path__.append(str(_root))  # type: ignore[name-defined]
-del _Path, _root

@@ -1,31 +1,39 @@
 """`kselect <command> [args]`: one entry point over the project's command lines.
 
-Each command is the module's own `main`; `python -m kselect.<module>` runs the same code.
+Each command is one function (COMMANDS); `python -m <its module>` runs the same function.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-import runpy
 import signal
 import sys
 
+# command -> ("module:function", help). The function runs the command on sys.argv; each module is imported
+# only when its command runs (the selector never loads torch for `kselect select`).
 COMMANDS = {
-    "select": ("kselect.selector", "the selection per layer group (table, json, markdown, vllm)"),
-    "diff": ("kselect.selector.diff", "what an overlay or a conf/ change does over a matrix"),
-    "matrix": ("kselect.selector.matrix", "the resolved matrix, one line per cell"),
-    "plot": ("kselect.selector.plot", "a diff as a PNG + HTML grid"),
-    "sweep": ("kselect.selector.sweep", "a Hydra multirun of selections"),
-    "gather": ("kselect.selector.gather", "one table of a sweep's outputs"),
-    "explain": ("kselect.selector.explain", "is FP8 KV faster than bf16 here? measured time, capacity, numerics per group"),
-    "claims": ("kselect.selector.claims", "the capability claims a selection relies on"),
-    "conformance": ("kselect.conformance", "run claims on this machine's kernels"),
-    "perf": ("kselect.perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
-    "perf-steps": ("kselect.perf_steps", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
-    "run": ("kselect.run", "select, then run the bundled Gemma-4 on the selection"),
-    "bench": ("kselect.benchmarks", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
-    "oracle": ("kselect.oracle.cli", "run a vLLM release's own selection over the grid, compare with a rules preset"),
+    "select": ("kselect.selector.commands.select:cli", "the selection per layer group (table, json, markdown, vllm)"),
+    "diff": ("kselect.selector.commands.diff:cli", "what an overlay or a conf/ change does over a matrix"),
+    "matrix": ("kselect.selector.review.matrix:cli", "the resolved matrix, one line per cell"),
+    "plot": ("kselect.selector.review.plot:cli", "a diff as a PNG + HTML grid"),
+    "sweep": ("kselect.selector.review.sweep:main", "a Hydra multirun of selections"),
+    "gather": ("kselect.selector.review.gather:cli", "one table of a sweep's outputs"),
+    "explain": ("kselect.selector.measure.explain:cli", "is FP8 KV faster than bf16 here? measured time, capacity, numerics per group"),
+    "claims": ("kselect.selector.measure.claims:cli", "the capability claims a selection relies on"),
+    "conformance": ("kselect.conformance:cli", "run claims on this machine's kernels"),
+    "perf": ("kselect.perf:cli", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
+    "perf-steps": ("kselect.perf_steps:cli", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
+    "run": ("kselect.run:cli", "select, then run the bundled Gemma-4 on the selection"),
+    "bench": ("kselect.benchmarks.runner:cli", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
+    "oracle": ("kselect.oracle.cli:cli", "run a vLLM release's own selection over the grid, compare with a rules preset"),
 }
+
+
+def command(name: str):
+    """The function behind a command name."""
+    module, _, fn = COMMANDS[name][0].partition(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 def usage() -> str:
@@ -44,12 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     if name not in COMMANDS:
         print(f"kselect: unknown command {name!r}; allowed: {', '.join(COMMANDS)}.", file=sys.stderr)
         sys.exit(2)
-    module = COMMANDS[name][0]
     if hasattr(signal, "SIGPIPE"):  # `kselect ... | head`: end quietly when the reader goes, as `cat` does (Hydra
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # logs --info: its handlers would print each failed write)
     sys.argv = [f"kselect {name}", *rest]
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        command(name)()
     except BrokenPipeError:  # the reader went away (`kselect run --help | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(141)

@@ -2,9 +2,9 @@
 compare it with the fp32 reference.
 
 A tool above the layers: it reads claims with the selector's vocabulary
-(`kselect.selector.vocab.Claim`: `<backend>[_v<fa version>]:<dtype>:d<head>:<feature>`, e.g.
+(`kselect.selector.config.vocab.Claim`: `<backend>[_v<fa version>]:<dtype>:d<head>:<feature>`, e.g.
 `FLASH_ATTN_v4:fp8:d256:window`), takes each claim's descale mode and page size from the
-selection of that kernel path (`kselect.selector.claims.claim_runs`: the rules decide, e.g. FA4's
+selection of that kernel path (`kselect.selector.measure.claims.claim_runs`: the rules decide, e.g. FA4's
 FP8 path dequantizes K/V in the kernel on 64-token pages), and drives the real backend adapter
 (`kselect.backends`) over the kernels. Each claim runs two batches (chunked prefill with unequal
 lengths, and decode), GQA.
@@ -35,9 +35,9 @@ import sys
 import torch
 
 from kselect.kernels.dtypes import torch_dtype
-from kselect.selector.claims import claim_runs
-from kselect.selector.records import ClaimRun
-from kselect.selector.vocab import Claim, parse_claim
+from kselect.selector.measure.claims import claim_runs
+from kselect.selector.outputs.records import ClaimRun
+from kselect.selector.config.vocab import Claim, parse_claim
 
 
 def _cases(c: Claim, run: ClaimRun, device: str):
@@ -118,8 +118,8 @@ def check_claim(claim_id: str, device: str = "cuda", run: ClaimRun | None = None
 def read_claims(arg: str) -> list[str]:
     """Claim ids from a file (a YAML list, a mapping with `claims:`, or one id per line) or a
     comma-separated list; every id is checked before anything runs."""
-    from kselect.selector.errors import KSelectError
-    from kselect.selector.files import load_yaml
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.base.files import load_yaml
 
     if os.path.exists(arg) or os.path.islink(arg):
         data = load_yaml(arg, "a list of claim ids")
@@ -156,7 +156,7 @@ def device_model(device: str) -> str:
 
 
 def check_gpu_name(gpu: str, device: str) -> None:
-    from kselect.selector.errors import KSelectError
+    from kselect.selector.base.errors import KSelectError
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", gpu):
         raise KSelectError(f"--gpu-name {gpu!r}; allowed: lower-case letters, digits and '_' (a file name in conf/conformance/)")
@@ -185,9 +185,9 @@ def merge_report(old: dict, results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from kselect.selector.conformance import read_file
-    from kselect.selector.errors import KSelectError
-    from kselect.selector.files import atomic_write
+    from kselect.selector.evidence.conformance_data import read_file
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.base.files import atomic_write
 
     ap = argparse.ArgumentParser(prog="kselect conformance", description=__doc__.split("\n\n")[0])
     ap.add_argument("--claims", required=True, help="YAML/text file of claim ids, or a comma-separated list")
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise KSelectError("--device cuda: this machine has no CUDA device; allowed: cpu")
     if args.platform is not None:
-        from kselect.selector.files import safe_name
+        from kselect.selector.base.files import safe_name
 
         safe_name(args.platform, "--platform")
     if args.device == "cpu":
@@ -331,7 +331,12 @@ def _git_commit() -> str:
     return (own["commit"] or "unknown")[:12] + ("+dirty" if own["dirty"] else "")
 
 
-if __name__ == "__main__":
-    from kselect.selector.cli import run_cli
+def cli() -> None:
+    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
+    from kselect.selector.base.cli_errors import run_cli
 
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

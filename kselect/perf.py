@@ -1,5 +1,5 @@
 """`kselect perf`: time the kernel behind every verified conformance claim over shape buckets and
-merge the results into `conf/perf/<gpu_model>.yaml` (schema: selector/perf.py).
+merge the results into `conf/perf/<gpu_model>.yaml` (schema: selector/evidence/perf_data.py).
 
     kselect perf --gpu-name nvidia_h200 --models gemma4_31b,gemma4_e4b \\
         --decode 1x1024,1x8192,16x1024,16x8192,64x1024,64x8192 --prefill 1x512,1x4096 --warm-jobs 8
@@ -7,7 +7,7 @@ merge the results into `conf/perf/<gpu_model>.yaml` (schema: selector/perf.py).
 Targets: for each model's sliding group (its head size, KV heads and window) and full group, every
 kernel path whose conformance claim `<path>:<kv>:d<head>:window` (sliding) or `:causal` (full) is
 verified in conf/conformance/<gpu>.yaml, for each KV dtype, at the claim's own page and every page
-the objective can run it at (selector/reachable.py, `--rules`, up to `--max-page`). Each target is built like the engine
+the objective can run it at (selector/measure/reachable.py, `--rules`, up to `--max-page`). Each target is built like the engine
 builds it (backends.make_backend over a hand-made GroupSelection) and timed per bucket:
 decode = B sequences x 1 new token over C cached tokens; prefill = B fresh prompts of C tokens.
 On CUDA: R rotated input sets (R so they exceed 4x L2) captured as one CUDA graph (FlashInfer
@@ -33,9 +33,9 @@ from pathlib import Path
 
 from kselect.perf_targets import Target, bucket_of, make_target_backend, parse_grid, targets, verified_claims
 from kselect.perf_timing import make_inputs, parse_fence, time_bucket
-from kselect.selector import perf as perfdata
-from kselect.selector.conformance import CONFORMANCE_DIR
-from kselect.selector.errors import KSelectError
+from kselect.selector.evidence import perf_data as perfdata
+from kselect.selector.evidence.conformance_data import CONFORMANCE_DIR
+from kselect.selector.base.errors import KSelectError
 
 _PKG = {"FLASHINFER": "flashinfer-python", "FLASH_ATTN_v4": "flash-attn-4", "FLASH_ATTN_v3": "vllm", "TRITON_ATTN": "triton"}
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="list the buckets this command would time (with --missing: "
                     "what the file lacks) and exit; times nothing, writes nothing, needs no GPU with --platform")
     args = ap.parse_args(argv)
-    from kselect.selector.files import safe_name
+    from kselect.selector.base.files import safe_name
 
     safe_name(args.gpu_name, "--gpu-name")  # it names files in conf/
     try:
@@ -235,7 +235,12 @@ def _git_commit() -> str:
 
     return project_commit()["commit"][:7]
 
-if __name__ == "__main__":
-    from kselect.selector.cli import run_cli
+def cli() -> None:
+    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
+    from kselect.selector.base.cli_errors import run_cli
 
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -6,7 +6,7 @@ For each model (seeded random weights, vLLM's own selection, model-dtype cache) 
 the host wall time of a B1 prefill step as the engine runs it (median of --reps; a one-sequence step of up
 to 2,048 tokens replays a CUDA graph, gemma4/prefill_graph.py, so it waits on no host), the device time of
 its kernels and the part of it in the attention backends' calls (one profiled eager step: the same kernels). Merged into conf/perf/<gpu>.yaml
-`steps` (selector/perf.py StepEntry), atomically. The objective reads them: in a host-bound step an
+`steps` (selector/evidence/perf_data.py StepEntry), atomically. The objective reads them: in a host-bound step an
 attention call costs at least its host time (`kselect perf` host_ms), in a GPU-bound one its kernels.
 """
 
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from kselect.selector import perf as perfdata
+from kselect.selector.evidence import perf_data as perfdata
 
 
 def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, float, str, bool]:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.gemma4.build import build_model, select
     from kselect.gemma4.engine import model_groups
     from kselect.perf import _git_commit
-    from kselect.selector.files import safe_name
+    from kselect.selector.base.files import safe_name
 
     ap = argparse.ArgumentParser(prog="kselect perf-steps", description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu-name", required=True, help="GPU model key, e.g. nvidia_h200")
@@ -111,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    from kselect.selector.cli import run_cli
+def cli() -> None:
+    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
+    from kselect.selector.base.cli_errors import run_cli
 
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,6 @@
 """What `kselect perf` times: a Target per (kernel path, KV dtype, head size, window, page) that a verified
 conformance claim covers for a model's groups, at every page the objective can run it at
-(selector/reachable.py), and its bucket ids (selector/perf.py). Built like the engine builds a backend.
+(selector/measure/reachable.py), and its bucket ids (selector/evidence/perf_data.py). Built like the engine builds a backend.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kselect.selector import perf as perfdata
-from kselect.selector.vocab import parse_path, path_id
+from kselect.selector.evidence import perf_data as perfdata
+from kselect.selector.config.vocab import parse_path, path_id
 
 _KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
@@ -51,7 +51,7 @@ def parse_grid(text: str) -> list[tuple[int, int]]:
 
 
 def verified_claims(path: Path) -> set[str]:
-    from kselect.selector.files import load_yaml
+    from kselect.selector.base.files import load_yaml
 
     data = load_yaml(path, "a conformance file (kselect conformance)") or {}
     return {cid for cid, r in (data.get("claims") or {}).items() if (r or {}).get("status") == "verified"}
@@ -69,9 +69,9 @@ def model_shapes(model: str) -> list[tuple[int, int, int, int | None]]:
 def model_runs(model: str, platform: str, rules: tuple[str, ...]):
     """The kernel runs (path, dtype, shape, page) the objective can reach for this model, over its
     model-dtype and FP8 caches, text and multimodal (vLLM's SM90 composite serves the latter), and each rules
-    preset (selector/reachable.py)."""
+    preset (selector/measure/reachable.py)."""
     from kselect.selector.api import compose
-    from kselect.selector.reachable import reachable
+    from kselect.selector.measure.reachable import reachable
 
     out = set()
     for kv in ("auto", "fp8"):
@@ -85,11 +85,11 @@ def model_runs(model: str, platform: str, rules: tuple[str, ...]):
 def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs: set[str] | None,
             platform: str = "auto", rules: tuple[str, ...] = (), max_page: int = 128) -> list[Target]:
     """One target per kernel path, KV dtype, model group shape and page that a verified causal/window
-    claim covers. Pages: the claim's own run (selector/claims.py, as conformance verified it, e.g. the
+    claim covers. Pages: the claim's own run (selector/measure/claims.py, as conformance verified it, e.g. the
     FA4 fork's 64-token FP8 pages) and every page the objective can run that kernel at for the model
     (model_runs) up to max_page, since the objective reads a figure only at the page a group runs.
     Descale mode: the claim's own run."""
-    from kselect.selector.claims import claim_runs
+    from kselect.selector.measure.claims import claim_runs
 
     out: list[Target] = []
     for model in models:
@@ -102,7 +102,7 @@ def targets(verified: set[str], models: list[str], kernels: set[str] | None, kvs
                     continue
                 backend, ver, build = parse_path(path)
                 run = claim_runs([cid], (f"platform={platform}",))[cid]
-                # another build of a kernel runs at the pages vLLM's build of it does (selector/builds.py)
+                # another build of a kernel runs at the pages vLLM's build of it does (selector/measure/builds.py)
                 base = path_id(backend, ver)
                 pages = {run.page} | {r.page for r in runs if r.page <= max_page
                                       and (r.path, r.kv, r.head, r.num_kv_heads, r.window) == (base, kv, head, hkv, window)}

@@ -71,7 +71,7 @@ def gpu_tiny_in_bf16(cfg, overrides: list[str]) -> bool:
 def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) -> int:
     """argv: overrides and --options; with opts (already parsed), argv holds only the overrides."""
     from kselect.gemma4.engine import Engine, EngineConfig, MultimodalUnsupportedError, max_rel_error, reference_groups
-    from kselect.selector.render import table
+    from kselect.selector.export.render import table
 
     overrides, opts = parse(sys.argv[1:] if argv is None else argv) if opts is None else (list(argv or ()), opts)
     t_start = time.perf_counter()
@@ -209,7 +209,7 @@ def user_errors(fn):
     turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
     from kselect.backends.base import BackendUnavailableError
     from kselect.gemma4.checkpoint import CheckpointError
-    from kselect.selector.errors import KSelectError
+    from kselect.selector.base.errors import KSelectError
 
     def wrapped(*args) -> int:
         try:
@@ -221,16 +221,16 @@ def user_errors(fn):
 
 
 def cli(fn=None) -> None:
-    """Every error: exit 2 and one paragraph (selector/cli.py). The bench scripts that drive the
+    """Every error: exit 2 and one paragraph (selector/base/cli_errors.py). The bench scripts that drive the
     runner pass their own fn and exit through here too. `kselect run` itself (no fn) is a Hydra app
-    (kselect/selector/app.py) over conf/config.yaml: the --options above are taken off the command
+    (kselect/selector/base/hydra_app.py) over conf/config.yaml: the --options above are taken off the command
     line first, everything else (overrides, --cfg, --help, -m, hydra.*) goes to Hydra."""
     if fn is not None:
-        from kselect.selector.cli import call_main
+        from kselect.selector.base.cli_errors import call_main
 
         sys.exit(call_main(user_errors(fn), sys.argv[1:]))
     from kselect.selector.api import CONF_DIR
-    from kselect.selector.app import run_app, task_overrides
+    from kselect.selector.base.hydra_app import run_app, task_overrides
 
     ap = _parser(add_help=False)
     opts, rest = ap.parse_known_args(sys.argv[1:])

@@ -1,80 +1,44 @@
-"""Compose the Hydra config once and validate it: the entry point for every consumer.
+"""The selector's public entry: compose a config, then select under explicit evidence.
 
     cfg = compose(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"])
-    sel = resolve(cfg)
+    sel = resolve(cfg)                                # under the bundled conf tree's evidence
+    sel = resolve(cfg, Evidence.load(other_conf_dir))  # under another tree's conformance and perf data
+    sel = select(["platform=sm90"], conf_dir)         # compose from conf_dir, select under its evidence
+
+A selection is a function of (config, evidence): the evidence (selector/evidence/evidence.py) holds what
+hardware verified (conf/conformance/) and measured (conf/perf/), loaded by the caller from the conf tree the
+config was composed from. The layers below: base, config, outputs, evidence, rules, measure, export, review,
+commands (tests/test_layers.py keeps their order).
 """
 
 from __future__ import annotations
 
-import re
+import functools
 from pathlib import Path
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-from pydantic import ValidationError
+from .config.compose import CONF_DIR, compose, compose_raw, validate
+from .config.schema import KSelectConfig
+from .evidence.evidence import Evidence
+from .measure.select import select as select_config
+from .outputs.selection import Selection
+from .rules.rulebook import RuleBook
 
-from .errors import ConfigError, KSelectError, format_validation_error
-from .guard import check_conf_tree, check_overrides
-from .resolve import resolve
-from .schema import KSelectConfig
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-__all__ = ["CONF_DIR", "compose", "compose_raw", "validate", "resolve", "select"]
+__all__ = ["CONF_DIR", "Evidence", "bundled_evidence", "compose", "compose_raw", "validate", "resolve", "select"]
 
 
-def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> dict:
-    """Hydra compose -> a plain dict. Raises KSelectError naming the override or file.
-
-    The conf tree and the overrides are checked first (guard.py): no code, no interpolations,
-    no names outside conf/, bounded YAML."""
-    overrides = list(overrides)
-    if not Path(conf_dir).is_dir():
-        raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
-    check_overrides(overrides, conf_dir)
-    check_conf_tree(conf_dir)
-    try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError, AssertionError) as e:
-        msg = _one_paragraph(e)
-        missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
-        if missing and (Path(conf_dir) / missing[1]).is_dir():
-            opts = sorted(p.stem for p in (Path(conf_dir) / missing[1]).glob("*.yaml"))
-            msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
-        bad = [o for o in overrides if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or list(overrides)
-        raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("<root>", data, "a mapping")
-    return data
+@functools.lru_cache(maxsize=1)
+def bundled_evidence() -> Evidence:
+    """The evidence of the bundled conf tree (CONF_DIR), one value per process."""
+    return Evidence.load(CONF_DIR)
 
 
-def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
-    """Validate a composed dict; `platform.name: auto` is detected here, keeping the
-    `platform.*` keys that `overrides` (the command line) or an overlay set."""
-    if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
-        from .detect import auto_platform  # noqa: PLC0415 - torch only for auto
-
-        data = {**data, "platform": auto_platform(data["platform"], overrides, Path(conf_dir))}
-    try:
-        return KSelectConfig.model_validate(data)
-    except ValidationError as e:
-        raise KSelectError(format_validation_error(e)) from None
+def resolve(cfg: KSelectConfig, evidence: Evidence | None = None, book: RuleBook | None = None) -> Selection:
+    """cfg's selection under `evidence` (None: the bundled conf tree's, bundled_evidence())."""
+    return select_config(cfg, bundled_evidence() if evidence is None else evidence, book)
 
 
-def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
-    return validate(compose_raw(overrides, conf_dir), overrides, conf_dir)
-
-
-def select(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR):
-    return resolve(compose(overrides, conf_dir))
-
-
-def _one_paragraph(e: Exception) -> str:
-    text = str(e).split("Config search path")[0]
-    msg = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    return msg or e.__class__.__name__
+def select(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> Selection:
+    """Compose from conf_dir and select under that conf tree's evidence."""
+    cfg = compose(overrides, conf_dir)
+    same = Path(conf_dir).resolve() == CONF_DIR.resolve()
+    return select_config(cfg, bundled_evidence() if same else Evidence.load(conf_dir))

@@ -1,5 +1,5 @@
 """Repo-wide pytest setup: kselect's plugin (the `kselect_matrix` marker, the `kselect_cell`
-fixture, `--kselect-matrix`; see selector/pytest_plugin.py) and pytester for its own tests."""
+fixture, `--kselect-matrix`; see selector/review/pytest_plugin.py) and pytester for its own tests."""
 
 import os
 
@@ -11,7 +11,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-pytest_plugins = ["kselect.selector.pytest_plugin", "pytester"]
+pytest_plugins = ["kselect.selector.review.pytest_plugin", "pytester"]
 
 
 @pytest.fixture

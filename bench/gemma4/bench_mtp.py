@@ -44,7 +44,7 @@ from kselect.gemma4.build import build_drafters
 from kselect.gemma4.speculative import SpeculativeDecoder
 from kselect.kernels.cache_ops import quantize
 from kselect.kernels.tolerances import rel_err
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 
 def _median_runs(fn, repeats: int):

@@ -32,8 +32,8 @@ from kselect.gemma4.engine import Engine, EngineConfig, model_groups
 from kselect.perf_targets import Target, make_target_backend
 from kselect.perf_timing import parse_fence, time_bucket
 from kselect.profiling import timeline_ms
-from kselect.selector.files import atomic_write
-from kselect.selector.vocab import claim_dtype
+from kselect.selector.base.files import atomic_write
+from kselect.selector.config.vocab import claim_dtype
 
 
 def model_step(model, groups, prompt, steps: int) -> dict:

@@ -49,7 +49,7 @@ def fa_available() -> bool:
 def save(out: Path, data: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("fusion.json", json.dumps(data, indent=1, default=str)), ("fusion.md", render(data))):
-        from kselect.selector.files import atomic_write
+        from kselect.selector.base.files import atomic_write
 
         atomic_write(out / name, text)
 

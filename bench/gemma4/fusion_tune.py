@@ -18,7 +18,7 @@ from kselect.benchmarks.e2e import environment, time_engine
 
 from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from kselect.kernels import qkv_rope, rms_norm
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 WARPS = (2, 4, 8, 16, 32)
 

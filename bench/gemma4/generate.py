@@ -17,7 +17,7 @@ import torch
 
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 
 def main(argv: list[str]) -> int:

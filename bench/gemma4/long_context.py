@@ -26,7 +26,7 @@ import torch
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, group_blocks
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 
 def _sync(device) -> None:

@@ -27,7 +27,7 @@ from kselect.benchmarks.step_profile import CATEGORIES, category, sync
 
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, model_groups
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 WAITS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}  # host blocks
 

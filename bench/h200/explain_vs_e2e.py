@@ -22,9 +22,9 @@ import json
 import sys
 from pathlib import Path
 
-from kselect.selector.api import compose
-from kselect.selector.explain import explain, step, to_text
-from kselect.selector.files import atomic_write
+from kselect.selector.api import bundled_evidence, compose
+from kselect.selector.measure.explain import explain, step, to_text
+from kselect.selector.base.files import atomic_write
 
 KV = (("auto", 0), ("fp8", 1))  # e2e kv name, position in explain's caches (model dtype first)
 
@@ -40,7 +40,7 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
     cfg = compose([f"platform={platform}", f"model={model}", "objective=latency", "objective.decode.batch=1",
                    f"objective.decode.context={ctx}", f"objective.prefill.context={prompt}",
                    f"objective.new_tokens={e2e['options']['new']}"])  # e2e.py's request at its decode B1 point
-    ex = explain(cfg)
+    ex = explain(cfg, bundled_evidence())
     caches = list(ex["caches"].values())
     # B1 decode: rows resolved once ("") or, with e2e.py --objective-at-run, at "decode B1"
     b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731

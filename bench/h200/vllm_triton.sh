@@ -63,7 +63,7 @@ claims() {
   python3 - "$1" <<'PY'
 import sys
 import yaml
-from kselect.selector.conformance import CONFORMANCE_DIR
+from kselect.selector.evidence.conformance_data import CONFORMANCE_DIR
 cpu = sys.argv[1] == "1"
 if cpu:  # the interpreter: float32/float16 (it multiplies bf16 dot operands as integers), one small head size
     ids = [f"TRITON_ATTN:fp32:d64:{f}" for f in ("causal", "window", "sinks", "page16")] + \

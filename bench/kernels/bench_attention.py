@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 from kselect.benchmarks.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
 
@@ -269,6 +269,6 @@ def write_md(out, meta, rows):
 
 
 if __name__ == "__main__":
-    from kselect.selector.cli import run_script
+    from kselect.selector.base.cli_errors import run_script
 
     run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from kselect.benchmarks.kernel_timing import time_graph
 
 from kselect.kernels.gemv import gemv
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
 SHAPES = {

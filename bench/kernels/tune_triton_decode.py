@@ -116,7 +116,7 @@ def main():
         k = (r["case"], r["dtype"])
         if "gbs" in r and (k not in best or r["gbs"] > best[k]["gbs"]):
             best[k] = r
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     atomic_write(os.path.join(args.out, "tune.json"), json.dumps(dict(meta=dict(copy_gbs=copy), rows=rows, best=list(best.values())), indent=1))
     for v in best.values():
@@ -125,6 +125,6 @@ def main():
 
 
 if __name__ == "__main__":
-    from kselect.selector.cli import run_script
+    from kselect.selector.base.cli_errors import run_script
 
     run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

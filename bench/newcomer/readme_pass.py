@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 H = "platform=sm90 model=gemma4_31b kv_cache=fp8"
 

@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,21 +64,21 @@ def main() -> int:
     a = ap.parse_args()
 
     from kselect.selector.api import compose, compose_raw, validate
-    from kselect.selector.diff import diff_results
-    from kselect.selector.matrix import Builder, expand, load_matrix, resolve_cells
-    from kselect.selector.resolve import resolve
-    from kselect.selector.rulebook import RuleBook
+    from kselect.selector.review.diff import diff_results
+    from kselect.selector.review.matrix import Builder, expand, load_matrix, resolve_cells
+    from kselect.selector.api import resolve
+    from kselect.selector.rules.rulebook import RuleBook
 
     r: dict = {}
     r["import_selector_api"] = fresh_import("kselect.selector.api", a.repeat)
-    r["import_selector_matrix"] = fresh_import("kselect.selector.matrix", a.repeat)
+    r["import_selector_matrix"] = fresh_import("kselect.selector.review.matrix", a.repeat)
     r["cli_one_selection"] = cli_run(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "overlay=[pr48666]"], a.repeat)
 
     overrides = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "spec_decode=mtp", "rules=post_pr52987", "overlay=[pr48666]"]
     r["compose_and_validate"], cfg = timed(lambda: validate(compose_raw(overrides)), a.repeat)
     cfg = compose(overrides)
     n = a.resolutions
-    r["resolve_cold_ms"] = timed(lambda: [resolve(cfg, RuleBook(cfg)) for _ in range(50)], a.repeat)[0]
+    r["resolve_cold_ms"] = timed(lambda: [resolve(cfg, book=RuleBook(cfg)) for _ in range(50)], a.repeat)[0]
     r["resolve_cold_ms"] = {k: (v / 50 * 1e3 if k.endswith("_s") else v) for k, v in r["resolve_cold_ms"].items()}
     resolve(cfg)
     hot = timed(lambda: [resolve(cfg) for _ in range(n)], a.repeat)[0]
@@ -149,6 +149,6 @@ def markdown(meta: dict, r: dict) -> str:
 
 
 if __name__ == "__main__":
-    from kselect.selector.cli import run_script
+    from kselect.selector.base.cli_errors import run_script
 
     run_script(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -31,7 +31,7 @@ def _commit() -> str:
 
 def main(argv=None) -> int:
     from kselect.oracle.compare import compare, load_records, render, to_json
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records", help="the oracle's JSONL (.gz)")

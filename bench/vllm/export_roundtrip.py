@@ -115,7 +115,7 @@ def _outcome(item: dict) -> tuple[str, str]:
 def main(argv=None) -> int:
     from kselect.oracle.cells import grid
     from kselect.oracle.export import command_tokens, kselect_exports
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True)

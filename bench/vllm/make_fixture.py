@@ -23,7 +23,7 @@ GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query"
 
 def main(argv=None) -> int:
     from kselect.oracle.compare import classes, compare, load_records
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records")

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
 
 def _sort_in_grid_order(out: Path, cells) -> None:
     from kselect.oracle.cells import Cell
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     order = {c.key: i for i, c in enumerate(cells)}
     recs = {}

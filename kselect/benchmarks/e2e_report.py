@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from kselect.benchmarks.paired import compare, fmt
-from kselect.selector.files import atomic_write
+from kselect.selector.base.files import atomic_write
 
 # selections compared against "vllm" and the pins (objective_table); *_vllm: over the kernels vLLM ships only
 OBJECTIVES = ("latency", "throughput", "latency_vllm", "throughput_vllm")
@@ -71,7 +71,7 @@ def prefill_kernels(selections: list[dict], preset: str, key: tuple) -> tuple | 
 def declared_band() -> dict[str, float]:
     """The noise band the objective's data declares per phase (conf/objective/latency.yaml `noise_band`)."""
     from kselect.selector.api import CONF_DIR  # noqa: PLC0415
-    from kselect.selector.files import load_yaml  # noqa: PLC0415
+    from kselect.selector.base.files import load_yaml  # noqa: PLC0415
 
     return dict(load_yaml(CONF_DIR / "objective" / "latency.yaml", "an objective")["noise_band"])
 

@@ -404,7 +404,7 @@ def main(argv: list[str]) -> int:
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
     from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: PLC0415
-    from kselect.selector.files import atomic_write  # noqa: PLC0415
+    from kselect.selector.base.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
     d = dict(env=environment(argv, "-m kselect.benchmarks.prefill_clocks"), cells=[])

@@ -120,7 +120,7 @@ def compose(root: Path, overrides: list[str]) -> Experiment:
     try:
         return Experiment.model_validate(data)
     except ValidationError as e:
-        from kselect.selector.errors import format_validation_error
+        from kselect.selector.base.errors import format_validation_error
 
         raise BenchError(f"kselect bench experiment={chosen[-1]}: {format_validation_error(e)}") from None
 
@@ -249,3 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as e:
         print(e, file=sys.stderr)
         return 2
+
+
+def cli() -> None:
+    """`kselect bench`: the runner's exit status is the command's."""
+    sys.exit(main())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass
 
-from kselect.selector.vocab import group_id
+from kselect.selector.config.vocab import group_id
 
 # capability -> kselect platform preset (conf/platform/<name>.yaml)
 PLATFORMS = {"8.0": "sm80", "8.9": "sm89", "9.0": "sm90", "10.0": "sm100", "12.0": "sm120"}

@@ -134,7 +134,7 @@ def _ray_available(address: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kselect.oracle import env as envmod
     from kselect.oracle.run import WorkerError
-    from kselect.selector.errors import KSelectError
+    from kselect.selector.base.errors import KSelectError
 
     a = out = None
     try:
@@ -193,7 +193,7 @@ def _dry_run(release, cells, out, rules, a) -> int:
 def _compare(out: Path, rules: str | None, version: str, a) -> int:
     from kselect.oracle.cells import FIELDS
     from kselect.oracle.compare import compare, load_records, render, to_json
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     rep = compare(load_records(out), rules=rules)
     head = f"# kselect `rules={rules or '(config default)'}` against vLLM {version}'s own chain\n\n"

@@ -39,13 +39,13 @@ def load_records(path: str | Path) -> list[dict]:
 
 def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
     """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}."""
-    from kselect.selector.errors import KSelectError
-    from kselect.selector.resolve import resolve
+    from kselect.selector.base.errors import KSelectError, SelectionError
+    from kselect.selector.api import resolve
 
     builder = _RulesBuilder(rules, conf_dir)
     if rules:  # an unknown rules option fails here, once, not as a refusal per cell
         from kselect.selector.api import CONF_DIR
-        from kselect.selector.errors import KSelectError as _Err
+        from kselect.selector.base.errors import KSelectError as _Err
 
         opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
         if rules not in opts:
@@ -73,7 +73,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
 
 def _matrix_cell(c: Cell):
     """The oracle cell as a kselect matrix cell (pins as dotted overrides)."""
-    from kselect.selector.matrix import Cell as MatrixCell
+    from kselect.selector.review.matrix import Cell as MatrixCell
 
     pins = []
     if c.fa is not None:
@@ -92,7 +92,7 @@ def _first_line(s: str) -> str:
 def _rules_builder_cls():
     import sys
 
-    from kselect.selector.matrix import Builder
+    from kselect.selector.review.matrix import Builder
 
     class RulesBuilder(Builder):
         """The matrix builder with a `rules=` option composed in (default: the config's). Its

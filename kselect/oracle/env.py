@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kselect.selector.errors import KSelectError
+from kselect.selector.base.errors import KSelectError
 
 # torch: the CPU build the chain is known to run with (the releases pin a CUDA torch 2.14.0; the
 # selection code runs the same on 2.13.0+cpu, bench/results/vllm/README.md)

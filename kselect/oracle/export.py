@@ -12,8 +12,8 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
     cell kselect selects (a command, or the export's one-line refusal)."""
     from kselect.oracle.compare import _RulesBuilder, _matrix_cell
-    from kselect.selector.errors import KSelectError
-    from kselect.selector.resolve import resolve
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.api import resolve
 
     render = _renderer()
 
@@ -44,9 +44,9 @@ def _renderer():
     """The checkout's `output=vllm` rendering: `vllm_command(cfg, sel)` where the export
     re-resolves the config, else the older `vllm_args(sel)`."""
     try:
-        from kselect.selector.vllm_export import vllm_command
+        from kselect.selector.export.vllm_export import vllm_command
     except ImportError:
-        from kselect.selector.render import vllm_args
+        from kselect.selector.export.render import vllm_args
 
         return lambda cfg, sel: vllm_args(sel)
     return vllm_command

@@ -40,7 +40,7 @@ def write_model_dirs(preset: dict, root: Path) -> tuple[Path, Path | None]:
 
 
 def _write_json(path: Path, obj) -> None:
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(obj, indent=1))

@@ -62,7 +62,7 @@ def dumps(record: dict) -> str:
 
 def write_record(path: Path, records: dict[str, dict], cells: Sequence[Cell]) -> None:
     """The record in grid order; gzip without a timestamp or name when `path` ends in .gz."""
-    from kselect.selector.files import atomic_write
+    from kselect.selector.base.files import atomic_write
 
     body = "".join(dumps(records[c.key]) for c in cells).encode()
     if path.suffix == ".gz":
@@ -98,7 +98,7 @@ class Parts:
         return recs
 
     def add(self, batch: Batch, records: list[dict], seconds: float) -> None:
-        from kselect.selector.files import atomic_write
+        from kselect.selector.base.files import atomic_write
 
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Tiny Gemma-4 configs (gemma4.md section 3) and models shared by the gemma4 tests.
+"""Tiny Gemma-4 configs (the fields of gemma4/config.py's Gemma4Args) and models shared by the gemma4 tests.
 
 Every model is fp32 with deterministic random weights; norm weights, router scales and layer
 scalars are perturbed around 1, and the final softcap is small (0.5) so that a `(1 + w)` norm,
@@ -57,7 +57,7 @@ def simple_selection(args: Gemma4Args, *, backend: str = "TORCH_REFERENCE", kv_b
     """A hand-made selection: the same backend for every group. `kv_block_size` / `kernel_block_size`
     may be given per layer type ({sliding_attention: 16, ...})."""
     from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP
-    from kselect.selector.selection import GroupSelection, Selection
+    from kselect.selector.outputs.selection import GroupSelection, Selection
 
     names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
     kv_name = names[args.torch_dtype] if kv_cache_dtype in (None, "auto") else kv_cache_dtype

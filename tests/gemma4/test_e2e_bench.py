@@ -358,13 +358,14 @@ def test_explain_vs_run_compares_prefill_attention():
     prefill of the run (e2e.py prefill_profiles): like for like against the kernels plus launch gaps, and
     only where the run's prefill kernels are explain's; otherwise it says so."""
     from kselect.selector.api import compose
-    from kselect.selector.explain import explain, step
+    from kselect.selector.api import bundled_evidence
+    from kselect.selector.measure.explain import explain, step
 
     xv = _load("bench/h200/explain_vs_e2e.py")
     model, prompt = "gemma4_31b", 512
     cfg = compose(["platform=sm90", f"model={model}", "objective=latency", "objective.decode.context=544",
                    f"objective.prefill.context={prompt}"])
-    caches = list(explain(cfg)["caches"].values())
+    caches = list(explain(cfg, bundled_evidence())["caches"].values())
     rows16 = caches[0]["rows"]
     want = step(rows16, "prefill", "vllm")
     ran = {r["group"]: {"backend": "TRITON_ATTN", "prefill_backend": r["vllm"]["backend"]}

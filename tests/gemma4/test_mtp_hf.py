@@ -33,7 +33,7 @@ N_NEW, K = 10, 4
 
 
 def _kv_sharing_modes(cfg) -> list[str | None]:
-    """Gemma-4 sharing modes as documented (gemma4.md section 1): the last `num_kv_shared_layers`
+    """Gemma-4 sharing modes as gemma4/config.py documents them (Gemma4Args's kv-sharing modes): the last `num_kv_shared_layers`
     layers 'reuse'; the last non-shared layer of each type 'store' (also without sharing: the
     drafter reads it); an assistant (every layer shared) is all 'reuse'."""
     n = cfg.num_hidden_layers

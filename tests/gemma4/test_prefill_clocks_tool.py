@@ -2,8 +2,8 @@
 summary, and the phase timer's wrapping undone."""
 
 import sys
-import time
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,17 +99,23 @@ def test_threads_now_names_the_python_threads_and_counts_the_os_ones():
         t.join()
 
 
-def test_timed_usage_tells_a_wait_from_work():
+def test_timed_usage_tells_a_wait_from_work(monkeypatch):
+    """Timed adds each call's host ms and its thread-usage difference; a fake clock and fake usage make
+    it exact (a real sleep or spin on shared cores is a benchmark, not a test)."""
+    clock = {"s": 100.0}
+    use = dict.fromkeys(pc.USAGE, 0.0)
+    monkeypatch.setattr(pc, "time", SimpleNamespace(perf_counter=lambda: clock["s"]))  # this module's clock only
+    monkeypatch.setattr(pc, "thread_usage", lambda: dict(use))
     got, usage = [], []
 
     class Thing:
-        def wait(self):
-            time.sleep(0.03)
+        def wait(self):  # 30 ms of wall time, no CPU, one voluntary switch
+            clock["s"] += 0.030
+            use["vcsw"] += 1
 
-        def work(self):
-            t = time.perf_counter()
-            while time.perf_counter() - t < 0.03:
-                pass
+        def work(self):  # 20 ms of wall time, all of it CPU
+            clock["s"] += 0.020
+            use["cpu_ms"] += 20.0
 
     t = pc.Timed()
     t.wrap(Thing, "wait", got.append, usage=usage.append)
@@ -120,9 +126,12 @@ def test_timed_usage_tells_a_wait_from_work():
     finally:
         t.restore()
     (wait, work), (wait_ms, work_ms) = usage, got
-    assert set(wait) == set(pc.USAGE) and wait_ms >= 29 and work_ms >= 29
-    assert wait["cpu_ms"] < 10 and wait["vcsw"] >= 1  # slept: little CPU, the thread gave way
-    assert work["cpu_ms"] >= 20  # spun: the wall time was CPU time
+    assert set(wait) == set(pc.USAGE)
+    assert wait_ms == pytest.approx(30.0) and work_ms == pytest.approx(20.0)
+    assert wait["cpu_ms"] == 0 and wait["vcsw"] == 1  # waited: no CPU, the thread gave way
+    assert work["cpu_ms"] == 20.0 and work["vcsw"] == 0  # worked: the wall time was CPU time
+    Thing().wait()  # restored: no longer timed
+    assert len(got) == 2
 
 
 def test_rounds_restore_threads_and_switch_interval_and_record_the_fill_usage():

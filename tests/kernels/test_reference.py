@@ -1,6 +1,7 @@
 """kernels/reference.py against the naive loop, plus cache writes and FP8 helpers."""
 
 import math
+import zlib
 
 import pytest
 import torch
@@ -36,7 +37,8 @@ def check(case, tol, q=None, q_descale=None):
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("mask", list(MASKS))
 def test_masks_and_modes_fp32(mode, mask):
-    check(build(mode, mask, seed=hash((mode, mask)) % 1000), 1e-5)
+    # a stable seed per case (hash() of a str is salted per process, so a failure would not reproduce)
+    check(build(mode, mask, seed=zlib.crc32(f"{mode}:{mask}".encode()) % 1000), 1e-5)
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 1e-2), (torch.float16, 2e-3)])

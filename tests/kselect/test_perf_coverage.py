@@ -9,7 +9,7 @@ import shutil
 import yaml
 
 from kselect import perf as runner
-from kselect.selector.perf import PERF_DIR
+from kselect.selector.evidence.perf_data import PERF_DIR
 
 H200 = ["--gpu-name", "nvidia_h200", "--platform", "sm90", "--rules", "vllm_0_33_0,post_pr52987", "--missing", "--dry-run"]
 
@@ -19,11 +19,21 @@ def dry_run(capsys, *extra) -> list[str]:
     return [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("would time ")]
 
 
+def dry_run_all(capsys, *extra) -> list[str]:
+    """The whole grid the runner would time (no --missing), over a copy nothing writes to."""
+    assert runner.main([*(a for a in H200 if a != "--missing"), *extra]) == 0
+    return [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("would time ")]
+
+
 def test_committed_h200_perf_file_covers_every_verified_claim_of_both_models(capsys):
-    lines = dry_run(capsys, "--models", "gemma4_31b,gemma4_e4b")
-    assert lines, "the dry run listed nothing: the grid or the --missing filter broke"
+    models = ["--models", "gemma4_31b,gemma4_e4b"]
+    grid = {ln.split()[2] for ln in dry_run_all(capsys, *models)}
+    assert grid, "the dry run listed no grid: the grid broke"
+    lines = dry_run(capsys, *models)
+    assert {ln.split()[2] for ln in lines} <= grid  # --missing filters the grid, never adds to it
     assert not [ln for ln in lines if ln.endswith("(absent)")]
-    # what remains is prefill entries timed before the host/plan fields existed, never a missing figure
+    # what may remain is prefill entries timed before the host/plan fields existed, never a missing figure
+    # (none at all once the data is complete)
     assert all(":prefill:" in ln and ln.endswith(("(no host_ms)", "(no plan_ms)")) for ln in lines)
 
 

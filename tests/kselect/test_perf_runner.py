@@ -10,7 +10,7 @@ import yaml
 from kselect import perf as runner
 from kselect import perf_targets as targeting
 from kselect import perf_timing as timing
-from kselect.selector import perf
+from kselect.selector.evidence import perf_data as perf
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_bad_bucket_and_missing_conformance_are_refused(tmp_path, conformance_fi
 
 
 def test_a_perf_file_whose_key_lies_is_refused(tmp_path):
-    from kselect.selector.errors import ConfigError
+    from kselect.selector.base.errors import ConfigError
 
     e = perf.PerfEntry(kernel="X", build="X", kv="bf16", head=64, phase="decode", batch=1, context=8, num_q_heads=1,
                        num_kv_heads=1, page=16, ms=1.0, graph=False, gpu="g", date="d")
@@ -103,10 +103,10 @@ def test_missing_retimes_prefill_buckets_without_host_time(tmp_path, conformance
 
 
 def test_targets_time_each_claim_as_conformance_runs_it_at_every_reachable_page():
-    """Descale mode and the first page come from the claim's own run (selector/claims.py), so a composite
+    """Descale mode and the first page come from the claim's own run (selector/measure/claims.py), so a composite
     times its causal child as conformance verified it: the FA4 fork's FP8 path needs 64-token pages,
     vLLM's FA3 FP8 path a quantized query. Every other page a combination of pins can run the kernel at
-    for the model (selector/reachable.py) is timed too, up to --max-page: the objective reads a figure
+    for the model (selector/measure/reachable.py) is timed too, up to --max-page: the objective reads a figure
     only at the page a group runs."""
     ids = {"TRITON_FLASH_ATTN_v4:fp8:d512:causal", "TRITON_FLASH_ATTN_v3:fp8:d256:window",
            "TRITON_ATTN:bf16:d256:window"}
@@ -150,7 +150,7 @@ def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, co
     doc = yaml.safe_load(out.read_text())
     doc["steps"]["wrong"] = doc["steps"].pop(st.key)
     out.write_text(yaml.safe_dump(doc))
-    from kselect.selector.errors import ConfigError
+    from kselect.selector.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="the step's own id"):
         perf.load("fake", out.parent)
@@ -231,7 +231,7 @@ def test_a_perf_entry_names_its_fence_or_is_refused():
 def test_a_perf_entry_of_a_build_nothing_runs_is_refused(tmp_path):
     """A bucket of a build ALT_BUILDS does not list (FA4 has none besides vLLM's) would never be read: the file is
     refused, naming the file, the path and what is allowed; a known build loads."""
-    from kselect.selector.errors import ConfigError
+    from kselect.selector.base.errors import ConfigError
 
     e = dict(build="b", kv="bf16", head=64, phase="decode", batch=1, context=8, num_q_heads=1, num_kv_heads=1, page=16,
              ms=1.0, graph=False, gpu="g", date="d")

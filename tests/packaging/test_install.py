@@ -41,7 +41,7 @@ def wheel(tmp_path_factory) -> Path:
     for name in SOURCES:
         p = ROOT / name
         if p.is_dir():
-            shutil.copytree(p, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(p, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(p, src / name)
     out = tmp_path_factory.mktemp("wheel")
@@ -53,12 +53,23 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+def _dependency_dirs() -> list[str]:
+    """The site-packages folders this interpreter imports its dependencies from: inside a virtualenv its own
+    (and any a .pth there adds), outside one the system's. A venv's `system_site_packages` would give the
+    *base* interpreter's instead, which lacks what was installed into an active virtualenv (torch)."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv (the dependencies come from this interpreter's site-packages) holding the wheel."""
+    """A fresh venv holding the wheel; its dependencies come from this interpreter's site-packages (a .pth
+    file adds those folders after the venv's own, so the wheel's kselect comes first)."""
     env_dir = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True, env=_env()).stdout.strip()
+    Path(site, "zz_kselect_test_deps.pth").write_text("\n".join(_dependency_dirs()) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
                    check=True, capture_output=True, env=_env(), timeout=600)  # fmt: skip
     return env_dir
@@ -147,7 +158,11 @@ def test_a_separate_kernels_package_works_beside_kselect(install, where, request
     work = ROOT if where == "checkout" else tmp_path / "work"
     work.mkdir(exist_ok=True)
     py = sys.executable if install == "editable" else str(request.getfixturevalue("installed") / "bin" / "python")
-    p = subprocess.run([py, "-c", KERNELS_CHECK], cwd=work, capture_output=True, text=True, timeout=120,
+    # the wheel in the checkout: -P keeps the current directory off sys.path, where the checkout's kselect/
+    # folder (the package's top level only; its subpackages are the sibling folders) would shadow the
+    # installed package, as in any project whose package folder sits at the repository root
+    safe = ["-P"] if install == "wheel" and where == "checkout" else []
+    p = subprocess.run([py, *safe, "-c", KERNELS_CHECK], cwd=work, capture_output=True, text=True, timeout=120,
                        env=_env(PYTHONPATH=str(site)))
     if install == "editable" and "No module named 'kselect'" in p.stderr:
         pytest.skip("kselect is not installed in this interpreter (pip install -e .)")

@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kselect.selector import conformance
-
-from kselect.selector.api import compose
-from kselect.selector.resolve import resolve
+from kselect.selector.api import Evidence, compose, resolve
 
 
 def select(*overrides: str):
@@ -21,15 +18,12 @@ def sel():
 
 
 @pytest.fixture
-def fake_conformance(tmp_path, monkeypatch):
-    """Write `<gpu_model>.yaml` with the given claim lines and point the selector at it."""
-    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", tmp_path)
+def fake_conformance(tmp_path):
+    """write(gpu_model, claim lines) -> the Evidence of a conformance file `<gpu_model>.yaml` holding them."""
 
-    def write(gpu_model: str, claims: str) -> str:
+    def write(gpu_model: str, claims: str) -> Evidence:
         n = len(yaml.safe_load(f"claims:\n{claims}")["claims"] or {})
         (tmp_path / f"{gpu_model}.yaml").write_text(f"gpu: {gpu_model}\nclaim_count: {n}\nclaims:\n{claims}")
-        conformance.load.cache_clear()
-        return gpu_model
+        return Evidence(conformance_dir=tmp_path)
 
-    yield write
-    conformance.load.cache_clear()
+    return write

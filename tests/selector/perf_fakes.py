@@ -6,8 +6,7 @@ import itertools
 
 import yaml
 
-from kselect.selector import conformance
-from kselect.selector.perf import PerfEntry, StepEntry
+from kselect.selector.evidence.perf_data import PerfEntry, StepEntry
 
 GPU = "fake_gpu"
 PATHS = ("FLASH_ATTN_v4", "FLASHINFER", "TRITON_ATTN")
@@ -23,7 +22,6 @@ def write_conformance(tmp, unverified=("TRITON_ATTN:bf16:d512",), refuted=(), ex
         bad = any(cid.startswith(r) for r in refuted)
         claims[cid] = {"status": "refuted" if bad else "verified", "rel_err": 0.5 if bad else (0.02 if dt == "fp8" else 0.002)}
     (tmp / f"{GPU}.yaml").write_text(yaml.safe_dump({"gpu": GPU, "claim_count": len(claims), "claims": claims}))
-    conformance.load.cache_clear()
 
 
 ANY_PAGE, PAGES = 1, (16, 32, 64, 128)  # an entry at ANY_PAGE is written at every page in PAGES

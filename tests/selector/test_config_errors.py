@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from kselect.selector.api import compose_raw, validate
-from kselect.selector.errors import KSelectError
+from kselect.selector.base.errors import KSelectError
 
 BASE = compose_raw(["platform=sm90", "model=gemma4_31b"])
 
@@ -59,7 +59,7 @@ def test_rule_unknown_fact_names_the_key():
     d = copy.deepcopy(BASE)
     d["rules"]["x"] = {"stage": "reject", "reason": "r", "when": {"platform.cc": 9}}
     cfg = validate(d)
-    from kselect.selector.resolve import resolve
+    from kselect.selector.api import resolve
 
     with pytest.raises(KSelectError) as e:
         resolve(cfg)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector.claims import declared_claims
-from kselect.selector.api import select
+from kselect.selector.measure.claims import declared_claims
+from kselect.selector.api import compose, resolve
 
 @pytest.fixture
 def sel():
     """These rows test the seed story's rules (vLLM main after #52987) and its overlays."""
-    return lambda *o: select(["rules=post_pr52987", *o])
+    return lambda *o, evidence=None: resolve(compose(["rules=post_pr52987", *o]), evidence)
 
 
 @pytest.fixture
 def h200_data(fake_conformance):
-    fake_conformance(
+    return fake_conformance(
         "nvidia_h200",
         "  'FLASH_ATTN_v4:fp8:d256:window': {status: refuted, rel_err: 1.2, detail: wrong output}\n"
         "  'FLASH_ATTN_v4:fp8:d512:causal': {status: verified, rel_err: 0.0017}\n",
@@ -23,7 +23,7 @@ def h200_data(fake_conformance):
 
 
 def test_pr48666_sliding_claim_refuted(h200_data, sel):
-    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]")
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "overlay=[pr48666]", evidence=h200_data)
     sw, full = s.group("sliding_window"), s.group("full_attention")
     status = {c.claim: c.status for c in sw.claims}
     assert status["FLASH_ATTN_v4:fp8:d256:window"] == "refuted"
@@ -44,8 +44,8 @@ def test_no_data_means_unverified(sel):
 
 
 def test_a_claim_never_run_for_a_missing_package_is_unverified(fake_conformance, sel):
-    fake_conformance("nvidia_h200", "  'FLASHINFER:fp8:d512:causal': {status: unavailable, detail: 'ImportError: no flashinfer'}\n")
-    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
+    ev = fake_conformance("nvidia_h200", "  'FLASHINFER:fp8:d512:causal': {status: unavailable, detail: 'ImportError: no flashinfer'}\n")
+    s = sel("platform=sm90", "model=gemma4_31b", "kv_cache=fp8", evidence=ev)
     assert {c.claim: c.status for c in s.group("full_attention").claims}["FLASHINFER:fp8:d512:causal"] == "unverified"
 
 

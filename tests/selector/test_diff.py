@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from kselect.selector.api import CONF_DIR
-from kselect.selector.diff import collapse, diff_results, render, render_rect
-from kselect.selector.diff_render import detail
-from kselect.selector.diff import main as diff_main
-from kselect.selector.errors import KSelectError
-from kselect.selector.matrix import load_matrix, resolve_named
+from kselect.selector.review.diff import collapse, diff_results, render, render_rect
+from kselect.selector.review.diff_render import detail
+from kselect.selector.commands.diff import main as diff_main
+from kselect.selector.base.errors import KSelectError
+from kselect.selector.review.matrix import load_matrix, resolve_named
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kselect.selector.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kselect.selector.commands.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def _diff(a, b, matrix="default"):
@@ -77,8 +77,8 @@ def test_a_cell_that_became_valid_says_what_it_now_runs():
     """A became_valid block renders the cell's old error and the kernels it now runs, by their one label."""
     from dataclasses import replace
 
-    from kselect.selector import texts
-    from kselect.selector.diff_render import render as render_diff
+    from kselect.selector.base import texts
+    from kselect.selector.review.diff_render import render as render_diff
 
     spec = load_matrix("default")
     rs = list(resolve_named("default", ()))
@@ -223,8 +223,8 @@ def test_git_revision_from_before_the_rules_options(old_conf_repo, capsys):
 
 def test_a_prefill_backend_move_renders_what_prefill_ran_before():
     """`same` (prefill on the decode backend) is data; the text names it, never prints the token."""
-    from kselect.selector.diff_records import PREFILL_AS_DECODE, Change, ChangeLine
-    from kselect.selector.diff_render import change_line
+    from kselect.selector.review.diff_records import PREFILL_AS_DECODE, Change, ChangeLine
+    from kselect.selector.review.diff_render import change_line
 
     line = ChangeLine(groups=("sliding_window",),
                       changes=(Change(field="prefill_backend", a=PREFILL_AS_DECODE, b="FLASH_ATTN v3+upstream"),))
@@ -234,9 +234,9 @@ def test_a_prefill_backend_move_renders_what_prefill_ran_before():
 def test_h200_objective_matrix_runs_every_cell_with_and_without_the_upstream_build():
     """conf/matrix/h200_objective.yaml, the review matrix of measured selection on the H200: every cell resolves under
     objective=latency, and flash-attention's FA3 build runs only in the cells that pin it installed (fa3up)."""
-    from kselect.selector.cells import expand
-    from kselect.selector.configs import Builder
-    from kselect.selector.matrix import load_matrix, resolve_cells
+    from kselect.selector.review.cells import expand
+    from kselect.selector.review.configs import Builder
+    from kselect.selector.review.matrix import load_matrix, resolve_cells
 
     results = resolve_cells(expand(load_matrix("h200_objective", CONF_DIR)), builder=Builder(CONF_DIR, ["objective=latency"]))
     assert len(results) == 64 and all(r.outcome == "ok" for r in results)

@@ -13,14 +13,14 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
 from kselect.selector.api import CONF_DIR, compose
-from kselect.selector.diff import diff_results, render as render_diff
-from kselect.selector.diff_render import detail
-from kselect.selector.gather import markdown as gather_markdown
-from kselect.selector.gather import table as gather_table
-from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
-from kselect.selector.render import render
-from kselect.selector.resolve import resolve
-from kselect.selector.sweep import run_job
+from kselect.selector.review.diff import diff_results, render as render_diff
+from kselect.selector.review.diff_render import detail
+from kselect.selector.review.gather import markdown as gather_markdown
+from kselect.selector.review.gather import table as gather_table
+from kselect.selector.review.matrix import MatrixSpec, expand, resolve_cells
+from kselect.selector.export.formats import render
+from kselect.selector.api import Evidence, resolve
+from kselect.selector.review.sweep import run_job
 
 SM90 = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]  # the seed story's rules
 MTP_UNIT = "mtp-unit_scales_on_calibrated_fp8"
@@ -53,25 +53,28 @@ def test_selection_formats_show_the_warning(case, fmt):
     assert needle in text
 
 
+REFUTED_GPU = "fake_h200"
+
+
 @pytest.fixture
-def refuted_gpu(fake_conformance):
-    """A measured GPU on which FA4 FP8 at head 512 failed."""
+def refuted_gpu(fake_conformance) -> Evidence:
+    """The evidence of a measured GPU (REFUTED_GPU) on which FA4 FP8 at head 512 failed."""
     return fake_conformance(
-        "fake_h200",
+        REFUTED_GPU,
         "  FLASH_ATTN_v4:fp8:d512:causal: {status: refuted, rel_err: 0.31, detail: garbage tokens}\n"
         "  FLASH_ATTN_v4:fp8:d256:causal: {status: verified, rel_err: 0.002}\n",
     )
 
 
 def test_refuted_claims_in_every_format(refuted_gpu):
-    sel = resolve(compose(SM90 + ["overlay=[pr48666]", f"platform.gpu_model={refuted_gpu}"]))
+    sel = resolve(compose(SM90 + ["overlay=[pr48666]", f"platform.gpu_model={REFUTED_GPU}"]), refuted_gpu)
     full = sel.group("full_attention")
     assert {c.claim: c.status for c in full.claims}["FLASH_ATTN_v4:fp8:d512:causal"] == "refuted"
     for fmt in ("table", "json", "markdown"):
         assert "REFUTED on fake_h200: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31, garbage tokens)" in render(sel, fmt)
     # vLLM 0.33.0 runs the same FA4 FP8 path at head 512 (its own rules, no overlay): the export warns too
-    cfg = compose(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", f"platform.gpu_model={refuted_gpu}"])
-    assert "REFUTED on fake_h200: FLASH_ATTN_v4:fp8:d512:causal" in render(resolve(cfg), "vllm", cfg=cfg)
+    cfg = compose(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", f"platform.gpu_model={REFUTED_GPU}"])
+    assert "REFUTED on fake_h200: FLASH_ATTN_v4:fp8:d512:causal" in render(resolve(cfg, refuted_gpu), "vllm", cfg=cfg)
 
 
 def _matrix(pins=None) -> MatrixSpec:
@@ -84,8 +87,9 @@ def _matrix(pins=None) -> MatrixSpec:
     )
 
 
-def _diff(spec, a, b):
-    return diff_results(spec, resolve_cells(expand(spec, a)), resolve_cells(expand(spec, b)), str(list(a)), str(list(b)))
+def _diff(spec, a, b, evidence=None):
+    return diff_results(spec, resolve_cells(expand(spec, a), evidence=evidence), resolve_cells(expand(spec, b), evidence=evidence),
+                        str(list(a)), str(list(b)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,13 +115,13 @@ def test_diffs_show_new_warnings_first(fmt):
 
 
 def test_refuted_claims_lead_the_warnings_of_a_diff(refuted_gpu):
-    spec = _matrix({"auto": {"platform.gpu_model": refuted_gpu}})
-    d = _diff(spec, (), ("pr48666",))
+    spec = _matrix({"auto": {"platform.gpu_model": REFUTED_GPU}})
+    d = _diff(spec, (), ("pr48666",), refuted_gpu)
     warn = [b for b in d.blocks if b.kind == "new_warning"]
-    assert warn[0].key == ("claims_refuted", refuted_gpu)
+    assert warn[0].key == ("claims_refuted", REFUTED_GPU)
     first = warn[0].details[0][0]
     assert (first.group, [c.claim for c in first.claims]) == ("full_attention", ["FLASH_ATTN_v4:fp8:d512:causal"])
-    assert warn[0].title == f"REFUTED on {refuted_gpu}: hardware claims of the selected kernels [conformance]"
+    assert warn[0].title == f"REFUTED on {REFUTED_GPU}: hardware claims of the selected kernels [conformance]"
     assert detail(first).startswith("full_attention: FLASH_ATTN_v4:fp8:d512:causal (refuted, rel err 0.31")
     assert "REFUTED on fake_h200" in render_diff(d, "markdown")
 

@@ -10,10 +10,10 @@ import re
 import pytest
 
 from kselect.selector.api import compose
-from kselect.selector.render import render
-from kselect.selector.resolve import resolve
-from kselect.selector.vllm_export import vllm_kernels
-from kselect.selector.vocab import ALT_BUILDS
+from kselect.selector.export.render import render
+from kselect.selector.rules.resolve import resolve
+from kselect.selector.export.vllm_export import vllm_kernels
+from kselect.selector.config.vocab import ALT_BUILDS
 
 UPSTREAM = ("platform.packages.fa3_upstream=true",)  # flash-attention's FA3 build installed: a second build to choose
 CELLS = [("gemma4_e4b", "fp8", "latency", ()), ("gemma4_e4b", "fp8", "throughput", ()),

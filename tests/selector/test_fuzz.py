@@ -3,11 +3,11 @@
 Every case is invalid by construction. Each one runs the command's own `main` in-process
 through the shared error path (`selector.cli.call_main`, what `kselect <cmd>` runs) and must:
 exit 2; print one paragraph on stderr that names the key or file (`names`); print no traceback
-and no "internal error" (the bug marker of call_main); take under 10 s. The process stays under
+and no "internal error" (the bug marker of call_main). The process stays under
 2 GiB (max RSS, checked after each chunk). Config-file content (rules, capabilities, model
 presets) is fuzzed through `api.validate`, the validator every command runs on a composed
 config, because a Hydra compose per case would cost minutes. A few cases run as real
-subprocesses, each held to 10 s of CPU and 2 GiB of RSS (os.wait4). The table's size is asserted
+subprocesses, each held to 2 GiB of RSS (os.wait4); no time bound (that is a benchmark's). The table's size is asserted
 (>= 2,000 command lines, the config contents and real processes on top). Cost: about 70 CPU-s on
 the 2-core CI machine (bench/results/selector/fuzz_time/README.md), mostly one Hydra compose
 (~0.3 s) for each case that gets past the guard.
@@ -24,7 +24,6 @@ import resource
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +31,13 @@ from pathlib import Path
 import pytest
 
 from kselect.selector.api import compose_raw, validate
-from kselect.selector.cli import call_main
-from kselect.selector.errors import KSelectError, SelectionError
-from kselect.selector.resolve import resolve
+from kselect.selector.base.cli_errors import call_main
+from kselect.selector.base.errors import KSelectError, SelectionError
+from kselect.selector.api import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 15
 CHUNKS = 4
-MAX_S = 10.0
 MAX_RSS_KB = 2 << 20  # 2 GiB
 
 
@@ -449,19 +447,19 @@ TABLE = table()
 
 def _main(cli: str):
     if cli == "select":
-        from kselect.selector.__main__ import main
+        from kselect.selector.commands.select import main
     elif cli == "claims":
-        from kselect.selector.claims import main
+        from kselect.selector.measure.claims import main
     elif cli == "diff":
-        from kselect.selector.diff import main
+        from kselect.selector.commands.diff import main
     elif cli == "matrix":
-        from kselect.selector.matrix import _main as main
+        from kselect.selector.review.matrix import _main as main
     elif cli == "plot":
-        from kselect.selector.plot import main
+        from kselect.selector.review.plot import main
     elif cli == "sweep":
-        from kselect.selector.sweep import main
+        from kselect.selector.review.sweep import main
     elif cli == "gather":
-        from kselect.selector.gather import main
+        from kselect.selector.review.gather import main
     elif cli == "conformance":
         from kselect.conformance import main
     elif cli == "run":
@@ -492,7 +490,6 @@ def check(case: Case, root: Path, capsys) -> str | None:
     cwd = os.getcwd()
     argv = sys.argv[:]
     os.chdir(root)
-    t0 = time.perf_counter()
     try:
         code = call_main(_main(case.cli.split("-")[0]), list(case.argv))
     except BaseException as e:  # noqa: BLE001 - anything escaping call_main is a failure
@@ -501,7 +498,6 @@ def check(case: Case, root: Path, capsys) -> str | None:
         os.chdir(cwd)
         sys.argv[:] = argv
         os.environ.pop("KSELECT_DEBUG", None)
-    took = time.perf_counter() - t0
     out, err = capsys.readouterr()
     if code != 2:
         return f"exit {code} (want 2); stderr: {err[-300:]!r}"
@@ -513,8 +509,6 @@ def check(case: Case, root: Path, capsys) -> str | None:
         return f"more than one paragraph: {err!r}"
     if not any(n.lower() in err.lower() for n in case.names):
         return f"message names none of {case.names}: {err[-300:]!r}"
-    if took > MAX_S:
-        return f"took {took:.1f} s"
     return None
 
 
@@ -661,9 +655,8 @@ def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, float, int]:
 
 @pytest.mark.parametrize("argv", SUBPROCESS, ids=[a[0] for a in SUBPROCESS])
 def test_real_processes_exit_2_without_traceback(argv, tmp_path):
-    code, err, cpu_s, rss_kb = run_measured(argv, tmp_path)
+    code, err, _, rss_kb = run_measured(argv, tmp_path)  # its CPU time is a benchmark's, never a test's
     assert code == 2, err[-1000:]
     assert "Traceback" not in err and "internal error" not in err, err[-1000:]
     assert err.strip() and "\n\n" not in err.strip()
-    assert cpu_s < MAX_S, f"{cpu_s:.1f} s of CPU"
     assert rss_kb < MAX_RSS_KB, f"max RSS {rss_kb / 1024:.0f} MiB"

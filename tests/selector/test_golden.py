@@ -20,7 +20,7 @@ import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from kselect.selector.api import CONF_DIR
-from kselect.selector.matrix import expand, load_matrix, matrix_text, resolve_cells, resolve_named
+from kselect.selector.review.matrix import expand, load_matrix, matrix_text, resolve_cells, resolve_named
 
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / "test_golden"
 

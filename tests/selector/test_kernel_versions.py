@@ -1,14 +1,14 @@
 """The objective warns where it ranks a figure measured on another kernel library version than the release the
-rules model (selector/kernel_versions.py): vLLM's Triton kernel timed from another release's source."""
+rules model (selector/evidence/kernel_versions.py): vLLM's Triton kernel timed from another release's source."""
 
 from __future__ import annotations
 
 import pytest
 
-from kselect.selector import conformance, perf
+from kselect.selector.evidence import conformance_data as conformance, perf
 from kselect.selector.api import compose
-from kselect.selector.kernel_versions import other_versions, release_of
-from kselect.selector.resolve import resolve
+from kselect.selector.evidence.kernel_versions import other_versions, release_of
+from kselect.selector.rules.resolve import resolve
 
 from perf_fakes import GPU, entry, write_conformance, write_perf
 

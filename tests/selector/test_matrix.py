@@ -3,13 +3,12 @@ fast path (one compose per overlay set + model_copy) agreeing with a full Hydra 
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from kselect.selector.api import compose
-from kselect.selector.errors import SelectionError
-from kselect.selector.matrix import (
+from kselect.selector.base.errors import SelectionError
+from kselect.selector.review.matrix import (
     Builder,
     Cell,
     MatrixError,
@@ -21,7 +20,7 @@ from kselect.selector.matrix import (
     resolve_named,
     skipped,
 )
-from kselect.selector.resolve import resolve
+from kselect.selector.api import resolve
 
 
 def test_default_matrix_shape():
@@ -129,7 +128,7 @@ def test_overlay_patches_environment_like_hydra(tmp_path):
 
 
 def test_one_compose_per_overlay_set(monkeypatch):
-    import kselect.selector.configs as m
+    import kselect.selector.review.configs as m
 
     calls = []
     real = m.compose_raw
@@ -142,17 +141,11 @@ def test_one_compose_per_overlay_set(monkeypatch):
     assert len(calls) == 2
 
 
-def test_default_matrix_resolves_fast():
-    """5,000+ cells well under 10 s on the 2-core CI. Measured on the #53175 overlay set, which
-    the overlay tests reuse (resolve_named caches it per process); when another test already
-    resolved it here, this only checks the size."""
-    cached = resolve_named.cache_info().currsize
-    t = time.process_time()
+def test_default_matrix_resolves_every_cell():
+    """5,000+ cells, each a result (its time is bench/selector/bench_selector.py's, not a test's)."""
     res = resolve_named("default", ("pr53175",))
-    cpu = time.process_time() - t
     assert len(res) > 5000
-    if resolve_named.cache_info().currsize > cached:  # it really ran
-        assert cpu < 8, f"{cpu:.1f}s of CPU for {len(res)} cells"
+    assert all(r.selection is not None or r.failure is not None for r in res)
 
 
 def test_parse_overlays():

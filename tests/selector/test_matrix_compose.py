@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from kselect.selector.api import CONF_DIR, compose
-from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
+from kselect.selector.review.matrix import MatrixSpec, expand, resolve_cells
 
 
 def test_group_options_with_defaults_lists_and_interpolations(tmp_path):

@@ -7,10 +7,8 @@ import json
 
 import pytest
 
-from kselect.selector import conformance, perf
-from kselect.selector.api import compose
-from kselect.selector.render import render
-from kselect.selector.resolve import resolve
+from kselect.selector.api import Evidence, compose, resolve
+from kselect.selector.export.formats import render
 
 from perf_fakes import FEATURES, GPU, entry as E, step, write_conformance, write_perf
 
@@ -24,31 +22,38 @@ BUCKETS = [
 ]
 
 
+FAKE = {}  # "dir": the fake GPU's evidence folder (conformance/, perf/) of the running test
+
+
 @pytest.fixture
 def fake_gpu(tmp_path, monkeypatch):
+    """make(buckets, steps, **conformance) writes the fake GPU's files; run/export/evidence() read them."""
     cdir, pdir = tmp_path / "conformance", tmp_path / "perf"
     cdir.mkdir()
     pdir.mkdir()
-    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", cdir)
+    monkeypatch.setitem(FAKE, "dir", tmp_path)
 
     def make(buckets=BUCKETS, steps=(), **conf):
         write_conformance(cdir, **conf)
         write_perf(pdir, buckets, steps)
         return pdir
 
-    with perf.perf_dir(pdir):
-        yield make
-    conformance.load.cache_clear()
+    return make
+
+
+def evidence() -> Evidence:
+    """The fake GPU's files as written now (a new value after each make(): Evidence reads a file once)."""
+    return Evidence.load(FAKE["dir"]) if "dir" in FAKE else Evidence.none()
 
 
 def run(*over):
-    return resolve(compose([*BASE, *over]))
+    return resolve(compose([*BASE, *over]), evidence())
 
 
 def export(*over) -> str:
     """output=vllm of a selection (the export re-resolves its config under vLLM 0.33.0's rules)."""
     cfg = compose([*BASE, *over])
-    return render(resolve(cfg), "vllm", cfg=cfg)
+    return render(resolve(cfg, evidence()), "vllm", cfg=cfg)
 
 
 def test_vllm_objective_is_the_faithful_selection(fake_gpu):
@@ -165,11 +170,11 @@ def test_vllm_export_names_per_phase_loss(fake_gpu):
 
 
 def test_explain_answers_the_fp8_question(fake_gpu):
-    from kselect.selector.explain import explain, to_text
+    from kselect.selector.measure.explain import explain, to_text
 
     fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
                       E("FLASHINFER", 256, "prefill", 0.9, kv="fp8")])
-    d = explain(compose(BASE))
+    d = explain(compose(BASE), evidence())
     bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
     assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
     dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
@@ -184,11 +189,11 @@ def test_explain_answers_the_fp8_question(fake_gpu):
 def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake_gpu):
     """Headroom: vLLM's prefill kernels vs the fastest verified ones, all layers, and that saving as a share of the
     model's step measured at exactly the prefill point; a step at another context gives no share (no guess)."""
-    from kselect.selector.explain import explain, to_text
+    from kselect.selector.measure.explain import explain, to_text
 
     extra = [E("FLASH_ATTN_v4", 512, "prefill", 1.5), E("FLASHINFER", 512, "prefill", 1.2)]
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0)])
-    d = explain(compose(BASE))
+    d = explain(compose(BASE), evidence())
     assert d["steps"]["prefill"]["wall_ms"] == 400.0
     h = d["caches"]["bfloat16"]["prefill_headroom"]  # the record the text is rendered from (JSON output)
     assert (h["vllm_ms"], h["best_ms"], h["step_ms"]) == (40.0, 37.0, 400.0) and h["share"] == pytest.approx(0.0075)
@@ -196,7 +201,7 @@ def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake
     assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, fastest verified 37 ms: 3 ms saved = 0.75% " \
         "of the model's measured prefill step (400 ms wall, gemma4_31b:prefill:b1:c4096" in to_text(d)
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0, context=2048)])
-    text = to_text(explain(compose(BASE)))
+    text = to_text(explain(compose(BASE), evidence()))
     assert "3 ms saved (the model's step at B1 x 4096 is not measured: kselect perf-steps; no share" in text
 
 
@@ -204,8 +209,8 @@ def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_
     import shutil
 
     from kselect.selector.api import CONF_DIR
-    from kselect.selector.diff import Source, run_diff
-    from kselect.selector.matrix import MatrixSpec, resolve_cells, expand
+    from kselect.selector.review.diff import Source, run_diff
+    from kselect.selector.review.matrix import MatrixSpec, resolve_cells, expand
 
     fake_gpu()
     spec = MatrixSpec(axes={"platform": ["sm90"], "model": ["gemma4_31b"]},
@@ -214,6 +219,7 @@ def test_measured_data_and_objective_flow_through_the_matrix_diff(fake_gpu, tmp_
     for d, fi in ((a, 0.080), (b, 0.2)):  # b: new measurements make FLASHINFER's sliding decode slower than FA4
         shutil.copytree(CONF_DIR, d, ignore=shutil.ignore_patterns("perf"))
         (d / "perf").mkdir()
+        shutil.copy(FAKE["dir"] / "conformance" / f"{GPU}.yaml", d / "conformance")  # each side reads its own tree's
         write_perf(d / "perf", [x if (x.kernel, x.head, x.phase) != ("FLASHINFER", 256, "decode") else E("FLASHINFER", 256, "decode", fi)
                                 for x in BUCKETS])
     d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
@@ -351,10 +357,10 @@ def test_a_prefill_that_plans_on_the_host_pays_the_plan_once_a_step(fake_gpu):
     assert f.ms == pytest.approx(0.45 + 5.0 / 50) and f.kernel_ms == 0.45 and not f.host_bound
     assert "(+ plan 5 ms a step over the group's layers: kernels 0.45 ms)" in f.text()
     # explain's step totals carry the plan; its kernel total (what a profile of the step holds) does not
-    from kselect.selector.explain import explain, step
+    from kselect.selector.measure.explain import explain, step
 
     fake_gpu(buckets=rest + [fi.model_copy(update={"plan_ms": 5.0})], unverified=("TRITON_ATTN", "FLASH_ATTN_v4"))
-    rows = explain(compose(BASE))["caches"]["bfloat16"]["rows"]
+    rows = explain(compose(BASE), evidence())["caches"]["bfloat16"]["rows"]
     assert step(rows, "prefill", "best") == pytest.approx(step(rows, "prefill", "best", "kernel_ms") + 5.0)
     # decode figures carry no plan: the host plans a decode step while the GPU runs the previous one (FlashInfer's
     # B1 decode steps in bench/results/h200/splits/E1 cost what its kernels do, no extra millisecond)
@@ -447,8 +453,8 @@ def test_a_move_between_builds_shows_in_the_matrix_diff(fake_gpu, tmp_path):
     import shutil
 
     from kselect.selector.api import CONF_DIR
-    from kselect.selector.diff import Source, run_diff
-    from kselect.selector.matrix import MatrixSpec
+    from kselect.selector.review.diff import Source, run_diff
+    from kselect.selector.review.matrix import MatrixSpec
 
     fake_gpu(buckets=FP8_BUCKETS, extra={c: "verified" for c in FA3_FP8})
     spec = MatrixSpec(axes={"platform": ["sm90"], "model": ["gemma4_31b"], "kv_cache": ["fp8"]},
@@ -458,6 +464,7 @@ def test_a_move_between_builds_shows_in_the_matrix_diff(fake_gpu, tmp_path):
     for d, up in ((a, 0.4), (b, 0.9)):  # b: the upstream build's prefill re-measured slower than vLLM's (0.8)
         shutil.copytree(CONF_DIR, d, ignore=shutil.ignore_patterns("perf"))
         (d / "perf").mkdir()
+        shutil.copy(FAKE["dir"] / "conformance" / f"{GPU}.yaml", d / "conformance")  # each side reads its own tree's
         write_perf(d / "perf", [x if (x.kernel, x.phase) != ("FLASH_ATTN_v3+upstream", "prefill") else
                                 E("FLASH_ATTN_v3+upstream", 256, "prefill", up, kv="fp8") for x in FP8_BUCKETS])
     d = run_diff(Source("a", a, ()), Source("b", b, ()), spec)
@@ -473,8 +480,8 @@ def test_candidates_include_vllms_own_priority_of_each_group():
     """vLLM's SM90 multimodal priority rule reads a group fact (`group.draft: false`) and puts the TRITON_FLASH_ATTN
     composite first. The objective's candidates come from each target group's priority, as the resolver reads it; from
     the model-level facts alone the composite, vLLM's own choice there, was silently never a candidate."""
-    from kselect.selector.pins import priority_of
-    from kselect.selector.rulebook import rulebook
+    from kselect.selector.measure.pins import priority_of
+    from kselect.selector.rules.rulebook import rulebook
 
     mm = compose(["platform=sm90", "model=gemma4_e4b", "kv_cache=fp8", "model.multimodal=true"])
     text = compose(["platform=sm90", "model=gemma4_e4b", "kv_cache=fp8"])
@@ -492,20 +499,20 @@ def test_explain_notes_the_host_time_faster_kernels_add_to_an_eager_step(fake_gp
     """In an eager prefill step each call also costs its host time (`host_ms`): where the fastest kernels cost more of
     it than vLLM's, the headroom record carries the difference and the text says so; a graphed step, or kernels that
     cost no more host time, carry none."""
-    from kselect.selector.explain import explain, to_text
+    from kselect.selector.measure.explain import explain, to_text
 
     host = lambda x, ms: x.model_copy(update={"host_ms": ms})  # noqa: E731
     base = [host(x, 0.2) if x.phase == "prefill" else x for x in BUCKETS]  # sliding: FA4 both ways, same host time
     fast = [host(E("FLASH_ATTN_v4", 512, "prefill", 1.5), 0.1), host(E("FLASHINFER", 512, "prefill", 1.2), 0.4)]
     fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0)])
-    d = explain(compose(BASE))
+    d = explain(compose(BASE), evidence())
     h = d["caches"]["bfloat16"]["prefill_headroom"]
     assert h["host_added_ms"] == pytest.approx(10 * (0.4 - 0.1)) and h["step_over_kernels"] == pytest.approx(1.05)
     assert "note: that step runs eager (wall 1.05x its kernels) and the fastest kernels' calls cost 3 ms more host " \
         "time" in to_text(d)
     fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0).model_copy(update={"graphs": True})])
-    assert explain(compose(BASE))["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None
+    assert explain(compose(BASE), evidence())["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None
     cheap = [x.model_copy(update={"host_ms": 0.05}) if x.kernel == "FLASHINFER" else x for x in fast]
     fake_gpu(buckets=[*base, *cheap], steps=[step(420.0, 400.0)])
-    d = explain(compose(BASE))
+    d = explain(compose(BASE), evidence())
     assert d["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None and "note: that step" not in to_text(d)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector.matrix import resolve_named
+from kselect.selector.review.matrix import resolve_named
 
 BASE, PR, REVERT, RELAND = (), ("pr48666",), ("pr48666", "pr52987"), ("pr53175",)
 FA4_FP8 = ("fp8", "fp8_e4m3")  # the cache dtypes #48666's SM90 path takes (not e5m2)

@@ -1,9 +1,9 @@
-"""selector/perf.py `nearest`: which measured bucket stands for a shape. A bucket timed over a spread of
+"""selector/evidence/perf_data.py `nearest`: which measured bucket stands for a shape. A bucket timed over a spread of
 contexts covers every context in its range; equally near, a fenced bucket beats a back-to-back one."""
 
 from __future__ import annotations
 
-from kselect.selector.perf import PerfFile, nearest
+from kselect.selector.evidence.perf_data import PerfFile, nearest
 
 from perf_fakes import GPU, entry as E
 

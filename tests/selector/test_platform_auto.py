@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector import detect
+from kselect.selector.config import detect
 from kselect.selector.api import compose
-from kselect.selector.errors import KSelectError
+from kselect.selector.base.errors import KSelectError
 
 CPU = {"name": "sm90", "vendor": "nvidia", "device": "cuda", "compute_capability": [9, 0], "gpu_model": None,
        "packages": {"fa2": False, "fa3": False, "fa4": False, "flashinfer": False, "triton": False}}  # fmt: skip

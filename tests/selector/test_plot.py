@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from kselect.selector.errors import KSelectError
-from kselect.selector.plot import main
+from kselect.selector.base.errors import KSelectError
+from kselect.selector.review.plot import main
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -51,7 +51,7 @@ def test_bad_arguments():
 
 def test_diff_blocks_picture_is_the_diff(tmp_path, capsys):
     """style=blocks (the default for a diff): one row per block of `kselect diff`, before -> after."""
-    from kselect.selector.diff import diff_overlays
+    from kselect.selector.review.diff import diff_overlays
 
     out = tmp_path / "blocks"
     assert main(["b.overlay=[pr48666]", "matrix=smoke", f"out={out}"]) == 0

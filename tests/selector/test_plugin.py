@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector.pytest_plugin import CellCase
+from kselect.selector.review.pytest_plugin import CellCase
 
 # ---------------------------------------------------------------- a real test over the smoke matrix
 
@@ -29,7 +29,7 @@ def test_selection_invariants(kselect_cell):
 
 # the plugin under test; the inner sessions skip plugins they do not need (hypothesis's
 # terminal summary alone costs seconds the first time)
-PLUGIN = ("-p", "kselect.selector.pytest_plugin", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-p", "no:benchmark")
+PLUGIN = ("-p", "kselect.selector.review.pytest_plugin", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", "-p", "no:benchmark")
 
 TEST_FILE = """
 import pytest

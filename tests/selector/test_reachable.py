@@ -1,10 +1,10 @@
-"""selector/reachable.py: the kernel runs (path, dtype, shape, page) an objective can reach, which
+"""selector/measure/reachable.py: the kernel runs (path, dtype, shape, page) an objective can reach, which
 `kselect perf` times."""
 
 from __future__ import annotations
 
 from kselect.selector.api import compose
-from kselect.selector.reachable import KernelRun, reachable
+from kselect.selector.measure.reachable import KernelRun, reachable
 
 
 def test_every_valid_pin_combination_over_every_block_and_nothing_the_rules_refuse():

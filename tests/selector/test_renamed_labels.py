@@ -1,5 +1,5 @@
 """Tools read record fields, never text: rename every human label of the rendering vocabulary
-(selector/texts.py) and the diff, the plot's marks and the gathered sweep rows stay the same,
+(selector/base/texts.py) and the diff, the plot's marks and the gathered sweep rows stay the same,
 while the rendered outputs do change."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import re
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
-from kselect.selector import texts
+from kselect.selector.base import texts
 from kselect.selector.api import CONF_DIR
-from kselect.selector.diff import diff_results
-from kselect.selector.diff_render import render
-from kselect.selector.gather import rows
-from kselect.selector.grid import Grid, cell_marks
-from kselect.selector.matrix import MatrixSpec, expand, resolve_cells
-from kselect.selector.sweep import run_job
+from kselect.selector.review.diff import diff_results
+from kselect.selector.review.diff_render import render
+from kselect.selector.review.gather import rows
+from kselect.selector.review.grid import Grid, cell_marks
+from kselect.selector.review.matrix import MatrixSpec, expand, resolve_cells
+from kselect.selector.review.sweep import run_job
 
 SPEC = MatrixSpec(
     name="renamed",

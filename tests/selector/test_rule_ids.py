@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from kselect.selector.api import compose, compose_raw, validate
-from kselect.selector.errors import KSelectError
-from kselect.selector.resolve import resolve
+from kselect.selector.base.errors import KSelectError
+from kselect.selector.api import resolve
 
 ENV = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
 GATE = "fa-kv_dtype_version_gate"

@@ -1,12 +1,12 @@
-"""One test per row of the rules table in vllm-selection.md section 10 (PRE/POST and the
-#48666 PR column), on the Gemma-4 presets. Each asserts the backend/version/blocks and that
+"""One test per rule of vLLM's selection as conf/rules/post_pr52987.yaml holds it (PRE/POST, and with
+vLLM PR #48666 as conf/overlay/pr48666.yaml), on the Gemma-4 presets. Each asserts the backend/version/blocks and that
 the responsible rule id is in the trace or the rejection reasons."""
 
 from __future__ import annotations
 
 import pytest
 
-from kselect.selector.errors import SelectionError
+from kselect.selector.base.errors import SelectionError
 
 SM90_31B = ("platform=sm90", "model=gemma4_31b")
 PR = "overlay=[pr48666]"
@@ -137,7 +137,7 @@ def test_r12_multimodal_fp8_pre_triton_pr_fa4(sel):
 
 
 def test_r13_r15_r16_pr_blocks_31b(sel):
-    """vllm-selection.md section 5: PR, SM90, FP8, FA4: preferred 64, SWA 64, full 64 -> 128, kernel 64."""
+    """Block-size negotiation (vLLM's unify_kv_cache_spec_page_size, select_common_block_size): PR, SM90, FP8, FA4: preferred 64, SWA 64, full 64 -> 128, kernel 64."""
     s = sel(*SM90_31B, "kv_cache=fp8", PR)
     sw, full = s.group("sliding_window"), s.group("full_attention")
     assert s.block_size == 64

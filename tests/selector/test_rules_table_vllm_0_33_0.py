@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from kselect.selector.api import compose
-from kselect.selector.errors import KSelectError, SelectionError
-from kselect.selector.render import render
-from kselect.selector.resolve import resolve
+from kselect.selector.base.errors import KSelectError, SelectionError
+from kselect.selector.export.formats import render
+from kselect.selector.api import resolve
 
 
 def sel(*o):

@@ -7,8 +7,8 @@ import yaml
 
 from kselect import conformance
 from kselect.conformance import check_claim
-from kselect.selector.claims import claim_runs
-from kselect.selector.vocab import parse_claim
+from kselect.selector.measure.claims import claim_runs
+from kselect.selector.config.vocab import parse_claim
 
 
 def test_parse():

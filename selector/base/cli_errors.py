@@ -1,0 +1,85 @@
+"""Shared CLI plumbing: every error prints one paragraph on stderr and exits with status 2.
+
+`--debug` anywhere on the command line (or KSELECT_DEBUG=1) re-raises instead, with the
+traceback. An exception that is not a KSelectError is a bug in kselect: it still exits 2 with
+one paragraph, which says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ..base.errors import KSelectError
+
+DEBUG_FLAG = "--debug"
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("KSELECT_DEBUG", "") not in ("", "0")
+
+
+def strip_debug(argv: Sequence[str]) -> list[str]:
+    """argv without `--debug`."""
+    return [a for a in argv if a != DEBUG_FLAG]
+
+
+def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
+    """Run a command's main on argv and return its exit status (errors reported, never raised,
+    unless debugging). Tests call this in-process."""
+    debug = DEBUG_FLAG in argv or debug_enabled()
+    argv = strip_debug(argv)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse and friends
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else _report_text(str(e.code)))
+    except KSelectError as e:
+        if debug:
+            raise
+        report_error(e)
+        code = 2
+    except BrokenPipeError:
+        code = 0
+    except KeyboardInterrupt:
+        print("kselect: interrupted", file=sys.stderr)
+        code = 130
+    except (MemoryError, RecursionError) as e:
+        if debug:
+            raise
+        report_error(f"input too large to process ({e.__class__.__name__}); make the config or file smaller")
+        code = 2
+    except Exception as e:  # noqa: BLE001 - a bug: one paragraph for the user, the traceback on --debug
+        if debug:
+            raise
+        report_error(
+            f"internal error {e.__class__.__name__}: {e} (a bug in kselect: please report it with the command line; "
+            f"rerun with --debug or KSELECT_DEBUG=1 for the traceback)"
+        )
+        code = 2
+    return 0 if code is None else code
+
+
+def run_cli(main: Callable[[list[str]], int | None]) -> None:
+    sys.exit(call_main(main, sys.argv[1:]))
+
+
+def run_script(main: Callable[[], int | None]) -> None:
+    """run_cli for a script whose main() parses sys.argv itself (argparse)."""
+
+    def wrapped(argv: list[str]) -> int | None:
+        sys.argv[1:] = argv  # without --debug
+        return main()
+
+    sys.exit(call_main(wrapped, sys.argv[1:]))
+
+
+def _report_text(text: str) -> int:
+    report_error(text)
+    return 2
+
+
+def report_error(e: Exception | str) -> None:
+    """One paragraph: blank lines squeezed out; the message names the key or file."""
+    text = "\n".join(line for line in str(e).splitlines() if line.strip())
+    print(f"kselect: {text}", file=sys.stderr)

@@ -1,0 +1,218 @@
+"""Every `kselect <command>` that takes Hydra overrides is a real Hydra app (`hydra.main`):
+`--help`, `--hydra-help`, `--cfg job|hydra|all`, `--info`, `-m/--multirun`, `-c`,
+`--shell-completion` and `hydra.*` overrides behave as in any Hydra app.
+
+What kselect adds around `hydra.main`:
+
+- A plain run writes nothing: unless the command line asks for an output directory
+  (`hydra.run.dir=...`, `-m`), the app runs with `hydra.run.dir=.`, `hydra.output_subdir=null`
+  and `hydra/job_logging=none`, so there is no `outputs/` and no log file. Asking for a
+  directory gets Hydra's usual record (`<dir>/.hydra/`). These defaults are plain leading
+  overrides, so any later one on the command line wins and `--cfg hydra` shows them.
+- Errors are one paragraph on stderr and exit status 2 (the project's contract): a config
+  Hydra cannot compose (an unknown option or key, an override it cannot parse) and every
+  `KSelectError` the command raises. `HYDRA_FULL_ERROR=1` still gives Hydra's traceback.
+- `renamed`: old spellings of keys (e.g. `overlays=`) exit 2 naming the new one.
+- Each command's `--help` shows its own docstring (`hydra/help=kselect_<command>`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .cli_errors import report_error
+from ..base.errors import KSelectError
+
+Task = Callable[[DictConfig], int]
+
+# Hydra's default help, with the command's own text above the config groups and the config.
+_HELP_TEMPLATE = """${hydra.help.header}
+== Configuration groups ==
+Compose your configuration from those groups (group=option)
+
+$APP_CONFIG_GROUPS
+
+== Config ==
+Override anything in the config (foo.bar=value)
+
+$CONFIG
+
+${hydra.help.footer}"""
+
+# An unquoted Hydra override value may not hold these (git revisions often do: HEAD~1, main^).
+_NEEDS_QUOTES = re.compile(r"[~^!#&;<>`\"'\s]")
+
+
+def _wants_output(argv: list[str]) -> bool:
+    return any(a in ("-m", "--multirun") or a.startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv)
+
+
+def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra's own flags with their values, the overrides) of a command line."""
+    with_value = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-path", "-cp", "--config-name", "-cn",
+                  "--config-dir", "-cd", "--experimental-rerun"}  # fmt: skip
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-"):
+            flags.append(a)
+            if a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
+                flags.append(argv[i + 1])
+                i += 1
+            elif a in ("--info", "-i"):  # its value is optional: name Hydra's default, or our overrides become it
+                flags.append("all")
+        else:
+            overrides.append(a)
+        i += 1
+    return flags, overrides
+
+
+_MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
+          "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
+          "--shell-completion": "--shell-completion"}
+
+
+def check_one_mode(command: str, flags: list[str]) -> None:
+    """Hydra runs one mode per command line; two (e.g. `-m --info`) is the user's error, said as one."""
+    modes = sorted({_MODES[f] for f in flags if f in _MODES})
+    if len(modes) > 1:
+        raise KSelectError(f"kselect {command}: {' and '.join(modes)} together; allowed: one of --run, --multirun (-m), "
+                           "--cfg, --info, --shell-completion per command line")
+
+
+def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0]
+        if key in renamed:
+            raise KSelectError(f"{command}: {o!r} is the old spelling; {renamed[key]}")
+
+
+def quote_values(overrides: list[str], keys: tuple[str, ...]) -> list[str]:
+    """Quote the value of `key=value` for keys whose values are git revisions (`a.conf=git:HEAD~1`)."""
+    out = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and key in keys and _NEEDS_QUOTES.search(value) and value[:1] not in "'\"":
+            o = f"{key}='{value}'" if "'" not in value else o
+        out.append(o)
+    return out
+
+
+def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
+    """One paragraph for an error Hydra or OmegaConf raised while composing, naming the overrides
+    it is about (those whose key the message names; else every override)."""
+    parts = [str(e)]
+    if e.__cause__ is not None and str(e.__cause__) not in parts[0]:
+        parts.append(str(e.__cause__))
+    text = " ".join(line.strip() for p in parts for line in p.split("Config search path")[0].splitlines() if line.strip())
+    text = text.replace("See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details", "")
+    text = text.strip() or e.__class__.__name__
+    if any(w in text for w in ("mismatched input", "no viable alternative", "extraneous input", "token recognition")):
+        text += ("; allowed: key=value overrides in Hydra's grammar (quote a value that holds = ( ) ~ $ or spaces: "
+                 "key='value')")
+    if overrides:
+        bad = [o for o in overrides if o.lstrip("+~").split("=")[0] in text] or list(overrides)
+        return f"invalid config: {' '.join(bad)}: {text}"
+    return "invalid config: " + text
+
+
+def _register_help(command: str, doc: str) -> str:
+    name = f"kselect_{command}"
+    ConfigStore.instance().store(
+        group="hydra/help", name=name,
+        node={"app_name": f"kselect {command}", "header": doc.strip(),
+              "footer": "Hydra flags: --cfg job|hydra|all, --info, -m/--multirun, -c, --shell-completion, "
+                        "hydra.* overrides (kselect --hydra-help).",
+              "template": _HELP_TEMPLATE},
+    )  # fmt: skip
+    return name
+
+
+def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir: Path | None = None,
+            renamed: dict[str, str] | None = None, quoted: tuple[str, ...] = ()) -> None:
+    """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
+    argv = sys.argv[1:]
+    flags, overrides = _option_args(argv)
+    try:
+        check_renamed(command, overrides, renamed or {})
+        check_one_mode(command, flags)
+    except KSelectError as e:
+        report_error(e)
+        sys.exit(2)
+    # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
+    # flags go first (argparse takes the overrides as one positional list).
+    lead = [f"hydra.job.name=kselect_{command}", f"hydra/help={_register_help(command, doc)}"]
+    if not _wants_output(argv):
+        lead += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none"]
+    sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(overrides, quoted)]
+    status = {"code": 0}
+
+    @hydra.main(config_path=str(config_dir) if config_dir else None, config_name=config_name, version_base="1.3")
+    def _app(cfg: DictConfig) -> None:
+        # The task composes other configs with Hydra's compose API (the matrix, a selection per
+        # cell), which refuses to start while this app holds GlobalHydra: lend it, then restore.
+        gh = GlobalHydra.instance()
+        held, gh.hydra = gh.hydra, None
+        try:
+            code = task(cfg)
+        except KSelectError as e:
+            report_error(e)
+            code = 2
+        except BrokenPipeError:
+            code = 0
+        finally:
+            gh.hydra = held
+        status["code"] = max(status["code"], code or 0)
+        if code and HydraConfig.get().mode == RunMode.RUN:
+            sys.exit(code)
+
+    ours = "HYDRA_FULL_ERROR" not in os.environ
+    if ours:  # Hydra then raises instead of printing its own multi-paragraph report and exit 1
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _app()
+    except (HydraException, OmegaConfBaseException) as e:
+        if not ours:
+            raise
+        report_error(KSelectError(compose_error(e, overrides)))
+        sys.exit(2)
+    finally:
+        if ours:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+    sys.exit(status["code"])
+
+
+def container(cfg: DictConfig) -> dict:
+    """The composed config as a plain dict (the `hydra` node is not part of it)."""
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+
+
+def task_overrides() -> list[str]:
+    """The overrides of this job as the user wrote them (without kselect's leading hydra.* ones)."""
+    return list(HydraConfig.get().overrides.task)
+
+
+def compose_args(command: str, config_name: str, argv: list[str], renamed: dict[str, str] | None = None) -> DictConfig:
+    """The config a command composes from `argv` (overrides only), in-process: what tests and
+    notebooks call instead of spawning `kselect <command>`. Errors as KSelectError."""
+    from hydra import compose, initialize  # noqa: PLC0415
+
+    check_renamed(command, argv, renamed or {})
+    try:
+        with initialize(version_base="1.3", config_path=None):
+            return compose(config_name=config_name, overrides=list(argv))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise KSelectError(compose_error(e, list(argv))) from None

@@ -1,0 +1,74 @@
+"""Compose the Hydra config once and validate it (the facade selector/api.py re-exports these).
+
+    cfg = compose(["platform=sm90", "model=gemma4_31b", "kv_cache=fp8"])
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import ValidationError
+
+from ..base.errors import ConfigError, KSelectError, format_validation_error
+from ..config.guard import check_conf_tree, check_overrides
+from ..config.schema import KSelectConfig
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # a checkout's conf/, or the wheel's kselect/conf
+
+__all__ = ["CONF_DIR", "compose", "compose_raw", "validate"]
+
+
+def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> dict:
+    """Hydra compose -> a plain dict. Raises KSelectError naming the override or file.
+
+    The conf tree and the overrides are checked first (guard.py): no code, no interpolations,
+    no names outside conf/, bounded YAML."""
+    overrides = list(overrides)
+    if not Path(conf_dir).is_dir():
+        raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
+    check_overrides(overrides, conf_dir)
+    check_conf_tree(conf_dir)
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError, AssertionError) as e:
+        msg = _one_paragraph(e)
+        missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
+        if missing and (Path(conf_dir) / missing[1]).is_dir():
+            opts = sorted(p.stem for p in (Path(conf_dir) / missing[1]).glob("*.yaml"))
+            msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
+        bad = [o for o in overrides if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or list(overrides)
+        raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("<root>", data, "a mapping")
+    return data
+
+
+def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
+    """Validate a composed dict; `platform.name: auto` is detected here, keeping the
+    `platform.*` keys that `overrides` (the command line) or an overlay set."""
+    if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
+        from ..config.detect import auto_platform  # noqa: PLC0415 - torch only for auto
+
+        data = {**data, "platform": auto_platform(data["platform"], overrides, Path(conf_dir))}
+    try:
+        return KSelectConfig.model_validate(data)
+    except ValidationError as e:
+        raise KSelectError(format_validation_error(e)) from None
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
+    return validate(compose_raw(overrides, conf_dir), overrides, conf_dir)
+
+
+def _one_paragraph(e: Exception) -> str:
+    text = str(e).split("Config search path")[0]
+    msg = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return msg or e.__class__.__name__

@@ -1,0 +1,159 @@
+"""The selector's vocabulary, declared once: layer-group kinds and ids, KV-cache dtypes, and the
+capability-claim id grammar (built and parsed here only). Pure: no pydantic, no torch; every
+layer of the project may import it (`kselect.selector.config.vocab`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+# ---------------------------------------------------------------- layer groups
+
+GroupKind = Literal["sliding_window", "full_attention"]
+LayerType = Literal["sliding_attention", "full_attention"]
+GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention")
+LAYER_TYPE: dict[str, str] = {"sliding_window": "sliding_attention", "full_attention": "full_attention"}
+KIND_OF_LAYER_TYPE: dict[str, str] = {t: k for k, t in LAYER_TYPE.items()}
+MODEL_GROUP = "model"  # the group id of selection-level records (not one layer group)
+_DRAFT = "draft:"
+
+
+def group_id(kind: str, draft: bool = False) -> str:
+    """A layer group's id in records, outputs and diffs: the kind, `draft:` + kind for MTP drafts."""
+    return _DRAFT + kind if draft else kind
+
+
+def parse_group_id(gid: str) -> tuple[str, bool]:
+    """(kind, draft) of a group id."""
+    return (gid[len(_DRAFT) :], True) if gid.startswith(_DRAFT) else (gid, False)
+
+
+# ---------------------------------------------------------------- KV-cache dtypes
+
+FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")  # `fp8` is fp8_e4m3 once resolved
+KV_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
+SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}
+
+
+def is_fp8(dtype: str) -> bool:
+    """An FP8 KV-cache dtype name (requested or resolved)."""
+    return dtype in FP8_KV_DTYPES
+
+
+def resolve_kv_dtype(kv_dtype: str, model_dtype: str) -> str:
+    """`auto` -> the model dtype, `fp8` -> fp8_e4m3, anything else as is."""
+    if kv_dtype == "auto":
+        return model_dtype
+    return "fp8_e4m3" if kv_dtype == "fp8" else kv_dtype
+
+
+# ---------------------------------------------------------------- capability claims
+
+CLAIM_DTYPES = ("bf16", "fp16", "fp32", "fp8", "fp8_e5m2")  # fp8*: a bf16 model over that FP8 cache
+CLAIM_FEATURES = ("causal", "window", "mm_prefix", "sinks", "quant_query")  # and page<N>
+# the one grammar of kernel path ids (path_id: `<backend>[_v<N>][+<build>]`) and claim ids; perf and conformance
+# files validate against these, parse_claim reads the named groups
+PATH_RE = r"(?P<backend>[A-Z][A-Z0-9_]*?)(?:_v(?P<ver>\d+))?(?:\+(?P<build>[a-z][a-z0-9_]*))?"
+CLAIM_RE = (rf"{PATH_RE}:(?P<dtype>{'|'.join(CLAIM_DTYPES)}):d(?P<head>\d{{1,4}}):"
+            rf"(?P<feature>{'|'.join(CLAIM_FEATURES)}|page\d{{1,4}})")
+_CLAIM = re.compile(rf"^{CLAIM_RE}$")
+
+
+# Kernel builds a backend can run besides the one vLLM ships, each with the platform package flag that says it is
+# installed (conf/platform `packages`). Only an objective chooses one (selector/measure/builds.py); vLLM cannot run it.
+# upstream: FA3 from flash-attention's hopper/ (bench/h200/build_fa3_hopper.sh), not vLLM's FA3 build.
+# kselect: kselect's own Triton paged kernel (kernels/triton_paged.py), not vLLM's unified_attention; it runs
+# wherever triton does (platform.packages.kselect_triton: on in every platform with triton, and where detected).
+ALT_BUILDS: dict[tuple[str, int | None], dict[str, str]] = {("FLASH_ATTN", 3): {"upstream": "fa3_upstream"},
+                                                            ("TRITON_ATTN", None): {"kselect": "kselect_triton"}}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """`<backend>[_v<fa version>][+<build>]:<dtype>:d<head>:<feature>`, e.g. `FLASH_ATTN_v4:fp8:d256:window`,
+    `FLASH_ATTN_v3+upstream:fp8:d256:window` (a build other than vLLM's: ALT_BUILDS)."""
+
+    backend: str
+    version: int | None
+    dtype: str
+    head: int
+    feature: str
+    build: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{path_id(self.backend, self.version, self.build)}:{self.dtype}:d{self.head}:{self.feature}"
+
+    @property
+    def fp8(self) -> bool:
+        """The claim runs over an FP8 cache (quant_query implies one)."""
+        return self.dtype.startswith("fp8") or self.feature == "quant_query"
+
+    @property
+    def page(self) -> int | None:
+        """The page size a `page<N>` claim names."""
+        return int(self.feature[4:]) if self.feature.startswith("page") else None
+
+    @property
+    def kv_cache_dtype(self) -> str | None:
+        """The resolved FP8 cache dtype, None for a model-dtype cache."""
+        if not self.fp8:
+            return None
+        return "fp8_e5m2" if self.dtype == "fp8_e5m2" else "fp8_e4m3"
+
+    @property
+    def model_dtype(self) -> str:
+        return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(self.dtype, "bfloat16")
+
+
+def path_id(backend: str, version: int | None, build: str | None = None) -> str:
+    """A kernel path: the backend, with `_v<N>` for a FlashAttention version and `+<build>` for a build other than
+    the one vLLM ships (ALT_BUILDS)."""
+    return (f"{backend}_v{version}" if version else backend) + (f"+{build}" if build else "")
+
+
+def kernel_label(backend: str, version: int | None, build: str | None = None) -> str:
+    """How outputs name a kernel path: `FLASH_ATTN v3`, `FLASH_ATTN v3+upstream`, `FLASHINFER`."""
+    return backend + (f" v{version}" if version else "") + (f"+{build}" if build else "")
+
+
+def parse_path(path: str) -> tuple[str, int | None, str | None]:
+    """(backend, version, build) of a kernel path id (path_id's inverse)."""
+    base, _, build = path.partition("+")
+    backend, _, ver = base.partition("_v")
+    return backend, int(ver) if ver.isdigit() else None, build or None
+
+
+def check_build(path: str) -> None:
+    """Raise ValueError where a kernel path names a build that ALT_BUILDS does not list for its backend: a file
+    that names one would never be read (no selection runs it), so it is refused, not ignored."""
+    backend, ver, build = parse_path(path)
+    builds = ALT_BUILDS.get((backend, ver), {})
+    if build and build not in builds:
+        raise ValueError(f"kernel path {path!r} names build {build!r} of {path_id(backend, ver)}; allowed: "
+                         + (", ".join(builds) if builds else "none (only the build vLLM ships)"))
+
+
+def claim_dtype(kv_cache_dtype: str, model_dtype: str) -> str:
+    """The dtype part of a claim id: the FP8 cache's, else the model's."""
+    return SHORT_DTYPE[kv_cache_dtype] if is_fp8(kv_cache_dtype) else SHORT_DTYPE[model_dtype]
+
+
+MAX_CLAIM_HEAD, MAX_CLAIM_PAGE = 1024, 4096  # a claim's test case is allocated from these: bounded first
+
+
+def parse_claim(claim_id: str) -> Claim:
+    m = _CLAIM.match(claim_id.strip()) if isinstance(claim_id, str) and len(claim_id) <= 200 else None
+    if not m:
+        raise ValueError(f"bad claim id {claim_id!r}: want <backend>[_v<N>][+<build>]:<dtype>:d<head>:<feature>")
+    ver, head = int(m["ver"]) if m["ver"] else None, int(m["head"])
+    page = int(m["feature"][4:]) if m["feature"].startswith("page") else 16
+    if not (1 <= head <= MAX_CLAIM_HEAD and 1 <= page <= MAX_CLAIM_PAGE and (ver is None or 2 <= ver <= 4)):
+        raise ValueError(f"bad claim id {claim_id!r}: head 1..{MAX_CLAIM_HEAD}, page 1..{MAX_CLAIM_PAGE}, FlashAttention version 2..4")
+    try:
+        check_build(path_id(m["backend"], ver, m["build"]))
+    except ValueError as e:
+        raise ValueError(f"bad claim id {claim_id!r}: {e}") from None
+    return Claim(m["backend"], ver, m["dtype"], head, m["feature"], m["build"])

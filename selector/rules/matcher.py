@@ -1,0 +1,143 @@
+"""`when` matchers: structured data with a small set of operators, compiled once.
+
+    when:
+      platform.cc_major: 9              # equals
+      kv.dtype: [fp8, fp8_e4m3]         # one of
+      group.head_size: {gt: 256}        # operators: eq ne in not_in gt ge lt le multiple_of
+      any: [{...}, {...}]               # combinators: any / all / not
+      not: {...}
+
+No eval: a matcher can only read the facts listed in FACTS.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ..base.errors import ConfigError
+
+# Every fact a rule may read, with a one-line meaning (printed when a rule names an unknown one).
+FACTS: dict[str, str] = {
+    "platform.name": "platform preset name (sm90, cpu, ...)",
+    "platform.vendor": "nvidia / amd / intel / cpu",
+    "platform.device": "cuda / rocm / xpu / cpu",
+    "platform.cc_major": "compute capability major (null off CUDA)",
+    "platform.cc_minor": "compute capability minor",
+    "platform.gpu_model": "GPU model key (nvidia_h200, ...)",
+    "platform.packages.fa2": "FlashAttention 2 installed",
+    "platform.packages.fa3": "FlashAttention 3 installed",
+    "platform.packages.fa4": "FlashAttention 4 installed",
+    "platform.packages.flashinfer": "FlashInfer installed",
+    "platform.packages.triton": "Triton installed",
+    "model.name": "model preset name",
+    "model.architecture": "gemma4",
+    "model.dtype": "bfloat16 / float16 / float32",
+    "model.multimodal": "bidirectional mm-prefix mask (vision mode)",
+    "model.head_size": "model-level head size (max over layers, as vLLM's get_head_size)",
+    "model.mixed_head_sizes": "layers have different head sizes",
+    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
+    "kv.quantized": "the KV cache is FP8",
+    "kv.scales": "unit / calibrated",
+    "kv.block_size": "user block size (null: not set)",
+    "spec.method": "none / mtp",
+    "spec.copy_target_kv_scales": "draft layers use the target's K/V scales (resolved)",
+    "pin.backend": "effective backend pin for the model (null: auto)",
+    "pin.flash_attn_version": "effective FlashAttention version pin (null: unset)",
+    "group.kind": "sliding_window / full_attention",
+    "group.head_size": "head size of this layer group",
+    "group.num_kv_heads": "KV heads of this layer group",
+    "group.sliding_window": "the group uses a sliding window",
+    "group.draft": "an MTP drafter group",
+    "fa.head_size": "the head size a FlashAttention version is being resolved for (null: none given)",
+    "fa.version": "FlashAttention version resolved for this group's head size (null: none)",
+    "fa.version_default": "FlashAttention version resolved with no head size",
+    "fa.version_model_head": "FlashAttention version resolved for the model-level head size",
+    "candidate.backend": "the backend being validated / the selected backend",
+    "candidate.mm_prefix": "the candidate must serve the mm-prefix mask (false for drafts and a composite's causal child)",
+    "kb.context": "kernel blocks asked for a group's KV spec (group) or without one (model)",
+    "kb.head_size": "the head size kernel blocks are asked for (group: the group's; model: model-level)",
+    "kb.fa_version": "the FlashAttention version at kb.head_size",
+}
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+    "gt": lambda a, b: a is not None and a > b,
+    "ge": lambda a, b: a is not None and a >= b,
+    "lt": lambda a, b: a is not None and a < b,
+    "le": lambda a, b: a is not None and a <= b,
+    "multiple_of": lambda a, b: a is not None and a % b == 0,
+}
+_LIST_OPS = {"in", "not_in"}
+
+Pred = Callable[[dict], bool]
+
+
+def compile_when(when: Any, key: str) -> Pred:
+    """Compile a `when` mapping; `key` is its config path, for error messages."""
+    if not isinstance(when, dict):
+        raise ConfigError(key, when, "a mapping of fact -> condition")
+    preds = [_compile_item(k, v, f"{key}.{k}") for k, v in when.items()]
+    if not preds:
+        return lambda facts: True
+    if len(preds) == 1:
+        return preds[0]
+    return lambda facts: all(p(facts) for p in preds)
+
+
+def facts_read(when: Any) -> set[str]:
+    """The facts a `when` mapping reads (for memoizing rule evaluation on just those facts)."""
+    out: set[str] = set()
+    if isinstance(when, dict):
+        for name, cond in when.items():
+            if name in ("any", "all"):
+                for c in cond:
+                    out |= facts_read(c)
+            elif name == "not":
+                out |= facts_read(cond)
+            else:
+                out.add(name)
+    return out
+
+
+def _compile_item(name: str, cond: Any, key: str) -> Pred:
+    if name in ("any", "all"):
+        if not isinstance(cond, list) or not cond:
+            raise ConfigError(key, cond, "a non-empty list of mappings")
+        subs = [compile_when(c, f"{key}[{i}]") for i, c in enumerate(cond)]
+        return (lambda f: any(p(f) for p in subs)) if name == "any" else (lambda f: all(p(f) for p in subs))
+    if name == "not":
+        sub = compile_when(cond, key)
+        return lambda f: not sub(f)
+    if name not in FACTS:
+        raise ConfigError(key, name, sorted(FACTS) + ["any", "all", "not"], what="fact")
+    if isinstance(cond, dict):
+        checks = []
+        for op, val in cond.items():
+            if op not in _OPS:
+                raise ConfigError(f"{key}.{op}", op, sorted(_OPS), what="operator")
+            if op in _LIST_OPS and not isinstance(val, list):
+                raise ConfigError(f"{key}.{op}", val, "a list")
+            if op not in _LIST_OPS and isinstance(val, (list, dict)):
+                raise ConfigError(f"{key}.{op}", val, "a scalar")
+            if op == "multiple_of" and (not isinstance(val, int) or isinstance(val, bool) or val <= 0):
+                raise ConfigError(f"{key}.{op}", val, "a positive integer")
+            checks.append((_OPS[op], val))
+        if not checks:
+            raise ConfigError(key, cond, f"at least one operator of {sorted(_OPS)}")
+        return lambda f: all(_safe(fn, f.get(name), v) for fn, v in checks)
+    if isinstance(cond, list):
+        allowed = list(cond)
+        return lambda f: f.get(name) in allowed
+    return lambda f: f.get(name) == cond
+
+
+def _safe(fn: Callable[[Any, Any], bool], a: Any, b: Any) -> bool:
+    try:
+        return bool(fn(a, b))
+    except TypeError:  # e.g. a string fact compared with a number: no match, not a crash
+        return False

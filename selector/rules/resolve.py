@@ -1,0 +1,350 @@
+"""`resolve_rules(cfg, book, evidence)`: faithful resolution, a validated config -> a `Selection` per
+KV-cache layer group, as vLLM's rules give it. It never calls the objective (selector/measure/objective.py
+calls it; selector/measure/select.py chooses between the two); `evidence` (selector/evidence/evidence.py)
+marks each group's claims as hardware verified them.
+
+The order follows vLLM's: model-level forcing, FlashAttention version per group, backend
+priority with every candidate validated (reasons kept), an explicit pin validated alone
+with no fallback, kernel block sizes, preferred block size, sliding-window block, page-size
+unification, kernel block per group, quant-query, FP8 descales, MTP draft groups, warnings.
+Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
+"""
+
+from __future__ import annotations
+
+from . import blocks as blk
+from . import drafts as dr
+from ..evidence.conformance_data import ConformanceFile, claim_checks
+from ..evidence.evidence import Evidence
+from ..rules.candidates import Choice, Group, choose_backend
+from ..base.errors import SelectionError
+from ..outputs.records import Failure, OrphanRule, RuleWarning, rejection
+from ..rules.rulebook import RuleBook, rulebook
+from ..config.schema import KSelectConfig
+from ..outputs.selection import GroupSelection, Selection
+from ..rules.facts import base_facts, resolved_kv_dtype, target_groups  # noqa: F401 - resolve's public names
+from ..config.vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8
+
+def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
+    """vLLM's selection under `book` (the config's objective is not read here)."""
+    conf = evidence.conformance(cfg.platform.gpu_model)
+    facts = base_facts(cfg)
+    model_trace: list[str] = []
+
+    # 1. Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins.
+    for c in book.matching("model", facts):
+        if c.rule.set.flash_attn_version is not None:
+            facts["pin.flash_attn_version"] = c.rule.set.flash_attn_version
+        if c.rule.set.backend is not None:
+            facts["pin.backend"] = c.rule.set.backend
+        model_trace.append(c.id)
+
+    # 2. MTP: do draft layers dequantize with the target's K/V scales?
+    copy = False
+    if cfg.spec_decode.method == "mtp":
+        for c in book.matching("spec", facts):
+            copy = c.rule.copy_target_kv_scales
+            model_trace.append(c.id)
+        if cfg.spec_decode.copy_target_kv_scales is not None:
+            copy = cfg.spec_decode.copy_target_kv_scales
+            model_trace.append("pin.spec_decode.copy_target_kv_scales")
+    facts["spec.copy_target_kv_scales"] = copy
+
+    groups = target_groups(cfg)
+    choices = [choose_backend(cfg, book, facts, g) for g in groups]
+    for g, ch in zip(groups, choices):
+        layer_init_checks(book, g, ch)
+    # MTP draft layers: the target's backend, or (rule stage draft) their own selection, which
+    # then counts among the model's backends for the cache block, as vLLM's does
+    drafts: list[Group] = []
+    draft_choices: list[Choice] = []
+    policy = None
+    if cfg.spec_decode.method == "mtp":
+        policy = dr.draft_policy(book, facts, model_trace)
+        drafts = dr.draft_layer_groups(cfg, groups)
+        if policy == dr.OWN:
+            draft_choices = dr.own_choices(cfg, book, facts, drafts)
+            for g, ch in zip(drafts, draft_choices):
+                layer_init_checks(book, g, ch)
+
+    # 3. Cache block size: user's, else the preferred size of the first layer's backend, or
+    #    (rule stage cache_block) one size every distinct backend of the model accepts.
+    if cfg.kv_cache.block_size is not None:
+        block_size = cfg.kv_cache.block_size
+        model_trace.append("pin.kv_cache.block_size")
+    else:
+        cache_policy = "first_layer"
+        for c in book.matching("cache_block", facts):
+            cache_policy = c.rule.cache_block
+            model_trace.append(c.id)
+        block_size = model_cache_block(book, groups + drafts[: len(draft_choices)], choices + draft_choices,
+                                       cache_policy, model_trace)
+
+    # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
+    #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
+    #    swa_block: the smallest, or the largest whose page fits the cache block's page).
+    kv_blocks = []
+    for g, ch in zip(groups, choices):
+        if g.window is not None:
+            swa = "smallest"
+            for c in book.matching("swa_block", ch.facts):
+                swa = c.rule.swa_block
+                ch.trace.append(c.id)
+            if swa == "smallest":
+                kv_blocks.append(blk.smallest(ch.kernel_blocks))
+                ch.trace.append("builtin.swa_smallest_kernel_block")
+            else:
+                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
+                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
+        else:
+            kv_blocks.append(block_size)
+    kv_dtype = resolved_kv_dtype(cfg)
+    kv_blocks = unify_pages(groups, kv_blocks, KV_BYTES[kv_dtype], choices)
+
+    out: list[GroupSelection] = []
+    for g, ch, kvb in zip(groups, choices, kv_blocks):
+        out.append(finish_group(cfg, book, g, ch, kvb, kv_dtype, conf))
+    if drafts:
+        out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy, conf))
+
+    _check_fa_pin(cfg, out)
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
+    env = environment_summary(cfg, facts)
+    return Selection(
+        environment=env,
+        block_size=block_size,
+        groups=tuple(out),
+        warnings=tuple(warnings),
+        trace=tuple(model_trace),
+    )
+
+
+def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
+    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+    v = cfg.attention.flash_attn_version
+    if v is None or any(g.flash_attn_version is not None for g in groups):
+        return
+    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
+
+
+def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice], policy: str, trace: list[str]) -> int:
+    """The cache manager block without a user block size (vLLM's update_block_size_for_backend):
+    the preferred size of the first layer's backend, or (policy common_over_backends) one size
+    every distinct backend of the model accepts."""
+    order = sorted(range(len(groups)), key=lambda i: (groups[i].draft, min(groups[i].layers)))  # drafts load last
+    distinct: dict[str, Choice] = {}
+    for i in order:
+        distinct.setdefault(choices[i].backend, choices[i])
+    if policy == "first_layer" or len(distinct) == 1:
+        return preferred_block(book, choices[order[0]], trace)
+    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], 16)
+    if size is None:
+        raise SelectionError(
+            Failure(code="no_common_cache_block"),
+            {n: [rejection("block_size", n, capability="kernel_block_sizes", kernel_blocks=tuple(ch.model_kernel_blocks))]
+             for n, ch in distinct.items()},
+        )  # fmt: skip
+    trace.append("builtin.common_block_over_backends")
+    return size
+
+
+def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
+    """Failures vLLM raises after selection (layer init, block checks, metadata builders), as
+    `init` rules on the chosen backend (and a composite's children): kselect refuses at
+    selection time with vLLM's text; there is no fallback, as in vLLM."""
+    cap = book.capabilities[ch.backend]
+    names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
+    failed = {}
+    for name in names:
+        f = dict(ch.facts)
+        f["candidate.backend"] = name
+        hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason) for c in book.matching("init", f)]
+        if hits:
+            failed[name] = hits
+    if failed:
+        raise SelectionError(Failure(code="init_failure", backend=ch.backend, group=group_id(g.kind, g.draft), head=g.head_size), failed)
+
+
+def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]) -> int:
+    """The cache block size of one stand-alone group: the user's, else `preferred_block`."""
+    if cfg.kv_cache.block_size is not None:
+        trace.append("pin.kv_cache.block_size")
+        return cfg.kv_cache.block_size
+    return preferred_block(book, ch, trace)
+
+
+def preferred_block(book: RuleBook, ch: Choice, trace: list[str]) -> int:
+    """The preferred size of `ch`'s backend (kernel blocks without a KV spec), raised by
+    `preferred_block` rules."""
+    block_size = blk.preferred(ch.model_kernel_blocks, 16)
+    for c in book.matching("preferred_block", ch.facts):
+        block_size = max(block_size, c.rule.preferred_block_size_min)
+        trace.append(c.id)
+    return block_size
+
+
+def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: int = 1,
+                 evidence: Evidence | None = None) -> GroupSelection:
+    """One stand-alone layer group of `kind` with `head_size`, resolved under cfg's rules and pins
+    (the conformance runner takes a claim's descale mode and page size from it; without evidence its
+    claims read unverified). Raises SelectionError when no backend, or not the pinned one, is valid for it."""
+    book = rulebook(cfg)
+    window = cfg.model.sliding_window if kind == "sliding_window" else None
+    g = Group(kind, (0,), head_size, num_kv_heads, window)
+    ch = choose_backend(cfg, book, base_facts(cfg), g)
+    kvb = blk.smallest(ch.kernel_blocks) if window and cfg.kv_cache.block_size is None else cache_block(cfg, book, ch, [])
+    conf = (evidence or Evidence.none()).conformance(cfg.platform.gpu_model)
+    return finish_group(cfg, book, g, ch, kvb, resolved_kv_dtype(cfg), conf)
+
+
+# ---------------------------------------------------------------- facts
+
+
+def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:
+    """vLLM's unify_kv_cache_spec_page_size: smaller pages that divide the largest grow to it."""
+    per_token = [2 * g.num_kv_heads * g.head_size * dtype_bytes for g in groups]
+    pages = [b * t for b, t in zip(kv_blocks, per_token)]
+    largest = max(pages)
+    out = []
+    for g, b, page, ch in zip(groups, kv_blocks, pages, choices):
+        if page == largest:
+            out.append(b)
+        elif largest % page == 0:
+            out.append(b * (largest // page))
+            ch.trace.append("builtin.page_unify")
+            ch.reasons.append(f"kv block {b} -> {b * (largest // page)} to match the largest page ({largest} bytes)")
+        else:
+            raise SelectionError(Failure(code="page_unify", group=g.kind, page=page, largest_page=largest))
+    return out
+
+
+def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: int, kv_dtype: str,
+                 conf: ConformanceFile | None) -> GroupSelection:
+    kb = blk.kernel_block_for(kvb, ch.kernel_blocks)
+    if kb is None:
+        raise SelectionError(Failure(code="no_common_block", kv_block=kvb, backend=ch.backend, kernel_blocks=tuple(ch.kernel_blocks)))
+    if kb != kvb:
+        ch.trace.append("builtin.kernel_block_divides_kv_block")
+        ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
+    quantized = is_fp8(kv_dtype)
+    qq = quant_query(book, ch, ch.backend, quantized)
+    descale = ("q_k_v" if qq else "k_v") if quantized else "none"
+    cap = book.capabilities[ch.backend]
+    df = dict(ch.facts, **{"candidate.backend": cap.composite.causal}) if cap.composite else ch.facts
+    if quantized:
+        for c in book.matching("descale", df):
+            descale = c.rule.descale
+            ch.trace.append(c.id)
+            ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
+    for c in book.matching("warning", ch.facts):
+        ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
+    scales = cfg.kv_cache.scales if quantized else "none"
+    return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales, conf)
+
+
+def quant_query(book: RuleBook, ch: Choice, name: str, quantized: bool) -> bool:
+    """supports_quant_query_input of the impl; a composite quantizes q only if both children do."""
+    cap = book.capabilities[name]
+    if cap.composite is not None:
+        return all(quant_query(book, ch, child, quantized) for child in (cap.composite.general, cap.composite.causal))
+    f = dict(ch.facts, **{"candidate.backend": name})
+    qq = quantized and cap.quant_query
+    for c in book.matching("quant_query", f):
+        qq = quantized and c.rule.quant_query
+        ch.trace.append(c.id)
+        ch.reasons.append(f"quant_query={qq}{'' if name == ch.backend else ' (' + name + ')'}: {c.rule.reason} [{c.id}]")
+    return qq
+
+
+def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, scales, conf) -> GroupSelection:
+    fields = dict(
+        kind=g.kind,
+        draft=g.draft,
+        layers=g.layers,
+        reads_from=g.reads_from,
+        head_size=g.head_size,
+        num_kv_heads=g.num_kv_heads,
+        sliding_window=g.window,
+        backend=ch.backend,
+        flash_attn_version=ch.version,
+        kernel_block_size=kb,
+        kv_block_size=kvb,
+        kv_cache_dtype=kv_dtype,
+        quant_query=qq,
+        descale=descale,
+        kv_scales=scales,
+        mm_prefix=cfg.model.multimodal and not g.draft,
+    )
+    claims, claim_warnings = claim_checks(conf, cfg.platform, fields, cfg.model.dtype, group_id(g.kind, g.draft))
+    return GroupSelection(
+        **fields,
+        rejected={k: tuple(v) for k, v in ch.rejected.items()},
+        trace=tuple(ch.trace),
+        reasons=tuple(ch.reasons + g.notes),
+        warnings=tuple(ch.warnings) + claim_warnings,
+        claims=claims,
+    )
+
+
+# ---------------------------------------------------------------- MTP drafter
+
+
+def draft_groups(cfg, book, facts, groups, choices, targets, drafts, draft_choices, kv_dtype, copy, conf) -> list[GroupSelection]:
+    """The draft layers' groups, finished on the target group's KV block (they share its cache).
+    With their own selection (draft_choices), the kernel block is one both backends of the
+    shared KV-cache group take; where vLLM keeps the kind in one group, the target's changes too."""
+    first_shared = cfg.model.num_hidden_layers - cfg.model.num_kv_shared_layers
+    scales = ("copied_from_target" if copy else "unit") if is_fp8(kv_dtype) else "none"
+    out = []
+    for j, g in enumerate(drafts):
+        i = next(i for i, t in enumerate(targets) if t.kind == g.kind)
+        target = targets[i]
+        if not draft_choices:
+            ch = dr.target_choice(cfg, book, facts, g, target.backend, target.flash_attn_version)
+            gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype, conf)
+            out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))
+            continue
+        ch = draft_choices[j]
+        kb = dr.shared_kernel_block(target.kv_block_size, choices[i], ch)
+        if kb is None:
+            raise SelectionError(Failure(code="no_common_block", kv_block=target.kv_block_size, backend=f"{target.backend}+{ch.backend}",
+                                         kernel_blocks=tuple(choices[i].kernel_blocks) + tuple(ch.kernel_blocks)))
+        if kb != target.kernel_block_size:
+            note = f"kernel block {kb}: shared with the draft layers' {ch.backend} (one KV-cache group)"
+            if dr.one_vllm_group(g.kind, groups, first_shared):
+                targets[i] = target.model_copy(update={"kernel_block_size": kb, "reasons": target.reasons + (note,),
+                                                       "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
+            else:
+                targets[i] = target.model_copy(update={"draft_shared_kernel_block": kb,
+                                                       "reasons": target.reasons + (dr.draft_note(kb, group_id(g.kind, True)),)})
+        gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype, conf)
+        out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": kb}))
+    return out
+
+
+def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
+    p = cfg.platform
+    return {
+        "platform": p.name,
+        "device": p.device,
+        "compute_capability": list(p.compute_capability) if p.compute_capability else None,
+        "gpu_model": p.gpu_model,
+        "packages": [k for k, v in p.packages.model_dump().items() if v],
+        "model": cfg.model.name,
+        "dtype": cfg.model.dtype,
+        "multimodal": cfg.model.multimodal,
+        "kv_cache_dtype": cfg.kv_cache.dtype,
+        "kv_scales": cfg.kv_cache.scales,
+        "user_block_size": cfg.kv_cache.block_size,
+        "spec_decode": cfg.spec_decode.method,
+        "num_speculative_tokens": cfg.spec_decode.num_speculative_tokens,
+        "copy_target_kv_scales": facts["spec.copy_target_kv_scales"] if cfg.spec_decode.method == "mtp" else None,
+        "pins": {
+            "backend": cfg.attention.backend,
+            "flash_attn_version": cfg.attention.flash_attn_version,
+            "backend_per_kind": dict(cfg.attention.backend_per_kind),
+        },
+        "effective_pins": {"backend": facts["pin.backend"], "flash_attn_version": facts["pin.flash_attn_version"]},
+        "overlays": list(cfg.overlays),
+        "rules": cfg.ruleset.name,
+    }

@@ -171,6 +171,8 @@ def test_cuda_graph_prefill_matches_eager(step, over):
     by 0.19 (bench/results/h200/epilogues/README.md: six flips in 78 router calls at a 101-token prompt in chunks of
     8, where the replay equals the eager padded step exactly). The fp32 default keeps it and must equal eager; the
     FlashInfer case keeps it too (it passes with it; the same near-ties could flip there)."""
+    if "attention.backend=FLASHINFER" in over:
+        pytest.importorskip("flashinfer", reason="the FLASHINFER path needs flashinfer")
     import copy
 
     from kselect.gemma4.build import build_model
@@ -193,7 +195,9 @@ def test_cuda_graph_prefill_matches_eager(step, over):
         res = g.generate([p], 24, return_logits=True, stop_at_eos=False)
         if exact:
             assert res.tokens == want.tokens, p
-            assert max_rel_error(torch.stack(res.logits), torch.stack(want.logits)) < 1e-4, p
+            # fp32 runs TRITON_ATTN (vLLM's kernel), whose fp32 dots are TF32 on CUDA: padded and n-row steps
+            # round apart at that level (1.9e-4 seen on the H200); a wrong position or pad row is O(1)
+            assert max_rel_error(torch.stack(res.logits), torch.stack(want.logits)) < 2e-3, p
         else:
             ref = truth.generate([p], 1, return_logits=True, stop_at_eos=False).logits[0]
             graph_err, eager_err = max_rel_error(res.logits[0], ref), max_rel_error(want.logits[0], ref)

@@ -32,6 +32,8 @@ E4 = torch.float8_e4m3fn
 # half-precision dots: the CPU interpreter multiplies bf16 dot operands as integers (kernels/triton_paged.py widens
 # them; vLLM's kernel cannot be changed), so on CPU the half-precision cases run float16, on CUDA bfloat16
 DOT16 = torch.bfloat16 if DEV == "cuda" else torch.float16
+# fp32 inputs: exact dots in the interpreter; on CUDA Triton's fp32 dot is TF32 (7.3e-4 seen on the H200)
+FP32 = tolerance(torch.float32) if DEV == "cpu" else 2e-3
 
 
 def build(mode, mask, **kw):
@@ -70,7 +72,7 @@ def _fp8_round_trip(q, scale):
                                        ("decode", "window"), ("mixed", "sinks"), ("chunked", "mm_prefix"),
                                        ("mixed", "all")])
 def test_modes_and_masks(mode, mask):
-    check(build(mode, mask, seed=11), 1e-4)
+    check(build(mode, mask, seed=11), FP32)
 
 
 def test_split_k_and_2d_decode_agree():
@@ -86,11 +88,11 @@ def test_split_k_and_2d_decode_agree():
                              max_seqlen_q=1, seqused_k=case.seqused_k, max_seqlen_k=case.max_seqlen_k,
                              softmax_scale=case.softmax_scale, causal=True, window_size=(case.window_left, 0),
                              block_table=case.block_table, softcap=0, q_descale=None, k_descale=None, v_descale=None)
-    assert rel_err(out3d, ref) <= 1e-4 and rel_err(out2d, ref) <= 1e-4
+    assert rel_err(out3d, ref) <= FP32 and rel_err(out2d, ref) <= FP32
 
 
 def test_gqa_group_of_eight():
-    check(build("chunked", "causal", hq=8, hkv=1, seed=2), 1e-4)
+    check(build("chunked", "causal", hq=8, hkv=1, seed=2), FP32)
 
 
 def test_fp16_on_a_kernel_block_view():
@@ -138,7 +140,7 @@ def test_softcap():
 
     capped = paged_attention(case.q, case.k_cache, case.v_cache, case.cu_seqlens_q, case.seqused_k, case.block_table,
                              case.softmax_scale, softcap=2.0, out_dtype=case.q.dtype)
-    assert rel_err(out, capped) <= 1e-4 and rel_err(ref, capped) > 1e-2  # the cap changes the result
+    assert rel_err(out, capped) <= FP32 and rel_err(ref, capped) > 1e-2  # the cap changes the result
 
 
 def test_mm_prefix_range_is_vllms_inclusive_form():
@@ -152,7 +154,7 @@ def test_kselect_build_runs_kselects_kernel():
     be = backend_for(case, build="kselect")
     assert type(be).__name__ == "KselectTritonBackend" and set(be.kernel_versions) == {"kselect"}
     out = be.forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer_of(case))
-    assert rel_err(out, case.reference()) <= 1e-5
+    assert rel_err(out, case.reference()) <= FP32 / 10
 
 
 def test_draft_positions_refused():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kselect.gemma4 import forward as fwd
+import kselect.gemma4.forward as fwd
 from kselect.gemma4.config import SLIDING, Gemma4Args
 from kselect.gemma4.fused import ops_for
 from kselect.gemma4.layers import (  # noqa: F401 - the building blocks, importable from here as before

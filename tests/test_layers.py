@@ -28,10 +28,6 @@ PLATFORM_DETECT = ROOT / "selector" / "config" / "detect.py"  # platform=auto: t
 # cycles other work removes (issue #41 part 3: gemma4's one forward; part 4: bench as a suite). Each is an
 # xfail(strict) case below: when that work lands the case passes, and strict makes it fail until its
 # entry is removed here.
-KNOWN_CYCLES = {
-    "gemma4 model <-> fused (#41 part 3: one forward in gemma4)": ("kselect.gemma4.model", "kselect.gemma4.fused"),
-    "bench e2e <-> fusion (#41 part 4: bench as a suite)": ("bench.gemma4.e2e", "bench.gemma4.fusion"),
-}
 
 
 def _module_name(path: Path) -> str:
@@ -169,15 +165,8 @@ def test_the_selector_layers_import_downwards(path):
 
 
 def test_no_import_cycle_in_the_project():
-    known = [set(pair) for pair in KNOWN_CYCLES.values()]
-    unknown = [c for c in _cycles(_graph()) if not any(k <= set(c) for k in known)]
-    assert not unknown, f"import cycles: {unknown}"
-
-
-@pytest.mark.parametrize("pair", [pytest.param(pair, id=name, marks=pytest.mark.xfail(strict=True, reason=name))
-                                  for name, pair in KNOWN_CYCLES.items()])
-def test_known_cycle_is_gone(pair):
-    assert not [c for c in _cycles(_graph()) if set(pair) <= set(c)]
+    cycles = _cycles(_graph())
+    assert not cycles, f"import cycles: {cycles}"
 
 
 def test_the_checker_sees_imports_and_cycles():

@@ -61,7 +61,7 @@ def _check(cmd, out: Path, monkeypatch) -> None:
     if prog == "kselect" and args[0] == "bench":
         assert runner.main([*args[1:], "dry_run=true"]) == 0
     elif prog == "kselect":
-        runner.check_argv(ROOT, KSELECT_COMMANDS[args[0]][0], args[1:], cmd)
+        runner.check_argv(ROOT, KSELECT_COMMANDS[args[0]][0].partition(":")[0], args[1:], cmd)
     elif prog == "bash":
         script = ROOT / args[0]
         assert script.is_file(), f"{args[0]} does not exist"

@@ -199,6 +199,12 @@ def old_conf_repo(tmp_path):
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old conf")
     shutil.rmtree(repo / "conf")
     shutil.copytree(CONF_DIR, repo / "conf", ignore=shutil.ignore_patterns("__pycache__"))
+    # each side reads its own measured data: keep the old revision's, so only the rules options differ
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "HEAD", "--", "conf/conformance"], check=True)
+    for extra in sorted(set(p.name for p in (repo / "conf" / "conformance").iterdir())
+                        - set(subprocess.run(["git", "-C", str(repo), "ls-files", "conf/conformance"], capture_output=True,
+                                             text=True, check=True).stdout.replace("conf/conformance/", "").split())):
+        (repo / "conf" / "conformance" / extra).unlink()
     return repo
 
 

@@ -9,9 +9,8 @@ import re
 
 import pytest
 
-from kselect.selector.api import compose
-from kselect.selector.export.render import render
-from kselect.selector.rules.resolve import resolve
+from kselect.selector.api import compose, resolve
+from kselect.selector.export.formats import render
 from kselect.selector.export.vllm_export import vllm_kernels
 from kselect.selector.config.vocab import ALT_BUILDS
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from kselect.selector.evidence import conformance_data as conformance, perf
-from kselect.selector.api import compose
+from kselect.selector.api import Evidence, compose, resolve
 from kselect.selector.evidence.kernel_versions import other_versions, release_of
-from kselect.selector.rules.resolve import resolve
 
 from perf_fakes import GPU, entry, write_conformance, write_perf
+
+
+FAKE: dict = {}  # the fake GPU's folder (conformance/, perf/): the evidence passed to resolve
 
 
 def test_release_of_a_ruleset():
@@ -35,7 +36,6 @@ def fake_gpu(tmp_path, monkeypatch):
     cdir, pdir = tmp_path / "conformance", tmp_path / "perf"
     cdir.mkdir()
     pdir.mkdir()
-    monkeypatch.setattr(conformance, "CONFORMANCE_DIR", cdir)
     write_conformance(cdir, unverified=())
 
     def make(vllm):
@@ -47,14 +47,15 @@ def fake_gpu(tmp_path, monkeypatch):
             entry("TRITON_ATTN", 256, "prefill", 1.0), entry("FLASHINFER", 512, "prefill", 2.0),
             entry("FLASH_ATTN_v4", 512, "prefill", 1.9), entry("TRITON_ATTN", 512, "prefill", 1.0))])
 
-    with perf.perf_dir(pdir):
-        yield make
+    FAKE['dir'] = tmp_path
+    yield make
+    FAKE.clear()
 
 
 def _warnings():
     cfg = compose(["rules=vllm_0_33_0", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b",
                    "objective=latency"])
-    sel = resolve(cfg)
+    sel = resolve(cfg, Evidence.load(FAKE['dir']))
     return sel, [w for g in sel.groups for w in g.warnings if w.code == "objective_other_version"]
 
 

@@ -16,7 +16,7 @@ from .schema_rules import (  # noqa: F401 - re-exported: the schema is one impor
 )
 from .schema_types import (  # noqa: F401 - re-exported
     CC, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, RULE_ID,
-    Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict,
+    Checkpoint, Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict,
 )
 from .vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
 
@@ -59,7 +59,7 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
-    checkpoint: str | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
+    checkpoint: Checkpoint | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
     hidden_size: Int(1, MAX_HIDDEN)
     intermediate_size: Int(1, MAX_INTERMEDIATE)
     num_hidden_layers: Int(1, MAX_LAYERS)
@@ -86,7 +86,7 @@ class ModelConfig(Strict):
     architecture: Literal["gemma4"]
     dtype: ModelDtype
     multimodal: bool = False
-    checkpoint: str | None = None
+    checkpoint: Checkpoint | None = None
     vocab_size: Int(1, MAX_VOCAB)
     hidden_size: Int(1, MAX_HIDDEN)
     intermediate_size: Int(1, MAX_INTERMEDIATE)

@@ -128,3 +128,11 @@ def test_drafter_folder_without_a_usable_config(files, say, tmp_path, capsys):
 def test_drafter_that_is_not_a_folder_or_not_read(tmp_path, capsys):
     assert "not a folder" in kselect(capsys, "run", *RUN, "spec_decode=mtp", "--drafter", str(tmp_path / "nowhere"))
     assert "spec_decode=mtp" in kselect(capsys, "run", *RUN, "--drafter", str(tmp_path))  # read only by MTP
+
+
+@pytest.mark.parametrize("override", ["objective.decode.batch=true", "objective.prefill.context=true",
+                                      "objective.new_tokens=true", "objective.tie=false"])
+def test_no_boolean_where_an_objective_number_goes(override, capsys):
+    # found by the generator (fuzz_classes.schema_value): before, true read as 1 and false as 0
+    err = kselect(capsys, "select", "platform=sm90", override)
+    assert override.split("=")[0] in err and "boolean" in err

@@ -392,21 +392,30 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     return folder
 
 
-def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: torch.dtype | None = None) -> Drafter:
-    """Load an HF `Gemma4AssistantForCausalLM` folder (safetensors only) for `target`.
-
-    Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
-    config field that does not fit the target."""
+def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
+    """The assistant folder's config.json as DrafterArgs for `target` (no tensors read): DrafterError if the
+    folder is missing, has no or a malformed config.json, or one that does not fit the target."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise DrafterError(f"{folder}: not a folder (expected a Gemma-4 assistant checkpoint folder)")
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
     try:  # sizes within the selector's bounds before anything is derived or allocated from them
         precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
     except CheckpointError as e:
         raise DrafterError(str(e)) from None
     try:
-        args = DrafterArgs.from_hf_config(d, target)
+        return DrafterArgs.from_hf_config(d, target)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise DrafterError(f"{cfg}: not a usable gemma4_assistant config: {type(e).__name__}: {e}") from e
+
+
+def load_drafter(folder: str | Path, target: Gemma4Args, device="cpu", dtype: torch.dtype | None = None) -> Drafter:
+    """Load an HF `Gemma4AssistantForCausalLM` folder (safetensors only) for `target`.
+
+    Raises DrafterError naming the missing, unexpected, wrong-shape or unreadable tensor, or the
+    config field that does not fit the target."""
+    folder = Path(folder)
+    args = read_drafter_config(folder, target)
     if dtype is not None:
         args.dtype = dtype_name(dtype)
     drafter = Drafter(args)

@@ -216,6 +216,9 @@ def main(argv=None) -> int:
     out_path = os.path.abspath(args.out)
     if os.path.isdir(out_path):
         raise KSelectError(f"--out {args.out}: a directory; expected a .yaml file")
+    from kselect.selector.base.files import check_out_path
+
+    check_out_path(out_path, "--out")  # under a file: refused before the claims run
     ids = read_claims(args.claims)
     old: dict = {}
     if os.path.exists(out_path) or os.path.islink(out_path):  # merge: never drop what was measured before

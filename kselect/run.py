@@ -32,6 +32,37 @@ from kselect.gemma4.chunk_report import chunking_lines, prefill_steps
 # (the pad id, which is what HF embeds at image slots before merging vision features) right after BOS,
 # marked as one bidirectional image span.
 IMAGE_TOKENS = 20
+WARMUP_TOKENS = 2  # the warm-up generation before the timed one
+
+
+def check_context(prompts: list[list[int]], max_new_tokens: int, context: int, cfg) -> None:
+    """The longest prompt (in tokens, BOS and image placeholders included) plus the new tokens fit the model's
+    context (max_position_embeddings); past it the positions are ones the model was never built for."""
+    longest = max(map(len, prompts))
+    if longest + max_new_tokens <= context:
+        return
+    if cfg.model.checkpoint:
+        how = f"a checkpoint whose config.json has a larger max_position_embeddings (model.checkpoint={cfg.model.checkpoint})"
+    else:
+        how = f"raise it with model.max_position_embeddings=N (model={cfg.model.name})"
+    raise RunError(f"--prompt: the longest prompt is {longest} tokens (with BOS), plus --max-new-tokens {max_new_tokens} "
+                   f"= {longest + max_new_tokens} > the model's context of {context} tokens (max_position_embeddings); "
+                   f"allowed: a prompt of at most {max(context - max_new_tokens, 0)} tokens with these settings, fewer "
+                   f"--max-new-tokens, or {how}")
+
+
+def check_drafter(cfg, folder: str, target) -> None:
+    """`--drafter DIR`: read only by spec_decode=mtp; its config.json read and fitted to the target up front."""
+    from kselect.gemma4.checkpoint import read_drafter_config
+    from kselect.gemma4.config import DrafterError
+
+    if cfg.spec_decode.method != "mtp":
+        raise RunError(f"--drafter {folder}: only spec_decode=mtp runs a drafter (here spec_decode="
+                       f"{cfg.spec_decode.method}); allowed: add spec_decode=mtp, or leave --drafter out")
+    try:
+        read_drafter_config(folder, target)
+    except DrafterError as e:
+        raise RunError(f"--drafter: {e}") from None
 
 
 def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
@@ -47,7 +78,7 @@ def _parser(add_help: bool = True) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0], add_help=add_help,
                                  allow_abbrev=False, epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
     ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
-    ap.add_argument("--max-new-tokens", type=_bounded(int, 0, 1 << 16), default=24)
+    ap.add_argument("--max-new-tokens", type=_bounded(int, 1, 1 << 16), default=24)
     ap.add_argument("--temperature", type=_bounded(float, 0.0, 100.0), default=0.0, help="0 = greedy")
     ap.add_argument("--top-k", type=_bounded(int, 0, 1 << 21), default=0)
     ap.add_argument("--seed", type=_bounded(int, 0, (1 << 63) - 1), default=0, help="sampling seed (and the random-weight seed)")
@@ -86,6 +117,8 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
 
     model, tok, source = build_model(cfg, opts.seed)
     args = model.args
+    if opts.drafter is not None:  # before the run: a bad folder is found in a second, not after the whole job
+        check_drafter(cfg, opts.drafter, args)
     if model.device.type == "cpu" and sum(p.numel() for p in model.parameters()) < 5e7:
         torch.set_num_threads(1)  # tiny matmuls: threads only add OpenMP spin-waits on shared cores
     texts = opts.prompt or DEFAULT_PROMPTS
@@ -104,7 +137,8 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
         except ValueError as e:  # an image span longer than a chunk: bad input, not a crash
             raise RunError(f"--prefill-chunk {opts.prefill_chunk}: {e}; use --prefill-chunk >= {IMAGE_TOKENS} with "
                            f"model.multimodal=true (its placeholder image span is {IMAGE_TOKENS} tokens)") from None
-    max_len = max(map(len, prompts)) + opts.max_new_tokens
+    check_context(prompts, opts.max_new_tokens, args.max_position_embeddings, cfg)
+    max_len = max(map(len, prompts)) + max(opts.max_new_tokens, WARMUP_TOKENS)
     max_len = max(max_len, max(map(len, encode(tok, CALIBRATION_TEXT, args.bos_token_id))))
     cuda_graphs = False if opts.no_cuda_graphs else None
     eng = Engine(model, sel, EngineConfig(max_seqs=max(len(prompts), len(CALIBRATION_TEXT)), max_seq_len=max_len,
@@ -120,7 +154,7 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
         print(f"calibrated FP8 KV scales over {len(scales)} layers: k_scale {min(ks):.3g}..{max(ks):.3g}")
 
     try:
-        eng.generate(prompts, 2, temperature=opts.temperature, top_k=opts.top_k, seed=opts.seed,
+        eng.generate(prompts, WARMUP_TOKENS, temperature=opts.temperature, top_k=opts.top_k, seed=opts.seed,
                      mm_spans=mm_spans)  # warm-up
     except MultimodalUnsupportedError as e:  # never a silent causal fallback
         raise RunError(f"model.multimodal=true: {e}") from None
@@ -205,10 +239,11 @@ def _positive_int(text: str) -> int:
 
 
 def user_errors(fn):
-    """fn(argv) with the runner's own errors (RunError, CheckpointError, a missing kernel package)
+    """fn(argv) with the runner's own errors (RunError, CheckpointError, DrafterError, a missing kernel package)
     turned into KSelectError: the CLI prints them as one paragraph, exit 2."""
     from kselect.backends.base import BackendUnavailableError
     from kselect.gemma4.checkpoint import CheckpointError
+    from kselect.gemma4.config import DrafterError
     from kselect.selector.base.errors import KSelectError
 
     def wrapped(*args) -> int:
@@ -216,6 +251,8 @@ def user_errors(fn):
             return fn(*args)
         except (RunError, CheckpointError, BackendUnavailableError) as e:
             raise KSelectError(str(e)) from e
+        except DrafterError as e:  # --drafter's tensors (its config.json is checked before the run)
+            raise KSelectError(f"--drafter: {e}") from e
 
     return wrapped
 

@@ -115,6 +115,20 @@ def _yaml_msg(e: yaml.YAMLError) -> str:
     return " ".join(str(e).split())[:300]
 
 
+def check_out_path(path: Path | str, key: str) -> None:
+    """An output file kselect will write: refuse, before any work, a path that is a directory or lies under a
+    file (atomic_write would fail only after the work, with an OSError)."""
+    p = Path(path)
+    if p.is_dir():
+        raise FileError(f"{key}: {path} is a directory; allowed: a file path (its folder is created if missing)")
+    for parent in p.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise FileError(f"{key}: {path} lies under {parent}, which is not a directory; allowed: a path "
+                                "whose existing parents are directories")
+            return
+
+
 def _umask() -> int:
     mask = os.umask(0o022)  # reading it means setting it: put it straight back
     os.umask(mask)

@@ -35,6 +35,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .cli_errors import report_error
 from ..base.errors import KSelectError
+from .extras import check_plugins
+from .group_values import check_group_values
 
 Task = Callable[[DictConfig], int]
 
@@ -129,6 +131,49 @@ def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
     return "invalid config: " + text
 
 
+def _added_hydra_keys(overrides: list[str]) -> list[tuple[str, str]]:
+    """(override, dotted key) of each `+hydra.x=...` / `++hydra.x=...` (a key added to Hydra's own config)."""
+    out = []
+    for o in overrides:
+        key = o.partition("=")[0]
+        if key.startswith("+") and key.lstrip("+").startswith("hydra."):
+            out.append((o, key.lstrip("+")))
+    return out
+
+
+def check_hydra_additions(overrides: list[str], lead: list[str], config_name: str, config_dir: Path | None) -> None:
+    """Hydra adds any key under `hydra.` that a `+` names, and then never reads it (`+hydra.foo=1` runs as if
+    it were not there). Refuse a key that Hydra's schema (its dataclasses, the chosen launcher's included)
+    does not hold; free-form mappings (`hydra.job.env_set`, the logging configs) take any key. One compose of
+    Hydra's config, only for a command line that adds such a key."""
+    added = _added_hydra_keys(overrides)
+    if not added:
+        return
+    import dataclasses  # noqa: PLC0415
+
+    from hydra import compose, initialize, initialize_config_dir  # noqa: PLC0415
+
+    hydra_args = [o for o in overrides if o.lstrip("+~").startswith("hydra")]
+    init = initialize_config_dir(config_dir=str(config_dir), version_base="1.3") if config_dir else \
+        initialize(version_base="1.3", config_path=None)
+    try:
+        with init:
+            node = compose(config_name=config_name, overrides=[*lead, *hydra_args], return_hydra_config=True).hydra
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return  # Hydra's own run reports these
+    for text, key in added:
+        cur, path = node, ["hydra"]
+        for part in key.split(".")[1:]:
+            schema = OmegaConf.get_type(cur) if isinstance(cur, DictConfig) else None
+            if schema is None or not dataclasses.is_dataclass(schema):
+                break  # a free-form mapping (or a value): any key
+            fields = [f.name for f in dataclasses.fields(schema)]
+            if part not in fields:
+                raise KSelectError(f"invalid config: {text}: {'.'.join(path + [part])} is not a Hydra setting (Hydra would "
+                                   f"add it and never read it); allowed keys under {'.'.join(path)}: {', '.join(fields)}")
+            cur, path = cur[part], path + [part]
+
+
 def _register_help(command: str, doc: str) -> str:
     name = f"kselect_{command}"
     ConfigStore.instance().store(
@@ -146,24 +191,28 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
     argv = sys.argv[1:]
     flags, overrides = _option_args(argv)
-    try:
-        check_renamed(command, overrides, renamed or {})
-        check_one_mode(command, flags)
-    except KSelectError as e:
-        report_error(e)
-        sys.exit(2)
     # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
     # flags go first (argparse takes the overrides as one positional list).
     lead = [f"hydra.job.name=kselect_{command}", f"hydra/help={_register_help(command, doc)}"]
     if not _wants_output(argv):
         lead += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none"]
+    try:
+        check_renamed(command, overrides, renamed or {})
+        check_one_mode(command, flags)
+        check_group_values(overrides, config_dir)  # before Hydra: its ValueError for `model=null` names no key
+        check_plugins(overrides)
+        check_hydra_additions(overrides, lead, config_name, config_dir)
+    except KSelectError as e:
+        report_error(e)
+        sys.exit(2)
     sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(overrides, quoted)]
-    status = {"code": 0}
+    status = {"code": 0, "started": False}
 
     @hydra.main(config_path=str(config_dir) if config_dir else None, config_name=config_name, version_base="1.3")
     def _app(cfg: DictConfig) -> None:
         # The task composes other configs with Hydra's compose API (the matrix, a selection per
         # cell), which refuses to start while this app holds GlobalHydra: lend it, then restore.
+        status["started"] = True
         gh = GlobalHydra.instance()
         held, gh.hydra = gh.hydra, None
         try:
@@ -186,6 +235,11 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         _app()
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
+            raise
+        report_error(KSelectError(compose_error(e, overrides)))
+        sys.exit(2)
+    except (ValueError, TypeError) as e:  # raised by Hydra while composing, before any job ran: the command line's
+        if not ours or status["started"]:  # fault; from a job it is a bug and keeps its traceback
             raise
         report_error(KSelectError(compose_error(e, overrides)))
         sys.exit(2)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ..config.schema_rules import (  # noqa: F401 - re-exported: the schema is one import
     EFFECT_FIELDS, STAGE_EFFECT, BlockSpec, Capability, FromFact, HeadSizes, ModelForcing, MultipleOf, Rule, RuleEntry,
@@ -16,7 +16,7 @@ from ..config.schema_rules import (  # noqa: F401 - re-exported: the schema is o
 )
 from ..config.schema_types import (  # noqa: F401 - re-exported
     CC, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, RULE_ID,
-    Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict,
+    Checkpoint, Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict, _no_bool,
 )
 from ..config.vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
 
@@ -62,7 +62,7 @@ class Platform(Strict):
 
 
 class Drafter(Strict):
-    checkpoint: str | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
+    checkpoint: Checkpoint | None = None  # the assistant checkpoint vLLM loads as the draft (HF repo id or folder)
     hidden_size: Int(1, MAX_HIDDEN)
     intermediate_size: Int(1, MAX_INTERMEDIATE)
     num_hidden_layers: Int(1, MAX_LAYERS)
@@ -89,7 +89,7 @@ class ModelConfig(Strict):
     architecture: Literal["gemma4"]
     dtype: ModelDtype
     multimodal: bool = False
-    checkpoint: str | None = None
+    checkpoint: Checkpoint | None = None
     vocab_size: Int(1, MAX_VOCAB)
     hidden_size: Int(1, MAX_HIDDEN)
     intermediate_size: Int(1, MAX_INTERMEDIATE)
@@ -206,8 +206,8 @@ class AttentionPins(Strict):
 
 
 class OperatingPoint(Strict):
-    batch: int = Field(gt=0, le=4096)
-    context: int = Field(gt=0, le=1 << 22)  # decode: cached tokens per sequence; prefill: prompt tokens
+    batch: Int(1, 4096)  # no boolean where a number goes (true is not a batch of 1)
+    context: Int(1, 1 << 22)  # decode: cached tokens per sequence; prefill: prompt tokens
 
 
 class Objective(Strict):
@@ -220,8 +220,8 @@ class Objective(Strict):
     per_phase: bool = True  # a group may prefill on one backend and decode on another
     # the request the layout serves: one prefill at `prefill`, then this many decode steps at `decode`
     # (0: prefill alone decides; selector/measure/objective.py)
-    new_tokens: int = Field(default=256, ge=0)
-    tie: float = Field(default=0.03, ge=0, lt=1)  # within this fraction of the fastest: priority order decides
+    new_tokens: Annotated[int, BeforeValidator(_no_bool), Field(ge=0)] = 256
+    tie: Annotated[float, BeforeValidator(_no_bool), Field(ge=0, lt=1)] = 0.03  # within this fraction of the fastest: priority order decides
     # a metric's noise band, per phase: the spread of two selections on identical kernels in the same end-to-end run
     # (bench/results/LOG.md, "Noise band"). A cell within it is a tie; the goal for a tie is "never slower
     # beyond the band" (kselect/benchmarks/e2e_report.py's objective table)

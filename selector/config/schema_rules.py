@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from ..config.schema_types import CC, MAX_HEAD_DIM, Device, Int, ModelDtype, Strict
+from ..config.vocab import FACTS
 
 # ---------------------------------------------------------------- capabilities
 
@@ -98,6 +99,13 @@ class ModelForcing(Strict):
 
 class FromFact(Strict):
     from_: str = Field(alias="from")
+
+    @field_validator("from_")
+    @classmethod
+    def _a_fact(cls, v: str) -> str:
+        if v not in FACTS:  # an unknown fact would read as null: the version silently unset
+            raise ValueError(f"bad fact {v!r}; allowed: {', '.join(sorted(FACTS))}")
+        return v
 
 
 class Rule(Strict):

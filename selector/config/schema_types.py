@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 ModelDtype = Literal["bfloat16", "float16", "float32"]
 KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
@@ -49,3 +49,13 @@ MAX_EXPERTS = 1024
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 GpuModel = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
 CC = tuple[Int(1, 15), Int(0, 9)]  # compute capability (major, minor)
+
+
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError(f"got the empty path {v!r}; allowed: null (no checkpoint) or a folder / Hugging Face repo id")
+    return v
+
+
+# `checkpoint: ''` would read as "no checkpoint" where one was meant: say so instead
+Checkpoint = Annotated[str, AfterValidator(_not_blank)]

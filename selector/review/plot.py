@@ -35,7 +35,8 @@ from hydra.core.config_store import ConfigStore
 
 from ..base.hydra_app import compose_args, run_app
 from ..base.errors import KSelectError
-from ..base.files import atomic_write
+from ..base.extras import require
+from ..base.files import atomic_write, check_out_path
 from ..review.grid import INVALID_COLOR, Grid, cell_marks, color, inner_label, kv_label, target_groups
 from ..review.matrix import AXES, MatrixSpec, expand, load_matrix, resolve_cells
 from ..review.plot_html import render_html
@@ -210,6 +211,9 @@ def task(cfg) -> int:
         raise KSelectError(f"plot: out={cfg.out!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     if cfg.style not in ("blocks", "grid"):
         raise KSelectError(f"plot: style={cfg.style!r}; allowed: blocks, grid")
+    for suffix in (".png", ".html"):
+        check_out_path(Path(cfg.out).with_suffix(suffix), "out")
+    require("matplotlib", "matplotlib", "kselect plot")  # before the matrix is resolved: the picture needs it
     spec = filter_spec(load_matrix(cfg.matrix or ("default" if diff else "smoke")), where)
     if diff and cfg.style == "blocks":
         from ..review.diff import diff_overlays  # noqa: PLC0415

@@ -17,49 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base.errors import ConfigError
+from ..config.vocab import FACTS
 
 # Every fact a rule may read, with a one-line meaning (printed when a rule names an unknown one).
-FACTS: dict[str, str] = {
-    "platform.name": "platform preset name (sm90, cpu, ...)",
-    "platform.vendor": "nvidia / amd / intel / cpu",
-    "platform.device": "cuda / rocm / xpu / cpu",
-    "platform.cc_major": "compute capability major (null off CUDA)",
-    "platform.cc_minor": "compute capability minor",
-    "platform.gpu_model": "GPU model key (nvidia_h200, ...)",
-    "platform.packages.fa2": "FlashAttention 2 installed",
-    "platform.packages.fa3": "FlashAttention 3 installed",
-    "platform.packages.fa4": "FlashAttention 4 installed",
-    "platform.packages.flashinfer": "FlashInfer installed",
-    "platform.packages.triton": "Triton installed",
-    "model.name": "model preset name",
-    "model.architecture": "gemma4",
-    "model.dtype": "bfloat16 / float16 / float32",
-    "model.multimodal": "bidirectional mm-prefix mask (vision mode)",
-    "model.head_size": "model-level head size (max over layers, as vLLM's get_head_size)",
-    "model.mixed_head_sizes": "layers have different head sizes",
-    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
-    "kv.quantized": "the KV cache is FP8",
-    "kv.scales": "unit / calibrated",
-    "kv.block_size": "user block size (null: not set)",
-    "spec.method": "none / mtp",
-    "spec.copy_target_kv_scales": "draft layers use the target's K/V scales (resolved)",
-    "pin.backend": "effective backend pin for the model (null: auto)",
-    "pin.flash_attn_version": "effective FlashAttention version pin (null: unset)",
-    "group.kind": "sliding_window / full_attention",
-    "group.head_size": "head size of this layer group",
-    "group.num_kv_heads": "KV heads of this layer group",
-    "group.sliding_window": "the group uses a sliding window",
-    "group.draft": "an MTP drafter group",
-    "fa.head_size": "the head size a FlashAttention version is being resolved for (null: none given)",
-    "fa.version": "FlashAttention version resolved for this group's head size (null: none)",
-    "fa.version_default": "FlashAttention version resolved with no head size",
-    "fa.version_model_head": "FlashAttention version resolved for the model-level head size",
-    "candidate.backend": "the backend being validated / the selected backend",
-    "candidate.mm_prefix": "the candidate must serve the mm-prefix mask (false for drafts and a composite's causal child)",
-    "kb.context": "kernel blocks asked for a group's KV spec (group) or without one (model)",
-    "kb.head_size": "the head size kernel blocks are asked for (group: the group's; model: model-level)",
-    "kb.fa_version": "the FlashAttention version at kb.head_size",
-}
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "eq": operator.eq,

@@ -11,6 +11,10 @@ subprocesses, each held to 2 GiB of RSS (os.wait4); no time bound (that is a ben
 (>= 2,000 command lines, the config contents and real processes on top). Cost: about 70 CPU-s on
 the 2-core CI machine (bench/results/selector/fuzz_time/README.md), mostly one Hydra compose
 (~0.3 s) for each case that gets past the guard.
+
+Issue #40 adds classes generated with hypothesis (fuzz_classes.py: the command table, the strategies over the
+CLI grammar and the config schema), derandomized, EXAMPLES per (command, class), through the same checker:
+about 20 CPU-s more on a shared 2-core machine (59 -> 81 CPU-s for the file with -n 2, user + sys).
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ from pathlib import Path
 
 import pytest
 
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from kselect_inprocess import kselect_main, missing
+
+import fuzz_classes
 from kselect.selector.api import compose_raw, validate
 from kselect.selector.base.cli_errors import call_main
 from kselect.selector.base.errors import KSelectError, SelectionError
@@ -48,6 +57,8 @@ class Case:
     names: tuple[str, ...]  # at least one must appear in the message: the key or file
     files: dict[str, str | bytes | None] = field(default_factory=dict)  # relative path -> content (None: a dir)
     links: dict[str, str] = field(default_factory=dict)  # relative path -> symlink target
+    via_app: bool = False  # through `kselect <cli>` itself (its Hydra app), not the command's in-process main
+    missing: tuple[str, ...] = ()  # modules made unimportable for the case (an optional extra not installed)
 
     def id(self) -> str:
         return f"{self.cli} {' '.join(self.argv)}"[:160]
@@ -491,7 +502,8 @@ def check(case: Case, root: Path, capsys) -> str | None:
     argv = sys.argv[:]
     os.chdir(root)
     try:
-        code = call_main(_main(case.cli.split("-")[0]), list(case.argv))
+        with missing(*case.missing):
+            code = call_main(kselect_main(case.cli) if case.via_app else _main(case.cli.split("-")[0]), list(case.argv))
     except BaseException as e:  # noqa: BLE001 - anything escaping call_main is a failure
         return f"raised {e.__class__.__name__}: {e}"
     finally:
@@ -539,6 +551,52 @@ def test_the_table_is_large_and_fixed():
     assert sum(counts.values()) >= 2000, counts  # command lines alone; CONF_CASES and SUBPROCESS come on top
     assert all(n >= 10 for n in counts.values()), counts
     assert [c.id() for c in table()["gather"]] == [c.id() for c in TABLE["gather"]]  # deterministic
+
+
+# ---------------------------------------------------------------- generated classes (issue #40, fuzz_classes.py)
+
+# hypothesis draws these per (command, class) of fuzz_classes.COMMANDS, derandomized: the same cases every run
+EXAMPLES = {"group_value": 3, "hydra_key": 1, "rule_fact": 1, "prompt_ascii": 1, "prompt_multibyte": 1, "path": 4,
+            "extra": 1, "schema_value": 8}
+IN_PROCESS = ("select", "claims", "diff", "matrix", "plot", "sweep", "gather", "conformance", "run")  # _main has them
+
+
+def _long_prompt_bounds() -> tuple[int, int]:
+    """(the tiny model's context, the most bytes one token of the bundled tokenizer covers)."""
+    from kselect.gemma4.checkpoint import load_tokenizer
+
+    tok = load_tokenizer()
+    longest = max(len(tok.decode([i]).encode()) for i in tok.get_vocab().values())
+    return compose_raw(["model=gemma4_tiny"])["model"]["max_position_embeddings"], longest
+
+
+def _strategy(cli: str, cls: str):
+    if cls.startswith("prompt_"):
+        return fuzz_classes.prompt(cli, *_long_prompt_bounds(), multibyte=cls == "prompt_multibyte")
+    return fuzz_classes.STRATEGIES[cls](cli)
+
+
+@pytest.mark.parametrize("cli,cls", fuzz_classes.pairs(), ids=[f"{c}-{k}" for c, k in fuzz_classes.pairs()])
+def test_generated_bad_input_exits_2_naming_the_key(cli, cls, capsys, monkeypatch, tmp_path_factory):
+    monkeypatch.delenv("KSELECT_DEBUG", raising=False)
+    monkeypatch.setenv("KSELECT_FUZZ", "1")
+    strategy = _strategy(cli, cls)
+    seen: list[str] = []
+
+    @settings(max_examples=EXAMPLES[cls], derandomize=True, database=None, deadline=None, print_blob=False,
+              phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure reports its case as drawn, quickly
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.data())
+    def one(data):
+        g = data.draw(strategy)
+        app = g.via_app and (cls in fuzz_classes.APP_CLASSES or cli not in IN_PROCESS)
+        case = Case(g.cli, g.argv, g.names, g.files, g.links, via_app=app, missing=g.missing)
+        seen.append(case.id())
+        why = check(case, tmp_path_factory.mktemp("case") / "c", capsys)
+        assert why is None, f"{case.id()}: {why}"
+
+    one()
+    assert seen, "no case drawn"
 
 
 # ---------------------------------------------------------------- config-file content (rules, capabilities, presets)

@@ -1,0 +1,304 @@
+"""Issue #40: classes of bad input generated with hypothesis from the commands' grammar (COMMANDS, below) and
+the config schema (selector/schema*.py, the groups of conf/), for every command that takes them.
+
+Each strategy draws a `Case` (test_fuzz.py) that is invalid by construction; test_fuzz.py runs it through the
+real `kselect <command>` entry point (its Hydra app included) and holds it to the contract: exit 2, one
+paragraph naming the key or file, no traceback.
+
+A new command is one line of COMMANDS: what it takes (config groups, rules, a prompt flag, path flags, the
+optional modules it may miss), and every class it takes is generated for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+import annotated_types as at
+from hydra.conf import HydraConf
+from hypothesis import strategies as st
+from pydantic import AfterValidator, BaseModel
+
+from kselect.selector.api import CONF_DIR
+from kselect.selector.rules.matcher import FACTS
+from kselect.selector.config.schema import KSelectConfig
+
+
+@dataclass(frozen=True)
+class PathFlag:
+    """A command-line argument that names a path: `--flag` (its value next), `key=` (a Hydra override) or ""
+    (positional). kind: `dir` a folder read (a checkpoint), `file` a file read, `out` a file written."""
+
+    arg: str
+    kind: str
+    needs: tuple[str, ...] = ()  # what else the command line needs for the path to be read
+
+
+@dataclass(frozen=True)
+class Command:
+    base: tuple[str, ...]  # a command line that the generated argument breaks
+    hydra_app: bool = True  # a Hydra app: hydra/* groups and hydra.* keys
+    conf_groups: bool = False  # composes conf/config.yaml: conf/ groups (model=, platform=, ...)
+    rules: bool = False  # the composed rules are selected on (a user rule: +rules.<id>=...)
+    prompt: str | None = None  # the flag that takes a prompt
+    paths: tuple[PathFlag, ...] = ()
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (module an optional extra installs, argv that needs it)
+
+
+TINY_RUN = ("platform=cpu", "--no-check", "--max-new-tokens", "1")  # the cheapest full `kselect run`
+COMMANDS: dict[str, Command] = {
+    "select": Command(("platform=sm90",), conf_groups=True, rules=True),
+    "claims": Command(("platform=sm90",), conf_groups=True, rules=True),
+    "explain": Command(("platform=sm90",), conf_groups=True, rules=True),
+    # a sweep records a job's config error in its selection.json (gather shows it): rules are not a sweep's bad input
+    "sweep": Command(("-m", "platform=cpu,sm90"), conf_groups=True,
+                     extras=(("hydra_plugins.hydra_joblib_launcher", ("hydra/launcher=joblib",)),)),
+    "run": Command(TINY_RUN, conf_groups=True, rules=True, prompt="--prompt",
+                   paths=(PathFlag("--drafter", "dir", ("spec_decode=mtp",)), PathFlag("model.checkpoint=", "dir"))),
+    "diff": Command(("b.overlay=[pr48666]", "matrix=smoke"), paths=(PathFlag("matrix=", "file"),)),
+    "matrix": Command(("format=ids",), paths=(PathFlag("matrix=", "file"),)),
+    "plot": Command(("matrix=smoke",), paths=(PathFlag("matrix=", "file", ("out=p",)), PathFlag("out=", "out", ("matrix=smoke",))),
+                    extras=(("matplotlib", ("out=p",)),)),
+    "gather": Command((), hydra_app=False, paths=(PathFlag("", "dir"),)),
+    "conformance": Command(("--device", "cpu", "--gpu-name", "cpu_fuzz"), hydra_app=False,
+                           paths=(PathFlag("--claims", "file", ("--out", "o.yaml")),
+                                  PathFlag("--out", "out", ("--claims", "TORCH_REFERENCE:bf16:d64:causal")))),
+    "perf": Command(("--gpu-name", "cpu_reference", "--device", "cpu", "--platform", "cpu", "--dry-run"), hydra_app=False,
+                    paths=(PathFlag("--conformance", "file"),)),
+    # perf-steps: needs CUDA before it reads any path (exit 2 saying so on a CPU machine)
+}
+
+
+@dataclass
+class Case:  # the fields test_fuzz.Case has, and how to run it
+    cli: str
+    argv: list[str]
+    names: tuple[str, ...]
+    files: dict[str, str | bytes | None] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    via_app: bool = True  # through `kselect <cli>` (kselect/cli.py), not the command's in-process main
+    missing: tuple[str, ...] = ()  # modules made unimportable for the case
+
+
+def pairs() -> list[tuple[str, str]]:
+    """Every (command, class) the table implies."""
+    out = []
+    for name, c in COMMANDS.items():
+        out += [(name, "group_value")] if c.hydra_app else []
+        out += [(name, "hydra_key")] if c.hydra_app else []
+        out += [(name, "rule_fact")] if c.rules else []
+        out += [(name, "prompt_ascii"), (name, "prompt_multibyte")] if c.prompt else []
+        out += [(name, "path")] if c.paths else []
+        out += [(name, "extra")] if c.extras else []
+    return out + [("select", "schema_value")]
+
+
+# ---------------------------------------------------------------- the strategies
+
+CONF_GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+HYDRA_GROUPS = sorted(f"hydra/{next(iter(d))}" for d in HydraConf().defaults if isinstance(d, dict))
+IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,9}", fullmatch=True)
+name = IDENT.map(lambda s: "fz_" + s)  # distinctive: found in a message only where the message names it
+
+
+def _hydra_list(xs) -> str:
+    return "[" + ",".join(xs) + "]"
+
+
+# a value that is not an option name, in Hydra's override grammar
+not_a_name = st.one_of(
+    st.just("null"), st.integers(-(10**6), 10**6).map(str), st.booleans().map(lambda b: str(b).lower()),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).filter(lambda f: f != int(f)).map(repr),
+    st.lists(st.integers(0, 99).map(str), min_size=1, max_size=3).map(_hydra_list),
+)
+
+
+@st.composite
+def group_value(draw, cli: str) -> Case:
+    """A config group (conf/'s for the commands that compose it, Hydra's own for every Hydra app) set to a value
+    that is no option name: null, a number, a boolean, a list holding one (also inside a sweep's list)."""
+    c = COMMANDS[cli]
+    group = draw(st.sampled_from((CONF_GROUPS if c.conf_groups else []) + HYDRA_GROUPS))
+    bad = draw(not_a_name)
+    form = draw(st.sampled_from(["plain", "in_list"] if c.conf_groups or cli == "sweep" else ["plain"]))
+    value = f"[{draw(IDENT)},{bad.strip('[]') or 0}]" if form == "in_list" else bad
+    return Case(cli, [*c.base, f"{group}={value}"], (group,))
+
+
+_HINTS = typing.get_type_hints(HydraConf)
+HYDRA_NODES = {"hydra": HydraConf, **{f"hydra.{n}": _HINTS[n] for n in ("run", "sweep", "job", "runtime")}}
+
+
+def _unknown_hydra_key(draw) -> str:
+    """A dotted key under hydra. that Hydra's schema (its dataclasses) does not hold."""
+    parent = draw(st.sampled_from(sorted(HYDRA_NODES)))
+    fields = {f.name for f in dataclasses.fields(HYDRA_NODES[parent])}
+    return f"{parent}.{draw(IDENT.filter(lambda s: s not in fields))}"
+
+
+@st.composite
+def hydra_key(draw, cli: str) -> Case:
+    """A key under `hydra.` that Hydra does not have, set (`hydra.x=1`: Hydra refuses) or added (`+`, `++`: Hydra
+    would add it and never read it)."""
+    key = _unknown_hydra_key(draw)
+    plus = draw(st.sampled_from(["", "+", "++"]))
+    value = draw(st.sampled_from(["1", "x", "true", "[1]"]))
+    return Case(cli, [*COMMANDS[cli].base, f"{plus}{key}={value}"], (key,))
+
+
+unknown_fact = st.tuples(IDENT, IDENT).map(".".join).filter(lambda f: f not in FACTS)
+
+
+@st.composite
+def rule_fact(draw, cli: str) -> Case:
+    """A user rule whose matcher (at the top, under not/any/all) or whose effect (`flash_attn_version: {from: F}`)
+    reads a fact that does not exist."""
+    fact, rid = draw(unknown_fact), draw(IDENT.map(lambda s: "fz-" + s))
+    where = draw(st.sampled_from(["effect", "top", "not", "any", "all"]))
+    real = draw(st.sampled_from(sorted(FACTS)))
+    cond = f"{{{fact}:{draw(st.integers(0, 9))}}}"
+    if where == "effect":
+        rule = f"{{stage:fa_version,reason:r,flash_attn_version:{{from:{fact}}}}}"
+    else:
+        when = {"top": cond, "not": f"{{not:{cond}}}", "any": f"{{any:[{{{real}:1}},{cond}]}}",
+                "all": f"{{all:[{cond}]}}"}[where]
+        rule = f"{{stage:{draw(st.sampled_from(['reject', 'warning']))},reason:r,when:{when}}}"
+    return Case(cli, [*COMMANDS[cli].base, f"+rules.{rid}={rule}"], (fact,))
+
+
+@st.composite
+def prompt(draw, cli: str, context: int, max_token_bytes: int, multibyte: bool) -> Case:
+    """A prompt longer than the tiny model's context, plain ASCII or multi-byte UTF-8: a drawn piece repeated to
+    more bytes than `context` tokens can hold (no token is longer than max_token_bytes)."""
+    chars = st.characters(min_codepoint=0x80 if multibyte else 0x21, max_codepoint=0x10FFFF if multibyte else 0x7E,
+                          exclude_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp"))
+    piece = "x" + draw(st.text(chars, min_size=1, max_size=6))  # never starts with '-' (an option)
+    n = (context + 1) * max_token_bytes // len(piece.encode()) + 1
+    c = COMMANDS[cli]
+    return Case(cli, [*c.base, c.prompt, piece * n], (c.prompt,))
+
+
+junk_json = st.one_of(
+    st.text(max_size=30), st.binary(max_size=30),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda x: st.lists(x, max_size=3),
+                 max_leaves=5).map(json.dumps),
+    st.dictionaries(IDENT, st.integers() | st.text(max_size=5), max_size=4).map(json.dumps),
+)
+
+
+@st.composite
+def path(draw, cli: str) -> Case:
+    """A path flag naming a missing path, the wrong kind (a file for a folder, a folder for a file), a dangling
+    link, an empty folder or one whose config.json is junk, a file of junk, or an output under a file."""
+    c = COMMANDS[cli]
+    flag = draw(st.sampled_from(c.paths))
+    p = draw(name) + (".yaml" if flag.kind == "file" else "")
+    shapes = {"dir": ["missing", "file", "empty_dir", "junk_config", "dangling"],
+              "file": ["missing", "dir", "dangling", "junk"], "out": ["dir", "under_file"]}[flag.kind]
+    shape = draw(st.sampled_from(shapes))
+    files: dict[str, str | bytes | None] = {}
+    links: dict[str, str] = {}
+    target = p
+    if shape in ("file", "junk", "under_file"):
+        files[p] = draw(junk_json) if shape == "junk" else "x"
+    elif shape in ("dir", "empty_dir"):
+        files[p] = None
+    elif shape == "junk_config":
+        files[f"{p}/config.json"] = draw(junk_json)
+    elif shape == "dangling":
+        links[p] = p + "_gone"
+    if shape == "under_file":
+        target = f"{p}/o" + (".yaml" if flag.arg != "out=" else "")
+    arg = [f"{flag.arg}{target}"] if flag.arg.endswith("=") else [flag.arg, target] if flag.arg else [target]
+    base = [a for a in c.base if not (flag.arg.endswith("=") and a.startswith(flag.arg))]
+    return Case(cli, [*base, *flag.needs, *arg], (p, flag.arg.strip("=-") or p), files=files, links=links)
+
+
+@st.composite
+def extra(draw, cli: str) -> Case:
+    """An optional module (pyproject.toml's extras) missing where the command line needs it."""
+    module, argv = draw(st.sampled_from(COMMANDS[cli].extras))
+    return Case(cli, [*COMMANDS[cli].base, *argv], ("pip install 'kselect[",), missing=(module,))
+
+
+# ---------------------------------------------------------------- values from the config schema
+
+SECTIONS = ("platform", "model", "kv_cache", "spec_decode", "attention", "objective")
+
+
+def _bad_values(ann: Any, metadata: list) -> list[str]:
+    """Override values (Hydra grammar) that the annotated type refuses; [] where it cannot be said for sure."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            return []
+        return _bad_values(inner[0], metadata)  # null is allowed: not drawn
+    if origin is typing.Annotated:
+        base, *meta = args
+        flat = [m for x in meta for m in (getattr(x, "metadata", None) or [x])]
+        return _bad_values(base, [*metadata, *flat])
+    if origin is typing.Literal:
+        return ["fz_nope", "[x]"] if all(isinstance(a, str) for a in args) else ["x", "[1]"]
+    bounds = {type(m).__name__: next(iter(dataclasses.asdict(m).values())) for m in metadata
+              if isinstance(m, (at.Ge, at.Gt, at.Le, at.Lt))}
+    outside = [str(bounds["Le"] * 2 + 1)] if "Le" in bounds else []  # just past each bound
+    outside += [str(bounds["Ge"] - 1)] if "Ge" in bounds else []
+    outside += [str(bounds[k]) for k in ("Gt", "Lt") if k in bounds]
+    if ann is int:
+        return ["x", "true", "[1]", "{a:1}", "1.5", *outside]
+    if ann is float:
+        return ["nan", "inf", "x", "true", "[1.0]", *outside]
+    if ann is bool:
+        return ["maybe", "2", "[true]"]
+    if ann is str:
+        return ["''", "'  '"] if any(isinstance(m, AfterValidator) for m in metadata) else []
+    if origin in (list, tuple, dict):
+        return ["x", "5"]
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ["5", "x"]
+    return []
+
+
+def schema_fields() -> list[tuple[str, list[str]]]:
+    """(dotted key, values its schema type refuses) for every field of the environment sections."""
+    out = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for fname, f in model.model_fields.items():
+            key = f"{prefix}.{fname}"
+            bad = _bad_values(f.annotation, list(f.metadata))
+            if f.is_required():
+                bad.append("null")
+            if bad:
+                out.append((key, bad))
+            sub = [a for a in (f.annotation, *typing.get_args(f.annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if sub:
+                walk(sub[0], key)
+
+    for s in SECTIONS:
+        walk(KSelectConfig.model_fields[s].annotation, s)
+    return out
+
+
+SCHEMA_FIELDS = schema_fields()
+# keys a preset of conf/ leaves out (Hydra's struct then refuses the key itself, which names it too)
+SCHEMA_BASE = ("platform=sm90", "model=gemma4_tiny")
+
+
+@st.composite
+def schema_value(draw, cli: str) -> Case:
+    """A field of the config schema (selector/config/schema.py, walked) set to a value of the wrong type or out of its
+    bounds, or null where the field is required."""
+    key, bad = draw(st.sampled_from(SCHEMA_FIELDS))
+    return Case(cli, [*SCHEMA_BASE, f"{key}={draw(st.sampled_from(bad))}"], (key,), via_app=False)
+
+
+# classes whose handling is in the Hydra app that `kselect <command>` runs (selector/base/hydra_app.py): always through it;
+# the others run through the command's in-process main where test_fuzz.py has one (one Hydra compose less)
+APP_CLASSES = {"group_value", "hydra_key", "extra"}
+STRATEGIES = {"group_value": group_value, "hydra_key": hydra_key, "rule_fact": rule_fact, "path": path,
+              "extra": extra, "schema_value": schema_value}

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from . import blocks as blk
 from . import drafts as dr
+from . import kernel_versions as kv
 from .conformance import claim_checks
 from .candidates import Choice, Group, choose_backend
 from .errors import SelectionError
-from .records import Failure, OrphanRule, RuleWarning, rejection
+from .records import STRICT_CODES, Failure, OrphanRule, RuleWarning, SettingIgnored, rejection
 from .rulebook import RuleBook, rulebook
 from .schema import KSelectConfig
 from .selection import GroupSelection, Selection
@@ -26,7 +27,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if cfg.objective.name != "vllm":  # selection by measurement, over resolutions of this function
         from .objective import apply_objective  # noqa: PLC0415 - objective imports resolve
 
-        return apply_objective(cfg, book)
+        return with_version_warnings(cfg, apply_objective(cfg, book))
     facts = base_facts(cfg)
     model_trace: list[str] = []
 
@@ -72,6 +73,7 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
         block_size = cfg.kv_cache.block_size
         model_trace.append("pin.kv_cache.block_size")
     else:
+        default_block(book, facts, model_trace)
         cache_policy = "first_layer"
         for c in book.matching("cache_block", facts):
             cache_policy = c.rule.cache_block
@@ -106,24 +108,49 @@ def resolve(cfg: KSelectConfig, book: RuleBook | None = None) -> Selection:
     if drafts:
         out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy))
 
-    _check_fa_pin(cfg, out)
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
     env = environment_summary(cfg, facts)
-    return Selection(
+    sel = Selection(
         environment=env,
         block_size=block_size,
         groups=tuple(out),
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+    return with_version_warnings(cfg, sel)
 
 
-def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
-    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+def with_version_warnings(cfg: KSelectConfig, sel: Selection) -> Selection:
+    """The selection with its kernel-version warnings (data measured with other libraries than the
+    release ships: kernel_versions.py), then strict=true checked."""
+    have = set(sel.warnings)
+    extra = [w for w in kv.selection_warnings(cfg, sel) if w not in have]
+    if extra:
+        sel = sel.model_copy(update={"warnings": sel.warnings + tuple(extra)})
+    check_strict(cfg, sel)
+    return sel
+
+
+def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:
+    """A FlashAttention version pin no group runs: vLLM reads flash_attn_version only where a layer
+    runs FlashAttention (a FLASHINFER/TRITON_ATTN pin, a platform without FlashAttention), so it
+    selects as if there were none; kselect does the same and warns."""
     v = cfg.attention.flash_attn_version
     if v is None or any(g.flash_attn_version is not None for g in groups):
+        return []
+    where = f"attention.backend={cfg.attention.backend}" if cfg.attention.backend != "auto" else f"platform {cfg.platform.name}"
+    return [SettingIgnored(group=MODEL_GROUP, setting=f"attention.flash_attn_version={v}",
+                           reason=f"no layer group runs FlashAttention under {where}")]
+
+
+def check_strict(cfg: KSelectConfig, sel: Selection) -> None:
+    """strict=true: the warnings that say vLLM ignores a setting or that data is from another kernel
+    version become a refusal (exit 2), naming them."""
+    if not getattr(cfg, "strict", False):
         return
-    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
+    hits = [w.text for w in sel.all_warnings() if w.code in STRICT_CODES]
+    if hits:
+        raise SelectionError(Failure(code="strict", warnings=tuple(hits)))
 
 
 def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice], policy: str, trace: list[str]) -> int:
@@ -136,7 +163,7 @@ def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice]
         distinct.setdefault(choices[i].backend, choices[i])
     if policy == "first_layer" or len(distinct) == 1:
         return preferred_block(book, choices[order[0]], trace)
-    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], 16)
+    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], default_block(book, {}, None))
     if size is None:
         raise SelectionError(
             Failure(code="no_common_cache_block"),
@@ -172,10 +199,21 @@ def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]
     return preferred_block(book, ch, trace)
 
 
+def default_block(book: RuleBook, facts: dict, trace: list[str] | None) -> int:
+    """The engine's default cache block (vLLM's CacheConfig.DEFAULT_BLOCK_SIZE): 16, or what
+    the last matching `default_block` rule says (vLLM 0.34.0: 64)."""
+    size = 16
+    for c in book.matching("default_block", facts):
+        size = c.rule.default_block_size
+        if trace is not None:
+            trace.append(c.id)
+    return size
+
+
 def preferred_block(book: RuleBook, ch: Choice, trace: list[str]) -> int:
     """The preferred size of `ch`'s backend (kernel blocks without a KV spec), raised by
     `preferred_block` rules."""
-    block_size = blk.preferred(ch.model_kernel_blocks, 16)
+    block_size = blk.preferred(ch.model_kernel_blocks, default_block(book, ch.facts, None))
     for c in book.matching("preferred_block", ch.facts):
         block_size = max(block_size, c.rule.preferred_block_size_min)
         trace.append(c.id)

@@ -163,7 +163,7 @@ def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice]
         distinct.setdefault(choices[i].backend, choices[i])
     if policy == "first_layer" or len(distinct) == 1:
         return preferred_block(book, choices[order[0]], trace)
-    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], default_block(book, {}, None))
+    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], default_block(book, choices[order[0]].facts, None))
     if size is None:
         raise SelectionError(
             Failure(code="no_common_cache_block"),

@@ -23,8 +23,8 @@ def fields(s):
 def test_default_rules_are_vllm_0_34_0_built_on_vllm_0_33_0():
     cfg = compose(["platform=sm90", "model=gemma4_31b"])
     assert cfg.ruleset.name == "vllm_0_34_0"
-    assert cfg.release.chain == ["vllm_0_33_0", "vllm_0_34_0"]
-    assert cfg.release.overlays == {"vllm_0_34_0": "vllm_0_33_0"}
+    assert cfg.release.chain == ["vllm_0_32_0", "vllm_0_33_0", "vllm_0_34_0"]
+    assert cfg.release.overlays["vllm_0_34_0"] == "vllm_0_33_0"
     assert cfg.overlays == {}  # the release's overlays are the release, not a user's choice
     assert cfg.kernel_versions["flashinfer"] == "0.7.3"
 
@@ -103,3 +103,16 @@ def test_data_from_other_kernel_versions_warns_and_strict_refuses():
     assert {w.library for w in fi.warnings if w.code == "kernel_data_version"} == {"flashinfer"}
     with pytest.raises(SelectionError, match="strict=true refuses .*measured with vllm_flash_attn vllm-0.33.0"):
         sel("platform=sm90", "model=gemma4_31b", "strict=true")
+
+
+def test_the_chain_is_0_32_then_0_33_then_0_34():
+    """vllm_0_32_0 is the root file; each later release is the one before plus its overlay."""
+    c32, c33, c34 = (compose([f"rules=vllm_0_3{n}_0"]) for n in (2, 3, 4))
+    assert c32.release is None and c32.ruleset.name == "vllm_0_32_0"
+    assert c33.release.chain == ["vllm_0_32_0", "vllm_0_33_0"]
+    assert c34.release.chain == ["vllm_0_32_0", "vllm_0_33_0", "vllm_0_34_0"]
+    assert c34.release.overlays == {"vllm_0_33_0": "vllm_0_32_0", "vllm_0_34_0": "vllm_0_33_0"}
+    assert [c.kernel_versions["flashinfer"] for c in (c32, c33, c34)] == ["0.7.0.post1", "0.7.2.post1", "0.7.3"]
+    # 0.32.0's Gemma4Config forces TRITON_ATTN on XPU too; 0.33.0 leaves XPU's choice to the platform
+    assert "xpu" in c32.rules["gemma4-force_triton_without_fa4"].when["platform.device"]
+    assert "xpu" not in c33.rules["gemma4-force_triton_without_fa4"].when["platform.device"]

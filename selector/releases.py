@@ -166,3 +166,53 @@ def finish(data: dict, manifests: list[dict]) -> dict:
 def is_unexpanded(data: Any) -> bool:
     """A manifest composed on its own (a Hydra app's cfg): it names a base but holds no rules."""
     return isinstance(data, dict) and isinstance(data.get("release"), dict) and "base" in data["release"]
+
+
+# ---------------------------------------------------------------- the upgrade a diff reviews
+
+
+def upgrade_steps(conf_a: Path | str, rules_a: str | None, conf_b: Path | str, rules_b: str | None) -> list[dict]:
+    """The release overlays side b applies that side a does not (oldest first): each with its
+    base, the upstream PRs it names and the rule ids it writes. Empty unless b's rules option is a
+    release built on a's (e.g. a.rules=vllm_0_33_0 b.rules=vllm_0_34_0)."""
+    if not rules_a or not rules_b:
+        return []
+    try:
+        _, ma = chain(conf_a, rules_a)
+        root_b, mb = chain(conf_b, rules_b)
+    except KSelectError:
+        return []
+    have = {ov for m in ma for ov in m["overlays"]}
+    chain_b = [root_b] + [m["name"] for m in mb]
+    if rules_a not in chain_b:
+        return []
+    out = []
+    for m in mb:
+        for ov in m["overlays"]:
+            if ov in have:
+                continue
+            path = Path(conf_b) / "overlay" / f"{ov}.yaml"
+            data = load_yaml(path, "an overlay file") if path.is_file() else {}
+            data = data if isinstance(data, dict) else {}
+            out.append({"release": m["name"], "overlay": ov, "base": m["base"],
+                        "prs": list((data.get("overlay_prs") or {}).get(ov, [])),
+                        "rules": sorted((data.get("rules") or {})), "description": (data.get("overlays") or {}).get(ov, "")})
+    return out
+
+
+def render_steps(steps: list[dict], fmt: str) -> str:
+    """The upgrade steps as the head of a review document (table / markdown; json: none)."""
+    if not steps or fmt == "json":
+        return ""
+    lines = []
+    for s in steps:
+        prs = ", ".join(f"vllm-project/vllm#{n}" for n in s["prs"]) or "none verified by number"
+        ids = ", ".join(f"`{r}`" if fmt == "markdown" else r for r in s["rules"]) or "none"
+        if fmt == "markdown":
+            lines.append(f"- **{s['release']}** = {s['base']} + overlay `{s['overlay']}` ({s['description']}); "
+                         f"upstream PRs: {prs}; rule ids it writes: {ids}")
+        else:
+            lines.append(f"release {s['release']} = {s['base']} + overlay {s['overlay']} ({s['description']}); "
+                         f"upstream PRs: {prs}; rule ids it writes: {ids}")
+    head = "**Upgrade steps** (conf/overlay/<overlay>.yaml):" if fmt == "markdown" else "upgrade steps (conf/overlay/<overlay>.yaml):"
+    return "\n".join([head, *lines, ""])

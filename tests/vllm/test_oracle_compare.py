@@ -86,14 +86,19 @@ def test_mixed_kernel_block_agrees_only_as_the_same_set():
     assert same_field("backend", {"backend": "X"}, {"backend": "X"}) and not same_field("backend", {"backend": "X"}, {})
 
 
-def test_an_unused_fa_pin_is_compared_without_it_and_counted():
-    """vLLM ignores an FA pin no layer runs (SM80: Triton only); kselect refuses it as bad input,
-    so the comparison resolves the cell without it and the report counts such cells."""
+def test_an_unused_fa_pin_is_selected_as_vllm_does_and_nothing_is_left_out():
+    """vLLM ignores an FA pin no layer runs (SM80: Triton only); kselect selects what vLLM selects (with
+    a setting_ignored warning), so the cell is compared as it is, with the pin, and nothing is dropped."""
     c = Cell("8.0", "gemma4_e4b", "auto", False, 3, "auto", "none")
-    ks = kselect_records([c], rules="vllm_0_33_0")
-    assert ks[c.key]["fa_pin_dropped"] is True and ks[c.key]["error"] is None
+    plain = Cell("8.0", "gemma4_e4b", "auto", False, None, "auto", "none")
+    ks = kselect_records([c, plain], rules="vllm_0_33_0")
+    assert ks[c.key]["fa_pin_dropped"] is False and ks[c.key]["error"] is None
+    assert ks[c.key]["groups"].keys() == ks[plain.key]["groups"].keys()
+    for g, v in ks[c.key]["groups"].items():
+        assert {f: v[f] for f in ("backend", "fa_version", "kernel_block", "kv_block")} == \
+            {f: ks[plain.key]["groups"][g][f] for f in ("backend", "fa_version", "kernel_block", "kv_block")}
     rec = {"key": c.key, "cell": c.to_dict(), "error": None,
            "groups": {g: {f: v[f] for f in ("backend", "fa_version", "kernel_block", "kv_block", "quant_query")}
                       for g, v in ks[c.key]["groups"].items()}}
     rep = compare([rec], rules="vllm_0_33_0", kselect=ks)
-    assert rep.fa_pin_dropped == 1 and not rep.disagreements and "1 cells pin a FlashAttention version" in render(rep)
+    assert rep.fa_pin_dropped == 0 and not rep.disagreements and "pin a FlashAttention version" not in render(rep)

@@ -43,19 +43,24 @@ def test_each_release_agrees_with_its_own_code_on_every_field(release_report):
 
 
 def _oracle_selection(r: dict) -> tuple:
+    """What vLLM selected: nothing (it raised), or the cache block and each group's fields."""
+    if r.get("error"):
+        return (True,)
     groups = tuple(sorted((g, tuple(str(v.get(f)) for f in GROUP_FIELDS)) for g, v in (r.get("groups") or {}).items()))
-    return bool(r.get("error")), () if r.get("error") else groups
+    return False, r.get("block_size"), groups
 
 
 def _kselect_changed(cells: list[Cell], rules_a: str, rules_b: str) -> set[str]:
-    """The cells `kselect diff a.rules=.. b.rules=..` reports with a changed selection (selector/diff.py)."""
+    """The cells `kselect diff a.rules=.. b.rules=..` reports with a changed selection (selector/diff.py);
+    a cell refused on both sides selects nothing on either (its reason may change: `error_changed`)."""
     from kselect.selector.diff import diff_cell
     from kselect.selector.matrix import Builder, resolve_cells
 
     mcells = [_matrix_cell(c) for c in cells]
     ra = resolve_cells(mcells, builder=Builder().under_rules(rules_a))
     rb = resolve_cells(mcells, builder=Builder().under_rules(rules_b))
-    return {c.key for c, x, y in zip(cells, ra, rb) if diff_cell(x, y).selection_changed}
+    diffs = [diff_cell(x, y) for x, y in zip(ra, rb)]
+    return {c.key for c, d in zip(cells, diffs) if d.selection_changed and d.outcome != "error_changed"}
 
 
 @pytest.mark.parametrize("rules_a,rules_b", UPGRADES, ids=[f"{a}->{b}" for a, b in UPGRADES])

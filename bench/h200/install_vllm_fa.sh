@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
 # Install only vLLM's flash-attention build (`vllm/vllm_flash_attn`: the FA3 library and vLLM's FA4
-# fork) from the vLLM 0.33.0 wheel into TARGET, without installing vLLM: `pip install vllm` would
-# replace the torch of a GPU image. The FA3 library is built against torch's stable ABI, so it loads
-# on torch 2.11 (verified on the H200: bench/results/h200/).
+# fork) from the wheel of one vLLM release into TARGET, without installing vLLM: `pip install vllm`
+# would replace the torch of a GPU image. The FA3 library is built against torch's stable ABI, so it
+# loads on torch 2.11 (verified on the H200 with 0.33.0's: bench/results/h200/).
 #
-#   bench/h200/install_vllm_fa.sh TARGET [VLLM_WHEEL]
+#   bench/h200/install_vllm_fa.sh [--release X.Y.Z] TARGET [VLLM_WHEEL]
 #   export PYTHONPATH=TARGET:$PYTHONPATH        # then KSELECT_FA3_BUILD=vllm (or auto) finds it
 #
-# VLLM_WHEEL: a downloaded vllm-0.33.0-*.whl; without it the wheel is downloaded with pip (about
-# 400 MB, no dependencies) into a temporary directory. TARGET gets `vllm/__init__.py` (empty: only
-# the flash-attention subpackage is there) and `vllm/vllm_flash_attn/` without the FA2 library
-# (`_vllm_fa2_C`, unused on SM90). An existing TARGET/vllm is replaced.
+# --release: the vLLM release whose FA build to install (default 0.34.0, the default rules'; kselect's
+# rules=vllm_X_Y_Z names it as kernel_versions.vllm_flash_attn: vllm-X.Y.Z, and conformance/perf data
+# measured with it should say the same). VLLM_WHEEL: a downloaded vllm-X.Y.Z-*.whl of that release
+# (another release's wheel exits 2); without it the wheel is downloaded with pip (no dependencies)
+# into a temporary directory. TARGET gets `vllm/__init__.py` (empty: only the flash-attention
+# subpackage is there), `vllm/vllm_flash_attn/` without the FA2 library (`_vllm_fa2_C`, unused on
+# SM90) and KERNEL_VERSIONS (`vllm_flash_attn: vllm-X.Y.Z`). An existing TARGET/vllm is replaced.
 set -euo pipefail
+version=0.34.0
+if [ "${1:-}" = "--release" ]; then
+  [ $# -ge 2 ] || { echo "usage: $0 [--release X.Y.Z] TARGET [VLLM_WHEEL]" >&2; exit 2; }
+  version=$2
+  shift 2
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 TARGET [VLLM_WHEEL]" >&2
+  echo "usage: $0 [--release X.Y.Z] TARGET [VLLM_WHEEL]" >&2
+  exit 2
+fi
+if ! [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  echo "install_vllm_fa: --release $version: allowed: a vLLM release X.Y.Z (e.g. 0.34.0)" >&2
   exit 2
 fi
 target=$1
 wheel=${2:-}
-version=0.33.0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -z "$wheel" ]; then
@@ -27,6 +39,10 @@ if [ -z "$wheel" ]; then
   wheel=$(ls "$tmp"/dl/vllm-"$version"-*.whl)
 fi
 [ -f "$wheel" ] || { echo "install_vllm_fa: no such wheel: $wheel" >&2; exit 2; }
+case "$(basename "$wheel")" in
+  vllm-"$version"-*.whl) ;;
+  *) echo "install_vllm_fa: $wheel is not a vllm $version wheel (--release $version); allowed: vllm-$version-*.whl" >&2; exit 2 ;;
+esac
 mkdir -p "$target"
 python3 - "$wheel" "$tmp/stage" <<'PY'
 import sys, zipfile
@@ -45,6 +61,7 @@ print(f"extracted {len(names)} files of {prefix}", file=sys.stderr)
 PY
 rm -rf "$target/vllm.tmp" && mv "$tmp/stage/vllm" "$target/vllm.tmp"
 rm -rf "$target/vllm" && mv "$target/vllm.tmp" "$target/vllm"
+printf 'vllm_flash_attn: vllm-%s\n' "$version" > "$target/KERNEL_VERSIONS.tmp" && mv "$target/KERNEL_VERSIONS.tmp" "$target/KERNEL_VERSIONS"
 du -sh "$target/vllm" >&2
 cat >&2 <<MSG
 installed vllm/vllm_flash_attn into $target; use it with

@@ -28,6 +28,9 @@ WARNING_PHRASE = {
     "objective_kept_vllm": "objective {objective}: no combination of backends is valid, verified and measured on {gpu}; "
     "kept vLLM's selection (no guess) [perf]",
     "objective_all_pinned": "objective {objective}: every group is pinned; nothing to choose",
+    "setting_ignored": "{setting} is ignored by vLLM: {reason}; kselect selects as vLLM does (strict=true refuses it)",
+    "kernel_data_version": "{data} was measured with {library} {measured}, but rules={rules} ships {library} "
+    "{release}: its figures are from another version [kernel versions]",
     "objective_mixed_timing": "objective {objective}: the {phase} figures compared for this group were not timed alike "
     "({timings}); time them the same way (kselect perf --fence) [perf]",
     "objective_other_version": "objective {objective}: the {phase} figure of {backend} ranked here was measured on "
@@ -47,6 +50,8 @@ FAILURE_PHRASE = {
     "no_common_block": "No common block size for {kv_block}: {backend} kernel blocks {kernel_blocks}",
     "init_failure": "vLLM fails after selecting {backend} for the {group} group (head {head}):",
     "no_common_cache_block": "The attention backends share no supported KV cache block size:",
+    "strict": "strict=true refuses this selection's warnings: {warnings}; allowed: strict=false (select as vLLM does, "
+    "with the warnings), a config without the ignored setting, or data measured with the release's kernel versions",
     "fa_pin_unused": "attention.flash_attn_version={version} cannot apply on platform {platform}: no layer group runs "
     "FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{version}) where "
     "FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)",
@@ -92,6 +97,8 @@ def render(r: Any) -> str:
         return WARNING_PHRASE[code].format(gpu=r.gpu, claims=claims_list(code, r.claims))
     if code.startswith("objective_"):
         return WARNING_PHRASE[code].format(**{k: getattr(r, k) for k in type(r).model_fields})
+    if code in ("setting_ignored", "kernel_data_version"):
+        return WARNING_PHRASE[code].format(**{k: getattr(r, k) for k in type(r).model_fields})
     if code == "orphan_rule":
         return WARNING_PHRASE[code].format(rule=r.rule)
     if code == "rule":
@@ -99,6 +106,7 @@ def render(r: Any) -> str:
     if code in FAILURE_PHRASE:
         fields = {k: getattr(r, k) for k in type(r).model_fields}
         fields["kernel_blocks"] = describe_blocks(r.kernel_blocks or ())
+        fields["warnings"] = " | ".join(r.warnings or ())
         return FAILURE_PHRASE[code].format(**fields)
     kb = describe_blocks(r.kernel_blocks) if r.kernel_blocks is not None else ""
     return REJECT_PHRASE[code].format(value=r.value, kernel_blocks=kb) + SOURCE_TAG.format(source=r.source)

@@ -21,6 +21,7 @@ from ..review.diff_render import render
 from ..review.diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
 from ..base.errors import KSelectError
 from ..review.matrix import load_matrix
+from ..config.releases import render_steps, upgrade_steps
 
 
 def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
@@ -96,6 +97,10 @@ def task(cfg) -> int:
         if ran[0] != ran[1]:  # the labels say which rules each side ran
             a, b = (replace(s, label=f"{s.label} rules={r}") for s, r in zip(sides, ran))
         d = run_diff(a, b, spec)
+        steps = upgrade_steps(a.conf_dir, ran[0], b.conf_dir, ran[1])  # a release upgrade: its overlays and PRs
+    head = render_steps(steps, cfg.format)
+    if head:
+        print(head)
     print(render(d, cfg.format, cfg.limit))
     return 1 if cfg.check and d.changed else 0
 

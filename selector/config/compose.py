@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ..base.errors import ConfigError, KSelectError, format_validation_error
 from ..config.guard import check_conf_tree, check_overrides
 from ..config.schema import KSelectConfig
+from ..config import releases
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # a checkout's conf/, or the wheel's kselect/conf
 
@@ -34,6 +35,7 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
         raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
     check_overrides(overrides, conf_dir)
     check_conf_tree(conf_dir)
+    overrides, manifests = releases.expand(overrides, Path(conf_dir))  # a release = its base + overlays
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
@@ -48,12 +50,14 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
         raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
     if not isinstance(data, dict):
         raise ConfigError("<root>", data, "a mapping")
-    return data
+    return releases.finish(data, manifests)
 
 
 def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
     """Validate a composed dict; `platform.name: auto` is detected here, keeping the
     `platform.*` keys that `overrides` (the command line) or an overlay set."""
+    if releases.is_unexpanded(data):  # a Hydra app composed a release manifest alone: compose its chain
+        data = compose_raw(list(overrides), conf_dir)
     if isinstance(data.get("platform"), dict) and data["platform"].get("name") == "auto":
         from ..config.detect import auto_platform  # noqa: PLC0415 - torch only for auto
 

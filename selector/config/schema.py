@@ -245,9 +245,23 @@ class OverlayRelation(Strict):
     replaces: list[Name] = []
 
 
+class Release(Strict):
+    """A rules option built as its base release plus overlays (selector/config/releases.py)."""
+
+    name: Name
+    chain: list[Name]  # oldest first, ending with this release
+    overlays: dict[str, Name] = {}  # release overlay -> the release it applies on
+    prs: dict[str, list[int]] = {}  # release overlay -> upstream vLLM PRs behind its rules
+
+
 class KSelectConfig(Strict):
     ruleset: RuleSet
+    release: Release | None = None  # set when the rules option is a release manifest
+    # kernel library versions this rules option's vLLM ships (e.g. flashinfer: 0.7.3); conformance
+    # and perf data measured with other versions warn (selector/evidence/kernel_versions.py)
+    kernel_versions: dict[str, str] = {}
     overlay_bases: dict[str, str] = {}  # overlay -> the rules option it was written for
+    overlay_prs: dict[str, list[int]] = {}  # overlay -> the upstream vLLM PRs behind its rules
     overlay_relations: dict[str, OverlayRelation] = {}  # overlay -> what it reverts/replaces (overlay_order.py)
     platform: Platform
     model: ModelConfig
@@ -260,6 +274,7 @@ class KSelectConfig(Strict):
     overlays: dict[str, str] = {}  # applied overlays, in order -> one-line description
     output: Literal["table", "json", "markdown", "vllm"] = "table"
     verbose: bool = False
+    strict: bool = False  # refuse a selection whose warnings say vLLM ignores a setting (exit 2)
 
     @field_validator("capabilities")
     @classmethod
@@ -290,6 +305,8 @@ class KSelectConfig(Strict):
 
     def _check_overlay_bases(self) -> None:
         for ov, base in self.overlay_bases.items():
+            if self.release is not None and self.release.overlays.get(ov) == base:
+                continue  # a release overlay: applied on its base release (releases.py checks it)
             if base != self.ruleset.name:
                 raise ValueError(
                     f"overlay={ov} was written for rules={base}, not rules={self.ruleset.name}; "

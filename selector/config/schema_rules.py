@@ -68,7 +68,7 @@ class Capability(Strict):
 # ---------------------------------------------------------------- rules
 
 Stage = Literal[
-    "model", "fa_version", "priority", "reject", "kernel_block", "cache_block",
+    "model", "fa_version", "priority", "reject", "kernel_block", "default_block", "cache_block",
     "preferred_block", "swa_block", "init", "quant_query", "descale", "spec", "draft", "warning",
 ]  # fmt: skip
 
@@ -79,6 +79,7 @@ STAGE_EFFECT: dict[str, str | None] = {
     "priority": "priority",
     "reject": None,
     "kernel_block": "kernel_block_sizes",
+    "default_block": "default_block_size",
     "cache_block": "cache_block",
     "preferred_block": "preferred_block_size_min",
     "swa_block": "swa_block",
@@ -119,6 +120,8 @@ class Rule(Strict):
     priority: list[str] | None = None
     kernel_block_sizes: list[BlockSpec] | None = Field(default=None, min_length=1)
     preferred_block_size_min: Int(1, 4096) | None = None
+    # the engine's default cache block (vLLM's CacheConfig.DEFAULT_BLOCK_SIZE; 16 without a rule)
+    default_block_size: Int(1, 4096) | None = None
     # how the cache block is chosen without a user block size: the preferred size of the
     # first layer's backend, or one size every distinct backend of the model accepts
     cache_block: Literal["first_layer", "common_over_backends"] | None = None

@@ -178,6 +178,7 @@ FACTS: dict[str, str] = {
     "model.multimodal": "bidirectional mm-prefix mask (vision mode)",
     "model.head_size": "model-level head size (max over layers, as vLLM's get_head_size)",
     "model.mixed_head_sizes": "layers have different head sizes",
+    "model.gqa": "query heads per KV head > 1 at the model level (vLLM's get_num_attention_heads // get_num_kv_heads)",
     "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
     "kv.quantized": "the KV cache is FP8",
     "kv.scales": "unit / calibrated",

@@ -50,6 +50,7 @@ class ConformanceFile(BaseModel):
     measured: str = ""
     commit: str = ""
     command: str = ""
+    kernel_versions: dict[str, str] = {}  # the kernel libraries measured (vllm_flash_attn, flashinfer): kernel_versions.py
     claim_count: int = Field(ge=0)
     claims: dict[Annotated[str, Field(pattern=CLAIM_ID)], ClaimResult]
 

@@ -114,6 +114,7 @@ class PerfFile(BaseModel):
     measured: str = ""
     commit: str = ""
     command: str = ""
+    kernel_versions: dict[str, str] = {}  # the kernel libraries measured (vllm_flash_attn, flashinfer): kernel_versions.py
     entries: dict[str, PerfEntry] = {}
     steps: dict[str, StepEntry] = {}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 from ..base.errors import KSelectError, SelectionError
@@ -26,7 +27,19 @@ from ..export.render import group_name, per_phase_losses
 from ..config.schema import AttentionPins, KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
 
-VLLM_RULES = "vllm_0_33_0"  # the rules option that models the vLLM this export targets
+VLLM_RULES = "vllm_0_33_0"  # the vLLM an export of a non-release rules option (post_pr52987) targets
+RELEASE = re.compile(r"^vllm_(\d+)_(\d+)_(\d+)$")
+
+
+def target_rules(cfg: KSelectConfig) -> str:
+    """The release whose vLLM the command is for: the selection's own release (rules=vllm_0_34_0
+    exports for vLLM 0.34.0), else VLLM_RULES."""
+    return cfg.ruleset.name if RELEASE.match(cfg.ruleset.name) else VLLM_RULES
+
+
+def release_label(rules: str) -> str:
+    m = RELEASE.match(rules)
+    return f"vLLM {m[1]}.{m[2]}.{m[3]}" if m else rules
 
 
 class ExportError(KSelectError):
@@ -43,7 +56,8 @@ def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None
     want = vllm_kernels(sel)
     targets = [g for g in want.groups if not g.draft]
     drafts = [g for g in want.groups if g.draft]
-    ref = _vllm_book(conf_dir)
+    target = target_rules(cfg)
+    ref = _vllm_book(conf_dir, target)
     tried: list[str] = []
     for pins in _candidate_pins(cfg, targets):
         got = _resolve_as_vllm(cfg, ref, pins, want.environment.get("user_block_size"))
@@ -55,7 +69,7 @@ def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None
             return _command(cfg, want, pins, drafts, chosen=sel)
         tried.append(f"{_describe(pins)}: {diff}")
     raise ExportError(
-        f"output=vllm: vLLM 0.33.0 cannot express this selection (rules={e.get('rules')}); "
+        f"output=vllm: {release_label(target)} cannot express this selection (rules={e.get('rules')}); "
         f"with the closest arguments it would run something else: {tried[-1] if tried else 'nothing to try'}"
     )
 
@@ -109,18 +123,21 @@ def _describe(p: AttentionPins) -> str:
 # ---------------------------------------------------------------- kselect's model of vLLM 0.33.0
 
 
-@functools.lru_cache(maxsize=4)
-def _vllm_book(conf_dir) -> dict:
-    """The rules and capabilities of vLLM 0.33.0 as the conf tree holds them (composed once per tree)."""
-    raw = compose_raw([f"rules={VLLM_RULES}", "overlay=[]"], conf_dir or CONF_DIR)
-    return {k: raw[k] for k in ("rules", "capabilities", "ruleset")}
+@functools.lru_cache(maxsize=8)
+def _vllm_book(conf_dir, rules: str = VLLM_RULES) -> dict:
+    """The rules and capabilities of a vLLM release as the conf tree holds them (composed once per tree)."""
+    raw = compose_raw([f"rules={rules}", "overlay=[]"], conf_dir or CONF_DIR)
+    return {k: raw[k] for k in ("rules", "capabilities", "ruleset", "release", "kernel_versions") if k in raw}
 
 
 def _resolve_as_vllm(cfg: KSelectConfig, ref: dict, pins: AttentionPins, block: int | None = None) -> Selection | str:
     """block: the selection's own --block-size (a user's, or one an objective chose for a prefill kernel)."""
     data = cfg.model_dump(by_alias=True)
     data.update(ref)
-    data["overlays"], data["overlay_bases"], data["overlay_relations"] = {}, {}, {}
+    data["overlays"], data["overlay_bases"], data["overlay_relations"], data["overlay_prs"] = {}, {}, {}, {}
+    data.setdefault("release", None)
+    if "release" not in ref:
+        data["release"] = None
     data["attention"] = pins.model_dump()
     data["objective"] = {**data["objective"], "name": "vllm"}  # vLLM runs its own rules: no measured choice
     if block is not None:

@@ -134,18 +134,44 @@ class ObjectiveWarning(Record):
     release: str | None = None  # objective_other_version: the vLLM release the rules model
 
 
-Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning | ObjectiveWarning,
-                    Field(discriminator="code")]
+class SettingIgnored(Record):
+    """A setting vLLM accepts and then ignores (e.g. a FlashAttention version where no layer runs
+    FlashAttention): kselect selects what vLLM selects and says so; `strict=true` refuses it."""
+
+    code: Literal["setting_ignored"] = "setting_ignored"
+    group: str
+    rule: None = None
+    setting: str  # the key=value as given, e.g. attention.flash_attn_version=3
+    reason: str  # why vLLM ignores it
+
+
+class KernelDataVersion(Record):
+    """Conformance or perf data measured with other kernel library versions than the release's."""
+
+    code: Literal["kernel_data_version"] = "kernel_data_version"
+    group: str
+    rule: None = None
+    data: str  # the data file, e.g. conf/conformance/nvidia_h200.yaml
+    library: str  # e.g. flashinfer
+    measured: str  # the version the data was measured with
+    release: str  # the version the rules option's release ships
+    rules: str
+
+
+Warning = Annotated[RuleWarning | OrphanRule | BlockSizePrecluded | ClaimsWarning | ObjectiveWarning | SettingIgnored
+                    | KernelDataVersion, Field(discriminator="code")]
+STRICT_CODES = ("setting_ignored", "kernel_data_version")  # strict=true refuses these (exit 2)
 WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_precluded": 1, "claims_unverified": 2,
                 "objective_no_measurement": 2, "objective_kept_vllm": 1, "objective_all_pinned": 2,
-                "objective_mixed_timing": 1, "objective_other_version": 1}
+                "objective_mixed_timing": 1, "objective_other_version": 1, "setting_ignored": 1,
+                "kernel_data_version": 1}
 
 
 # ---------------------------------------------------------------- no selection
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
                       "page_unify", "no_common_block", "fa_pin_unused", "init_failure",
-                      "no_common_cache_block"]  # fmt: skip
+                      "no_common_cache_block", "strict"]  # fmt: skip
 
 
 class Failure(Record):
@@ -166,6 +192,7 @@ class Failure(Record):
     largest_page: int | None = None
     kv_block: int | None = None
     kernel_blocks: tuple[Any, ...] | None = None
+    warnings: tuple[str, ...] | None = None  # strict: the warnings refused
 
 
 # ---------------------------------------------------------------- conformance runs

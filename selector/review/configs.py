@@ -24,6 +24,7 @@ from ..config.compose import CONF_DIR, compose_raw
 from ..review.cells import FIELD_AXES, GROUP_AXES, SECTIONS, Cell, MatrixError, hydra_value
 from ..base.errors import KSelectError, format_validation_error
 from ..config.schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Objective, Platform, SpecDecode
+from ..config.releases import default_rules  # noqa: F401 - the conf tree's default rules option
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {
     "platform": Platform, "model": ModelConfig, "kv_cache": KVCache, "spec_decode": SpecDecode, "attention": AttentionPins,
@@ -54,18 +55,6 @@ def _fingerprint(conf_dir: Path) -> tuple:
     return (str(conf_dir.resolve()),) + tuple(
         sorted((str(p.relative_to(conf_dir)), st.st_size, st.st_mtime_ns) for p in conf_dir.rglob("*.yaml") for st in [p.stat()])
     )
-
-
-def default_rules(conf_dir: Path | str) -> str | None:
-    """The rules option a conf tree composes by default (its config.yaml's defaults list)."""
-    from ..base.files import load_yaml  # noqa: PLC0415
-
-    path = Path(conf_dir) / "config.yaml"
-    data = load_yaml(path, "a kselect config.yaml") if path.is_file() else {}
-    for entry in (data or {}).get("defaults", []) or []:
-        if isinstance(entry, dict) and "rules" in entry:
-            return str(entry["rules"])
-    return None
 
 
 class Builder:

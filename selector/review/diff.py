@@ -345,8 +345,11 @@ def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:
                          evidence=Evidence.load(src.conf_dir))
 
 
-def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec = "default", conf_dir: Path = CONF_DIR) -> MatrixDiff:
-    """Two overlay sets of one conf directory (kselect plot, tests, notebooks)."""
+def diff_overlays(a: Sequence[str], b: Sequence[str], matrix: str | MatrixSpec = "default", conf_dir: Path = CONF_DIR,
+                  rules_a: str | None = None, rules_b: str | None = None) -> MatrixDiff:
+    """Two overlay sets (and rules options: a release upgrade) of one conf directory (kselect plot,
+    tests, notebooks)."""
     spec = matrix if isinstance(matrix, MatrixSpec) else load_matrix(matrix, conf_dir)
-    la, lb = f"[{','.join(a)}]", f"[{','.join(b)}]"
-    return run_diff(Source(la, Path(conf_dir), tuple(a)), Source(lb, Path(conf_dir), tuple(b)), spec)
+    la = f"[{','.join(a)}]" + (f" rules={rules_a}" if rules_a else "")
+    lb = f"[{','.join(b)}]" + (f" rules={rules_b}" if rules_b else "")
+    return run_diff(Source(la, Path(conf_dir), tuple(a), rules=rules_a), Source(lb, Path(conf_dir), tuple(b), rules=rules_b), spec)

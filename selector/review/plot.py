@@ -4,6 +4,7 @@ and a PNG (matplotlib, Agg).
     kselect plot                                        # smoke matrix, base rules
     kselect plot matrix=golden overlay=[pr53175] out=plots/pr53175
     kselect plot b.overlay=[pr48666] out=plots/pr48666   # what #48666 changes
+    kselect plot a.rules=vllm_0_33_0 b.rules=vllm_0_34_0 out=plots/vllm_0_34_0   # a release upgrade
     kselect plot matrix=default where.pin=auto where.dtype=bfloat16 b.overlay=[pr48666]
 
 A Hydra app (structured config `kselect_plot`): matrix (a diff: `default`, the matrix `kselect
@@ -164,6 +165,7 @@ def build(spec: MatrixSpec, overlays=(), a=None, b=None) -> tuple[Grid, str, str
 @dataclass
 class PlotSide:
     overlay: Optional[list[str]] = None  # noqa: UP045 - OmegaConf reads the annotation
+    rules: Optional[str] = None  # noqa: UP045 - this side's rules option (a release upgrade: a.rules / b.rules)
 
 
 @dataclass
@@ -206,7 +208,7 @@ def task(cfg) -> int:
         if v is not None:
             vals = list(v) if not isinstance(v, (str, int, float, bool)) else [v]
             where[axis] = [str(x).lower() if isinstance(x, bool) else str(x) for x in vals]
-    diff = cfg.b.overlay is not None
+    diff = cfg.b.overlay is not None or cfg.b.rules is not None
     if Path(cfg.out).is_dir() or Path(cfg.out).with_suffix(".png").is_dir():
         raise KSelectError(f"plot: out={cfg.out!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     if cfg.style not in ("blocks", "grid"):
@@ -219,8 +221,8 @@ def task(cfg) -> int:
         from ..review.diff import diff_overlays  # noqa: PLC0415
         from ..review.plot_diff import picture  # noqa: PLC0415
 
-        a, b = tuple(cfg.a.overlay or ()), tuple(cfg.b.overlay)
-        d = diff_overlays(a, b, spec)
+        a, b = tuple(cfg.a.overlay or ()), tuple(cfg.b.overlay if cfg.b.overlay is not None else (cfg.a.overlay or ()))
+        d = diff_overlays(a, b, spec, rules_a=cfg.a.rules, rules_b=cfg.b.rules)
         s = d.summary()
         title = cfg.title or f"kselect diff {d.a_label} → {d.b_label} over matrix {spec.name}"
         summary = (f"{s['cells']} cells: {s['changed']} changed ({s['selection_changed']} selection, "
@@ -229,6 +231,8 @@ def task(cfg) -> int:
             summary += " (where " + ", ".join(f"{k}={'|'.join(v)}" for k, v in where.items()) + ")"
         png, page = picture(d, title, summary)
         return _write(Path(cfg.out), png, page, summary)
+    if diff and (cfg.a.rules or cfg.b.rules):
+        raise KSelectError("plot: a.rules / b.rules draw with style=blocks (the diff's rows); allowed: style=blocks")
     if diff:
         grid, title, summary = build(spec, a=tuple(cfg.a.overlay or ()), b=tuple(cfg.b.overlay))
     else:

@@ -26,6 +26,7 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "model.multimodal": m.multimodal,
         "model.head_size": max(heads),
         "model.mixed_head_sizes": len(heads) > 1,
+        "model.gqa": m.num_key_value_heads > 0 and m.num_attention_heads // m.num_key_value_heads > 1,
         "kv.dtype": kv.dtype,
         "kv.quantized": kv.quantized,
         "kv.scales": kv.scales,

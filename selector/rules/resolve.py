@@ -18,7 +18,7 @@ from ..evidence.conformance_data import ConformanceFile, claim_checks
 from ..evidence.evidence import Evidence
 from ..rules.candidates import Choice, Group, choose_backend
 from ..base.errors import SelectionError
-from ..outputs.records import Failure, OrphanRule, RuleWarning, rejection
+from ..outputs.records import Failure, OrphanRule, RuleWarning, SettingIgnored, rejection
 from ..rules.rulebook import RuleBook, rulebook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
@@ -73,6 +73,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         block_size = cfg.kv_cache.block_size
         model_trace.append("pin.kv_cache.block_size")
     else:
+        default_block(book, facts, model_trace)
         cache_policy = "first_layer"
         for c in book.matching("cache_block", facts):
             cache_policy = c.rule.cache_block
@@ -107,24 +108,28 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if drafts:
         out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy, conf))
 
-    _check_fa_pin(cfg, out)
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans]
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
     env = environment_summary(cfg, facts)
-    return Selection(
+    sel = Selection(
         environment=env,
         block_size=block_size,
         groups=tuple(out),
         warnings=tuple(warnings),
         trace=tuple(model_trace),
     )
+    return sel
 
 
-def _check_fa_pin(cfg: KSelectConfig, groups: list[GroupSelection]) -> None:
-    """A FlashAttention version pin that no group runs is refused, never silently ignored."""
+def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:
+    """A FlashAttention version pin no group runs: vLLM reads flash_attn_version only where a layer
+    runs FlashAttention (a FLASHINFER/TRITON_ATTN pin, a platform without FlashAttention), so it
+    selects as if there were none; kselect does the same and warns."""
     v = cfg.attention.flash_attn_version
     if v is None or any(g.flash_attn_version is not None for g in groups):
-        return
-    raise SelectionError(Failure(code="fa_pin_unused", version=v, platform=cfg.platform.name))
+        return []
+    where = f"attention.backend={cfg.attention.backend}" if cfg.attention.backend != "auto" else f"platform {cfg.platform.name}"
+    return [SettingIgnored(group=MODEL_GROUP, setting=f"attention.flash_attn_version={v}",
+                           reason=f"no layer group runs FlashAttention under {where}")]
 
 
 def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice], policy: str, trace: list[str]) -> int:
@@ -137,7 +142,7 @@ def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice]
         distinct.setdefault(choices[i].backend, choices[i])
     if policy == "first_layer" or len(distinct) == 1:
         return preferred_block(book, choices[order[0]], trace)
-    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], 16)
+    size = blk.common([ch.model_kernel_blocks for ch in distinct.values()], default_block(book, choices[order[0]].facts, None))
     if size is None:
         raise SelectionError(
             Failure(code="no_common_cache_block"),
@@ -173,10 +178,21 @@ def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]
     return preferred_block(book, ch, trace)
 
 
+def default_block(book: RuleBook, facts: dict, trace: list[str] | None) -> int:
+    """The engine's default cache block (vLLM's CacheConfig.DEFAULT_BLOCK_SIZE): 16, or what
+    the last matching `default_block` rule says (vLLM 0.34.0: 64)."""
+    size = 16
+    for c in book.matching("default_block", facts):
+        size = c.rule.default_block_size
+        if trace is not None:
+            trace.append(c.id)
+    return size
+
+
 def preferred_block(book: RuleBook, ch: Choice, trace: list[str]) -> int:
     """The preferred size of `ch`'s backend (kernel blocks without a KV spec), raised by
     `preferred_block` rules."""
-    block_size = blk.preferred(ch.model_kernel_blocks, 16)
+    block_size = blk.preferred(ch.model_kernel_blocks, default_block(book, ch.facts, None))
     for c in book.matching("preferred_block", ch.facts):
         block_size = max(block_size, c.rule.preferred_block_size_min)
         trace.append(c.id)

@@ -69,11 +69,29 @@ def test_issue_examples_exit_2_naming_the_key(override, key, capsys):
     assert key in err and "Traceback" not in err and "internal error" not in err
 
 
-def test_fa_version_pin_that_cannot_apply_is_refused():
-    with pytest.raises(SelectionError, match=r"attention.flash_attn_version=3 cannot apply on platform sm80"):
-        resolve(compose(["platform=sm80", "model=gemma4_31b", "attention.flash_attn_version=3"]))
+def test_fa_version_pin_no_group_runs_is_ignored_as_vllm_does_with_a_warning():
+    """vLLM ignores flash_attn_version where no layer runs FlashAttention: kselect selects what vLLM
+    selects (the same as without the pin) and says so with a typed warning; strict=true refuses it."""
+    base = ["platform=sm80", "model=gemma4_31b"]
+    plain = resolve(compose(base))
+    sel = resolve(compose([*base, "attention.flash_attn_version=3"]))
+    assert [(g.backend, g.flash_attn_version, g.kv_block_size) for g in sel.groups] == \
+        [(g.backend, g.flash_attn_version, g.kv_block_size) for g in plain.groups]
+    [w] = [w for w in sel.warnings if w.code == "setting_ignored"]
+    assert w.setting == "attention.flash_attn_version=3" and "sm80" in w.reason
+    assert not [w for w in plain.warnings if w.code == "setting_ignored"]
+    with pytest.raises(SelectionError, match=r"strict=true refuses .*attention.flash_attn_version=3 is ignored by vLLM"):
+        resolve(compose([*base, "attention.flash_attn_version=3", "strict=true"]))
     sel = resolve(compose(["platform=sm90", "model=gemma4_e4b", "attention.flash_attn_version=3", "attention.backend=FLASH_ATTN"]))
-    assert all(g.flash_attn_version for g in sel.groups)
+    assert all(g.flash_attn_version for g in sel.groups) and not [w for w in sel.warnings if w.code == "setting_ignored"]
+
+
+def test_strict_ignored_pin_exits_2_with_one_paragraph(capsys):
+    assert select_main(["platform=sm80", "model=gemma4_31b", "attention.backend=TRITON_ATTN", "attention.flash_attn_version=4",
+                        "strict=true"]) == 2
+    err = capsys.readouterr().err
+    assert "attention.flash_attn_version=4 is ignored by vLLM" in err and "attention.backend=TRITON_ATTN" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_debug_shows_the_traceback(monkeypatch):

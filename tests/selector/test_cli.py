@@ -26,8 +26,8 @@ def test_json_output_has_the_documented_fields():
                     "kv_block_size", "quant_query", "rejected", "trace"):
             assert key in g
         assert g["backend"] == "FLASH_ATTN" and isinstance(g["rejected"], dict)
-    assert [g["flash_attn_version"] for g in d["groups"]] == [3, 4]  # vLLM 0.33.0: per layer on SM90 FP8
-    assert d["environment"]["rules"] == "vllm_0_33_0"
+    assert [g["flash_attn_version"] for g in d["groups"]] == [3, 4]  # vLLM 0.33.0 and 0.34.0: per layer on SM90 FP8
+    assert d["environment"]["rules"] == "vllm_0_34_0"  # the default rules: the newest release
     assert d["groups"][1]["layers"] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
 
 

@@ -144,7 +144,8 @@ VALUE_CASES = [
 def _value_cases(cli: str) -> list[Case]:
     out = [Case(cli, ["platform=sm90", f"{k}={v}"], (k.lstrip("+").split(".")[-1], k.lstrip("+"))) for k, vs in VALUE_CASES for v in vs]
     out += [
-        Case(cli, ["platform=sm80", "attention.flash_attn_version=3"], ("attention.flash_attn_version",)),
+        # vLLM ignores this pin (no FlashAttention on SM80): kselect warns; strict=true refuses it
+        Case(cli, ["platform=sm80", "attention.flash_attn_version=3", "strict=true"], ("attention.flash_attn_version",)),
         Case(cli, ["platform=sm90", "model=gemma4_tiny", "model.full_attention_every=6"], ("model.num_kv_shared_layers",)),
         Case(cli, ["platform=cpu", "platform.packages.fa4=maybe"], ("platform.packages",)),
     ]

@@ -1,4 +1,4 @@
-"""rules=vllm_0_33_0 (the default) against vLLM 0.33.0's own code, one test per behaviour that
+"""rules=vllm_0_33_0 against vLLM 0.33.0's own code, one test per behaviour that
 differs from the seed's rules. Each asserts the fields and the rule id responsible. The figures
 come from reading 0.33.0's sources (conf/rules/vllm_0_33_0.yaml names the files) and agree with
 the oracle (bench/vllm/)."""
@@ -13,8 +13,13 @@ from kselect.selector.export.formats import render
 from kselect.selector.api import resolve
 
 
+def with_rules(o):
+    """This file is about vLLM 0.33.0: rules=vllm_0_33_0 unless a test names other rules."""
+    return list(o) if any(x.startswith("rules=") for x in o) else ["rules=vllm_0_33_0", *o]
+
+
 def sel(*o):
-    return resolve(compose(list(o)))
+    return resolve(compose(with_rules(o)))
 
 
 def fields(s):
@@ -22,7 +27,7 @@ def fields(s):
             for g in s.groups if not g.draft]
 
 
-def test_default_rules_are_vllm_0_33_0():
+def test_rules_vllm_0_33_0_names_itself():
     assert sel("platform=sm90", "model=gemma4_31b").environment["rules"] == "vllm_0_33_0"
 
 
@@ -119,7 +124,7 @@ def test_an_overlay_on_the_wrong_base_is_a_config_error():
 
 
 def vllm(*o):
-    cfg = compose(list(o))
+    cfg = compose(with_rules(o))
     return render(resolve(cfg), "vllm", cfg=cfg)
 
 

@@ -38,7 +38,7 @@ def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
     lines = stdout.splitlines()
     assert lines[0] == f"{out}: 4 jobs"
     row = next(x for x in lines if x.startswith("3 "))
-    assert "platform=sm90" in row and "ok" in row and "TRITON_ATTN kv16" in row
+    assert "platform=sm90" in row and "ok" in row and "TRITON_ATTN kv64" in row  # default rules vllm_0_34_0: block 64
     assert "[1] invalid: Selected backend TRITON_ATTN" in stdout
     gather_main([str(out), "format=markdown"])
     assert "| job | overrides | outcome |" in capsys.readouterr().out

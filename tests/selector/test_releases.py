@@ -9,7 +9,7 @@ import pytest
 
 from kselect.selector.api import CONF_DIR, compose, compose_raw
 from kselect.selector.base.errors import KSelectError, SelectionError
-from kselect.selector.rules.resolve import resolve
+from kselect.selector.api import resolve
 
 
 def sel(*o, conf=CONF_DIR):

@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(a.out or f"oracle_{release.version.replace('.', '_')}.jsonl.gz")
         if a.out and not out.parent.is_dir():
             raise BadInput(f"kselect oracle: --out {a.out}: the folder {out.parent} does not exist.")
+        for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):  # refused before any work
+            if path and (Path(path).is_dir() or not Path(path).parent.is_dir()):
+                raise BadInput(f"kselect oracle: {flag} {path}: not a file in an existing folder; allowed: a file path "
+                               "whose folder exists.")
         if a.dry_run:
             return _dry_run(release, cells, out, rules, a)
         env = envmod.ensure(release)

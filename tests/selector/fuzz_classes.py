@@ -69,6 +69,8 @@ COMMANDS: dict[str, Command] = {
     "perf": Command(("--gpu-name", "cpu_reference", "--device", "cpu", "--platform", "cpu", "--dry-run"), hydra_app=False,
                     paths=(PathFlag("--conformance", "file"),)),
     # perf-steps: needs CUDA before it reads any path (exit 2 saying so on a CPU machine)
+    "oracle": Command(("0.34.0", "--dry-run"), hydra_app=False,
+                      paths=(PathFlag("--out", "out"), PathFlag("--report", "out"), PathFlag("--json", "out"))),
 }
 
 

@@ -97,10 +97,10 @@ COMMANDS = [
     Cmd("run-chunk", "kselect run --prefill-chunk 8"),
     Cmd("run-ckpt", "kselect run model=gemma4_e4b model.checkpoint=/path/to/hf_folder", want="2"),
     Cmd("run-31b-cpu", "kselect run platform=auto model=gemma4_31b", want="2"),
-    Cmd("oracle-slice", "~/.cache/kselect/vllm/venv-0.33.0/bin/python bench/vllm/oracle.py --src "
-        "~/.cache/kselect/vllm/src-0.33.0 --out $WORK/oracle.jsonl --cc 9.0 --model gemma4_31b", where="clone",
+    Cmd("oracle-slice", "kselect oracle 0.33.0 --out $WORK/oracle.jsonl.gz --cc 9.0 --model gemma4_31b --no-compare",
+        where="clone",
         section="Checking against vLLM itself"),
-    Cmd("agree-slice", "python bench/vllm/agree.py $WORK/oracle.jsonl --rules vllm_0_33_0 --out $WORK/agree", where="clone"),
+    Cmd("agree-slice", "python bench/vllm/agree.py $WORK/oracle.jsonl.gz --rules vllm_0_33_0 --out $WORK/agree", where="clone"),
     Cmd("plot-results", "python bench/plot_results.py --results bench/results/h200 --out $WORK/plots",
         where="clone", section="Performance"),
     Cmd("tests", "python -m pytest -n auto -q -p no:cacheprovider", where="clone", section="Quick start: the tests"),

@@ -41,13 +41,13 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     path = Path(a.records)
     if not path.is_file():
-        print(f"agree: records file {path} does not exist (bench/vllm/oracle.py writes it)", file=sys.stderr)
+        print(f"agree: records file {path} does not exist (`kselect oracle` writes it)", file=sys.stderr)
         return 2
     records = load_records(path)
     rep = compare(records, rules=a.rules)
     versions = sorted({r.get("vllm_version", "0.33.0") for r in records})
     head = (f"Command: `python bench/vllm/agree.py {path.as_posix()} --rules {a.rules}`  \n"
-            f"kselect commit: {_commit()}; vLLM {', '.join(versions)} (oracle: bench/vllm/oracle.py)\n")
+            f"kselect commit: {_commit()}; vLLM {', '.join(versions)} (oracle: kselect oracle)\n")
     text = render(rep, a.limit)
     print(text)
     if a.out:

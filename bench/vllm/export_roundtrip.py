@@ -26,9 +26,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent))
 
 FIELDS = ("backend", "fa_version", "kernel_block")
 
@@ -39,7 +36,7 @@ def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple
     from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    import vllm_chain
+    from kselect.oracle import vllm_chain
 
     notes = {}
     argv = list(tokens)
@@ -75,10 +72,10 @@ def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple
 
 def _worker(task) -> list[dict]:
     src, cc, items, root = task
-    import vllm_chain
+    from kselect.oracle import vllm_chain
 
     vllm_chain.boot(src, tuple(int(x) for x in cc.split(".")))
-    from oracle import _preset
+    from kselect.oracle.models import preset as _preset
 
     dirs, out = {}, []
     for item in items:
@@ -177,12 +174,14 @@ def main(argv=None) -> int:
         reasons.setdefault((outcome, detail), []).extend(item["cells"])
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from agree import _commit
+    from kselect.provenance import project_commit
+
+    _commit = lambda: project_commit()["commit"]  # noqa: E731
 
     ver = re.search(r"__version__ = version = '([^']+)'", (Path(a.src) / "vllm" / "_version.py").read_text())
     argv_text = " ".join(sys.argv[1:]).replace(str(Path.home()), "~")
     lines = [f"Command: `python bench/vllm/export_roundtrip.py {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
-             f"EngineArgs and chain; bench/vllm/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
+             f"EngineArgs and chain; kselect/oracle/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
              f"{time.perf_counter() - t0:.0f} s", "",
              f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "
              f"(the counts below are cells: each cell counts with its command's outcome).", "",

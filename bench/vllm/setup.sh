@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up vLLM's own selection code on a CPU machine, for the oracle (bench/vllm/oracle.py).
+# Set up vLLM's own selection code on a CPU machine, for the export round trip (bench/vllm/export_roundtrip.py; `kselect oracle` builds its own venv).
 #
 #   bash bench/vllm/setup.sh [VERSION]        # default 0.33.0
 #

@@ -2,7 +2,7 @@
 
 A cell names what a vLLM user sets (GPU capability, model preset, --kv-cache-dtype, vision
 mode, --attention-config backend / flash_attn_version, MTP) and maps it to kselect overrides.
-The oracle (bench/vllm/oracle.py) writes one record per cell keyed by `Cell.key`.
+The oracle (`kselect oracle`, kselect/oracle/) writes one record per cell keyed by `Cell.key`.
 """
 
 from __future__ import annotations

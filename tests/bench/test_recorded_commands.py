@@ -89,11 +89,11 @@ def test_recorded_command_runs_on_todays_code(path, cmd, tmp_path, monkeypatch):
 
 
 def test_every_kept_record_is_listed():
-    """bench/results/ holds only records with a command: each folder (h200/<topic>, and each other top folder but
-    vllm/, which lists its own) appears in COMMANDS.yaml."""
+    """bench/results/ holds only records with a command: each folder (h200/<topic>, and each other top folder)
+    appears in COMMANDS.yaml."""
     listed = {rec["path"] for rec in RECORDS}
     folders = {f"bench/results/h200/{p.name}" for p in (RESULTS / "h200").iterdir() if p.is_dir()}
-    folders |= {f"bench/results/{p.name}" for p in RESULTS.iterdir() if p.is_dir() and p.name not in ("h200", "vllm")}
+    folders |= {f"bench/results/{p.name}" for p in RESULTS.iterdir() if p.is_dir() and p.name != "h200"}
     assert folders - listed == set()
     assert not [p for p in (RESULTS / "h200").iterdir() if p.is_file()], "h200/ holds folders of records only"
 

@@ -52,9 +52,6 @@ FAILURE_PHRASE = {
     "no_common_cache_block": "The attention backends share no supported KV cache block size:",
     "strict": "strict=true refuses this selection's warnings: {warnings}; allowed: strict=false (select as vLLM does, "
     "with the warnings), a config without the ignored setting, or data measured with the release's kernel versions",
-    "fa_pin_unused": "attention.flash_attn_version={version} cannot apply on platform {platform}: no layer group runs "
-    "FlashAttention; allowed: no pin (null), or a platform with FlashAttention (platform.packages.fa{version}) where "
-    "FLASH_ATTN is selected or pinned (attention.backend=FLASH_ATTN)",
 }
 
 

@@ -170,7 +170,7 @@ WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_pr
 # ---------------------------------------------------------------- no selection
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
-                      "page_unify", "no_common_block", "fa_pin_unused", "init_failure",
+                      "page_unify", "no_common_block", "init_failure",
                       "no_common_cache_block", "strict"]  # fmt: skip
 
 

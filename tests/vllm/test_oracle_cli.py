@@ -92,7 +92,7 @@ def test_a_cell_kselect_refuses_where_vllm_selects_counts():
     assert all(rep.checks[f] == 2 and rep.agree[f] == 0 for f in ("backend", "kernel_block", "quant_query"))
     cls = to_json(rep)["classes"]
     assert [c["cause"] for c in cls if c["field"] == "error"] == ["vLLM selects; kselect refuses (attention.flash_attn_version=N: no group runs FlashAttention)"]
-    ks[c.key] = {"groups": {"sliding_window": g, "full_attention": g}, "error": None, "warnings": ["fa_pin_unused"]}
+    ks[c.key] = {"groups": {"sliding_window": g, "full_attention": g}, "error": None, "warnings": ["setting_ignored"]}
     assert compare([rec], kselect=ks).rate() == 1.0  # selecting as vLLM does (with a warning) agrees
 
 

@@ -75,12 +75,12 @@ def _worker(task) -> list[dict]:
     from kselect.oracle import vllm_chain
 
     vllm_chain.boot(src, tuple(int(x) for x in cc.split(".")))
-    from kselect.oracle.models import preset as _preset
+    from kselect.oracle.models import preset as _preset, write_model_dirs
 
     dirs, out = {}, []
     for item in items:
         if item["model"] not in dirs:
-            dirs[item["model"]] = vllm_chain.write_model_dirs(_preset(item["model"]), Path(root))
+            dirs[item["model"]] = write_model_dirs(_preset(item["model"]), Path(root))
         target, drafter = dirs[item["model"]]
         res, notes = _run_command(item["tokens"], target, drafter)
         out.append({**item, "vllm": {"groups": res["groups"], "error": res["error"]}, "notes": notes})

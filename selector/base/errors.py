@@ -33,7 +33,7 @@ def format_validation_error(err: Any, root: str = "") -> str:
     """A pydantic ValidationError as 'key: got X; <what is allowed>' lines."""
     lines = []
     for e in err.errors(include_url=False):
-        loc = ".".join(str(p) for p in e["loc"] if p not in ("rule", "tombstone"))
+        loc = ".".join(str(p) for p in e["loc"] if p not in ("rule", "tombstone", "gemma4", "hf"))
         loc = ".".join(x for x in (root, loc) if x)
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":

@@ -18,6 +18,11 @@ REJECT_PHRASE = {
     "mm_prefix": "partial multimodal token full attention not supported",
     "compute_capability": "compute capability not supported",
     "sliding_window": "sliding window not supported",
+    "mla": "MLA not supported",
+    "non_mla": "non-MLA not supported",
+    "sinks": "attention sinks not supported",
+    "sparse": "sparse not supported",
+    "non_sparse": "non-sparse not supported",
 }
 WARNING_PHRASE = {
     "orphan_rule": "overlay disabled rule '{rule}', which no config defines (no effect)",

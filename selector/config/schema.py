@@ -18,6 +18,8 @@ from ..config.schema_types import (  # noqa: F401 - re-exported
     CC, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, RULE_ID,
     Checkpoint, Device, Float, GpuModel, Int, KVDtype, ModelDtype, Name, Strict, _no_bool,
 )
+from ..config.hf_model import HFModelConfig
+from ..config.layers import LayerSpec, gemma4_layers
 from ..config.vocab import FP8_KV_DTYPES, GroupKind, LayerType, is_fp8
 
 # ---------------------------------------------------------------- environment
@@ -163,6 +165,22 @@ class ModelConfig(Strict):
             return self.num_global_key_value_heads
         return self.num_key_value_heads
 
+    # the model interface the selector reads (HFModelConfig has the same)
+    hf_architecture = property(lambda self: "gemma4")
+    family = property(lambda self: "gemma4")
+
+    def layers(self) -> tuple[LayerSpec, ...]:
+        return gemma4_layers(self)
+
+    def model_head_size(self) -> int:
+        return max(self.head_dim, self.global_head_dim)
+
+    def gqa(self) -> bool:
+        return self.num_attention_heads // self.num_key_value_heads > 1
+
+
+AnyModel = Annotated[ModelConfig | HFModelConfig, Field(discriminator="architecture")]
+
 
 class KVCache(Strict):
     dtype: KVDtype = "auto"
@@ -264,7 +282,7 @@ class KSelectConfig(Strict):
     overlay_prs: dict[str, list[int]] = {}  # overlay -> the upstream vLLM PRs behind its rules
     overlay_relations: dict[str, OverlayRelation] = {}  # overlay -> what it reverts/replaces (overlay_order.py)
     platform: Platform
-    model: ModelConfig
+    model: AnyModel
     kv_cache: KVCache
     spec_decode: SpecDecode
     attention: AttentionPins

@@ -62,6 +62,11 @@ class Capability(Strict):
     quant_query: bool = False
     per_head_quant_scales: bool = False  # FP8 descales per (sequence, KV head), not only per layer
     flash_attn: bool = False  # resolves a FlashAttention version per layer group
+    mla: bool = False  # serves MLA layers only (vLLM's validate_configuration: use_mla must equal is_mla())
+    sparse: bool = False  # serves sparse MLA only (use_sparse must equal is_sparse())
+    # a state backend for mamba-kind layers of these types (vLLM maps each mamba layer type to one backend;
+    # no selection, no pin applies)
+    mamba_types: list[str] = []
     composite: Composite | None = None  # two backends behind one name, routed per batch
 
 

@@ -11,9 +11,14 @@ from typing import Literal
 
 # ---------------------------------------------------------------- layer groups
 
-GroupKind = Literal["sliding_window", "full_attention"]
-LayerType = Literal["sliding_attention", "full_attention"]
-GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention")
+# One kind per vLLM KV-cache spec class: FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
+# MLAAttentionSpec and MambaSpec (vllm/v1/kv_cache_interface.py); a model's layers of one kind form one group.
+GroupKind = Literal["sliding_window", "full_attention", "chunked_local", "mla", "mamba"]
+LayerType = Literal["sliding_attention", "full_attention"]  # Gemma-4's layer_types values
+GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention", "chunked_local", "mla", "mamba")
+# the kinds whose layers keep K and V per token (a page is block x 2 x heads x head size); mla keeps one latent
+# vector per token, mamba a fixed state per sequence
+KV_KINDS = ("sliding_window", "full_attention", "chunked_local")
 LAYER_TYPE: dict[str, str] = {"sliding_window": "sliding_attention", "full_attention": "full_attention"}
 KIND_OF_LAYER_TYPE: dict[str, str] = {t: k for k, t in LAYER_TYPE.items()}
 MODEL_GROUP = "model"  # the group id of selection-level records (not one layer group)
@@ -173,7 +178,8 @@ FACTS: dict[str, str] = {
     "platform.packages.flashinfer": "FlashInfer installed",
     "platform.packages.triton": "Triton installed",
     "model.name": "model preset name",
-    "model.architecture": "gemma4",
+    "model.architecture": "gemma4, or the Hugging Face architecture of an `architecture: hf` model (LlamaForCausalLM, ...)",
+    "model.family": "gemma4 / dense / sliding / mla / hybrid_mamba / chunked_local (selector/config/hf_arch.py)",
     "model.dtype": "bfloat16 / float16 / float32",
     "model.multimodal": "bidirectional mm-prefix mask (vision mode)",
     "model.head_size": "model-level head size (max over layers, as vLLM's get_head_size)",
@@ -187,7 +193,10 @@ FACTS: dict[str, str] = {
     "spec.copy_target_kv_scales": "draft layers use the target's K/V scales (resolved)",
     "pin.backend": "effective backend pin for the model (null: auto)",
     "pin.flash_attn_version": "effective FlashAttention version pin (null: unset)",
-    "group.kind": "sliding_window / full_attention",
+    "group.kind": "sliding_window / full_attention / chunked_local / mla / mamba",
+    "group.sinks": "the group's layers have attention sinks (gpt-oss)",
+    "group.sparse": "the group's MLA layers are sparse (an indexer picks the keys: DeepSeek-V3.2)",
+    "group.mamba_type": "mamba1 / mamba2 / gdn_attention / linear_attention / short_conv (null: not a mamba group)",
     "group.head_size": "head size of this layer group",
     "group.num_kv_heads": "KV heads of this layer group",
     "group.sliding_window": "the group uses a sliding window",

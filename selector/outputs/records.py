@@ -44,7 +44,7 @@ class ClaimCheck(Record):
 
 RejectCode = Literal[
     "device", "package", "head_size", "dtype", "kv_cache_dtype", "block_size",
-    "mm_prefix", "compute_capability", "sliding_window", "rule",
+    "mm_prefix", "compute_capability", "sliding_window", "mla", "non_mla", "sinks", "sparse", "non_sparse", "rule",
 ]  # fmt: skip
 
 

@@ -26,6 +26,11 @@ class Group:
     draft: bool = False
     reads_from: tuple[int, ...] = ()
     notes: list[str] = field(default_factory=list)
+    sinks: bool = False
+    sparse: bool = False
+    mamba_type: str | None = None
+    mamba_state: tuple = ()
+    chunk: int | None = None  # chunked_local: the attention chunk
 
 
 @dataclass
@@ -48,6 +53,9 @@ def group_facts(facts: dict, g: Group) -> dict:
     f["group.num_kv_heads"] = g.num_kv_heads
     f["group.sliding_window"] = g.window is not None
     f["group.draft"] = g.draft
+    f["group.sinks"] = g.sinks
+    f["group.sparse"] = g.sparse
+    f["group.mamba_type"] = g.mamba_type
     f["candidate.mm_prefix"] = bool(f["model.multimodal"]) and not g.draft  # a composite's causal child: false
     return f
 
@@ -80,6 +88,8 @@ def _fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | No
 
 def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) -> Choice:
     f = group_facts(facts, g)
+    if g.kind == "mamba":
+        return state_backend(book, f, g)
     uses_fa = any(cap.flash_attn for cap in book.capabilities.values())
     fa_trace: list[str] = []
     if uses_fa:
@@ -130,6 +140,20 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
     )  # fmt: skip
 
 
+def state_backend(book: RuleBook, f: dict, g: Group) -> Choice:
+    """A mamba-kind group's backend: the one declared for its layer type (vLLM maps each mamba layer type to one
+    backend, with no priority list and no attention pin)."""
+    names = [n for n, cap in book.capabilities.items() if g.mamba_type in cap.mamba_types]
+    if not names:
+        raise SelectionError(Failure(code="no_valid_backend", group=group_id(g.kind, g.draft), head=g.head_size,
+                                     platform=f["platform.name"], model=f["model.name"], dtype=f["model.dtype"],
+                                     kv_dtype=f["kv.dtype"]), {})
+    cf = dict(f, **{"candidate.backend": names[0]})
+    blocks, trace = kernel_blocks(book, cf, names[0], "group")
+    why = [f"{names[0]} serves {g.mamba_type} layers (a state, not attention: no priority list, no pin)"]
+    return Choice(names[0], None, blocks, cf, ["builtin.mamba_backend"] + trace, why, {}, [], blocks)
+
+
 def _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks) -> Choice:
     cap = book.capabilities[name]
     version = cf.get("fa.version") if cap.flash_attn else None
@@ -175,6 +199,12 @@ def validate(book: RuleBook, f: dict, name: str) -> tuple[list[Rejection], list[
         r.append(rejection("compute_capability", name, capability="compute_capability", value=cc))
     if plain and cf["group.sliding_window"] and not cap.sliding_window:
         r.append(rejection("sliding_window", name, capability="sliding_window"))
+    if plain and (cf["group.kind"] == "mla") != cap.mla:
+        r.append(rejection("mla" if cf["group.kind"] == "mla" else "non_mla", name, capability="mla"))
+    if plain and cf.get("group.sinks") and not cap.sinks:
+        r.append(rejection("sinks", name, capability="sinks"))
+    if plain and bool(cf.get("group.sparse")) != cap.sparse:
+        r.append(rejection("sparse" if cf.get("group.sparse") else "non_sparse", name, capability="sparse"))
     if not plain:
         for child in (cap.composite.general, cap.composite.causal):
             cfc = dict(f)

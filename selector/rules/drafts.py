@@ -19,7 +19,7 @@ from ..rules.candidates import Choice, Group, choose_backend, fa_version, group_
 from ..base.errors import SelectionError
 from ..outputs.records import Failure
 from ..rules.rulebook import RuleBook
-from ..config.vocab import GROUP_KINDS, LAYER_TYPE
+from ..config.vocab import LAYER_TYPE
 
 TARGET, OWN = "target", "own_selection"
 
@@ -38,8 +38,7 @@ def draft_layer_groups(cfg, targets: list[Group]) -> list[Group]:
     types = m.resolved_layer_types()
     first_shared = m.num_hidden_layers - m.num_kv_shared_layers
     out = []
-    for kind in GROUP_KINDS:
-        ltype = LAYER_TYPE[kind]
+    for kind, ltype in LAYER_TYPE.items():  # Gemma-4's drafter: its layer_types name the target's kinds
         layers = tuple(i for i, t in enumerate(m.drafter.layer_types) if t == ltype)
         if not layers:
             continue

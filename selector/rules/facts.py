@@ -6,13 +6,13 @@ from __future__ import annotations
 from ..rules.candidates import Group
 from ..config.schema import KSelectConfig
 from ..base.texts import layer_ranges
-from ..config.vocab import GROUP_KINDS, LAYER_TYPE, resolve_kv_dtype
+from ..config.vocab import GROUP_KINDS, resolve_kv_dtype
 
 
 def base_facts(cfg: KSelectConfig) -> dict:
     p, m, kv, sd, pins = cfg.platform, cfg.model, cfg.kv_cache, cfg.spec_decode, cfg.attention
     cc = p.compute_capability
-    heads = {m.head_dim, m.global_head_dim}
+    heads = {x.head_size for x in m.layers() if x.kind != "mamba"}
     f = {
         "platform.name": p.name,
         "platform.vendor": p.vendor,
@@ -21,12 +21,13 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "platform.cc_minor": cc[1] if cc else None,
         "platform.gpu_model": p.gpu_model,
         "model.name": m.name,
-        "model.architecture": m.architecture,
+        "model.architecture": m.hf_architecture,
+        "model.family": m.family,
         "model.dtype": m.dtype,
         "model.multimodal": m.multimodal,
-        "model.head_size": max(heads),
+        "model.head_size": m.model_head_size(),
         "model.mixed_head_sizes": len(heads) > 1,
-        "model.gqa": m.num_key_value_heads > 0 and m.num_attention_heads // m.num_key_value_heads > 1,
+        "model.gqa": m.gqa(),
         "kv.dtype": kv.dtype,
         "kv.quantized": kv.quantized,
         "kv.scales": kv.scales,
@@ -58,25 +59,26 @@ _GROUPS: dict[int, tuple] = {}
 
 
 def _target_groups(m) -> tuple[Group, ...]:
-    types = m.resolved_layer_types()
-    first_shared = m.num_hidden_layers - m.num_kv_shared_layers
+    """One group per layer kind (vocab.GROUP_KINDS order); a kind whose layers differ in shape is not modelled."""
+    layers = m.layers()
     groups = []
     for kind in GROUP_KINDS:
-        layers = tuple(i for i, t in enumerate(types) if t == LAYER_TYPE[kind])
-        if not layers:
+        mine = [x for x in layers if x.kind == kind]
+        if not mine:
             continue
-        sliding = kind == "sliding_window"
-        g = Group(
-            kind=kind,
-            layers=layers,
-            head_size=m.head_dim if sliding else m.global_head_dim,
-            num_kv_heads=m.num_key_value_heads if sliding else m.global_kv_heads(),
-            window=m.sliding_window if sliding else None,
-        )
-        shared = [i for i in layers if i >= first_shared]
-        producers = [i for i in layers if i < first_shared]
+        shapes = {(x.head_size, x.num_kv_heads, x.window, x.sinks, x.sparse, x.mamba_type, x.mamba_state) for x in mine}
+        if len(shapes) > 1:
+            raise ValueError(f"model {m.name}: its {kind} layers differ in shape ({len(shapes)} kinds of layer); "
+                             f"kselect models one group per layer kind")
+        x = mine[0]
+        g = Group(kind=kind, layers=tuple(y.index for y in mine), head_size=x.head_size, num_kv_heads=x.num_kv_heads,
+                  window=x.window if kind == "sliding_window" else None, sinks=x.sinks, sparse=x.sparse,
+                  mamba_type=x.mamba_type, mamba_state=x.mamba_state,
+                  chunk=x.window if kind == "chunked_local" else None)
+        shared = [y.index for y in mine if y.reads_from is not None]
         if shared:
-            g.notes.append(f"layers {layer_ranges(shared)} reuse the cache of layer {producers[-1]} (KV sharing)")
+            producer = max(y.reads_from for y in mine if y.reads_from is not None)
+            g.notes.append(f"layers {layer_ranges(shared)} reuse the cache of layer {producer} (KV sharing)")
         groups.append(g)
     return tuple(groups)
 

@@ -282,7 +282,8 @@ def schema_fields() -> list[tuple[str, list[str]]]:
                 walk(sub[0], key)
 
     for s in SECTIONS:
-        walk(KSelectConfig.model_fields[s].annotation, s)
+        ann = KSelectConfig.model_fields[s].annotation  # model: the Gemma-4 branch (SCHEMA_BASE's preset)
+        walk(next(a for a in (typing.get_args(ann) or (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), s)
     return out
 
 

@@ -176,7 +176,7 @@ def llama4(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     NoPE layers are full (transformers' default no_rope_layers: every no_rope_layer_interval-th layer NoPE)."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
     rope = t.get("no_rope_layers")
-    if rope is None:
+    if not rope:  # null or [] (as published for Scout): transformers' Llama4TextConfig fills the default
         every = _get(t, "no_rope_layer_interval", 4, where=w, hi=MAX_LAYERS)
         rope = [int((i + 1) % every != 0) for i in range(n)]
     if not isinstance(rope, list) or len(rope) != n or any(x not in (0, 1) for x in rope):

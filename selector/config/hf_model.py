@@ -98,6 +98,10 @@ class HFModelConfig(Strict):
     def model_head_size(self) -> int:
         return model_head_size(self.hf_config, self._layers)
 
+    def num_query_heads(self) -> int:
+        t, _ = text_config(self.hf_config)
+        return t["num_attention_heads"]
+
     def gqa(self) -> bool:
         t, _ = text_config(self.hf_config)
         heads = t.get("num_attention_heads") or 1

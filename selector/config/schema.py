@@ -178,6 +178,9 @@ class ModelConfig(Strict):
     def gqa(self) -> bool:
         return self.num_attention_heads // self.num_key_value_heads > 1
 
+    def num_query_heads(self) -> int:
+        return self.num_attention_heads
+
 
 AnyModel = Annotated[ModelConfig | HFModelConfig, Field(discriminator="architecture")]
 
@@ -278,6 +281,9 @@ class KSelectConfig(Strict):
     # kernel library versions this rules option's vLLM ships (e.g. flashinfer: 0.7.3); conformance
     # and perf data measured with other versions warn (selector/evidence/kernel_versions.py)
     kernel_versions: dict[str, str] = {}
+    # the model architectures this rules option models (Hugging Face names; gemma4: the bundled presets); a model of
+    # another is refused, naming the release (older releases were proven for Gemma-4 only)
+    architectures: list[str] = ["gemma4"]
     overlay_bases: dict[str, str] = {}  # overlay -> the rules option it was written for
     overlay_prs: dict[str, list[int]] = {}  # overlay -> the upstream vLLM PRs behind its rules
     overlay_relations: dict[str, OverlayRelation] = {}  # overlay -> what it reverts/replaces (overlay_order.py)
@@ -319,7 +325,17 @@ class KSelectConfig(Strict):
         self._check_rules_name_backends()
         self._check_overlay_bases()
         self._check_composites()
+        self._check_architecture()
         return self
+
+    def _check_architecture(self) -> None:
+        arch = self.model.hf_architecture
+        if arch not in self.architectures:
+            raise ValueError(
+                f"model={self.model.name} is a {arch} model, which rules={self.ruleset.name} does not model; allowed "
+                f"architectures under rules={self.ruleset.name}: {', '.join(self.architectures)} (rules=vllm_0_34_0 "
+                f"models every architecture kselect knows)"
+            )
 
     def _check_overlay_bases(self) -> None:
         for ov, base in self.overlay_bases.items():

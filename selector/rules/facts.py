@@ -28,6 +28,7 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "model.head_size": m.model_head_size(),
         "model.mixed_head_sizes": len(heads) > 1,
         "model.gqa": m.gqa(),
+        "model.num_heads": m.num_query_heads(),
         "kv.dtype": kv.dtype,
         "kv.quantized": kv.quantized,
         "kv.scales": kv.scales,

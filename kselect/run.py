@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None, opts: argparse.Namespace | None = None) 
               "run (in fp32 only TRITON_ATTN accepts it); pass model.dtype=float32 to keep fp32")
     print(table(sel))
     print()
+    if cfg.model.architecture != "gemma4":
+        raise RunError(f"kselect run runs the bundled Gemma-4 only: model={cfg.model.name} ({cfg.model.hf_architecture}) is "
+                       "selected and explained above (kselect select / explain / diff), not run; allowed: a Gemma-4 "
+                       "preset (gemma4_tiny, gemma4_e2b, gemma4_e4b, gemma4_26b_a4b, gemma4_31b)")
 
     model, tok, source = build_model(cfg, opts.seed)
     args = model.args

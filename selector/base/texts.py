@@ -55,6 +55,8 @@ FAILURE_PHRASE = {
     "no_common_block": "No common block size for {kv_block}: {backend} kernel blocks {kernel_blocks}",
     "init_failure": "vLLM fails after selecting {backend} for the {group} group (head {head}):",
     "no_common_cache_block": "The attention backends share no supported KV cache block size:",
+    "architecture_not_modelled": "rules={rules} does not model model={model}'s architecture {architecture} (that release's "
+    "rules were proven against its own code for {allowed} only); allowed: rules=vllm_0_34_0, or a model of {allowed}",
     "strict": "strict=true refuses this selection's warnings: {warnings}; allowed: strict=false (select as vLLM does, "
     "with the warnings), a config without the ignored setting, or data measured with the release's kernel versions",
 }

@@ -85,6 +85,14 @@ class HFModelConfig(Strict):
         return self
 
     @property
+    def repo_id(self) -> str | None:
+        """`<org>/<repo>` of a huggingface.co source URL (what `vllm serve` takes), else None."""
+        import re
+
+        m = re.match(r"https://huggingface\.co/([\w.-]+/[\w.-]+)(/|$)", self.source or "")
+        return m[1] if m else None
+
+    @property
     def hf_architecture(self) -> str:
         return self._arch
 

@@ -325,17 +325,7 @@ class KSelectConfig(Strict):
         self._check_rules_name_backends()
         self._check_overlay_bases()
         self._check_composites()
-        self._check_architecture()
         return self
-
-    def _check_architecture(self) -> None:
-        arch = self.model.hf_architecture
-        if arch not in self.architectures:
-            raise ValueError(
-                f"model={self.model.name} is a {arch} model, which rules={self.ruleset.name} does not model; allowed "
-                f"architectures under rules={self.ruleset.name}: {', '.join(self.architectures)} (rules=vllm_0_34_0 "
-                f"models every architecture kselect knows)"
-            )
 
     def _check_overlay_bases(self) -> None:
         for ov, base in self.overlay_bases.items():

@@ -196,6 +196,9 @@ def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: li
     if ac:
         args.append(f"--attention-config '{json.dumps(ac, separators=(',', ':'))}'")
     notes = []
+    repo = getattr(cfg.model, "repo_id", None)
+    if repo and model == "<model>":
+        notes.append(f"# <model>: {repo} (the Hugging Face repository of the preset's config), or its local folder")
     if e["spec_decode"] == "mtp":
         if not cfg.model.drafter.checkpoint:
             raise ExportError(

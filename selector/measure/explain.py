@@ -37,11 +37,10 @@ BUDGET_GIB = 40
 
 def bytes_per_token(cfg: KSelectConfig, sel: Selection) -> int:
     """KV bytes one token costs over the non-shared target layers (every token kept, as e2e.py sizes it)."""
-    m = cfg.model
-    first_shared = m.num_hidden_layers - m.num_kv_shared_layers
+    own = {x.index for x in cfg.model.layers() if x.reads_from is None}  # KV-shared layers add no bytes
     b = KV_BYTES[resolved_kv_dtype(cfg)]
-    return sum(2 * g.num_kv_heads * g.head_size * b * sum(1 for i in g.layers if i < first_shared)
-               for g in sel.groups if not g.draft)
+    return sum((1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * b * sum(1 for i in g.layers if i in own)
+               for g in sel.groups if not g.draft and g.kind != "mamba")  # a mamba state is per sequence
 
 
 def rel_err(g: GroupSelection) -> float | None:

@@ -171,7 +171,7 @@ WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_pr
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
                       "page_unify", "no_common_block", "init_failure",
-                      "no_common_cache_block", "strict"]  # fmt: skip
+                      "no_common_cache_block", "strict", "architecture_not_modelled"]  # fmt: skip
 
 
 class Failure(Record):
@@ -193,6 +193,9 @@ class Failure(Record):
     kv_block: int | None = None
     kernel_blocks: tuple[Any, ...] | None = None
     warnings: tuple[str, ...] | None = None  # strict: the warnings refused
+    architecture: str | None = None  # architecture_not_modelled: the model's, and what the rules model
+    rules: str | None = None
+    allowed: str | None = None
 
 
 # ---------------------------------------------------------------- conformance runs

@@ -18,16 +18,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..config.compose import CONF_DIR, compose_raw
 from ..review.cells import FIELD_AXES, GROUP_AXES, SECTIONS, Cell, MatrixError, hydra_value
 from ..base.errors import KSelectError, format_validation_error
-from ..config.schema import AttentionPins, KSelectConfig, KVCache, ModelConfig, Objective, Platform, SpecDecode
+from ..config.schema import AnyModel, AttentionPins, KSelectConfig, KVCache, Objective, Platform, SpecDecode
 from ..config.releases import default_rules  # noqa: F401 - the conf tree's default rules option
 
-SECTION_MODELS: dict[str, type[BaseModel]] = {
-    "platform": Platform, "model": ModelConfig, "kv_cache": KVCache, "spec_decode": SpecDecode, "attention": AttentionPins,
+class _Model:
+    """The model section: a Gemma-4 preset or an `architecture: hf` one (schema.AnyModel, discriminated)."""
+
+    model_validate = staticmethod(TypeAdapter(AnyModel).validate_python)
+
+
+SECTION_MODELS: dict[str, type[BaseModel] | type[_Model]] = {
+    "platform": Platform, "model": _Model, "kv_cache": KVCache, "spec_decode": SpecDecode, "attention": AttentionPins,
     "objective": Objective,
 }  # fmt: skip
 OPTIONS = "__matrix"  # where one compose holds every option of the group axes

@@ -27,6 +27,10 @@ from ..config.vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group
 
 def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """vLLM's selection under `book` (the config's objective is not read here)."""
+    arch = cfg.model.hf_architecture
+    if arch not in cfg.architectures:  # a release proven for other architectures only: refused, never guessed
+        raise SelectionError(Failure(code="architecture_not_modelled", model=cfg.model.name, architecture=arch,
+                                     rules=cfg.ruleset.name, allowed=", ".join(cfg.architectures)))
     conf = evidence.conformance(cfg.platform.gpu_model)
     facts = base_facts(cfg)
     model_trace: list[str] = []
@@ -78,15 +82,19 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         for c in book.matching("cache_block", facts):
             cache_policy = c.rule.cache_block
             model_trace.append(c.id)
-        block_size = model_cache_block(book, groups + drafts[: len(draft_choices)], choices + draft_choices,
-                                       cache_policy, model_trace)
+        att = [i for i, g in enumerate(groups) if g.kind != "mamba"]  # vLLM's _find_non_ssm_backends
+        block_size = model_cache_block(book, [groups[i] for i in att] + drafts[: len(draft_choices)],
+                                       [choices[i] for i in att] + draft_choices, cache_policy, model_trace)
 
     # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
     #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
     #    swa_block: the smallest, or the largest whose page fits the cache block's page).
     kv_blocks = []
     for g, ch in zip(groups, choices):
-        if g.window is not None:
+        if g.kind == "mamba":
+            kv_blocks.append(block_size)  # a state per sequence: its block is the cache block (the page is padded)
+            ch.trace.append("builtin.mamba_block_is_cache_block")
+        elif g.window is not None:
             swa = "smallest"
             for c in book.matching("swa_block", ch.facts):
                 swa = c.rule.swa_block
@@ -217,13 +225,14 @@ def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: in
 
 
 def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:
-    """vLLM's unify_kv_cache_spec_page_size: smaller pages that divide the largest grow to it."""
-    per_token = [2 * g.num_kv_heads * g.head_size * dtype_bytes for g in groups]
+    """vLLM's unify_kv_cache_spec_page_size: smaller pages that divide the largest grow to it. An MLA page holds
+    one latent vector per token; a mamba group's page is padded to the attention page, not unified."""
+    per_token = [(1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * dtype_bytes for g in groups]
     pages = [b * t for b, t in zip(kv_blocks, per_token)]
-    largest = max(pages)
+    largest = max(p for g, p in zip(groups, pages) if g.kind != "mamba")
     out = []
     for g, b, page, ch in zip(groups, kv_blocks, pages, choices):
-        if page == largest:
+        if page == largest or g.kind == "mamba":
             out.append(b)
         elif largest % page == 0:
             out.append(b * (largest // page))

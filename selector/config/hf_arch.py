@@ -108,6 +108,7 @@ def mla(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     """deepseek_v2.py (DeepSeek-V3, Kimi K2): every layer MLA, one latent head of kv_lora_rank + qk_rope_head_dim;
     `index_topk` (DeepSeek-V3.2) makes it sparse."""
     n = _n_layers(t, w)
+    _get(t, "num_attention_heads", where=w, hi=4096)  # the MLA priority lists read the query heads
     head = _get(t, "kv_lora_rank", where=w, hi=8192) + _get(t, "qk_rope_head_dim", where=w, hi=4096)
     sparse = t.get("index_topk") is not None
     if sparse:

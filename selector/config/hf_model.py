@@ -72,9 +72,10 @@ class HFModelConfig(Strict):
             raise ValueError("model.hf_config is not set; allowed: a path to a Hugging Face config.json (or its "
                              "folder), e.g. model=hf model.hf_config=/models/Llama-3.1-8B/config.json")
         if isinstance(hc, str):
-            data["hf_config"] = hc = read_hf_config(hc)
+            data["hf_config"] = read_hf_config(hc)
             if data.get("name") in (None, "hf"):
                 data["name"] = _name_from(hc)
+            hc = data["hf_config"]
         if data.get("dtype", "auto") == "auto" and isinstance(hc, dict):
             data["dtype"] = config_dtype(hc)
         return data
@@ -117,9 +118,10 @@ class HFModelConfig(Strict):
         return att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
 
 
-def _name_from(c: dict) -> str:
+def _name_from(path: str) -> str:
+    """A model name from its config's path: the folder holding config.json (/models/Llama-3.1-8B -> Llama-3.1-8B)."""
     import re
 
-    arch = c.get("architectures", ["model"])
-    base = str(c.get("_name_or_path") or (arch[0] if isinstance(arch, list) and arch else "model"))
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", base.rsplit("/", 1)[-1])[:64] or "model"
+    p = Path(path).expanduser()
+    base = p.name if p.is_dir() else p.parent.name or p.stem
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)[:64].lstrip(".-") or "model"

@@ -95,6 +95,7 @@ def pairs() -> list[tuple[str, str]]:
         out += [(name, "prompt_ascii"), (name, "prompt_multibyte")] if c.prompt else []
         out += [(name, "path")] if c.paths else []
         out += [(name, "extra")] if c.extras else []
+        out += [(name, "hf_config")] if c.conf_groups and name not in ("sweep", "claims") else []  # claims: Gemma-4 shapes only
     return out + [("select", "schema_value")]
 
 
@@ -302,6 +303,59 @@ def schema_value(draw, cli: str) -> Case:
 
 # classes whose handling is in the Hydra app that `kselect <command>` runs (selector/base/hydra_app.py): always through it;
 # the others run through the command's in-process main where test_fuzz.py has one (one Hydra compose less)
+# ---------------------------------------------------------------- a model's config.json (issue #42)
+
+# the published configs of the non-Gemma presets: each case breaks one of them
+HF_PRESETS = {p.stem: d["hf_config"] for p in sorted((CONF_DIR / "model").glob("*.yaml"))
+              if isinstance(d := __import__("yaml").safe_load(p.read_text()), dict) and isinstance(d.get("hf_config"), dict)}
+# integer fields each architecture's derivation requires (selector/config/hf_arch.py), by preset
+HF_REQUIRED = {"llama3_1_8b": ("num_hidden_layers", "num_attention_heads"), "gpt_oss_20b": ("sliding_window", "num_hidden_layers"),
+               "deepseek_v3": ("kv_lora_rank", "qk_rope_head_dim", "num_hidden_layers"),
+               "nemotron_h_8b": ("mamba_num_heads", "ssm_state_size", "n_groups", "conv_kernel"),
+               "qwen3_next_80b_a3b": ("linear_num_key_heads", "linear_conv_kernel_dim", "linear_value_head_dim"),
+               "llama4_scout": ("num_hidden_layers", "num_attention_heads"), "gemma3_1b": ("num_hidden_layers",)}
+HF_BAD_INT = st.sampled_from(["x", True, -1, 0, 10**9, [1], 1.5])
+
+
+@st.composite
+def hf_config(draw, cli: str) -> Case:
+    """A config.json given by path (model=hf model.hf_config=<file>) that is not JSON, not an object, oversized, of an
+    architecture kselect does not model, missing a field its architecture needs, a field of the wrong type or out of
+    bounds, or inconsistent (query heads not a multiple of KV heads)."""
+    p = draw(name) + ".json"
+    preset = draw(st.sampled_from(sorted(HF_REQUIRED)))
+    cfg = json.loads(json.dumps(HF_PRESETS[preset]))
+    text = cfg.get("text_config", cfg)
+    shape = draw(st.sampled_from(["junk", "array", "oversized", "architecture", "missing", "bad_value", "inconsistent"]))
+    if shape == "inconsistent" and preset == "deepseek_v3":  # MLA reads no KV head count (one latent head)
+        shape = "bad_value"
+    names: tuple[str, ...] = ("model.hf_config",)
+    if shape == "junk":
+        body = draw(st.sampled_from(["{", "not json", "\x00\xff", "[1,"]))
+    elif shape == "array":
+        body = json.dumps([cfg])
+    elif shape == "oversized":
+        body = json.dumps(dict(cfg, padding="x" * (1 << 20)))
+    else:
+        if shape == "architecture":
+            arch = "Fz" + draw(IDENT).capitalize() + "ForCausalLM"
+            cfg["architectures"] = [arch]
+            names = (arch,)
+        elif shape in ("missing", "bad_value"):
+            key = draw(st.sampled_from(HF_REQUIRED[preset]))
+            if shape == "missing":
+                text.pop(key, None)
+            else:
+                text[key] = draw(HF_BAD_INT)
+            names = (key,)
+        else:
+            text["num_attention_heads"], text["num_key_value_heads"] = 12, 5
+            names = ("num_key_value_heads",)
+        body = json.dumps(cfg)
+    base = [a for a in COMMANDS[cli].base if not a.startswith("model")]
+    return Case(cli, [*base, "model=hf", f"model.hf_config={p}"], names, files={p: body})
+
+
 APP_CLASSES = {"group_value", "hydra_key", "extra"}
 STRATEGIES = {"group_value": group_value, "hydra_key": hydra_key, "rule_fact": rule_fact, "path": path,
-              "extra": extra, "schema_value": schema_value}
+              "extra": extra, "schema_value": schema_value, "hf_config": hf_config}

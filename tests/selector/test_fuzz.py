@@ -558,7 +558,7 @@ def test_the_table_is_large_and_fixed():
 
 # hypothesis draws these per (command, class) of fuzz_classes.COMMANDS, derandomized: the same cases every run
 EXAMPLES = {"group_value": 3, "hydra_key": 1, "rule_fact": 1, "prompt_ascii": 1, "prompt_multibyte": 1, "path": 4,
-            "extra": 1, "schema_value": 8}
+            "extra": 1, "schema_value": 8, "hf_config": 7}
 IN_PROCESS = ("select", "claims", "diff", "matrix", "plot", "sweep", "gather", "conformance", "run")  # _main has them
 
 

@@ -12,6 +12,8 @@ Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
 
 from __future__ import annotations
 
+import math
+
 from . import blocks as blk
 from . import drafts as dr
 from ..evidence.conformance_data import ConformanceFile, claim_checks
@@ -86,6 +88,9 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         block_size = model_cache_block(book, [groups[i] for i in att] + drafts[: len(draft_choices)],
                                        [choices[i] for i in att] + draft_choices, cache_policy, model_trace)
 
+    if any(g.kind == "mamba" for g in groups):
+        block_size = hybrid_block(cfg, groups, choices, block_size, model_trace)
+
     # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
     #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
     #    swa_block: the smallest, or the largest whose page fits the cache block's page).
@@ -159,6 +164,31 @@ def model_cache_block(book: RuleBook, groups: list[Group], choices: list[Choice]
         )  # fmt: skip
     trace.append("builtin.common_block_over_backends")
     return size
+
+
+def hybrid_block(cfg: KSelectConfig, groups: list[Group], choices: list[Choice], block_size: int, trace: list[str]) -> int:
+    """vLLM's _align_hybrid_block_size (platforms/interface.py): the attention block grows, in steps of the first
+    attention backend's kernel alignment, until one attention page holds the largest mamba state; a user's block
+    size is overridden too. The mamba page is then padded to the attention page (prefix caching, on by default for
+    hybrid models, keeps mamba blocks in the cache block's units)."""
+    att = [(g, ch) for g, ch in zip(groups, choices) if g.kind != "mamba"]
+    kv_bytes = KV_BYTES[resolved_kv_dtype(cfg)]
+    g0 = att[0][0]
+    attn_page_1 = (1 if g0.kind == "mla" else 2) * g0.num_kv_heads * g0.head_size * kv_bytes
+    model_bytes = KV_BYTES[cfg.model.dtype]
+    mamba_page = max(sum(math.prod(shape) * (model_bytes if dt == "model" else KV_BYTES[dt]) for shape, dt in g.mamba_state)
+                     for g in groups if g.kind == "mamba")
+    smallest = [blk.smallest(ch.model_kernel_blocks) for _, ch in att]
+    align = max(smallest[0], block_size)
+    if g0.kind == "mla":
+        align = max(align, 128)  # the TRTLLM/FlashInfer MLA decode kernels' alignment (vLLM's comment there)
+    need = align * -(-mamba_page // (align * attn_page_1))
+    step = math.lcm(*smallest)
+    need = step * -(-need // step)
+    if block_size < need:
+        trace.append("builtin.hybrid_block_covers_mamba_state")
+        return need
+    return block_size
 
 
 def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:

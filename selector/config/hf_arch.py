@@ -111,9 +111,12 @@ def mla(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     _get(t, "num_attention_heads", where=w, hi=4096)  # the MLA priority lists read the query heads
     head = _get(t, "kv_lora_rank", where=w, hi=8192) + _get(t, "qk_rope_head_dim", where=w, hi=4096)
     sparse = t.get("index_topk") is not None
-    if sparse:
+    out = [LayerSpec(i, "mla", head, 1, sparse=sparse) for i in range(n)]
+    if sparse:  # each layer's indexer keeps its keys in a cache of its own (DeepseekV32IndexerCache)
         _get(t, "index_topk", where=w, hi=1 << 20)
-    return [LayerSpec(i, "mla", head, 1, sparse=sparse) for i in range(n)]
+        idx = _get(t, "index_head_dim", where=w, hi=4096)
+        out += [LayerSpec(i, "mla_indexer", idx, 1, mamba_type="deepseek_v32_indexer") for i in range(n)]
+    return out
 
 
 def _conv_dtype(dtype: str) -> str:
@@ -125,7 +128,12 @@ def mamba2_state(t: dict, w: str) -> tuple:
     heads, hdim = _get(t, "mamba_num_heads", where=w), _get(t, "mamba_head_dim", where=w)
     groups, state, conv = _get(t, "n_groups", where=w), _get(t, "ssm_state_size", where=w), _get(t, "conv_kernel", where=w)
     conv_dim = heads * hdim + 2 * groups * state
-    return (((conv - 1, conv_dim), "model"), ((heads, hdim, state), "model"))
+    # NemotronH's temporal state is float32 unless its config says otherwise (vLLM's
+    # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, models/config.py)
+    ssm = t.get("mamba_ssm_cache_dtype") or "float32"
+    if ssm not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"{w}.mamba_ssm_cache_dtype: got {ssm!r}; allowed: float32, bfloat16, float16")
+    return (((conv - 1, conv_dim), "model"), ((heads, hdim, state), ssm))
 
 
 def nemotron_h(t: dict, w: str, dtype: str) -> list[LayerSpec]:

@@ -13,9 +13,12 @@ from typing import Literal
 
 # One kind per vLLM KV-cache spec class: FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec,
 # MLAAttentionSpec and MambaSpec (vllm/v1/kv_cache_interface.py); a model's layers of one kind form one group.
-GroupKind = Literal["sliding_window", "full_attention", "chunked_local", "mla", "mamba"]
+GroupKind = Literal["sliding_window", "full_attention", "chunked_local", "mla", "mla_indexer", "mamba"]
 LayerType = Literal["sliding_attention", "full_attention"]  # Gemma-4's layer_types values
-GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention", "chunked_local", "mla", "mamba")
+GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention", "chunked_local", "mla", "mla_indexer", "mamba")
+# kinds whose backend is fixed by their layer type (no priority list, no pin): mamba states, and the key cache of
+# DeepSeek-V3.2's sparse-attention indexer (DeepseekV32IndexerCache); they stay out of the cache-block choice
+FIXED_KINDS = ("mamba", "mla_indexer")
 # the kinds whose layers keep K and V per token (a page is block x 2 x heads x head size); mla keeps one latent
 # vector per token, mamba a fixed state per sequence
 KV_KINDS = ("sliding_window", "full_attention", "chunked_local")
@@ -197,7 +200,8 @@ FACTS: dict[str, str] = {
     "group.kind": "sliding_window / full_attention / chunked_local / mla / mamba",
     "group.sinks": "the group's layers have attention sinks (gpt-oss)",
     "group.sparse": "the group's MLA layers are sparse (an indexer picks the keys: DeepSeek-V3.2)",
-    "group.mamba_type": "mamba1 / mamba2 / gdn_attention / linear_attention / short_conv (null: not a mamba group)",
+    "group.mamba_type": "a fixed-backend group's layer type: mamba1 / mamba2 / gdn_attention / linear_attention / short_conv, "
+    "deepseek_v32_indexer (null: an attention group)",
     "group.head_size": "head size of this layer group",
     "group.num_kv_heads": "KV heads of this layer group",
     "group.sliding_window": "the group uses a sliding window",

@@ -40,7 +40,7 @@ def bytes_per_token(cfg: KSelectConfig, sel: Selection) -> int:
     own = {x.index for x in cfg.model.layers() if x.reads_from is None}  # KV-shared layers add no bytes
     b = KV_BYTES[resolved_kv_dtype(cfg)]
     return sum((1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * b * sum(1 for i in g.layers if i in own)
-               for g in sel.groups if not g.draft and g.kind != "mamba")  # a mamba state is per sequence
+               for g in sel.groups if not g.draft and g.kind != "mamba")  # a mamba state is per sequence, not per token
 
 
 def rel_err(g: GroupSelection) -> float | None:

@@ -11,7 +11,7 @@ from ..base.errors import SelectionError
 from ..outputs.records import BlockSizePrecluded, Failure, Rejection, rejection
 from ..rules.rulebook import RuleBook
 from ..config.schema import BlockSpec, Capability, KSelectConfig
-from ..config.vocab import group_id
+from ..config.vocab import FIXED_KINDS, group_id
 
 
 @dataclass
@@ -88,7 +88,7 @@ def _fa_version(book: RuleBook, facts: dict, head: int | None) -> tuple[int | No
 
 def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) -> Choice:
     f = group_facts(facts, g)
-    if g.kind == "mamba":
+    if g.kind in FIXED_KINDS:
         return state_backend(book, f, g)
     uses_fa = any(cap.flash_attn for cap in book.capabilities.values())
     fa_trace: list[str] = []
@@ -141,8 +141,8 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: dict, g: Group) ->
 
 
 def state_backend(book: RuleBook, f: dict, g: Group) -> Choice:
-    """A mamba-kind group's backend: the one declared for its layer type (vLLM maps each mamba layer type to one
-    backend, with no priority list and no attention pin)."""
+    """A fixed-kind group's backend: the one declared for its layer type (vLLM maps each mamba layer type, and the
+    V3.2 indexer cache, to one backend, with no priority list and no attention pin)."""
     names = [n for n, cap in book.capabilities.items() if g.mamba_type in cap.mamba_types]
     if not names:
         raise SelectionError(Failure(code="no_valid_backend", group=group_id(g.kind, g.draft), head=g.head_size,
@@ -150,8 +150,8 @@ def state_backend(book: RuleBook, f: dict, g: Group) -> Choice:
                                      kv_dtype=f["kv.dtype"]), {})
     cf = dict(f, **{"candidate.backend": names[0]})
     blocks, trace = kernel_blocks(book, cf, names[0], "group")
-    why = [f"{names[0]} serves {g.mamba_type} layers (a state, not attention: no priority list, no pin)"]
-    return Choice(names[0], None, blocks, cf, ["builtin.mamba_backend"] + trace, why, {}, [], blocks)
+    why = [f"{names[0]} serves {g.mamba_type} layers (fixed by the layer type: no priority list, no pin)"]
+    return Choice(names[0], None, blocks, cf, ["builtin.fixed_backend"] + trace, why, {}, [], blocks)
 
 
 def _choice(book, cf, name, kblocks, trace, why, rejected, warns, mblocks) -> Choice:

@@ -25,7 +25,7 @@ from ..rules.rulebook import RuleBook, rulebook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
 from ..rules.facts import base_facts, resolved_kv_dtype, target_groups  # noqa: F401 - resolve's public names
-from ..config.vocab import GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8
+from ..config.vocab import FIXED_KINDS, GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8
 
 def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """vLLM's selection under `book` (the config's objective is not read here)."""
@@ -84,7 +84,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         for c in book.matching("cache_block", facts):
             cache_policy = c.rule.cache_block
             model_trace.append(c.id)
-        att = [i for i, g in enumerate(groups) if g.kind != "mamba"]  # vLLM's _find_non_ssm_backends
+        att = [i for i, g in enumerate(groups) if g.kind not in FIXED_KINDS]  # vLLM's _find_non_ssm_backends
         block_size = model_cache_block(book, [groups[i] for i in att] + drafts[: len(draft_choices)],
                                        [choices[i] for i in att] + draft_choices, cache_policy, model_trace)
 
@@ -96,9 +96,11 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     #    swa_block: the smallest, or the largest whose page fits the cache block's page).
     kv_blocks = []
     for g, ch in zip(groups, choices):
-        if g.kind == "mamba":
-            kv_blocks.append(block_size)  # a state per sequence: its block is the cache block (the page is padded)
-            ch.trace.append("builtin.mamba_block_is_cache_block")
+        if g.kind in FIXED_KINDS:
+            # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
+            # mode); the indexer's key cache takes the cache block
+            kv_blocks.append(block_size)
+            ch.trace.append("builtin.fixed_kind_takes_cache_block")
         elif g.window is not None:
             swa = "smallest"
             for c in book.matching("swa_block", ch.facts):
@@ -171,7 +173,7 @@ def hybrid_block(cfg: KSelectConfig, groups: list[Group], choices: list[Choice],
     attention backend's kernel alignment, until one attention page holds the largest mamba state; a user's block
     size is overridden too. The mamba page is then padded to the attention page (prefix caching, on by default for
     hybrid models, keeps mamba blocks in the cache block's units)."""
-    att = [(g, ch) for g, ch in zip(groups, choices) if g.kind != "mamba"]
+    att = [(g, ch) for g, ch in zip(groups, choices) if g.kind not in FIXED_KINDS]
     kv_bytes = KV_BYTES[resolved_kv_dtype(cfg)]
     g0 = att[0][0]
     attn_page_1 = (1 if g0.kind == "mla" else 2) * g0.num_kv_heads * g0.head_size * kv_bytes
@@ -259,10 +261,10 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
     one latent vector per token; a mamba group's page is padded to the attention page, not unified."""
     per_token = [(1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * dtype_bytes for g in groups]
     pages = [b * t for b, t in zip(kv_blocks, per_token)]
-    largest = max(p for g, p in zip(groups, pages) if g.kind != "mamba")
+    largest = max(p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS)
     out = []
     for g, b, page, ch in zip(groups, kv_blocks, pages, choices):
-        if page == largest or g.kind == "mamba":
+        if page == largest or g.kind in FIXED_KINDS:
             out.append(b)
         elif largest % page == 0:
             out.append(b * (largest // page))

@@ -1,0 +1,45 @@
+"""Issue #42: a model's layers as vLLM 0.34.0 builds them. For every non-Gemma preset, the layers kselect derives from
+the published config.json (selector/config/hf_arch.py) fall into the same KV-cache groups, layer for layer, as the
+ones vLLM's own model classes registered in the oracle's record (kselect oracle --grid models, on the meta device)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from kselect.selector.api import compose
+from kselect.selector.rules.facts import target_groups
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "bench/results/vllm/oracle_models_0_34_0.jsonl.gz"
+
+
+def _vllm_layers() -> dict[str, dict[str, list[int]]]:
+    """model -> group kind -> layer indices, from the first cell of each model where vLLM built every layer."""
+    out: dict[str, dict[str, list[int]]] = {}
+    with gzip.open(RECORD, "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            model = r["key"].split("|")[1].removeprefix("model=")
+            if model not in out and r.get("groups") and not r.get("error"):
+                out[model] = {k: sorted(g["layers"]) for k, g in r["groups"].items()}
+    return out
+
+
+VLLM = _vllm_layers()
+
+
+@pytest.mark.parametrize("model", sorted(VLLM))
+def test_layer_groups_match_vllms_model_classes(model):
+    cfg = compose(["platform=sm90", f"model={model}"])
+    mine = {g.kind: sorted(g.layers) for g in target_groups(cfg)}
+    assert mine == VLLM[model]
+
+
+def test_every_family_is_in_the_record():
+    kinds = {k for groups in VLLM.values() for k in groups}
+    assert {"full_attention", "sliding_window", "chunked_local", "mla", "mla_indexer", "mamba"} <= kinds, kinds
+    assert len(VLLM) >= 12

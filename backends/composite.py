@@ -53,6 +53,7 @@ class CompositeBackend(AttentionBackend):
                 raise BackendUnavailableError(f"{group.backend} needs {child}: {e}") from e
         self.general, self.causal = parts
         self.kernel_build = " + ".join(p.kernel_build or p.name for p in parts)
+        self.kernel_versions = {**self.general.kernel_versions, **self.causal.kernel_versions}  # e.g. vLLM's Triton release
 
     def child_for(self, meta: AttentionMetadata) -> AttentionBackend:
         return self.general if needs_mm_prefix(meta) else self.causal

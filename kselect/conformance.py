@@ -13,7 +13,9 @@ status: verified (rel_err within kernels/tolerances.py), refuted (over it, or Na
 unsupported (the backend or kernel raised; detail = the first line of the error), unavailable
 (never run: the backend's package is missing here). kernel: the library build that ran, where a
 backend has several (FA3: a `+upstream` claim runs flash-attention's hopper build, any other FA3 claim vLLM's or
-the one KSELECT_FA3_BUILD names; FA4: flash-attn-4 or the fork).
+the one KSELECT_FA3_BUILD names; FA4: flash-attn-4 or the fork). kernel_versions (the file's top): the kernel
+library versions the claims ran with (vLLM's FA build, flash-attn-4, flashinfer, triton, the release of vLLM's
+Triton kernel), merged with what an existing file named (kselect/measured_versions.py).
 
 CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N] [--platform P]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
@@ -34,6 +36,7 @@ import sys
 
 import torch
 
+from kselect import measured_versions
 from kselect.kernels.dtypes import torch_dtype
 from kselect.selector.measure.claims import claim_runs
 from kselect.selector.outputs.records import ClaimRun
@@ -221,22 +224,28 @@ def main(argv=None) -> int:
     check_out_path(out_path, "--out")  # under a file: refused before the claims run
     ids = read_claims(args.claims)
     old: dict = {}
+    old_versions: dict = {}
     if os.path.exists(out_path) or os.path.islink(out_path):  # merge: never drop what was measured before
         prev = read_file(out_path, gpu=gpu)
         old = {cid: r.model_dump() for cid, r in prev.claims.items()}
+        old_versions = dict(prev.kernel_versions)
         if args.missing:
             ids = [cid for cid in ids if cid not in old]
         print(f"merging into {args.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
     platform = [f"platform={args.platform}"] if args.platform else _platform(args.device)
     runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels
     results: dict = {}
-    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
+    doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(), kernel_versions={},
                commit=_git_commit(), command="kselect conformance " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+    have = measured_versions.installed()  # the kernel libraries here (metadata only: no imports)
 
     def write(order: list[str]) -> None:
         claims = dict(old)
         claims.update({cid: results[cid] for cid in order if cid in results})
-        atomic_write(out_path, yaml.safe_dump(dict(doc, claim_count=len(claims), claims=claims), sort_keys=False))
+        kv = kernel_versions(old, old_versions, results, have)
+        atomic_write(out_path, yaml.safe_dump(dict(doc, kernel_versions=kv, claim_count=len(claims), claims=claims),
+                                              sort_keys=False))
 
     def record(cid, r):
         results[cid] = r
@@ -262,6 +271,20 @@ def main(argv=None) -> int:
     for line in changes:
         print(line)
     return 0
+
+
+def _records(claims: dict) -> list[tuple[str, str, dict]]:
+    """(kernel path, build that ran, the claim's own versions) of claims that ran a kernel (not `unavailable`)."""
+    return [(cid.split(":", 1)[0], r.get("kernel") or "", r.get("versions") or {}) for cid, r in claims.items()
+            if r.get("status") != "unavailable"]
+
+
+def kernel_versions(old: dict, old_versions: dict, results: dict, have: dict | None = None) -> dict[str, str]:
+    """The file's `kernel_versions` once `results` (this run's claims) are merged over `old` (the file's claims,
+    which said `old_versions`): kselect/measured_versions.py."""
+    kept = {cid: r for cid, r in old.items() if cid not in results}
+    return measured_versions.merge(old_versions, measured_versions.run_versions(_records(results), have),
+                                   measured_versions.used(_records(kept)))
 
 
 def _platform(device: str) -> list[str]:

@@ -18,7 +18,9 @@ only the pages the window reaches. `--warm-jobs N` first runs every target once 
 N processes, so JIT compiles (FlashInfer, FA4, Triton) overlap and land in their disk caches before
 the timed pass, which runs in this process, one kernel at a time, on the intra-op CPU threads an engine
 on that device serves with (gemma4/host_threads.py: one on a GPU), so host_ms and plan_ms are the engine's.
-The file is merged and written atomically after every target, so a timeout keeps what was measured.
+The file is merged and written atomically after every target, so a timeout keeps what was measured. Its
+`kernel_versions` name the kernel library versions the entries ran with, merged with what the file named
+before (kselect/measured_versions.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from kselect import measured_versions
 from kselect.perf_targets import Target, bucket_of, make_target_backend, parse_grid, targets, verified_claims
 from kselect.perf_timing import make_inputs, parse_fence, time_bucket
 from kselect.selector.evidence import perf_data as perfdata
@@ -192,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     header = dict(gpu=args.gpu_name, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
                   commit=_git_commit(), command="kselect perf " + " ".join(sys.argv[1:] if argv is None else argv))
     today = header["measured"]
+    before = perfdata.load(out.stem, out.parent) if out.exists() else None  # its kernel_versions are merged, not dropped
+    have = measured_versions.installed()  # the kernel libraries here (metadata only: no imports)
+    timed: dict[str, perfdata.PerfEntry] = {}  # this run's entries, across targets
     for t in ts:
         if time.monotonic() - t0 > args.budget_s:
             print(f"budget: skipped {t}", flush=True)
@@ -224,9 +230,24 @@ def main(argv: list[str] | None = None) -> int:
             if args.device != "cpu":
                 torch.cuda.empty_cache()
         if entries:
+            timed.update(entries)
+            header["kernel_versions"] = kernel_versions(before, timed, have)
             perfdata.merge_write(out, header, entries)
     print(f"wrote {out} ({time.monotonic() - t0:.0f} s)", flush=True)
     return 0
+
+
+def _records(entries) -> list[tuple[str, str, dict]]:
+    return [(e.kernel, e.build, e.versions) for e in entries]
+
+
+def kernel_versions(before: perfdata.PerfFile | None, timed: dict, have: dict | None = None) -> dict[str, str]:
+    """The file's `kernel_versions` once `timed` (this run's entries) are merged over `before` (the file as this
+    run found it): kselect/measured_versions.py."""
+    kept = [e for b, e in (before.entries.items() if before else ()) if b not in timed]
+    return measured_versions.merge(before.kernel_versions if before else {},
+                                   measured_versions.run_versions(_records(timed.values()), have),
+                                   measured_versions.used(_records(kept)))
 
 
 def _git_commit() -> str:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                   command="kselect perf-steps " + " ".join(sys.argv[1:] if argv is None else argv))
     old = perfdata.load(out.stem, out.parent) if out.exists() else None
     if old:  # the header describes the kernel runner's pass; this run only adds steps (each dated, versioned)
-        header.update(command=old.command, commit=old.commit)
+        header.update(command=old.command, commit=old.commit, kernel_versions=old.kernel_versions)
     gen = torch.Generator().manual_seed(1)
     for name in [m for m in args.models.split(",") if m]:
         cfg, sel = select([f"platform={args.platform}", f"model={name}"])

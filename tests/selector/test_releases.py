@@ -116,3 +116,29 @@ def test_the_chain_is_0_32_then_0_33_then_0_34():
     # 0.32.0's Gemma4Config forces TRITON_ATTN on XPU too; 0.33.0 leaves XPU's choice to the platform
     assert "xpu" in c32.rules["gemma4-force_triton_without_fa4"].when["platform.device"]
     assert "xpu" not in c33.rules["gemma4-force_triton_without_fa4"].when["platform.device"]
+
+
+def test_the_upgrade_diff_names_each_release_overlays_prs_and_rule_ids(tmp_path):
+    """`kselect diff a.rules=vllm_0_33_0 b.rules=vllm_0_34_0` opens with the upgrade steps: per release overlay, the
+    upstream PRs its `overlay_prs` declares and the rule ids it writes (selector/config/releases.py)."""
+    from kselect.selector.config.releases import render_steps, upgrade_steps
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    ov = conf / "overlay" / "vllm_0_34_0.yaml"
+    text = ov.read_text()
+    assert "  vllm_0_34_0: []\n" in text
+    # 48666 is a stand-in here (a public vLLM PR, the seed story's), not a claim about 0.34.0
+    ov.write_text(text.replace("  vllm_0_34_0: []\n", "  vllm_0_34_0: [48666]\n", 1))
+    [step] = upgrade_steps(conf, "vllm_0_33_0", conf, "vllm_0_34_0")
+    assert (step["release"], step["overlay"], step["base"], step["prs"]) == ("vllm_0_34_0", "vllm_0_34_0", "vllm_0_33_0", [48666])
+    assert "block-default_size_64" in step["rules"] and "fa-sm90_d512_fp8_user_block_64" in step["rules"]
+    md = render_steps([step], "markdown")
+    assert "upstream PRs: vllm-project/vllm#48666" in md and "`block-default_size_64`" in md
+    assert "upstream PRs: vllm-project/vllm#48666" in render_steps([step], "table") and render_steps([step], "json") == ""
+    assert compose(["rules=vllm_0_34_0"], conf).release.prs == {"vllm_0_33_0": [], "vllm_0_34_0": [48666]}
+    # the committed overlays name none: the document says so instead of leaving the field out
+    [real] = upgrade_steps(CONF_DIR, "vllm_0_33_0", CONF_DIR, "vllm_0_34_0")
+    assert "upstream PRs: none verified by number" in render_steps([real], "markdown")
+    # two steps from 0.32.0: each release overlay with its own PRs and rules
+    assert [s["overlay"] for s in upgrade_steps(conf, "vllm_0_32_0", conf, "vllm_0_34_0")] == ["vllm_0_33_0", "vllm_0_34_0"]

@@ -57,7 +57,9 @@ def test_cli_writes_yaml(tmp_path):
     assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert doc["gpu"] == "cpu_ci" and set(doc) == {"gpu", "torch", "measured", "commit", "command", "claim_count", "claims"}
+    assert doc["gpu"] == "cpu_ci" and set(doc) == {"gpu", "torch", "measured", "kernel_versions", "commit", "command",
+                                                   "claim_count", "claims"}
+    assert "triton" in doc["kernel_versions"]  # the libraries the claims ran (tests/kselect/test_measured_versions.py)
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
 
 

@@ -6,16 +6,23 @@ the one thing mocked (`NonNvmlCudaPlatform.get_device_capability`). What is stub
 CPU machine lacks: vLLM's compiled extensions (empty modules, so FA2/FA3 count as built; the
 real capability gates in vllm_flash_attn decide), FlashInfer and torchvision (stubs/ beside this file).
 The model is built on the meta device from a config.json written from our preset (no weights;
-kselect/oracle/models.py writes it, on kselect's side).
+kselect/oracle/models.py writes it, on kselect's side): a Gemma-4 preset's, or any other model's
+published config.json (`architecture: hf`, #42). For those, what a CPU also lacks is stood in for:
+the auxiliary CUDA stream and its events, tensors a layer puts on the CUDA device itself (made on
+meta), the worker's workspace manager (on meta), vLLM's vendored DeepGEMM (importable, kernels
+placeholders), and the expert-parallel group an MoE model needs (the model-parallel groups are made
+again when a cell's model is MoE and the last one's was not, or the other way round).
 
 The chain, as vLLM 0.33.0 runs it when an engine starts:
   EngineArgs -> create_engine_config (Gemma4Config.verify_and_update_config)
-  model init: every Attention layer calls get_attn_backend (recorded: all candidates + reasons)
-  and builds its impl (FA version, quant-query)
+  model init: every attention layer (Attention, MLAAttention; Mamba-like layers declare their
+  backend) calls get_attn_backend (recorded: all candidates + reasons) and builds its impl
   [MTP] Gemma4Speculator.load_draft_model builds the draft layers on the target's KV
   Platform.update_block_size_for_backend -> get_kv_cache_spec (customize_attention_spec)
   -> resolve_kv_cache_layout -> get_global_kv_cache_groups -> get_kv_cache_configs
   -> init_attn_backend (prepare_kernel_block_sizes, select_common_block_size, metadata builders)
+Groups are recorded per kind of KV-cache spec (group_kind: full_attention, sliding_window,
+chunked_local, mla, mamba), every layer vLLM registered with a spec in one of them.
 An exception is recorded with the stage it came from; nothing after it runs.
 """
 
@@ -308,7 +315,8 @@ MAMBA_TYPES = {"MAMBA1": "mamba1", "MAMBA2": "mamba2", "GDN_ATTN": "gdn", "LINEA
 def group_kind(spec) -> str:
     """The record's group kind for a vLLM KV-cache spec (or spec class). An MLA spec whose
     cache_role is `indexer` (DeepSeek-V3.2's sparse-attention indexer keeps its keys in a cache of
-    its own, DeepseekV32IndexerCache) is `mla_indexer`, beside the `mla` group it selects for."""
+    its own, DeepseekV32IndexerCache) is `mla_indexer`: the record keeps it as the `indexer` of the
+    `mla` group it selects for (its backend, blocks, layers), not as a group of its own."""
     spec_cls = spec if isinstance(spec, type) else type(spec)
     for klass in spec_cls.__mro__:
         if klass.__name__ in SPEC_KINDS:
@@ -365,7 +373,17 @@ def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> di
         if len(vals) > 1:
             g["mixed"] = vals  # layers of one kind that vLLM runs differently
         out[key] = g
-    return out
+    return fold_indexers(out)
+
+
+def fold_indexers(groups: dict) -> dict:
+    """An `mla_indexer` group (`draft:` too) becomes the `indexer` of its `mla` group: the sparse-attention
+    indexer's own cache is a fact of the MLA group it selects for. Without an `mla` group it stays."""
+    for key in [k for k in groups if k.endswith("mla_indexer")]:
+        target = key.removesuffix("_indexer")
+        if target in groups:
+            groups[target]["indexer"] = groups.pop(key)
+    return groups
 
 
 def _quant_query(layer) -> bool:

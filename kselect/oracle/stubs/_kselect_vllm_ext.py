@@ -37,12 +37,12 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 class _NeverCalled:
     """An op the oracle binds but never runs (layers are built on the meta device)."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, where="torch.ops._C."):
+        self.name = where + name
         self.default = self
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"torch.ops._C.{self.name}: the kselect oracle builds layers, never runs them")
+        raise RuntimeError(f"{self.name}: the kselect oracle builds layers, never runs them")
 
 
 def _deep_gemm_op(name):
@@ -55,7 +55,7 @@ def _deep_gemm_op(name):
         raise AttributeError(name)
     if name in ("init", "shutdown") or name.startswith("set_"):
         return lambda *args, **kwargs: None
-    return _NeverCalled(f"deep_gemm.{name}")
+    return _NeverCalled(name, "vllm.third_party.deep_gemm._C.")
 
 
 class _EmptyBuild:

@@ -22,7 +22,7 @@ The chain, as vLLM 0.33.0 runs it when an engine starts:
   -> resolve_kv_cache_layout -> get_global_kv_cache_groups -> get_kv_cache_configs
   -> init_attn_backend (prepare_kernel_block_sizes, select_common_block_size, metadata builders)
 Groups are recorded per kind of KV-cache spec (group_kind: full_attention, sliding_window,
-chunked_local, mla, mamba), every layer vLLM registered with a spec in one of them.
+chunked_local, mla, mla_indexer, mamba), every layer vLLM registered with a spec in one of them.
 An exception is recorded with the stage it came from; nothing after it runs.
 """
 
@@ -315,8 +315,7 @@ MAMBA_TYPES = {"MAMBA1": "mamba1", "MAMBA2": "mamba2", "GDN_ATTN": "gdn", "LINEA
 def group_kind(spec) -> str:
     """The record's group kind for a vLLM KV-cache spec (or spec class). An MLA spec whose
     cache_role is `indexer` (DeepSeek-V3.2's sparse-attention indexer keeps its keys in a cache of
-    its own, DeepseekV32IndexerCache) is `mla_indexer`: the record keeps it as the `indexer` of the
-    `mla` group it selects for (its backend, blocks, layers), not as a group of its own."""
+    its own, DeepseekV32IndexerCache) is `mla_indexer`, a group beside the `mla` group it selects for."""
     spec_cls = spec if isinstance(spec, type) else type(spec)
     for klass in spec_cls.__mro__:
         if klass.__name__ in SPEC_KINDS:
@@ -373,17 +372,7 @@ def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> di
         if len(vals) > 1:
             g["mixed"] = vals  # layers of one kind that vLLM runs differently
         out[key] = g
-    return fold_indexers(out)
-
-
-def fold_indexers(groups: dict) -> dict:
-    """An `mla_indexer` group (`draft:` too) becomes the `indexer` of its `mla` group: the sparse-attention
-    indexer's own cache is a fact of the MLA group it selects for. Without an `mla` group it stays."""
-    for key in [k for k in groups if k.endswith("mla_indexer")]:
-        target = key.removesuffix("_indexer")
-        if target in groups:
-            groups[target]["indexer"] = groups.pop(key)
-    return groups
+    return out
 
 
 def _quant_query(layer) -> bool:

@@ -259,11 +259,3 @@ def test_a_model_kselect_cannot_resolve_counts_as_a_disagreement(monkeypatch):
     with pytest.raises(RuntimeError, match="no hf models"):  # a Gemma cell's crash is a bug, not a refusal
         cmp.kselect_records([gemma])
 
-
-def test_deepseek_v32s_indexer_cache_is_a_fact_of_its_mla_group():
-    mla = {"backend": "FLASHMLA_SPARSE", "kv_block": 64, "sparse": True, "layers": [0, 1]}
-    idx = {"backend": "DEEPSEEK_V32_INDEXER", "kv_block": 64, "layers": [0, 1]}
-    got = vllm_chain.fold_indexers({"mla": dict(mla), "mla_indexer": dict(idx), "draft:mla": dict(mla),
-                                    "draft:mla_indexer": dict(idx)})
-    assert got == {"mla": {**mla, "indexer": idx}, "draft:mla": {**mla, "indexer": idx}}
-    assert vllm_chain.fold_indexers({"mla_indexer": dict(idx)}) == {"mla_indexer": idx}  # never dropped

@@ -1,4 +1,8 @@
-"""The oracle grid: one cell = one environment both vLLM and kselect resolve.
+"""The oracle grids: one cell = one environment both vLLM and kselect resolve.
+
+`grid()`: the Gemma-4 grid (the default). `models_grid()`: the #42 presets of other model families
+(docs: /work/notes/design42.md), each with its family's backend pins, no vision, MTP or FA pin; the
+cell keys have the one format.
 
 A cell names what a vLLM user sets (GPU capability, model preset, --kv-cache-dtype, vision
 mode, --attention-config backend / flash_attn_version, MTP) and maps it to kselect overrides.
@@ -19,6 +23,19 @@ KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 FA_PINS = (None, 3, 4)
 BACKEND_PINS = ("auto", "FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 SPEC = ("none", "mtp")
+# the `models` grid: the non-Gemma presets (conf/model/<name>.yaml, `architecture: hf`) and the
+# backend pins of each family (besides auto), as vLLM 0.34.0's registry names them
+HF_MODELS = ("llama3_1_8b", "qwen3_8b", "mistral_7b_v0_3", "gemma3_1b", "gpt_oss_20b", "gpt_oss_120b",
+             "deepseek_v3", "kimi_k2", "deepseek_v3_2", "qwen3_next_80b_a3b", "nemotron_h_8b", "jamba_mini_1_7",
+             "llama4_scout")
+ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+MLA_BACKENDS = ("FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA", "CUTLASS_MLA", "TRITON_MLA")
+SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
+MODEL_BACKENDS = {m: ATTENTION_BACKENDS for m in HF_MODELS}
+MODEL_BACKENDS.update(deepseek_v3=MLA_BACKENDS, kimi_k2=MLA_BACKENDS, deepseek_v3_2=SPARSE_MLA_BACKENDS)
+MODELS_KV_DTYPES = ("auto", "fp8")
+MODELS_BACKEND_PINS = ("auto",) + ATTENTION_BACKENDS + MLA_BACKENDS + SPARSE_MLA_BACKENDS
+GRIDS = ("gemma4", "models")
 # the fields compared per KV-cache group, and the per-cell error check
 GROUP_FIELDS = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query")
 FIELDS = GROUP_FIELDS + ("error",)
@@ -73,6 +90,16 @@ def grid(ccs=tuple(PLATFORMS), models=MODELS, kv_dtypes=KV_DTYPES, multimodal=(F
     """The full grid (5 x 4 x 6 x 2 x 3 x 4 x 2 = 5,760 cells), or a slice of it."""
     return [Cell(c, m, k, mm, fa, b, s)
             for c, m, k, mm, fa, b, s in itertools.product(ccs, models, kv_dtypes, multimodal, fa_pins, backends, spec)]
+
+
+def models_grid(ccs=tuple(PLATFORMS), models=HF_MODELS, kv_dtypes=MODELS_KV_DTYPES,
+                backends=MODELS_BACKEND_PINS) -> list[Cell]:
+    """The `models` grid (13 presets x 5 capabilities x 2 KV dtypes x auto + the family's backends:
+    4 pins for the 10 attention models, 6 for the 2 MLA ones, 4 for sparse MLA = 560 cells), or a slice of it: a
+    backend in `backends` that is not one of a model's family makes no cell for that model."""
+    return [Cell(c, m, k, False, None, b, "none")
+            for c, m, k in itertools.product(ccs, models, kv_dtypes)
+            for b in ("auto",) + MODEL_BACKENDS[m] if b in backends]
 
 
 group_key = group_id  # how a record names a KV-cache group (the selector's vocabulary)

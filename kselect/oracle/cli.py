@@ -5,7 +5,8 @@
     kselect oracle ~/src/vllm                  # an unpacked source tree (the folder holding vllm/)
 
 Builds or reuses the release's CPU environment (kselect/oracle/env.py), runs vLLM's own
-selection chain over the Gemma-4 grid into a versioned record (resumable: cells already in
+selection chain over the Gemma-4 grid (or, with `--grid models`, the other model families'
+presets) into a versioned record (resumable: cells already in
 --out or its .parts/ folder are kept), compares the record with a rules preset, prints the
 agreement per field and every disagreement class with example cells, and exits 1 when a field's
 agreement is below --min-agreement. Every cell counts: where vLLM selects and kselect refuses
@@ -22,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from kselect.oracle.cells import BACKEND_PINS, KV_DTYPES, MODELS, PLATFORMS, SPEC, grid
+from kselect.oracle.cells import (BACKEND_PINS, GRIDS, HF_MODELS, KV_DTYPES, MODELS, MODELS_BACKEND_PINS,
+                                  MODELS_KV_DTYPES, PLATFORMS, SPEC, grid, models_grid)
 
 
 class BadInput(Exception):
@@ -61,7 +63,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", default=None,
                    help="kselect's rules= option to compare with (default: vllm_<version> if it exists, else the "
                         "config's default)")
-    p.add_argument("--out", default=None, help="the record (default: oracle_<version>.jsonl.gz here)")
+    p.add_argument("--grid", choices=GRIDS, default="gemma4",
+                   help="gemma4 (default): the Gemma-4 grid; models: the other families' presets x capability x "
+                        "KV auto/fp8 x auto and each family's backend pins (no vision, MTP or FA pin)")
+    p.add_argument("--out", default=None, help="the record (default: oracle_<version>.jsonl.gz here, "
+                                               "oracle_models_<version>.jsonl.gz for --grid models)")
     p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
                    help="exit 1 when any field agrees on less than this percentage (default 99.5)")
     p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")
@@ -75,27 +81,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compare", action="store_true", help="only run the record")
     p.add_argument("--dry-run", action="store_true",
                    help="resolve the release, the cells and what is cached or already recorded; run nothing")
-    g = p.add_argument_group("grid filters (default: the full grid)")
+    g = p.add_argument_group("grid filters (default: the full grid; --mm, --fa and --spec are the gemma4 grid's)")
     g.add_argument("--cc", nargs="+", default=list(PLATFORMS), metavar="CC")
-    g.add_argument("--model", nargs="+", default=list(MODELS))
-    g.add_argument("--kv", nargs="+", default=list(KV_DTYPES))
-    g.add_argument("--mm", nargs="+", default=["0", "1"])
-    g.add_argument("--fa", nargs="+", default=["-", "3", "4"])
-    g.add_argument("--backend", nargs="+", default=list(BACKEND_PINS))
-    g.add_argument("--spec", nargs="+", default=list(SPEC))
+    g.add_argument("--model", nargs="+", default=None)
+    g.add_argument("--kv", nargs="+", default=None)
+    g.add_argument("--mm", nargs="+", default=None)
+    g.add_argument("--fa", nargs="+", default=None)
+    g.add_argument("--backend", nargs="+", default=None)
+    g.add_argument("--spec", nargs="+", default=None)
     return p
 
 
-def _check_filter(name: str, values: list[str], allowed) -> None:
+# per grid: each filter's allowed values (also its default: all of them)
+GRID_AXES = {
+    "gemma4": {"cc": PLATFORMS, "model": MODELS, "kv": KV_DTYPES, "mm": ("0", "1"), "fa": ("-", "3", "4"),
+               "backend": BACKEND_PINS, "spec": SPEC},
+    "models": {"cc": PLATFORMS, "model": HF_MODELS, "kv": MODELS_KV_DTYPES, "mm": ("0",), "fa": ("-",),
+               "backend": MODELS_BACKEND_PINS, "spec": ("none",)},
+}
+
+
+def _check_filter(name: str, values: list[str], allowed, grid_name: str = "gemma4") -> None:
     bad = [v for v in values if v not in allowed]
     if bad:
-        raise BadInput(f"kselect oracle: --{name} {bad[0]!r} is not a grid value; allowed: {', '.join(allowed)}.")
+        raise BadInput(f"kselect oracle: --{name} {bad[0]!r} is not a value of the {grid_name} grid (--grid); "
+                       f"allowed: {', '.join(allowed)}.")
 
 
 def _cells(a):
-    for name, allowed in (("cc", PLATFORMS), ("model", MODELS), ("kv", KV_DTYPES), ("mm", ("0", "1")),
-                          ("fa", ("-", "3", "4")), ("backend", BACKEND_PINS), ("spec", SPEC)):
-        _check_filter(name, getattr(a, name), list(allowed))
+    axes = GRID_AXES[a.grid]
+    for name, allowed in axes.items():
+        if getattr(a, name) is None:
+            setattr(a, name, list(allowed))
+        _check_filter(name, getattr(a, name), list(allowed), a.grid)
+    if a.grid == "models":
+        return models_grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, backends=a.backend)
     return grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, multimodal=[m == "1" for m in a.mm],
                 fa_pins=[None if f == "-" else int(f) for f in a.fa], backends=a.backend, spec=a.spec)
 
@@ -144,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             _ray_available(a.ray_address)
         release = envmod.resolve(a.source)
         rules = None if a.no_compare else _rules_for(a, release.version)
-        out = Path(a.out or f"oracle_{release.version.replace('.', '_')}.jsonl.gz")
+        stem = "oracle_models_" if a.grid == "models" else "oracle_"
+        out = Path(a.out or f"{stem}{release.version.replace('.', '_')}.jsonl.gz")
         if a.out and not out.parent.is_dir():
             raise BadInput(f"kselect oracle: --out {a.out}: the folder {out.parent} does not exist.")
         for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):  # refused before any work
@@ -187,7 +208,7 @@ def _dry_run(release, cells, out, rules, a) -> int:
     have = read_lines(out) if out.is_file() else {}
     have.update(Parts(out).done())
     todo = [c for c in cells if c.key not in have]
-    plan = {**envmod.plan(release), "cells": len(cells), "recorded": len(cells) - len(todo), "to_run": len(todo),
+    plan = {**envmod.plan(release), "grid": a.grid, "cells": len(cells), "recorded": len(cells) - len(todo), "to_run": len(todo),
             "batches": len(make_batches(todo, a.batch_size)), "jobs": a.jobs, "ray_address": a.ray_address,
             "out": str(out), "rules": rules, "min_agreement": a.min_agreement}
     print(json.dumps(plan, indent=1))

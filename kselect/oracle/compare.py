@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kselect.oracle.cells import FIELDS, GROUP_FIELDS, Cell
+from kselect.oracle.cells import FIELDS, GROUP_FIELDS, MODELS, Cell
 
 AXES = ("cc", "model", "kv_cache", "multimodal", "fa", "backend", "spec")
 
@@ -59,6 +59,12 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
+            continue
+        except Exception as e:  # noqa: BLE001 - a model kselect cannot resolve (yet) refuses: never skipped
+            if c.model in MODELS:
+                raise
+            out[c.key] = {"groups": {}, "error": _first_line(f"kselect cannot resolve model {c.model}: "
+                                                             f"{type(e).__name__}: {e}"), "block_size": None}
             continue
         groups = {}
         for g in sel.groups:

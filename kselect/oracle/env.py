@@ -34,6 +34,10 @@ IMPORT_DEPS = ("regex", "cachetools", "psutil", "numpy", "requests", "tqdm", "py
                "einops", "pyzmq", "blake3", "sentencepiece", "protobuf", "cbor2", "aiohttp", "openai",
                "openai-harmony", "pillow", "pybase64", "uvloop", "prometheus_client", "xgrammar", "fastapi",
                "partial-json-parser", "llguidance", "uvicorn", "prometheus-fastapi-instrumentator", "pydantic>=2", "pyyaml")
+# imported by vLLM's quantization configs (a checkpoint's quantization_config: gpt-oss's mxfp4, DeepSeek's fp8
+# blocks): compressed-tensors at the release's pin (its METADATA), and the one dependency of it a venv above lacks.
+# A venv built before these were listed gets them once, without dependencies (`.extras` inside names them).
+MODEL_DEPS = ("compressed-tensors", "loguru")
 SKIP_SUFFIXES = (".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp")
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([a-z0-9.+-]*)?$")
 
@@ -202,6 +206,7 @@ def _pip(python: Path, args: list[str]) -> None:
 def _ensure_venv(version: str, metadata: str, root: Path, pip, quiet: bool) -> Path:
     venv = root / f"venv-{version}"
     if (venv / ".done").is_file():
+        _ensure_extras(venv, metadata, pip, quiet)
         return venv
     tmp = root / f".venv-{version}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -210,8 +215,30 @@ def _ensure_venv(version: str, metadata: str, root: Path, pip, quiet: bool) -> P
     subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True)
     transformers = "transformers" + (requirement(metadata, "transformers") or "")
     # venv's own paths (pyvenv.cfg, bin/python) resolve relative to it: the rename below keeps it usable
-    pip(tmp / "bin" / "python", [TORCH, transformers, TRITON, *IMPORT_DEPS])
+    extras = model_deps(metadata)
+    pip(tmp / "bin" / "python", [TORCH, transformers, TRITON, *IMPORT_DEPS, *extras])
     (tmp / ".done").write_text(f"vllm {version}: {TORCH} {transformers} {TRITON}\n")
+    (tmp / ".extras").write_text("\n".join(extras) + "\n")
     shutil.rmtree(venv, ignore_errors=True)
     os.replace(tmp, venv)
     return venv
+
+
+def model_deps(metadata: str) -> list[str]:
+    """MODEL_DEPS as pip requirements, each at the release's own pin where its METADATA has one."""
+    return [name + (requirement(metadata, name) or "") for name in MODEL_DEPS]
+
+
+def _ensure_extras(venv: Path, metadata: str, pip, quiet: bool) -> None:
+    """A complete venv built before MODEL_DEPS: those added once, without dependencies (the venv's
+    torch and transformers stay as they are)."""
+    extras = model_deps(metadata)
+    marker = venv / ".extras"
+    if marker.is_file() and marker.read_text().split() == extras:
+        return
+    if not quiet:
+        print(f"oracle: adding {', '.join(extras)} to {venv} (once)", file=sys.stderr, flush=True)
+    pip(venv / "bin" / "python", ["--no-deps", *extras])
+    tmp = venv / f".extras.tmp-{os.getpid()}"
+    tmp.write_text("\n".join(extras) + "\n")
+    os.replace(tmp, marker)

@@ -6,16 +6,23 @@ the one thing mocked (`NonNvmlCudaPlatform.get_device_capability`). What is stub
 CPU machine lacks: vLLM's compiled extensions (empty modules, so FA2/FA3 count as built; the
 real capability gates in vllm_flash_attn decide), FlashInfer and torchvision (stubs/ beside this file).
 The model is built on the meta device from a config.json written from our preset (no weights;
-kselect/oracle/models.py writes it, on kselect's side).
+kselect/oracle/models.py writes it, on kselect's side): a Gemma-4 preset's, or any other model's
+published config.json (`architecture: hf`, #42). For those, what a CPU also lacks is stood in for:
+the auxiliary CUDA stream and its events, tensors a layer puts on the CUDA device itself (made on
+meta), the worker's workspace manager (on meta), vLLM's vendored DeepGEMM (importable, kernels
+placeholders), and the expert-parallel group an MoE model needs (the model-parallel groups are made
+again when a cell's model is MoE and the last one's was not, or the other way round).
 
 The chain, as vLLM 0.33.0 runs it when an engine starts:
   EngineArgs -> create_engine_config (Gemma4Config.verify_and_update_config)
-  model init: every Attention layer calls get_attn_backend (recorded: all candidates + reasons)
-  and builds its impl (FA version, quant-query)
+  model init: every attention layer (Attention, MLAAttention; Mamba-like layers declare their
+  backend) calls get_attn_backend (recorded: all candidates + reasons) and builds its impl
   [MTP] Gemma4Speculator.load_draft_model builds the draft layers on the target's KV
   Platform.update_block_size_for_backend -> get_kv_cache_spec (customize_attention_spec)
   -> resolve_kv_cache_layout -> get_global_kv_cache_groups -> get_kv_cache_configs
   -> init_attn_backend (prepare_kernel_block_sizes, select_common_block_size, metadata builders)
+Groups are recorded per kind of KV-cache spec (group_kind: full_attention, sliding_window,
+chunked_local, mla, mla_indexer, mamba), every layer vLLM registered with a spec in one of them.
 An exception is recorded with the stage it came from; nothing after it runs.
 """
 
@@ -32,9 +39,11 @@ from pathlib import Path
 STUBS = Path(__file__).resolve().parent / "stubs"
 # metadata builders allocate their device buffers here (meta: shapes only, no memory)
 BUILDER_DEVICE = "meta"
-KV_MEMORY_BYTES = 100 * 2**30  # what the KV planner may use; selection does not depend on it
+# what the KV planner may use; selection does not depend on it, as long as one request of the model's
+# default max_model_len fits (Llama-4-Scout's 10M tokens need ~482 GiB): 1 TiB
+KV_MEMORY_BYTES = 2**40
 STAGES = ("engine_config", "selection", "layer_init", "draft_init", "block_size", "kv_cache_spec",
-          "kv_cache_groups", "metadata_builders")
+          "kv_cache_groups", "metadata_builders", "record")
 
 
 DEVICE_NAMES = {(8, 0): "NVIDIA A100-SXM4-80GB", (8, 9): "NVIDIA L40S", (9, 0): "NVIDIA H200",
@@ -84,11 +93,15 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     cuda.NonNvmlCudaPlatform.num_compute_units = classmethod(num_compute_units)
     platforms._current_platform = cuda.NonNvmlCudaPlatform()
     # no pinned host memory without a CUDA driver: the backends' host buffers are plain
+    import torch
     import vllm.utils.torch_utils as torch_utils
 
     torch_utils.PIN_MEMORY = False
+    # the one auxiliary CUDA stream (MoE shared experts, GDN, MLA models) is created at layer
+    # construction: a stand-in that layers keep and never use here (modules import the function)
+    torch_utils._aux_stream = _NoStream()
+    torch.cuda.Event = _NoStream  # and the events that sync with it (made beside it, never recorded)
     # FlashInfer's impl allocates its multi-CTA KV counter on the CUDA device at layer init
-    import torch
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
     fi_backend._get_multi_ctas_kv_counter_buffer = lambda min_bytes, device: torch.empty(0, dtype=torch.uint8)
@@ -98,6 +111,17 @@ def boot(src: str, cc: tuple[int, int]) -> None:
 
     loader_utils.record_metadata_for_reloading = lambda model: None
     _record_selection(cuda.CudaPlatformBase)
+
+
+class _NoStream:
+    """vLLM's auxiliary CUDA stream (and its events) on a machine without CUDA: kept by layers,
+    never run on."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __repr__(self):
+        return "<kselect oracle: no CUDA stream>"
 
 
 def flashinfer_pin(src: str) -> str:
@@ -210,7 +234,8 @@ def _build(vllm_config, out: dict, _unused) -> None:
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 
     _ensure_distributed(vllm_config)
-    with set_current_vllm_config(vllm_config):
+    _init_workspace(vllm_config)
+    with set_current_vllm_config(vllm_config), _CudaToMeta():
         out["_stage"] = "layer_init"
         with set_default_torch_dtype(vllm_config.model_config.dtype), torch.device("meta"):
             model = initialize_model(vllm_config=vllm_config)
@@ -228,8 +253,9 @@ def _build(vllm_config, out: dict, _unused) -> None:
         resolve_kv_cache_layout(vllm_config, layouts, specs.values())
         kv_cfg = _kv_cache_config(vllm_config, specs)
         out["_stage"] = "metadata_builders"
-        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE,
+        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE_T(),
                                                           draft_layer_names=draft_layers)
+        out["_stage"] = "record"
         out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers)
         out["block_size"] = vllm_config.cache_config.block_size
 
@@ -276,28 +302,68 @@ def _build_drafter(vllm_config, target_model) -> set[str]:
     return set(get_layers_from_vllm_config(vllm_config, Attention)) - before
 
 
-def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> dict:
-    """Per layer kind (and draft/target): the backend, FA version, blocks, quant-query, layers."""
-    from vllm.config import get_layers_from_vllm_config
-    from vllm.model_executor.layers.attention import Attention
+# vLLM's KV-cache spec classes -> the group kinds of records (design: /work/notes/design42.md). The
+# first class of a spec's MRO named here decides: MLAAttentionSpec subclasses FullAttentionSpec but
+# is `mla`; a spec class not named here (and none of its bases) is recorded under its own class name.
+SPEC_KINDS = {"MLAAttentionSpec": "mla", "FullAttentionSpec": "full_attention", "SlidingWindowSpec": "sliding_window",
+              "ChunkedLocalAttentionSpec": "chunked_local", "MambaSpec": "mamba"}
+# MambaSpec.mamba_type (vLLM's MambaAttentionBackendEnum member) -> the record's mamba_type
+MAMBA_TYPES = {"MAMBA1": "mamba1", "MAMBA2": "mamba2", "GDN_ATTN": "gdn", "LINEAR": "linear",
+               "SHORT_CONV": "short_conv"}
 
-    layers = get_layers_from_vllm_config(vllm_config, Attention)
+
+def group_kind(spec) -> str:
+    """The record's group kind for a vLLM KV-cache spec (or spec class). An MLA spec whose
+    cache_role is `indexer` (DeepSeek-V3.2's sparse-attention indexer keeps its keys in a cache of
+    its own, DeepseekV32IndexerCache) is `mla_indexer`, a group beside the `mla` group it selects for."""
+    spec_cls = spec if isinstance(spec, type) else type(spec)
+    for klass in spec_cls.__mro__:
+        if klass.__name__ in SPEC_KINDS:
+            kind = SPEC_KINDS[klass.__name__]
+            if kind == "mla" and str(getattr(spec, "cache_role", "")) == "indexer":
+                return "mla_indexer"
+            return kind
+    return spec_cls.__name__
+
+
+def mamba_type(spec) -> str:
+    t = getattr(spec, "mamba_type", None)
+    name = getattr(t, "name", None) or str(t)
+    return MAMBA_TYPES.get(name, name.lower())
+
+
+def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> dict:
+    """Per group kind (and draft/target): the backend, FA version, blocks, quant-query, impl, layers;
+    for Mamba-like groups also vLLM's mamba_type and the state's page size. Every layer vLLM
+    registered with a KV-cache spec is in one group (attention, MLA, Mamba, GDN, linear...)."""
+    from vllm.config import get_layers_from_vllm_config
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    layers = get_layers_from_vllm_config(vllm_config, AttentionLayerBase)
     per: dict[str, dict] = {}
     for gid, groups in enumerate(attn_groups):
         kv_block = kv_cfg.kv_cache_groups[gid].kv_cache_spec.block_size
         for g in groups:
+            kind = group_kind(g.kv_cache_spec)
             for name in g.layer_names:
                 layer = layers[name]
-                kind = "sliding_window" if layer.sliding_window is not None else "full_attention"
                 key = f"draft:{kind}" if name in draft_layers else kind
-                rec = {"backend": layer.attn_backend.get_name(), "fa_version": _fa_version(layer.impl),
+                rec = {"backend": layer.get_attn_backend().get_name(), "fa_version": _fa_version(layer),
                        "kernel_block": kernel_blocks[gid], "kv_block": kv_block,
-                       "quant_query": layer.query_quant is not None,
-                       "impl": type(layer.impl).__name__}
+                       "quant_query": _quant_query(layer), "impl": _impl_name(layer)}
+                if kind == "mla":
+                    rec["sparse"] = bool(getattr(getattr(layer, "impl", None), "is_sparse", False))
+                if kind == "mamba":
+                    rec["mamba_type"] = mamba_type(g.kv_cache_spec)
+                    rec["page_size_bytes"] = g.kv_cache_spec.page_size_bytes
                 per.setdefault(key, {"layers": [], "values": []})
                 per[key]["layers"].append(_layer_index(name))
                 if rec not in per[key]["values"]:
                     per[key]["values"].append(rec)
+    seen = {n for v in attn_groups for g in v for n in g.layer_names}
+    specs = {n for grp in kv_cfg.kv_cache_groups for n in grp.layer_names}
+    if specs - seen:  # a KV-cache group vLLM builds no attention group for: never dropped silently
+        raise RuntimeError(f"kselect oracle: layers with a KV-cache spec but no attention group: {sorted(specs - seen)[:4]}")
     out = {}
     for key, v in per.items():
         vals = v["values"]
@@ -309,11 +375,32 @@ def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> di
     return out
 
 
+def _quant_query(layer) -> bool:
+    """Attention: the layer quantizes its query (an FP8 KV cache the kernel reads with an FP8 query).
+    MLA: the decode query is FP8 (a quantized KV cache and an impl that takes a quantized query, as
+    MLAAttention.forward_impl decides). Mamba-like layers: never."""
+    if hasattr(layer, "query_quant"):
+        return layer.query_quant is not None
+    impl = getattr(layer, "impl", None)
+    dtype = getattr(layer, "kv_cache_dtype", None)
+    if impl is None or dtype is None:
+        return False
+    from vllm.v1.kv_cache_interface import is_quantized_kv_cache
+
+    return bool(is_quantized_kv_cache(dtype) and getattr(impl, "supports_quant_query_input", False))
+
+
+def _impl_name(layer) -> str:
+    impl = getattr(layer, "impl", None)
+    return type(impl).__name__ if impl is not None else type(layer).__name__
+
+
 def _uniform(values):
     return values[0] if all(v == values[0] for v in values) else "mixed"
 
 
-def _fa_version(impl):
+def _fa_version(layer):
+    impl = getattr(layer, "impl", None)
     v = getattr(impl, "vllm_flash_attn_version", None)
     if v is None and hasattr(impl, "get_impl_variants"):
         for sub in impl.get_impl_variants():
@@ -329,24 +416,95 @@ def _layer_index(name: str) -> int:
     return -1
 
 
+def _init_workspace(vllm_config) -> None:
+    """The worker's workspace manager (gpu_worker: before the model runner is made), on meta:
+    FlashMLA-sparse's impl takes its buffers from it at construction."""
+    from vllm.v1.worker.workspace import init_workspace_manager
+
+    spec = vllm_config.speculative_config
+    lanes = 2 if spec is not None and getattr(spec, "uses_separate_workspace_lane", False) else 1
+    init_workspace_manager(BUILDER_DEVICE_T(), 2 if vllm_config.parallel_config.enable_dbo else 1, lanes)
+
+
+def BUILDER_DEVICE_T():  # noqa: N802 - the builders' device as torch.device
+    import torch
+
+    return torch.device(BUILDER_DEVICE)
+
+
 _DIST_READY = False
+_DIST_MOE: bool | None = None  # whether the model-parallel groups were made for an MoE model (an EP group)
 
 
 def _ensure_distributed(vllm_config) -> None:
-    global _DIST_READY
-    if _DIST_READY:
-        return
+    """One process, world size 1 (gloo). vLLM makes the expert-parallel group only for an MoE model:
+    the model-parallel groups are made again when a cell's model is MoE and the last one's was not
+    (or the other way round), as a fresh engine for that model makes them."""
+    global _DIST_READY, _DIST_MOE
     from vllm.config import set_current_vllm_config
-    from vllm.distributed.parallel_state import ensure_model_parallel_initialized, init_distributed_environment
+    from vllm.distributed.parallel_state import (destroy_model_parallel, ensure_model_parallel_initialized,
+                                                 init_distributed_environment)
 
-    fd, path = tempfile.mkstemp(prefix="kselect_vllm_dist_")
-    os.close(fd)
-    os.unlink(path)
+    moe = bool(getattr(vllm_config.model_config, "is_moe", False))
+    if _DIST_READY and _DIST_MOE == moe:
+        return
     with set_current_vllm_config(vllm_config):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                     distributed_init_method=f"file://{path}", backend="gloo")
+        if not _DIST_READY:
+            fd, path = tempfile.mkstemp(prefix="kselect_vllm_dist_")
+            os.close(fd)
+            os.unlink(path)
+            init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"file://{path}", backend="gloo")
+        else:
+            destroy_model_parallel()
         ensure_model_parallel_initialized(1, 1)
-    _DIST_READY = True
+    _DIST_READY, _DIST_MOE = True, moe
+
+
+class _CudaToMeta:
+    """The chain on the meta device, also where a layer or builder names the CUDA device itself
+    (`device="cuda"`, `current_platform.current_device()`, `torch.accelerator.current_device_index()`:
+    DeepSeek-V3.2's top-k buffer and FlashMLA-sparse impl, GDN's gated norm): such tensors are made
+    on meta too, device 0 is the current one. CPU tensors stay CPU."""
+
+    def __enter__(self):
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        def is_cuda(d) -> bool:
+            if isinstance(d, torch.device):
+                return d.type == "cuda"
+            if isinstance(d, str):
+                return d.split(":")[0] == "cuda"
+            return isinstance(d, int) and not isinstance(d, bool)
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = dict(kwargs or {})
+                if is_cuda(kwargs.get("device")):
+                    kwargs["device"] = torch.device("meta")
+                if func in (torch.Tensor.to, torch.Tensor.cuda):
+                    if func is torch.Tensor.cuda:
+                        return args[0]
+                    args = tuple(torch.device("meta") if is_cuda(a) and not isinstance(a, int) else a
+                                 for a in args)
+                return func(*args, **kwargs)
+
+        self._saved = (torch.cuda.current_device, torch.accelerator.current_device_index,
+                       torch.cuda.empty_cache, torch.accelerator.empty_cache)
+        torch.cuda.current_device = torch.accelerator.current_device_index = lambda: 0
+        torch.cuda.empty_cache = torch.accelerator.empty_cache = lambda: None  # nothing is allocated
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        self._mode.__exit__(*exc)
+        (torch.cuda.current_device, torch.accelerator.current_device_index,
+         torch.cuda.empty_cache, torch.accelerator.empty_cache) = self._saved
+        return False
 
 
 _CACHES: tuple[int, list] = (0, [])

@@ -19,10 +19,16 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return importlib.machinery.ModuleSpec(fullname, self)
         if fullname.startswith("vllm._C") or fullname.startswith("vllm._moe_C"):
             return importlib.machinery.ModuleSpec(fullname, self)
+        if fullname.startswith("vllm.") and "deep_gemm._C." in fullname:  # its compiled submodules
+            return importlib.machinery.ModuleSpec(fullname, self)
         return None
 
     def create_module(self, spec):
-        return types.ModuleType(spec.name)
+        mod = types.ModuleType(spec.name)
+        if spec.name.endswith("deep_gemm._C") or "deep_gemm._C." in spec.name:
+            mod.__getattr__ = _deep_gemm_op  # the facade vLLM's vendored DeepGEMM reads its ops from
+            mod.__path__ = []
+        return mod
 
     def exec_module(self, module):
         _capability_queries()  # any vLLM extension stands for the whole (empty) build
@@ -31,12 +37,25 @@ class EmptyExtensions(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 class _NeverCalled:
     """An op the oracle binds but never runs (layers are built on the meta device)."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, where="torch.ops._C."):
+        self.name = where + name
         self.default = self
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"torch.ops._C.{self.name}: the kselect oracle builds layers, never runs them")
+        raise RuntimeError(f"{self.name}: the kselect oracle builds layers, never runs them")
+
+
+def _deep_gemm_op(name):
+    """vLLM's vendored DeepGEMM (vllm.third_party.deep_gemm, Python beside its compiled `_C`) imports
+    as in a full install, so `has_deep_gemm()` is what it is on a GPU machine (DeepSeek-V3.2's sparse
+    indexer requires it at construction). Its settings (init, shutdown, set_*) do nothing here; every
+    kernel is a placeholder that raises if called. Whether DeepGEMM *runs* GEMMs (is_deep_gemm_supported)
+    still needs nvcc, which a CPU machine lacks."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name in ("init", "shutdown") or name.startswith("set_"):
+        return lambda *args, **kwargs: None
+    return _NeverCalled(name, "vllm.third_party.deep_gemm._C.")
 
 
 class _EmptyBuild:

@@ -110,7 +110,7 @@ def _outcome(item: dict) -> tuple[str, str]:
 
 
 def main(argv=None) -> int:
-    from kselect.oracle.cells import grid
+    from kselect.oracle.cells import grid, models_grid
     from kselect.oracle.export import command_tokens, kselect_exports
     from kselect.selector.base.files import atomic_write
 
@@ -120,11 +120,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--chunk", type=int, default=150, help="commands per worker process (each boots vLLM once)")
+    p.add_argument("--grid", choices=("gemma4", "models"), default="gemma4",
+                   help="the oracle grid whose cells are exported (kselect/oracle/cells.py: grid or models_grid)")
     p.add_argument("--cc", nargs="*", default=None)
     p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
     p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
     a = p.parse_args(argv)
-    cells = [c for c in grid() if a.cc is None or c.cc in a.cc]
+    cells = [c for c in (models_grid() if a.grid == "models" else grid()) if a.cc is None or c.cc in a.cc]
     if a.cells_from:
         from kselect.oracle.compare import load_records
 

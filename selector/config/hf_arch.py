@@ -166,7 +166,8 @@ def jamba(t: dict, w: str, dtype: str) -> list[LayerSpec]:
 
 def qwen3_next(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     """qwen3_next.py: layer_types (transformers: every full_attention_interval-th layer full, the rest
-    linear_attention = gated delta net); gated_delta_net_state_shape."""
+    linear_attention = gated delta net); gated_delta_net_state_shape. The GDN layer's mamba_type is
+    MambaAttentionBackendEnum.GDN_ATTN (layers/mamba/gdn/base.py), recorded by the oracle as `gdn`."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
     types = _layer_types(t, w, n, ("full_attention", "linear_attention"))
     if types is None:
@@ -177,7 +178,7 @@ def qwen3_next(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     conv = _get(t, "linear_conv_kernel_dim", where=w, hi=64)
     state = (((conv - 1, kd * kh * 2 + vd * vh), "model"), ((vh, vd, kd), "model"))
     return [LayerSpec(i, "full_attention", head, kv) if x == "full_attention"
-            else LayerSpec(i, "mamba", 0, 0, mamba_type="gdn_attention", mamba_state=state) for i, x in enumerate(types)]
+            else LayerSpec(i, "mamba", 0, 0, mamba_type="gdn", mamba_state=state) for i, x in enumerate(types)]
 
 
 def llama4(t: dict, w: str, dtype: str) -> list[LayerSpec]:

@@ -16,7 +16,7 @@ class LayerSpec:
     window: int | None = None  # sliding window, or the attention chunk of a chunked_local layer
     sinks: bool = False
     sparse: bool = False  # sparse MLA (an indexer picks the keys)
-    mamba_type: str | None = None  # mamba1 / mamba2 / gdn_attention / linear_attention / short_conv
+    mamba_type: str | None = None  # mamba1 / mamba2 / gdn / linear / short_conv (vocab FACTS group.mamba_type)
     # a mamba layer's state per sequence: (shape, dtype) pairs, dtype `model` or a torch dtype name; vLLM
     # pads the attention block so one attention page covers this (platforms/interface.py _align_hybrid_block_size)
     mamba_state: tuple[tuple[tuple[int, ...], str], ...] = ()

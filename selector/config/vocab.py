@@ -200,8 +200,9 @@ FACTS: dict[str, str] = {
     "group.kind": "sliding_window / full_attention / chunked_local / mla / mamba",
     "group.sinks": "the group's layers have attention sinks (gpt-oss)",
     "group.sparse": "the group's MLA layers are sparse (an indexer picks the keys: DeepSeek-V3.2)",
-    "group.mamba_type": "a fixed-backend group's layer type: mamba1 / mamba2 / gdn_attention / linear_attention / short_conv, "
-    "deepseek_v32_indexer (null: an attention group)",
+    "group.mamba_type": "a fixed-backend group's layer type: mamba1 / mamba2 / gdn / linear / short_conv (vLLM's "
+    "MambaAttentionBackendEnum member, lower-cased as the oracle records it: MAMBA1, MAMBA2, GDN_ATTN, LINEAR, "
+    "SHORT_CONV), deepseek_v32_indexer (null: an attention group)",
     "group.head_size": "head size of this layer group",
     "group.num_kv_heads": "KV heads of this layer group",
     "group.sliding_window": "the group uses a sliding window",

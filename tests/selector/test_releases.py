@@ -30,9 +30,10 @@ def test_default_rules_are_vllm_0_34_0_built_on_vllm_0_33_0():
 
 
 def test_the_release_is_its_base_plus_its_overlay():
-    """The same rules and capabilities as composing the base with the overlay by hand."""
+    """The same rules and capabilities as composing the base with the overlays by hand (vllm_0_34_0, then the
+    non-Gemma models' vllm_0_34_0_models)."""
     release = compose_raw(["rules=vllm_0_34_0"])
-    by_hand = compose_raw(["rules=vllm_0_33_0", "overlay=[vllm_0_34_0]"])
+    by_hand = compose_raw(["rules=vllm_0_33_0", "overlay=[vllm_0_34_0,vllm_0_34_0_models]"])
     assert release["rules"] == by_hand["rules"] and release["capabilities"] == by_hand["capabilities"]
     assert release["rules"] != compose_raw(["rules=vllm_0_33_0"])["rules"]
 
@@ -111,7 +112,8 @@ def test_the_chain_is_0_32_then_0_33_then_0_34():
     assert c32.release is None and c32.ruleset.name == "vllm_0_32_0"
     assert c33.release.chain == ["vllm_0_32_0", "vllm_0_33_0"]
     assert c34.release.chain == ["vllm_0_32_0", "vllm_0_33_0", "vllm_0_34_0"]
-    assert c34.release.overlays == {"vllm_0_33_0": "vllm_0_32_0", "vllm_0_34_0": "vllm_0_33_0"}
+    assert c34.release.overlays == {"vllm_0_33_0": "vllm_0_32_0", "vllm_0_34_0": "vllm_0_33_0",
+                                    "vllm_0_34_0_models": "vllm_0_33_0"}
     assert [c.kernel_versions["flashinfer"] for c in (c32, c33, c34)] == ["0.7.0.post1", "0.7.2.post1", "0.7.3"]
     # 0.32.0's Gemma4Config forces TRITON_ATTN on XPU too; 0.33.0 leaves XPU's choice to the platform
     assert "xpu" in c32.rules["gemma4-force_triton_without_fa4"].when["platform.device"]
@@ -130,15 +132,20 @@ def test_the_upgrade_diff_names_each_release_overlays_prs_and_rule_ids(tmp_path)
     assert "  vllm_0_34_0: []\n" in text
     # 48666 is a stand-in here (a public vLLM PR, the seed story's), not a claim about 0.34.0
     ov.write_text(text.replace("  vllm_0_34_0: []\n", "  vllm_0_34_0: [48666]\n", 1))
-    [step] = upgrade_steps(conf, "vllm_0_33_0", conf, "vllm_0_34_0")
+    # 0.34.0 is two overlays: the Gemma-4 changes, then the non-Gemma models' (vllm_0_34_0_models)
+    step, models_step = upgrade_steps(conf, "vllm_0_33_0", conf, "vllm_0_34_0")
+    assert (models_step["overlay"], models_step["prs"]) == ("vllm_0_34_0_models", [])
+    assert "priority-cuda_sm10x_mla" in models_step["rules"]
     assert (step["release"], step["overlay"], step["base"], step["prs"]) == ("vllm_0_34_0", "vllm_0_34_0", "vllm_0_33_0", [48666])
     assert "block-default_size_64" in step["rules"] and "fa-sm90_d512_fp8_user_block_64" in step["rules"]
     md = render_steps([step], "markdown")
     assert "upstream PRs: vllm-project/vllm#48666" in md and "`block-default_size_64`" in md
     assert "upstream PRs: vllm-project/vllm#48666" in render_steps([step], "table") and render_steps([step], "json") == ""
-    assert compose(["rules=vllm_0_34_0"], conf).release.prs == {"vllm_0_33_0": [], "vllm_0_34_0": [48666]}
+    assert compose(["rules=vllm_0_34_0"], conf).release.prs == {"vllm_0_33_0": [], "vllm_0_34_0": [48666],
+                                                                "vllm_0_34_0_models": []}
     # the committed overlays name none: the document says so instead of leaving the field out
-    [real] = upgrade_steps(CONF_DIR, "vllm_0_33_0", CONF_DIR, "vllm_0_34_0")
+    real, _ = upgrade_steps(CONF_DIR, "vllm_0_33_0", CONF_DIR, "vllm_0_34_0")
     assert "upstream PRs: none verified by number" in render_steps([real], "markdown")
     # two steps from 0.32.0: each release overlay with its own PRs and rules
-    assert [s["overlay"] for s in upgrade_steps(conf, "vllm_0_32_0", conf, "vllm_0_34_0")] == ["vllm_0_33_0", "vllm_0_34_0"]
+    assert [s["overlay"] for s in upgrade_steps(conf, "vllm_0_32_0", conf, "vllm_0_34_0")] == ["vllm_0_33_0", "vllm_0_34_0",
+                                                                                                 "vllm_0_34_0_models"]

@@ -56,6 +56,19 @@ COMMANDS: dict[str, Run | Skip] = {
     "kselect diff b.overlay=[pr48666] format=markdown": Run(
         "kselect diff b.overlay=[pr48666] format=markdown",
         shows=(r"\*\*kselect diff \[\] -> \[pr48666\] over matrix default \(5376 cells\)",)),
+    # Any model: each family's line shows what the README's comment says (the oracle holds it to vLLM's own code)
+    "kselect select platform=sm90 model=llama3_1_8b": Run(
+        "kselect select platform=sm90 model=llama3_1_8b", shows=(r"(?m)^full_attention\s.*FLASH_ATTN\s+3\s+64\s+64\s",)),
+    "kselect select platform=sm100 model=gpt_oss_20b": Run(
+        "kselect select platform=sm100 model=gpt_oss_20b",
+        shows=(r"(?m)^sliding_window\s.*FLASHINFER\s", r"(?m)^full_attention\s.*FLASHINFER\s")),
+    "kselect select platform=sm90 model=deepseek_v3 kv_cache=fp8": Run(
+        "kselect select platform=sm90 model=deepseek_v3 kv_cache=fp8", shows=(r"(?m)^mla\s.*FLASHMLA\s.*fp8_e4m3\s+yes\s",)),
+    "kselect select platform=sm90 model=nemotron_h_8b": Run(
+        "kselect select platform=sm90 model=nemotron_h_8b",
+        shows=(r"cache block 1088", r"(?m)^mamba\s.*MAMBA2_ATTN\s")),
+    "kselect select platform=sm90 model=llama4_scout": Run(
+        "kselect select platform=sm90 model=llama4_scout", shows=(r"(?m)^chunked_local\s", r"(?m)^full_attention\s")),
 }
 
 

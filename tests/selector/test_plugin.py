@@ -25,6 +25,20 @@ def test_selection_invariants(kselect_cell):
             assert (g.backend, g.kv_block_size) == (target.backend, target.kv_block_size)
 
 
+@pytest.mark.kselect_matrix("models", where={"platform": "sm90", "kv_cache": "fp8"})
+def test_models_matrix_cells(kselect_cell):
+    # issue #42: the plugin over other model families (a slice: SM90, FP8 KV); every group's kernel block divides
+    # its KV block, and a fixed-kind group (mamba state, indexer cache) takes the cache block
+    cell, cfg, sel = kselect_cell
+    if kselect_cell.error is not None:
+        pytest.skip(kselect_cell.error)
+    assert sel.environment["model"] == cell.model and cfg.model.architecture == "hf"
+    for g in sel.groups:
+        assert g.kv_block_size % g.kernel_block_size == 0
+        if g.kind in ("mamba", "mla_indexer"):
+            assert g.kv_block_size == sel.block_size
+
+
 # ---------------------------------------------------------------- pytester
 
 # the plugin under test; the inner sessions skip plugins they do not need (hypothesis's

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config.layers import LayerSpec
+from ..config.vocab import FIXED_KINDS
 
 MAX_LAYERS, MAX_DIM = 512, 1 << 20
 
@@ -72,7 +73,7 @@ def _window(t: dict, w: str) -> int | None:
 # ---------------------------------------------------------------- families
 
 
-def dense(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def dense(t: dict, w: str) -> list[LayerSpec]:
     """Llama, Qwen3, Mistral (llama.py / qwen3.py): `layer_types` marks sliding layers; without it a config
     sliding window applies to every layer (vLLM's cache_config.sliding_window) unless use_sliding_window is off."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
@@ -87,16 +88,16 @@ def dense(t: dict, w: str, dtype: str) -> list[LayerSpec]:
                       window if x == "sliding_attention" else None) for i, x in enumerate(types)]
 
 
-def gemma3(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def gemma3(t: dict, w: str) -> list[LayerSpec]:
     """gemma3.py: layer_types (transformers fills it from sliding_window_pattern: every 6th layer full)."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
+    n = _n_layers(t, w)
     if t.get("layer_types") is None:
         every = _get(t, "sliding_window_pattern", 6, where=w, hi=MAX_LAYERS)
         t = dict(t, layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)])
-    return dense(t, w, dtype)
+    return dense(t, w)
 
 
-def gpt_oss(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def gpt_oss(t: dict, w: str) -> list[LayerSpec]:
     """gpt_oss.py: even layers slide (`layer_idx % 2 == 0`, not layer_types); every layer has sinks."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
     window = _get(t, "sliding_window", where=w, hi=1 << 24)
@@ -104,7 +105,7 @@ def gpt_oss(t: dict, w: str, dtype: str) -> list[LayerSpec]:
                       window if i % 2 == 0 else None, sinks=True) for i in range(n)]
 
 
-def mla(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def mla(t: dict, w: str) -> list[LayerSpec]:
     """deepseek_v2.py (DeepSeek-V3, Kimi K2): every layer MLA, one latent head of kv_lora_rank + qk_rope_head_dim;
     `index_topk` (DeepSeek-V3.2) makes it sparse."""
     n = _n_layers(t, w)
@@ -117,10 +118,6 @@ def mla(t: dict, w: str, dtype: str) -> list[LayerSpec]:
         idx = _get(t, "index_head_dim", where=w, hi=4096)
         out += [LayerSpec(i, "mla_indexer", idx, 1, mamba_type="deepseek_v32_indexer") for i in range(n)]
     return out
-
-
-def _conv_dtype(dtype: str) -> str:
-    return "model"
 
 
 def mamba2_state(t: dict, w: str) -> tuple:
@@ -136,7 +133,7 @@ def mamba2_state(t: dict, w: str) -> tuple:
     return (((conv - 1, conv_dim), "model"), ((heads, hdim, state), ssm))
 
 
-def nemotron_h(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def nemotron_h(t: dict, w: str) -> list[LayerSpec]:
     """nemotron_h.py: hybrid_override_pattern, one letter a layer: M mamba2, * attention, - MLP, E MoE."""
     pat = t.get("hybrid_override_pattern")
     if not isinstance(pat, str) or not pat or len(pat) > MAX_LAYERS or set(pat) - set("M*-E"):
@@ -152,7 +149,7 @@ def nemotron_h(t: dict, w: str, dtype: str) -> list[LayerSpec]:
     return out
 
 
-def jamba(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def jamba(t: dict, w: str) -> list[LayerSpec]:
     """jamba.py: layers_block_type (transformers: attention where i % attn_layer_period == attn_layer_offset,
     else mamba1); mamba1_state_shape with intermediate = mamba_expand * hidden_size."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
@@ -164,7 +161,7 @@ def jamba(t: dict, w: str, dtype: str) -> list[LayerSpec]:
             else LayerSpec(i, "mamba", 0, 0, mamba_type="mamba1", mamba_state=state) for i in range(n)]
 
 
-def qwen3_next(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def qwen3_next(t: dict, w: str) -> list[LayerSpec]:
     """qwen3_next.py: layer_types (transformers: every full_attention_interval-th layer full, the rest
     linear_attention = gated delta net); gated_delta_net_state_shape. The GDN layer's mamba_type is
     MambaAttentionBackendEnum.GDN_ATTN (layers/mamba/gdn/base.py), recorded by the oracle as `gdn`."""
@@ -181,7 +178,7 @@ def qwen3_next(t: dict, w: str, dtype: str) -> list[LayerSpec]:
             else LayerSpec(i, "mamba", 0, 0, mamba_type="gdn", mamba_state=state) for i, x in enumerate(types)]
 
 
-def llama4(t: dict, w: str, dtype: str) -> list[LayerSpec]:
+def llama4(t: dict, w: str) -> list[LayerSpec]:
     """llama4.py: a layer with RoPE (no_rope_layers[i] != 0) is chunked local when attention_chunk_size is set;
     NoPE layers are full (transformers' default no_rope_layers: every no_rope_layer_interval-th layer NoPE)."""
     n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
@@ -227,20 +224,20 @@ def architecture(c: dict) -> str:
     return archs[0]
 
 
-def derive_layers(c: dict, dtype: str) -> tuple[str, str, tuple[LayerSpec, ...]]:
+def derive_layers(c: dict) -> tuple[str, str, tuple[LayerSpec, ...]]:
     """(architecture, family, layers) of a config.json object."""
     arch = architecture(c)
     family, build = ARCHITECTURES[arch]
     t, w = text_config(c)
-    layers = tuple(build(t, w, dtype))
-    if not any(x.kind != "mamba" for x in layers):
+    layers = tuple(build(t, w))
+    if all(x.kind in FIXED_KINDS for x in layers):
         raise ValueError(f"{w}: no attention layer (num_hidden_layers / the layer pattern); kselect selects attention")
     return arch, family, layers
 
 
 def model_head_size(c: dict, layers: tuple[LayerSpec, ...]) -> int:
     """vLLM's ModelConfig.get_head_size: the MLA latent width, else head_dim (or hidden / heads)."""
-    att = [x for x in layers if x.kind != "mamba"]
+    att = [x for x in layers if x.kind not in FIXED_KINDS]
     if att[0].kind == "mla":
         return att[0].head_size
     t, w = text_config(c)

@@ -5,6 +5,7 @@ not run it (the bundled Gemma-4 is the model that runs)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ from pydantic import PrivateAttr, model_validator
 from ..config.hf_arch import derive_layers, model_head_size, text_config
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
+from ..config.vocab import FIXED_KINDS
 
 MAX_CONFIG_BYTES = 1 << 20  # published config.json files are a few KiB
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -82,14 +84,12 @@ class HFModelConfig(Strict):
 
     @model_validator(mode="after")
     def _derive(self) -> HFModelConfig:
-        self._arch, self._family, self._layers = derive_layers(self.hf_config, self.dtype)
+        self._arch, self._family, self._layers = derive_layers(self.hf_config)
         return self
 
     @property
     def repo_id(self) -> str | None:
         """`<org>/<repo>` of a huggingface.co source URL (what `vllm serve` takes), else None."""
-        import re
-
         m = re.match(r"https://huggingface\.co/([\w.-]+/[\w.-]+)(/|$)", self.source or "")
         return m[1] if m else None
 
@@ -114,14 +114,12 @@ class HFModelConfig(Strict):
     def gqa(self) -> bool:
         t, _ = text_config(self.hf_config)
         heads = t.get("num_attention_heads") or 1
-        att = [x for x in self._layers if x.kind != "mamba"]
+        att = [x for x in self._layers if x.kind not in FIXED_KINDS]
         return att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
 
 
 def _name_from(path: str) -> str:
     """A model name from its config's path: the folder holding config.json (/models/Llama-3.1-8B -> Llama-3.1-8B)."""
-    import re
-
     p = Path(path).expanduser()
     base = p.name if p.is_dir() else p.parent.name or p.stem
     return re.sub(r"[^A-Za-z0-9_.-]", "_", base)[:64].lstrip(".-") or "model"

@@ -19,13 +19,18 @@ GROUP_KINDS: tuple[GroupKind, ...] = ("sliding_window", "full_attention", "chunk
 # kinds whose backend is fixed by their layer type (no priority list, no pin): mamba states, and the key cache of
 # DeepSeek-V3.2's sparse-attention indexer (DeepseekV32IndexerCache); they stay out of the cache-block choice
 FIXED_KINDS = ("mamba", "mla_indexer")
-# the kinds whose layers keep K and V per token (a page is block x 2 x heads x head size); mla keeps one latent
-# vector per token, mamba a fixed state per sequence
-KV_KINDS = ("sliding_window", "full_attention", "chunked_local")
 LAYER_TYPE: dict[str, str] = {"sliding_window": "sliding_attention", "full_attention": "full_attention"}
 KIND_OF_LAYER_TYPE: dict[str, str] = {t: k for k, t in LAYER_TYPE.items()}
 MODEL_GROUP = "model"  # the group id of selection-level records (not one layer group)
 _DRAFT = "draft:"
+
+
+def token_bytes(kind: str, num_kv_heads: int, head_size: int, dtype_bytes: int) -> int:
+    """What one cached token of a layer costs: K and V per KV head, or one latent (MLA) or key (indexer) vector.
+    A mamba layer keeps a state per sequence instead (0 here)."""
+    if kind == "mamba":
+        return 0
+    return (1 if kind in ("mla", "mla_indexer") else 2) * num_kv_heads * head_size * dtype_bytes
 
 
 def group_id(kind: str, draft: bool = False) -> str:
@@ -197,7 +202,7 @@ FACTS: dict[str, str] = {
     "spec.copy_target_kv_scales": "draft layers use the target's K/V scales (resolved)",
     "pin.backend": "effective backend pin for the model (null: auto)",
     "pin.flash_attn_version": "effective FlashAttention version pin (null: unset)",
-    "group.kind": "sliding_window / full_attention / chunked_local / mla / mamba",
+    "group.kind": "sliding_window / full_attention / chunked_local / mla / mla_indexer / mamba",
     "group.sinks": "the group's layers have attention sinks (gpt-oss)",
     "group.sparse": "the group's MLA layers are sparse (an indexer picks the keys: DeepSeek-V3.2)",
     "group.mamba_type": "a fixed-backend group's layer type: mamba1 / mamba2 / gdn / linear / short_conv (vLLM's "

@@ -30,7 +30,7 @@ from ..rules.resolve import resolved_kv_dtype
 from .select import select
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
-from ..config.vocab import KV_BYTES
+from ..config.vocab import KV_BYTES, token_bytes
 
 BUDGET_GIB = 40
 
@@ -39,8 +39,8 @@ def bytes_per_token(cfg: KSelectConfig, sel: Selection) -> int:
     """KV bytes one token costs over the non-shared target layers (every token kept, as e2e.py sizes it)."""
     own = {x.index for x in cfg.model.layers() if x.reads_from is None}  # KV-shared layers add no bytes
     b = KV_BYTES[resolved_kv_dtype(cfg)]
-    return sum((1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * b * sum(1 for i in g.layers if i in own)
-               for g in sel.groups if not g.draft and g.kind != "mamba")  # a mamba state is per sequence, not per token
+    return sum(token_bytes(g.kind, g.num_kv_heads, g.head_size, b) * sum(1 for i in g.layers if i in own)
+               for g in sel.groups if not g.draft)
 
 
 def rel_err(g: GroupSelection) -> float | None:

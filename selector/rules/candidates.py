@@ -30,7 +30,6 @@ class Group:
     sparse: bool = False
     mamba_type: str | None = None
     mamba_state: tuple = ()
-    chunk: int | None = None  # chunked_local: the attention chunk
 
 
 @dataclass

@@ -6,13 +6,13 @@ from __future__ import annotations
 from ..rules.candidates import Group
 from ..config.schema import KSelectConfig
 from ..base.texts import layer_ranges
-from ..config.vocab import GROUP_KINDS, resolve_kv_dtype
+from ..config.vocab import FIXED_KINDS, GROUP_KINDS, resolve_kv_dtype
 
 
 def base_facts(cfg: KSelectConfig) -> dict:
     p, m, kv, sd, pins = cfg.platform, cfg.model, cfg.kv_cache, cfg.spec_decode, cfg.attention
     cc = p.compute_capability
-    heads = {x.head_size for x in m.layers() if x.kind != "mamba"}
+    heads = {x.head_size for x in m.layers() if x.kind not in FIXED_KINDS}
     f = {
         "platform.name": p.name,
         "platform.vendor": p.vendor,
@@ -74,8 +74,7 @@ def _target_groups(m) -> tuple[Group, ...]:
         x = mine[0]
         g = Group(kind=kind, layers=tuple(y.index for y in mine), head_size=x.head_size, num_kv_heads=x.num_kv_heads,
                   window=x.window if kind == "sliding_window" else None, sinks=x.sinks, sparse=x.sparse,
-                  mamba_type=x.mamba_type, mamba_state=x.mamba_state,
-                  chunk=x.window if kind == "chunked_local" else None)
+                  mamba_type=x.mamba_type, mamba_state=x.mamba_state)
         shared = [y.index for y in mine if y.reads_from is not None]
         if shared:
             producer = max(y.reads_from for y in mine if y.reads_from is not None)

@@ -25,7 +25,7 @@ from ..rules.rulebook import RuleBook, rulebook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
 from ..rules.facts import base_facts, resolved_kv_dtype, target_groups  # noqa: F401 - resolve's public names
-from ..config.vocab import FIXED_KINDS, GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8
+from ..config.vocab import FIXED_KINDS, GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8, token_bytes
 
 def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """vLLM's selection under `book` (the config's objective is not read here)."""
@@ -176,7 +176,7 @@ def hybrid_block(cfg: KSelectConfig, groups: list[Group], choices: list[Choice],
     att = [(g, ch) for g, ch in zip(groups, choices) if g.kind not in FIXED_KINDS]
     kv_bytes = KV_BYTES[resolved_kv_dtype(cfg)]
     g0 = att[0][0]
-    attn_page_1 = (1 if g0.kind == "mla" else 2) * g0.num_kv_heads * g0.head_size * kv_bytes
+    attn_page_1 = token_bytes(g0.kind, g0.num_kv_heads, g0.head_size, kv_bytes)
     model_bytes = KV_BYTES[cfg.model.dtype]
     mamba_page = max(sum(math.prod(shape) * (model_bytes if dt == "model" else KV_BYTES[dt]) for shape, dt in g.mamba_state)
                      for g in groups if g.kind == "mamba")
@@ -259,7 +259,7 @@ def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: in
 def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:
     """vLLM's unify_kv_cache_spec_page_size: smaller pages that divide the largest grow to it. An MLA page holds
     one latent vector per token; a mamba group's page is padded to the attention page, not unified."""
-    per_token = [(1 if g.kind == "mla" else 2) * g.num_kv_heads * g.head_size * dtype_bytes for g in groups]
+    per_token = [token_bytes(g.kind, g.num_kv_heads, g.head_size, dtype_bytes) for g in groups]
     pages = [b * t for b, t in zip(kv_blocks, per_token)]
     largest = max(p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS)
     out = []

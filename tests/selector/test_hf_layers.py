@@ -43,3 +43,21 @@ def test_every_family_is_in_the_record():
     kinds = {k for groups in VLLM.values() for k in groups}
     assert {"full_attention", "sliding_window", "chunked_local", "mla", "mla_indexer", "mamba"} <= kinds, kinds
     assert len(VLLM) >= 12
+
+
+@pytest.mark.parametrize("preset", ["llama3_1_8b", "nemotron_h_8b"])
+def test_a_config_json_given_by_path_selects_as_its_preset(preset, tmp_path):
+    # model=hf model.hf_config=<folder>: the published config.json on disk selects exactly as the preset holding it
+    import yaml
+
+    hf = yaml.safe_load((ROOT / "conf" / "model" / f"{preset}.yaml").read_text())["hf_config"]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    from kselect.selector.api import resolve
+
+    by_path = resolve(compose(["platform=sm90", "model=hf", f"model.hf_config={tmp_path}"]))
+    by_preset = resolve(compose(["platform=sm90", f"model={preset}"]))
+    assert by_path.environment["model"] == tmp_path.name
+    fields = ("kind", "layers", "backend", "flash_attn_version", "kernel_block_size", "kv_block_size", "head_size")
+    assert [[getattr(g, f) for f in fields] for g in by_path.groups] == \
+           [[getattr(g, f) for f in fields] for g in by_preset.groups]
+    assert by_path.block_size == by_preset.block_size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..outputs import notes
 from ..outputs.selection import GroupSelection, Selection
 from ..base.texts import layer_ranges
 
@@ -55,9 +56,10 @@ def table(sel: Selection, verbose: bool = False) -> str:
         if verbose:
             out.append(f"  trace: {' -> '.join(g.trace)}")
             out += [f"  claim {c.text}" for c in g.claims]
-        out += [f"  WARNING: {w.text}" for w in g.warnings]
-    out += [f"WARNING: {w.text}" for w in sel.warnings]
-    return "\n".join(out)
+        out += [f"  WARNING: {w.text}" for w in notes.shown(g.warnings, verbose)]
+    out += [f"WARNING: {w.text}" for w in notes.shown(sel.warnings, verbose)]
+    note = "" if verbose else notes.summary(sel.all_warnings())
+    return "\n".join(out + ([note] if note else []))
 
 
 def phase_line(g: GroupSelection) -> str:

@@ -196,6 +196,7 @@ class Failure(Record):
     architecture: str | None = None  # architecture_not_modelled: the model's, and what the rules model
     rules: str | None = None
     allowed: str | None = None
+    reasons: tuple[str, ...] | None = None  # the rejections behind a phrase that ends in ':' ("NAME: why; why")
 
 
 # ---------------------------------------------------------------- conformance runs

@@ -335,6 +335,9 @@ def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, 
     claims, claim_warnings = claim_checks(conf, cfg.platform, fields, cfg.model.dtype, group_id(g.kind, g.draft))
     return GroupSelection(
         **fields,
+        sinks=g.sinks,
+        sparse=g.sparse,
+        mamba_type=g.mamba_type,
         rejected={k: tuple(v) for k, v in ch.rejected.items()},
         trace=tuple(ch.trace),
         reasons=tuple(ch.reasons + g.notes),

@@ -70,7 +70,8 @@ def _fp8_round_trip(q, scale):
 
 @pytest.mark.parametrize("mode,mask", [("prefill", "causal"), ("chunked", "window"), ("decode", "causal"),
                                        ("decode", "window"), ("mixed", "sinks"), ("chunked", "mm_prefix"),
-                                       ("mixed", "all")])
+                                       ("mixed", "all"), ("prefill", "long_span"),
+                                       ("chunked", "long_span")])
 def test_modes_and_masks(mode, mask):
     check(build(mode, mask, seed=11), FP32)
 

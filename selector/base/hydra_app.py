@@ -263,7 +263,10 @@ _SPELLED: dict[str, str | None] = {}
 def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
     from ..config.releases import expand  # noqa: PLC0415
 
-    spelled, _ = expand(overrides, config_dir)
+    try:
+        spelled, _ = expand(overrides, config_dir)
+    except KSelectError:
+        return overrides  # e.g. a sweep over overlay lists (-m overlay=[a],[b]): each job composes its own
     for k, o in enumerate(spelled):
         user = overrides[k] if k < len(overrides) else None
         if o != user:

@@ -261,8 +261,11 @@ _SPELLED: dict[str, str | None] = {}
 
 
 def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
+    """Only where the command line reaches into the rules (`rules.<id>...=`): nothing else needs the chain."""
     from ..config.releases import expand  # noqa: PLC0415
 
+    if not any(o.lstrip("+~").startswith("rules.") for o in overrides):
+        return overrides
     try:
         spelled, _ = expand(overrides, config_dir)
     except KSelectError:
@@ -272,6 +275,11 @@ def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
         if o != user:
             _SPELLED[o] = user
     return spelled
+
+
+def spelled_release() -> bool:
+    """Whether Hydra composed a release's chain spelled out (its config then lacks the release's name)."""
+    return bool(_SPELLED)
 
 
 def task_overrides() -> list[str]:

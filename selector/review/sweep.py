@@ -45,8 +45,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.compose import CONF_DIR, validate
-from ..base.hydra_app import run_app, task_overrides
+from ..config.compose import CONF_DIR, compose_raw, validate
+from ..base.hydra_app import run_app, spelled_release, task_overrides
 from ..base.cli_errors import report_error, strip_debug
 from ..base.errors import KSelectError, SelectionError, one_line
 from ..base.files import atomic_write
@@ -85,7 +85,8 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     """Resolve one composed config; never raises for a bad cell."""
     record: dict = {"overrides": list(overrides)}
     try:
-        kcfg = validate(OmegaConf.to_container(cfg, resolve=True), overrides)
+        data = compose_raw(overrides) if spelled_release() else OmegaConf.to_container(cfg, resolve=True)
+        kcfg = validate(data, overrides)
         sel = select(kcfg, Evidence.load(CONF_DIR))  # the evidence of the conf tree the job composed from
         record.update(outcome="ok", selection=as_dict(sel))
     except SelectionError as e:

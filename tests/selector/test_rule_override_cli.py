@@ -29,3 +29,14 @@ def test_a_plus_prefix_names_only_what_the_user_typed():
     p = kselect("select", *ENV, "+rules.fa-kv_dtype_version_gate.enabled=false")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "remove + prefix" in p.stderr and "vllm_0_32_0" not in p.stderr
+
+
+def test_a_sweep_job_takes_the_override_too():
+    import json
+
+    p = kselect("sweep", "platform=sm80", "model=llama3_1_8b", "kv_cache=fp8", "rules.fa-kv_dtype_version_gate.enabled=false")
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    assert rec["outcome"] == "ok" and rec["selection"]["environment"]["rules"] == "vllm_0_34_0"
+    rejected = rec["selection"]["groups"][0]["rejected"]["FLASH_ATTN"]
+    assert "fa-kv_dtype_version_gate" not in json.dumps(rejected) and "fa-fp8_kv_combination" in json.dumps(rejected)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
-from kselect.kernels.tolerances import passes, rel_err
+from .base import AttentionBackend, AttentionMetadata, LayerParams
+from ..kernels.tolerances import passes, rel_err
 
 
 @dataclass

@@ -355,14 +355,3 @@ def _git_commit() -> str:
 
     own = project_commit()
     return (own["commit"] or "unknown")[:12] + ("+dirty" if own["dirty"] else "")
-
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -255,13 +255,3 @@ def _git_commit() -> str:
     from kselect.provenance import project_commit
 
     return project_commit()["commit"][:7]
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -109,14 +109,3 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     print(f"wrote {out}", flush=True)
     return 0
-
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -249,8 +249,3 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as e:
         print(e, file=sys.stderr)
         return 2
-
-
-def cli() -> None:
-    """`kselect bench`: the runner's exit status is the command's."""
-    sys.exit(main())

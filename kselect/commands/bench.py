@@ -1,11 +1,11 @@
-"""`kselect bench experiment=<name> [key=value ...]`: one recorded measurement (kselect/benchmarks/runner.py, whose
+"""`kselect bench experiment=<name> [key=value ...]`: one recorded measurement (kselect/measurement/runner.py, whose
 module docstring is the usage); the runner's exit status is the command's."""
 
 from __future__ import annotations
 
 import sys
 
-from kselect.benchmarks.runner import main
+from kselect.measurement.runner import main
 
 
 def cli() -> None:

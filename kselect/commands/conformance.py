@@ -1,9 +1,9 @@
-"""`kselect conformance`: run capability claims on this machine's kernels (kselect/conformance.py, whose argparse parser
+"""`kselect conformance`: run capability claims on this machine's kernels (kselect/measurement/conformance.py, whose argparse parser
 is the usage); errors are one paragraph with exit 2."""
 
 from __future__ import annotations
 
-from kselect.conformance import main
+from kselect.measurement.conformance import main
 from kselect.selector.base.cli_errors import run_cli
 
 

@@ -1,9 +1,9 @@
-"""`kselect perf-steps`: is the model's eager prefill step host- or GPU-bound (kselect/perf_steps.py, whose argparse
+"""`kselect perf-steps`: is the model's eager prefill step host- or GPU-bound (kselect/measurement/perf_steps.py, whose argparse
 parser is the usage); errors are one paragraph with exit 2."""
 
 from __future__ import annotations
 
-from kselect.perf_steps import main
+from kselect.measurement.perf_steps import main
 from kselect.selector.base.cli_errors import run_cli
 
 

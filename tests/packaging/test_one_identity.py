@@ -1,6 +1,6 @@
 """One name a module: the folders selector/, backends/, kernels/, gemma4/ are kselect.selector, ... through
 pyproject.toml's package-dir, with no symbolic link in the repository. From the checkout's root a bare
-`import selector` fails with one line naming the `kselect.` spelling (so no module is ever loaded twice, and
+`import selector` (backends, gemma4) fails with one line naming the `kselect.` spelling (`kernels`: below) (so no module is ever loaded twice, and
 an exception class has one identity), and the editable install resolves `kselect.<folder>.*` to the folders
 from the checkout's root and from any other directory."""
 
@@ -38,7 +38,7 @@ def test_no_symbolic_link_in_the_repository():
                                                                     if p.is_symlink()] == []  # fmt: skip
 
 
-@pytest.mark.parametrize("name", [*FOLDERS, *PROBE.values()])
+@pytest.mark.parametrize("name", [n for n in (*FOLDERS, *PROBE.values()) if not n.startswith("kernels")])
 def test_a_bare_import_from_the_checkout_fails_with_one_line_naming_kselect(name):
     top = name.split(".")[0]
     p = _python(f"import {name}", ROOT)
@@ -46,6 +46,18 @@ def test_a_bare_import_from_the_checkout_fails_with_one_line_naming_kselect(name
     last = p.stderr.strip().splitlines()[-1]
     assert last == (f"ImportError: import kselect.{top}, not {top}: the folder is a subpackage of kselect "
                     "(pip install -e .)")  # fmt: skip
+
+
+def test_a_bare_kernels_from_the_checkout_is_an_empty_stand_in_naming_kselect():
+    """Where no other top-level `kernels` is installed, the bare name is an empty stand-in, as an absent package
+    looks to a probe (transformers imports `kernels` to learn whether it is installed): no file, no submodule of
+    the folder under the bare name, and its attributes name the kselect spelling in one line."""
+    p = _python("import kernels\nprint(getattr(kernels, '__file__', None))\nkernels.reference", ROOT)
+    assert p.returncode == 1 and p.stdout.split() == ["None"]
+    assert p.stderr.strip().splitlines()[-1] == ("AttributeError: kernels.reference: import kselect.kernels, not kernels: "
+                                                 "the folder is a subpackage of kselect (pip install -e .)")  # fmt: skip
+    p = _python("import kernels.reference", ROOT)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'kernels.reference'"
 
 
 @pytest.mark.parametrize("where", ["checkout", "elsewhere"])

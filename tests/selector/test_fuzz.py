@@ -473,7 +473,7 @@ def _main(cli: str):
     elif cli == "gather":
         from kselect.commands.gather import main
     elif cli == "conformance":
-        from kselect.conformance import main
+        from kselect.measurement.conformance import main
     elif cli == "run":
         from kselect.run import main, user_errors
 

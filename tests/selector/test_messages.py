@@ -7,7 +7,7 @@ import json
 
 from kselect.selector.api import compose
 from kselect.selector.base.errors import SelectionError, one_line
-from kselect.selector.commands.select import main as select_main
+from kselect.commands.select import main as select_main
 from kselect.selector.evidence.evidence import Evidence
 from kselect.selector.api import CONF_DIR
 from kselect.selector.measure.explain import explain, to_text

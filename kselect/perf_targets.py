@@ -122,4 +122,4 @@ def make_target_backend(t: Target):
 
 
 def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
-    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv, t.page)
+    return perfdata.bucket_id(perfdata.KernelShape(t.path, t.kv, t.head, t.window, t.hkv, t.page), t.hq, phase, batch, context)

@@ -25,9 +25,6 @@ PACKAGES = {"kselect": "kselect", "selector": "kselect.selector", "backends": "k
 # The selector's top-level modules (api.py, the facade; __main__.py) sit above them all.
 LAYERS = ("base", "config", "outputs", "evidence", "rules", "measure", "export", "review", "commands")
 PLATFORM_DETECT = ROOT / "selector" / "config" / "detect.py"  # platform=auto: the one module that may import torch
-# cycles other work removes (issue #41 part 3: gemma4's one forward; part 4: bench as a suite). Each is an
-# xfail(strict) case below: when that work lands the case passes, and strict makes it fail until its
-# entry is removed here.
 
 
 def _module_name(path: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..rules.candidates import Group
 from ..config.schema import KSelectConfig
 from ..base.texts import layer_ranges
-from ..config.vocab import FIXED_KINDS, GROUP_KINDS, resolve_kv_dtype
+from ..config.vocab import FIXED_KINDS, GROUP_KINDS, is_fp8, resolve_kv_dtype
 
 
 def base_facts(cfg: KSelectConfig) -> dict:
@@ -29,8 +29,8 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "model.mixed_head_sizes": len(heads) > 1,
         "model.gqa": m.gqa(),
         "model.num_heads": m.num_query_heads(),
-        "kv.dtype": kv.dtype,
-        "kv.quantized": kv.quantized,
+        "kv.dtype": kv_dtype_setting(cfg),
+        "kv.quantized": is_fp8(kv_dtype_setting(cfg)),
         "kv.scales": kv.scales,
         "kv.block_size": kv.block_size,
         "spec.method": sd.method,
@@ -43,7 +43,19 @@ def base_facts(cfg: KSelectConfig) -> dict:
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:
-    return resolve_kv_dtype(cfg.kv_cache.dtype, cfg.model.dtype)
+    return resolve_kv_dtype(kv_dtype_setting(cfg), cfg.model.dtype)
+
+
+def kv_dtype_setting(cfg: KSelectConfig) -> str:
+    """The kv_cache dtype vLLM's attention layers take: as configured, or for `auto` the one a quantized
+    checkpoint's quantization_config names (selector/config/hf_quant.py)."""
+    ckv = checkpoint_kv(cfg)
+    return ckv.dtype if ckv is not None and ckv.dtype is not None and cfg.kv_cache.dtype == "auto" else cfg.kv_cache.dtype
+
+
+def checkpoint_kv(cfg: KSelectConfig):
+    """The model checkpoint's KV-cache quantization (hf_quant.CheckpointKV), or None."""
+    return getattr(cfg.model, "checkpoint_kv", None)
 
 
 def target_groups(cfg: KSelectConfig) -> list[Group]:

@@ -19,6 +19,7 @@ from . import drafts as dr
 from ..evidence.conformance_data import ConformanceFile, claim_checks
 from ..evidence.evidence import Evidence
 from ..rules.candidates import Choice, Group, choose_backend
+from ..rules.checkpoint import checkpoint_kv_checks, kv_dtype_source, kv_scales
 from ..base.errors import SelectionError
 from ..outputs.records import Failure, OrphanRule, RuleWarning, SettingIgnored, rejection
 from ..rules.rulebook import RuleBook, rulebook
@@ -57,6 +58,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     facts["spec.copy_target_kv_scales"] = copy
 
     groups = target_groups(cfg)
+    ckv_warnings = checkpoint_kv_checks(cfg, [g.kind for g in groups], model_trace)
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
     for g, ch in zip(groups, choices):
         layer_init_checks(book, g, ch)
@@ -123,7 +125,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if drafts:
         out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy, conf))
 
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out) + ckv_warnings
     env = environment_summary(cfg, facts)
     sel = Selection(
         environment=env,
@@ -295,7 +297,7 @@ def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: 
             ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
     for c in book.matching("warning", ch.facts):
         ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
-    scales = cfg.kv_cache.scales if quantized else "none"
+    scales = kv_scales(cfg) if quantized else "none"
     return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales, conf)
 
 
@@ -391,7 +393,9 @@ def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
         "dtype": cfg.model.dtype,
         "multimodal": cfg.model.multimodal,
         "kv_cache_dtype": cfg.kv_cache.dtype,
-        "kv_scales": cfg.kv_cache.scales,
+        "kv_cache_dtype_resolved": resolved_kv_dtype(cfg),
+        "kv_cache_dtype_source": kv_dtype_source(cfg),
+        "kv_scales": kv_scales(cfg),
         "user_block_size": cfg.kv_cache.block_size,
         "spec_decode": cfg.spec_decode.method,
         "num_speculative_tokens": cfg.spec_decode.num_speculative_tokens,

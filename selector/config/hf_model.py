@@ -121,11 +121,9 @@ class HFModelConfig(Strict):
     @model_validator(mode="after")
     def _derive(self) -> HFModelConfig:
         self._arch, self._family, self._layers = derive_layers(self.hf_config)
-        ckv = checkpoint_kv(self.hf_config)
-        # a compressed-tensors KV scheme is read by attention layers only (MLA layers keep `auto`)
-        if ckv is not None and ckv.layer_level and all(x.kind in FIXED_KINDS or x.kind == "mla" for x in self._layers):
-            ckv = None
-        self._ckv = ckv
+        # a compressed-tensors KV scheme is read (and checked) by attention layers only: MLA layers keep `auto`
+        self._ckv = checkpoint_kv(self.hf_config, attention=any(x.kind not in FIXED_KINDS and x.kind != "mla"
+                                                                 for x in self._layers))
         return self
 
     @property

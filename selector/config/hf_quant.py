@@ -32,7 +32,6 @@ class CheckpointKV:
     method: str  # the normalised quant_method
     dtype: str | None  # what `auto` becomes (vLLM's string: fp8_e4m3, fp8, ...); None: the model dtype
     setting: str  # the field that decided, e.g. `kv_cache_quant_algo=FP8`
-    layer_level: bool  # decided per attention layer (compressed-tensors), not for the engine (ModelOpt)
 
     @property
     def source(self) -> str:
@@ -68,16 +67,17 @@ def quant_config(hc: dict) -> dict | None:
     return qc
 
 
-def checkpoint_kv(hc: dict) -> CheckpointKV | None:
+def checkpoint_kv(hc: dict, attention: bool = True) -> CheckpointKV | None:
     """What `kv_cache=auto` becomes for this checkpoint, or None when its quantization_config says nothing
-    about the KV cache. ValueError (exit 2) for a KV scheme vLLM refuses or kselect does not model."""
+    about the KV cache. ValueError (exit 2) for a KV scheme vLLM refuses or kselect does not model. `attention`:
+    the model has (non-MLA) attention layers, the only ones that read a compressed-tensors kv_cache_scheme."""
     qc = quant_config(hc)
     if qc is None:
         return None
     method = qc["quant_method"]
     if method.startswith("modelopt"):
         return _modelopt_kv(qc, method)
-    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None:
+    if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None and attention:
         return _compressed_tensors_kv(qc["kv_cache_scheme"])
     return None
 
@@ -97,16 +97,16 @@ def _modelopt_kv(qc: dict, method: str) -> CheckpointKV | None:
         elif algo.get("num_bits") == 4 and algo.get("type") == "float":
             algo = "nvfp4"
         else:
-            return CheckpointKV(method, None, f"{setting} (not recognised: vLLM keeps auto)", False)
+            return CheckpointKV(method, None, f"{setting} (not recognised: vLLM keeps auto)")
     if not isinstance(algo, str):
         return None
     dtype = MODELOPT_KV.get(algo.lower())
     if dtype is None:
-        return CheckpointKV(method, None, f"{setting} (not recognised: vLLM keeps auto)", False)
+        return CheckpointKV(method, None, f"{setting} (not recognised: vLLM keeps auto)")
     if dtype == "nvfp4":
         raise ValueError(f"model.hf_config.quantization_config {setting}: vLLM 0.34.0 runs an NVFP4 KV cache for "
                          "this checkpoint, which kselect does not model; allowed: an FP8 or unquantized KV cache")
-    return CheckpointKV(method, dtype, setting, False)
+    return CheckpointKV(method, dtype, setting)
 
 
 def _compressed_tensors_kv(scheme) -> CheckpointKV:
@@ -124,7 +124,7 @@ def _compressed_tensors_kv(scheme) -> CheckpointKV:
     if scheme["strategy"] == "attn_head":
         raise ValueError(f"{w}.strategy='attn_head': per-head KV scales narrow vLLM's backend choice in a way "
                          "kselect does not model; allowed: strategy tensor")
-    return CheckpointKV("compressed-tensors", "fp8", "kv_cache_scheme=fp8 (num_bits 8, float, per tensor)", True)
+    return CheckpointKV("compressed-tensors", "fp8", "kv_cache_scheme=fp8 (num_bits 8, float, per tensor)")
 
 
 def refuses_e5m2(hc: dict, mla: bool) -> str | None:

@@ -123,10 +123,13 @@ def test_fp8_e5m2_on_a_checkpoint_with_fp8_kv_scales_is_refused_as_vllm_refuses_
 
 
 def test_a_compressed_tensors_kv_scheme_on_an_mla_model_keeps_auto():
-    """vLLM's MLA layers do not read kv_cache_scheme (only Attention.__init__ does)."""
+    """vLLM's MLA layers do not read kv_cache_scheme (only Attention.__init__ does), nor check it."""
     raw = copy.deepcopy(compose(["platform=sm90", "model=deepseek_v3"]).model.hf_config)
     raw["quantization_config"] = {"quant_method": "compressed-tensors", "kv_cache_scheme": CT_KV}
     from kselect.selector.config.hf_model import HFModelConfig
 
     m = HFModelConfig.model_validate({"name": "ds", "architecture": "hf", "dtype": "bfloat16", "hf_config": raw})
     assert m.checkpoint_kv is None
+    raw["quantization_config"]["kv_cache_scheme"] = {**CT_KV, "strategy": "attn_head"}
+    assert HFModelConfig.model_validate({"name": "ds", "architecture": "hf", "dtype": "bfloat16",
+                                         "hf_config": raw}).checkpoint_kv is None

@@ -41,7 +41,8 @@ class CheckpointKV:
 def quant_config(hc: dict) -> dict | None:
     """The checkpoint's quantization_config (or compressed-tensors' compression_config; a multimodal
     wrapper's text_config holds it otherwise), its quant_method normalised as vLLM does."""
-    qc = hc.get("quantization_config", hc.get("compression_config"))
+    qc = hc.get("quantization_config")
+    qc = hc.get("compression_config") if qc is None else qc
     where = "model.hf_config.quantization_config"
     if qc is None and isinstance(hc.get("text_config"), dict):
         t, w = text_config(hc)
@@ -75,8 +76,8 @@ def checkpoint_kv(hc: dict, attention: bool = True) -> CheckpointKV | None:
     if qc is None:
         return None
     method = qc["quant_method"]
-    if method.startswith("modelopt"):
-        return _modelopt_kv(qc, method)
+    if method.startswith("modelopt"):  # the engine reads the top-level quantization_config only
+        return _modelopt_kv(qc, method) if hc.get("quantization_config") is not None else None
     if method == "compressed-tensors" and qc.get("kv_cache_scheme") is not None and attention:
         return _compressed_tensors_kv(qc["kv_cache_scheme"])
     return None

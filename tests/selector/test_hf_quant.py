@@ -66,6 +66,10 @@ def test_a_kv_scheme_vllm_refuses_or_kselect_does_not_model_is_refused_by_name(q
 def test_the_quant_config_of_a_multimodal_wrapper_is_its_text_configs():
     assert quant_config({"text_config": q(MO)})["quant_method"] == "modelopt"
     assert quant_config({"model_type": "llama"}) is None
+    # resolve_kv_cache_dtype_string reads the top-level quantization_config only: a nested one leaves auto
+    assert checkpoint_kv({"text_config": q(MO)}) is None
+    ct = {"quant_method": "compressed-tensors", "kv_cache_scheme": CT_KV}
+    assert checkpoint_kv({"quantization_config": None, "compression_config": ct}).dtype == "fp8"
 
 
 def test_e5m2_is_refused_where_the_checkpoint_loads_fp8_kv_scales():

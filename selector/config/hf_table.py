@@ -1,0 +1,71 @@
+"""The table of architectures kselect derives layers for (conf/architectures/vllm_0_34_0.yaml): per architecture, only
+what its vLLM model class does differently from the generic derivation (selector/config/hf_arch.py), each row naming
+the vLLM 0.34.0 model file it mirrors. Read once, validated strictly."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+# a layer's kind once its pattern token is read: the group kinds of an attention or state layer, or `skip` (an MLP or
+# MoE block: no cache), `sliding` (sliding where a window is set), `chunked` (chunked local where a chunk is set)
+LayerKind = Literal["full_attention", "sliding_window", "chunked_local", "mamba", "skip"]
+Pattern = Literal["layer_types", "hybrid_override_pattern", "layers_block_type", "attn_layer_period",
+                  "attn_layer_indices", "no_rope_layers", "even_layers_slide", "none"]
+MambaKind = Literal["mamba1", "mamba2", "gdn", "short_conv"]
+
+
+class EveryNth(BaseModel):
+    """transformers' default pattern where the config has none: every `field`-th layer (1-based) is `token`,
+    the others `rest` (Gemma-3: every 6th full; Qwen3-Next: every 4th full)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    field: StrictStr
+    default: StrictInt = Field(ge=1)
+    token: StrictStr
+    rest: StrictStr
+
+
+class Arch(BaseModel):
+    """One architecture's differences. Defaults: every layer an attention layer of its config's head size and KV heads,
+    `layer_types` naming sliding layers, the config's sliding window where layer_types is absent (per-layer)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    file: StrictStr  # the vLLM 0.34.0 model file this row mirrors (vllm/model_executor/models/<name>.py)
+    family: StrictStr  # how docs/models.md groups it
+    attention: Literal["gqa", "mla"] = "gqa"
+    pattern: tuple[Pattern, ...] = ("layer_types",)  # the first the config states is read
+    kinds: dict[str, LayerKind] = Field(default_factory=lambda: {"full_attention": "full_attention",
+                                                                 "sliding_attention": "sliding_window"})
+    every: EveryNth | None = None  # the pattern transformers fills in when the config has none
+    # per_layer: a layer_types sliding layer gets the window (per_layer_sliding_window); global: the model passes no
+    # per-layer window, so vLLM's cache-wide window applies to every layer, set only when layer_types is absent or
+    # all sliding (engine/arg_utils.py create_engine_config)
+    window: Literal["per_layer", "global", "none"] = "per_layer"
+    window_offset: StrictInt = 0  # added to sliding_window (Cohere2 attends window + 1 tokens)
+    uniform_window: bool = False  # refuses a partial window (Qwen2: "Sliding window for some but all layers")
+    sinks: bool = False
+    head_dim: Literal["config", "hidden"] = "config"  # hidden: the class ignores head_dim (hidden / heads)
+    mamba: MambaKind | None = None
+    mamba_ssm_dtype: Literal["model", "config"] = "model"  # config: mamba_ssm_cache_dtype, float32 by default
+    mamba_inner: Literal["heads", "expand"] = "heads"  # Mamba2's inner width: heads x head dim, or expand x hidden
+    fields: dict[str, StrictStr] = Field(default_factory=dict)  # kselect's field name -> the config's
+    defaults: dict[str, StrictInt] = Field(default_factory=dict)  # transformers' default where the config omits one
+
+
+class Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    release: StrictStr
+    architectures: dict[str, Arch]
+
+
+@lru_cache(maxsize=1)
+def table() -> Table:
+    from ..config.compose import CONF_DIR
+
+    path = Path(CONF_DIR) / "architectures" / "vllm_0_34_0.yaml"
+    return Table.model_validate(yaml.safe_load(path.read_text()))

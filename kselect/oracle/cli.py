@@ -245,9 +245,18 @@ def _compare(out: Path, rules: str | None, version: str, a, configs: dict | None
     from kselect.oracle.compare import compare, load_records, render, to_json
     from kselect.selector.base.files import atomic_write
 
-    rep = compare(load_records(out), rules=rules, hf_configs=configs)
+    from kselect.oracle.cells import Cell
+    from kselect.oracle.compare import kselect_records
+
+    records = load_records(out)
+    ks = kselect_records([Cell.from_dict(r["cell"]) for r in records], rules, None, configs)
+    rep = compare(records, rules=rules, kselect=ks)
     head = f"# kselect `rules={rules or '(config default)'}` against vLLM {version}'s own chain\n\n"
     text = render(rep, a.limit, examples=a.examples)
+    if configs is not None:  # the registry grid: per architecture, and its two figures
+        from kselect.oracle.registry import summarize
+
+        text += "\n" + summarize(records, rep, ks, rules, out)
     low = [f for f in FIELDS if 100 * rep.rate(f) < a.min_agreement]
     verdict = (f"\nbelow --min-agreement {a.min_agreement}%: {', '.join(low)}" if low
                else f"\nevery field at or above --min-agreement {a.min_agreement}%")

@@ -19,12 +19,26 @@ from kselect.oracle.cells import (ATTENTION_BACKENDS, MLA_BACKENDS, MODELS_KV_DT
 GENERATOR = Path(__file__).resolve().parent / "registry_configs.py"
 
 
-def configs_path(out: Path) -> Path:
-    """`oracle_registry_0_34_0.jsonl.gz` -> `oracle_registry_0_34_0.configs.json` (beside it)."""
+def configs_path(out: Path, what: str = "configs") -> Path:
+    """`oracle_registry_0_34_0.jsonl.gz` -> `oracle_registry_0_34_0.configs.json` (or .summary.json) beside it."""
     name = out.name
     for suffix in (".gz", ".jsonl", ".json"):
         name = name.removesuffix(suffix)
-    return out.with_name(name + ".configs.json")
+    return out.with_name(f"{name}.{what}.json")
+
+
+def summarize(records: list[dict], rep, ks: dict[str, dict], rules: str | None, out: Path) -> str:
+    """The per-architecture report (printed) and its summary beside the record (docs/models.md reads it)."""
+    from kselect.oracle.registry_report import figures, per_architecture, render
+    from kselect.selector.base.files import atomic_write
+
+    res = per_architecture(records, ks, rep)
+    figs = figures(res)
+    per = {a: {"status": r.status, "cells": r.cells, "vllm_selects": r.selects, "agree": r.agree,
+               "note": r.build_errors[0] if r.status == "not buildable" else r.example} for a, r in sorted(res.items())}
+    atomic_write(configs_path(out, "summary"), json.dumps({"rules": rules, **figs, "per_architecture": per},
+                                                          indent=1, sort_keys=True) + "\n")
+    return render(res, figs)
 
 
 def make_configs(env, path: Path) -> dict:

@@ -17,6 +17,13 @@ import argparse
 import json
 import sys
 
+# fields vLLM 0.34.0's model class reads that the transformers class's defaults leave unset (None or absent):
+# the values of the architecture's published checkpoints, so that vLLM can build the model at all
+FIXES = {
+    "AfmoeForCausalLM": {"score_func": "sigmoid"},  # afmoe.py reads config.score_func
+    "DbrxForCausalLM": {"attn_config": {"rope_theta": 500000}},  # dbrx.py reads attn_config.rope_theta
+    "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},  # deepseek_v2.py: grouped top-k needs both
+}
 SHRUNK_LAYERS = 8  # keeps a 6-periodic (Gemma-3), 4-periodic (Cohere2, Qwen3-Next) or 8/4 (Jamba) pattern
 PATTERN_STRINGS = ("hybrid_override_pattern",)
 
@@ -83,6 +90,8 @@ def shrunk(cls, arch: str) -> dict:
             d = cls(**({**full, where: cut} if where else cut)).to_dict()
         except Exception:  # noqa: BLE001 - a class that cannot be cut keeps its full depth
             d = full
+    for key, v in FIXES.get(arch, {}).items():
+        d[key] = {**d.get(key, {}), **v} if isinstance(v, dict) else v
     d["architectures"] = [arch]
     for inner in (d, d.get("text_config")):  # the dtype vLLM's --dtype auto reads, where either side looks
         if isinstance(inner, dict):

@@ -40,9 +40,13 @@ def heads(f: TextFields, w: str, row: Arch) -> tuple[int, int, int]:
     (default, or where the class ignores it: hidden_size / heads)."""
     q = need(f, w, "num_attention_heads", row)
     kv = f.num_key_value_heads or q
+    if row.kv_heads == "falcon" and not f.new_decoder_architecture:
+        kv = 1 if f.multi_query else q
     if q % kv:
         raise ValueError(f"{w}.num_attention_heads={q} is not a multiple of {w}.num_key_value_heads={kv}")
     head = f.head_dim if row.head_dim == "config" else None
+    if row.head_dim == "qk":
+        head = need(f, w, "qk_nope_head_dim", row) + need(f, w, "qk_rope_head_dim", row)
     if head is None:
         hidden = need(f, w, "hidden_size", row)
         if hidden % q:
@@ -143,6 +147,17 @@ def windows(f: TextFields, w: str, row: Arch, kinds: list[str] | None) -> tuple[
 # ---------------------------------------------------------------- layers
 
 
+def _sinks(f: TextFields, row: Arch, kind: str) -> bool:
+    if row.sinks == "none" or (row.sinks == "sliding" and kind != "sliding_window"):
+        return False
+    if row.sinks_if is None:
+        return True
+    flag = getattr(f, row.sinks_if)
+    if flag is None:
+        return f.layer_types is not None if row.sinks_if_absent == "layer_types" else row.sinks_if_absent == "on"
+    return flag
+
+
 def _attention(f: TextFields, w: str, row: Arch, i: int, kind: str, window: int | None) -> LayerSpec:
     if row.attention == "mla":
         need(f, w, "num_attention_heads", row)  # the MLA priority lists read the query heads
@@ -152,7 +167,7 @@ def _attention(f: TextFields, w: str, row: Arch, i: int, kind: str, window: int 
     if kind == "chunked_local" and f.attention_chunk_size is None:
         kind = "full_attention"
     win = window if kind == "sliding_window" else f.attention_chunk_size if kind == "chunked_local" else None
-    return LayerSpec(i, kind, head, kv, win, sinks=row.sinks)
+    return LayerSpec(i, kind, head, kv, win, sinks=_sinks(f, row, kind))
 
 
 def build(f: TextFields, w: str, row: Arch) -> list[LayerSpec]:
@@ -161,13 +176,13 @@ def build(f: TextFields, w: str, row: Arch) -> list[LayerSpec]:
     kinds, window = windows(f, w, row, kinds)
     if len(kinds) > MAX_LAYERS:
         raise ValueError(f"{w}: {len(kinds)} layers; allowed: at most {MAX_LAYERS}")
-    state = mamba_state(f, w, row) if "mamba" in kinds else ()
+    state = mamba_state(f, w, row) if {"mamba", "parallel"} & set(kinds) else ()
     out = []
     for i, k in enumerate(kinds):
-        if k == "mamba":
+        if k in ("full_attention", "sliding_window", "chunked_local", "parallel"):
+            out.append(_attention(f, w, row, i, "full_attention" if k == "parallel" else k, window))
+        if k in ("mamba", "parallel"):
             out.append(LayerSpec(i, "mamba", 0, 0, mamba_type=row.mamba, mamba_state=state))
-        elif k != "skip":
-            out.append(_attention(f, w, row, i, k, window))
     if row.attention == "mla" and f.index_topk is not None:  # each layer's indexer keeps its keys in a cache
         idx = need(f, w, "index_head_dim", row)  # of its own (DeepseekV32IndexerCache)
         out += [LayerSpec(x.index, "mla_indexer", idx, 1, mamba_type="deepseek_v32_indexer") for x in out if x.kind == "mla"]
@@ -212,3 +227,10 @@ def model_head_size(c: dict, layers: tuple[LayerSpec, ...]) -> int:
     row = table().architectures[architecture(c)]
     f, w = fields_of(c, row)
     return heads(f, w, row)[2]
+
+
+def query_heads(c: dict) -> int:
+    """vLLM's get_num_attention_heads (the field under the architecture's name for it)."""
+    row = table().architectures[architecture(c)]
+    f, w = fields_of(c, row)
+    return need(f, w, "num_attention_heads", row)

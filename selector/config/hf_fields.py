@@ -38,9 +38,16 @@ class TextFields(BaseModel):
     attention_chunk_size: Tokens | None = None
     no_rope_layers: list[StrictInt] | None = None
     no_rope_layer_interval: Layers | None = None
+    multi_query: StrictBool | None = None  # falcon.py: one KV head unless new_decoder_architecture
+    new_decoder_architecture: StrictBool | None = None
+    # attention-sink switches (granite.py, laguna.py, mimo_v2.py)
+    attention_sinks: StrictBool | None = None
+    swa_attention_sink_enabled: StrictBool | None = None
+    add_swa_attention_sink_bias: StrictBool | None = None
     # MLA (deepseek_v2.py)
     kv_lora_rank: Annotated[StrictInt, Field(ge=1, le=8192)] | None = None
     qk_rope_head_dim: Annotated[StrictInt, Field(ge=0, le=4096)] | None = None
+    qk_nope_head_dim: Annotated[StrictInt, Field(ge=0, le=4096)] | None = None
     index_topk: Annotated[StrictInt, Field(ge=1, le=MAX_DIM)] | None = None
     index_head_dim: Heads | None = None
     # hybrid layer patterns
@@ -74,8 +81,11 @@ def read_fields(t: dict, where: str, renames: dict[str, str] | None = None) -> T
     data: dict[str, Any] = {k: t[k] for k in FIELDS if k in t}
     for mine, theirs in (renames or {}).items():
         data.pop(mine, None)
-        if theirs in t:
-            data[mine] = t[theirs]
+        v: Any = t
+        for part in theirs.split("."):  # a nested field: `attn_config.kv_n_heads` (Dbrx)
+            v = v.get(part, None) if isinstance(v, dict) else None
+        if v is not None:
+            data[mine] = v
     try:
         return TextFields.model_validate(data)
     except ValidationError as e:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
-from ..config.hf_arch import derive_layers, model_head_size, text_config
+from ..config.hf_arch import derive_layers, model_head_size, query_heads, text_config
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
 from ..config.vocab import FIXED_KINDS
@@ -108,12 +108,10 @@ class HFModelConfig(Strict):
         return model_head_size(self.hf_config, self._layers)
 
     def num_query_heads(self) -> int:
-        t, _ = text_config(self.hf_config)
-        return t["num_attention_heads"]
+        return query_heads(self.hf_config)
 
     def gqa(self) -> bool:
-        t, _ = text_config(self.hf_config)
-        heads = t.get("num_attention_heads") or 1
+        heads = query_heads(self.hf_config) or 1
         att = [x for x in self._layers if x.kind not in FIXED_KINDS]
         return att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
 

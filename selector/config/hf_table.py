@@ -12,8 +12,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 # a layer's kind once its pattern token is read: the group kinds of an attention or state layer, or `skip` (an MLP or
-# MoE block: no cache), `sliding` (sliding where a window is set), `chunked` (chunked local where a chunk is set)
-LayerKind = Literal["full_attention", "sliding_window", "chunked_local", "mamba", "skip"]
+# MoE block: no cache) or `parallel` (a full-attention and a mamba mixer side by side in one layer, FalconH1)
+LayerKind = Literal["full_attention", "sliding_window", "chunked_local", "mamba", "skip", "parallel"]
 Pattern = Literal["layer_types", "hybrid_override_pattern", "layers_block_type", "attn_layer_period",
                   "attn_layer_indices", "no_rope_layers", "even_layers_slide", "none"]
 MambaKind = Literal["mamba1", "mamba2", "gdn", "short_conv"]
@@ -48,8 +48,12 @@ class Arch(BaseModel):
     window: Literal["per_layer", "global", "none"] = "per_layer"
     window_offset: StrictInt = 0  # added to sliding_window (Cohere2 attends window + 1 tokens)
     uniform_window: bool = False  # refuses a partial window (Qwen2: "Sliding window for some but all layers")
-    sinks: bool = False
-    head_dim: Literal["config", "hidden"] = "config"  # hidden: the class ignores head_dim (hidden / heads)
+    sinks: Literal["none", "all", "sliding"] = "none"  # which attention layers have sinks
+    sinks_if: StrictStr | None = None  # a config flag (hf_fields.TextFields) that switches them on
+    sinks_if_absent: Literal["on", "off", "layer_types"] = "off"  # the flag's value where the config omits it
+    # hidden: the class ignores head_dim (hidden / heads); qk: qk_nope_head_dim + qk_rope_head_dim (MiniCPM3)
+    head_dim: Literal["config", "hidden", "qk"] = "config"
+    kv_heads: Literal["config", "falcon"] = "config"  # falcon: 1 with multi_query, unless new_decoder_architecture
     mamba: MambaKind | None = None
     mamba_ssm_dtype: Literal["model", "config"] = "model"  # config: mamba_ssm_cache_dtype, float32 by default
     mamba_inner: Literal["heads", "expand"] = "heads"  # Mamba2's inner width: heads x head dim, or expand x hidden

@@ -211,6 +211,7 @@ FACTS: dict[str, str] = {
     "group.head_size": "head size of this layer group",
     "group.num_kv_heads": "KV heads of this layer group",
     "group.sliding_window": "the group uses a sliding window",
+    "group.kv_block": "the group's KV-cache block, once the blocks are known (null at layer init: init rules only)",
     "group.draft": "an MTP drafter group",
     "fa.head_size": "the head size a FlashAttention version is being resolved for (null: none given)",
     "fa.version": "FlashAttention version resolved for this group's head size (null: none)",

@@ -116,6 +116,9 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
             kv_blocks.append(block_size)
     kv_dtype = resolved_kv_dtype(cfg)
     kv_blocks = unify_pages(groups, kv_blocks, KV_BYTES[kv_dtype], choices)
+    for g, ch, kvb in zip(groups, choices, kv_blocks):
+        if g.kind not in FIXED_KINDS:
+            layer_init_checks(book, g, ch, kvb)
 
     out: list[GroupSelection] = []
     for g, ch, kvb in zip(groups, choices, kv_blocks):
@@ -193,16 +196,18 @@ def hybrid_block(cfg: KSelectConfig, groups: list[Group], choices: list[Choice],
     return block_size
 
 
-def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
+def layer_init_checks(book: RuleBook, g: Group, ch: Choice, kv_block: int | None = None) -> None:
     """Failures vLLM raises after selection (layer init, block checks, metadata builders), as
     `init` rules on the chosen backend (and a composite's children): kselect refuses at
-    selection time with vLLM's text; there is no fallback, as in vLLM."""
+    selection time with vLLM's text; there is no fallback, as in vLLM. Checked once at layer init, and again
+    with the group's KV block (`group.kv_block`) once the blocks are known (the metadata builders')."""
     cap = book.capabilities[ch.backend]
     names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
     failed = {}
     for name in names:
         f = dict(ch.facts)
         f["candidate.backend"] = name
+        f["group.kv_block"] = kv_block
         hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason) for c in book.matching("init", f)]
         if hits:
             failed[name] = hits

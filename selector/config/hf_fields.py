@@ -109,12 +109,11 @@ def _allowed(key: str, err: dict) -> str:
 
 
 def _bounds(key: str) -> tuple[int, int]:
+    """The field's integer bounds (annotated_types Ge/Le inside its Annotated alias)."""
     lo, hi = 0, MAX_DIM
-    for m in TextFields.model_fields[key].metadata:
-        lo = getattr(m, "ge", lo)
-        hi = getattr(m, "le", hi)
     ann = TextFields.model_fields[key].annotation
-    for arg in getattr(ann, "__args__", ()):
+    for arg in (*getattr(ann, "__args__", ()), ann):
         for m in getattr(arg, "__metadata__", ()):
-            lo, hi = getattr(m, "ge", lo), getattr(m, "le", hi)
+            for c in (*getattr(m, "metadata", ()), m):
+                lo, hi = getattr(c, "ge", lo), getattr(c, "le", hi)
     return lo, hi

@@ -18,9 +18,9 @@ def _need(f: TextFields, w: str, row: Arch, key: str) -> int:
 
 
 def _ssm_dtype(f: TextFields, w: str, row: Arch) -> str:
-    """The temporal state's dtype: the model's, or (NemotronH: vLLM's NemotronHForCausalLMConfig in
-    models/config.py) the config's mamba_ssm_cache_dtype, float32 when absent."""
-    if row.mamba_ssm_dtype == "model":
+    """The temporal state's dtype: the model's, or the config's (vLLM's NemotronHForCausalLMConfig and
+    Qwen3_5ForConditionalGenerationConfig in models/config.py), float32 or the model's when absent."""
+    if row.mamba_ssm_dtype == "model" or (row.mamba_ssm_dtype == "config_or_model" and not f.mamba_ssm_cache_dtype):
         return "model"
     v = f.mamba_ssm_cache_dtype or "float32"
     if v not in SSM_DTYPES:

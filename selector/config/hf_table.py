@@ -55,7 +55,9 @@ class Arch(BaseModel):
     head_dim: Literal["config", "hidden", "qk"] = "config"
     kv_heads: Literal["config", "falcon"] = "config"  # falcon: 1 with multi_query, unless new_decoder_architecture
     mamba: MambaKind | None = None
-    mamba_ssm_dtype: Literal["model", "config"] = "model"  # config: mamba_ssm_cache_dtype, float32 by default
+    # the temporal state's dtype: the model's; config: mamba_ssm_cache_dtype, float32 where absent (NemotronH);
+    # config_or_model: mamba_ssm_cache_dtype, the model's where absent (Qwen3.5's mamba_ssm_dtype)
+    mamba_ssm_dtype: Literal["model", "config", "config_or_model"] = "model"
     mamba_inner: Literal["heads", "expand"] = "heads"  # Mamba2's inner width: heads x head dim, or expand x hidden
     fields: dict[str, StrictStr] = Field(default_factory=dict)  # kselect's field name -> the config's
     defaults: dict[str, StrictInt] = Field(default_factory=dict)  # transformers' default where the config omits one

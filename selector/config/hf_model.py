@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
-from ..config.hf_arch import derive_layers, model_head_size, query_heads, text_config
+from ..config.hf_arch import derive_layers, fields_of, model_head_size, query_heads, text_config
+from ..config.hf_table import table
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
 from ..config.vocab import FIXED_KINDS
@@ -106,6 +107,10 @@ class HFModelConfig(Strict):
 
     def model_head_size(self) -> int:
         return model_head_size(self.hf_config, self._layers)
+
+    def text_fields(self):
+        """The config's fields as the derivation read them (hf_fields.TextFields)."""
+        return fields_of(self.hf_config, table().architectures[self._arch])[0]
 
     def num_query_heads(self) -> int:
         return query_heads(self.hf_config)

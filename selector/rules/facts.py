@@ -37,9 +37,20 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "pin.backend": None if pins.backend == "auto" else pins.backend,
         "pin.flash_attn_version": pins.flash_attn_version,
     }
+    f.update({f"model.{k}": v for k, v in mla_fields(m).items()})
     for name, on in p.packages.model_dump().items():
         f[f"platform.packages.{name}"] = on
     return f
+
+
+MLA_FIELDS = ("qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank", "index_topk")
+
+
+def mla_fields(m) -> dict:
+    """The MLA fields of the config vLLM's MLA backends read in supports_combination (null where absent or not a
+    config.json model)."""
+    f = m.text_fields() if hasattr(m, "text_fields") else None
+    return {k: getattr(f, k, None) for k in MLA_FIELDS}
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:

@@ -19,11 +19,26 @@ import sys
 
 # fields vLLM 0.34.0's model class reads that the transformers class's defaults leave unset (None or absent):
 # the values of the architecture's published checkpoints, so that vLLM can build the model at all
+LFM2_TYPES = ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv"]
 FIXES = {
     "AfmoeForCausalLM": {"score_func": "sigmoid"},  # afmoe.py reads config.score_func
     "DbrxForCausalLM": {"attn_config": {"rope_theta": 500000}},  # dbrx.py reads attn_config.rope_theta
     "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},  # deepseek_v2.py: grouped top-k needs both
+    "Glm4MoeForCausalLM": {"head_dim": 128},  # glm4_moe.py reads config.head_dim
+    "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # glm4_moe_lite.py
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1},  # hy_v3.py
+    "InklingForCausalLM": {"padded_vocab_size": 201088},  # vllm/models/inkling: the published vocabulary
+    # lfm2.py reads the LFM2 checkpoints' block_* and conv_dim; the class's default has no conv layer, the
+    # published 1.2B model has attention at every third layer or so
+    "Lfm2ForCausalLM": {"block_dim": 2560, "block_auto_adjust_ff_dim": True, "norm_eps": 1e-5, "conv_dim": 2560,
+                        "layer_types": LFM2_TYPES, "full_attn_idxs": [2, 5]},
+    "Lfm2MoeForCausalLM": {"layer_types": LFM2_TYPES},
+    # the class's default is all Mamba (no attention layer); granite-4.0-h places attention among them
+    "GraniteMoeHybridForCausalLM": {"layer_types": ["linear_attention"] * 3 + ["full_attention"]
+                                    + ["linear_attention"] * 3 + ["full_attention"]},
 }
+# the config class a text-only checkpoint of the architecture names (the model-type mapping names the wrapper's)
+MODEL_TYPE = {"Llama4ForCausalLM": "llama4_text"}
 SHRUNK_LAYERS = 8  # keeps a 6-periodic (Gemma-3), 4-periodic (Cohere2, Qwen3-Next) or 8/4 (Jamba) pattern
 PATTERN_STRINGS = ("hybrid_override_pattern",)
 
@@ -110,7 +125,7 @@ def main(argv=None) -> int:
     types = _model_types()
     out = {"transformers": transformers.__version__, "configs": {}, "remote_code": [], "config_errors": {}}
     for arch in registry_architectures(a.src):
-        mt = types.get(arch)
+        mt = MODEL_TYPE.get(arch, types.get(arch))
         if mt is None or mt not in CONFIG_MAPPING:
             out["remote_code"].append(arch)
             continue

@@ -57,7 +57,9 @@ def gdn(f: TextFields, w: str, row: Arch) -> tuple:
 
 
 def short_conv(f: TextFields, w: str, row: Arch) -> tuple:
-    return (((_need(f, w, row, "conv_kernel") - 1, _need(f, w, row, "hidden_size")), "model"),)
+    """short_conv_state_shape: (kernel - 1, the conv's width: intermediate_size_mamba where named, else hidden)."""
+    width = f.intermediate_size_mamba or _need(f, w, row, "hidden_size")
+    return (((_need(f, w, row, "conv_kernel") - 1, width), "model"),)
 
 
 STATES = {"mamba1": mamba1, "mamba2": mamba2, "gdn": gdn, "short_conv": short_conv}

@@ -83,6 +83,8 @@ def tokens(f: TextFields, w: str, row: Arch) -> tuple[list[str] | None, str]:
     p = _pattern_field(f, row)
     if p == "hybrid_override_pattern":
         return list(f.hybrid_override_pattern), p
+    if p == "layers_block_type" and f.num_hidden_layers is None:  # the list is the layer count (NemotronH)
+        return list(f.layers_block_type), p
     n = need(f, w, "num_hidden_layers", row)
     if p in ("layer_types", "layers_block_type", "no_rope_layers"):
         v = [str(x) for x in getattr(f, p)]

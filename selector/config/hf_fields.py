@@ -40,6 +40,8 @@ class TextFields(BaseModel):
     no_rope_layer_interval: Layers | None = None
     multi_query: StrictBool | None = None  # falcon.py: one KV head unless new_decoder_architecture
     new_decoder_architecture: StrictBool | None = None
+    rotary: StrictBool | None = None  # falcon.py: RoPE or ALiBi layers are built without the cache config
+    alibi: StrictBool | None = None
     # attention-sink switches (granite.py, laguna.py, mimo_v2.py)
     attention_sinks: StrictBool | None = None
     swa_attention_sink_enabled: StrictBool | None = None

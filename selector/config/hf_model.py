@@ -112,6 +112,18 @@ class HFModelConfig(Strict):
         """The config's fields as the derivation read them (hf_fields.TextFields)."""
         return fields_of(self.hf_config, table().architectures[self._arch])[0]
 
+    def kv_cache_dtype_ignored(self) -> str | None:
+        """Why vLLM keeps this model's KV cache in the model dtype whatever --kv-cache-dtype says (None: it does not)."""
+        row = table().architectures[self._arch]
+        if not row.kv_dtype_ignored_unless_false:
+            return None
+        f = self.text_fields()
+        on = [k for k in row.kv_dtype_ignored_unless_false if getattr(f, k) is not False]
+        if not on:
+            return None
+        return (f"{row.file} builds its {'/'.join(on)} attention without the cache config: the KV cache keeps the "
+                f"model dtype ({self.dtype})")
+
     def num_query_heads(self) -> int:
         return query_heads(self.hf_config)
 

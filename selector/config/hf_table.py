@@ -54,6 +54,9 @@ class Arch(BaseModel):
     # hidden: the class ignores head_dim (hidden / heads); qk: qk_nope_head_dim + qk_rope_head_dim (MiniCPM3)
     head_dim: Literal["config", "hidden", "qk"] = "config"
     kv_heads: Literal["config", "falcon"] = "config"  # falcon: 1 with multi_query, unless new_decoder_architecture
+    # the class builds its attention without the cache config unless each of these flags is false (Falcon: rotary,
+    # alibi), so the KV cache keeps the model's dtype whatever --kv-cache-dtype says
+    kv_dtype_ignored_unless_false: tuple[StrictStr, ...] = ()
     mamba: MambaKind | None = None
     # the temporal state's dtype: the model's; config: mamba_ssm_cache_dtype, float32 where absent (NemotronH);
     # config_or_model: mamba_ssm_cache_dtype, the model's where absent (Qwen3.5's mamba_ssm_dtype)

@@ -33,6 +33,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if arch not in cfg.architectures:  # a release proven for other architectures only: refused, never guessed
         raise SelectionError(Failure(code="architecture_not_modelled", model=cfg.model.name, architecture=arch,
                                      rules=cfg.ruleset.name, allowed=", ".join(cfg.architectures)))
+    cfg, kv_ignored = _kv_dtype_ignored(cfg)
     conf = evidence.conformance(cfg.platform.gpu_model)
     facts = base_facts(cfg)
     model_trace: list[str] = []
@@ -126,7 +127,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if drafts:
         out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy, conf))
 
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out) + kv_ignored
     env = environment_summary(cfg, facts)
     sel = Selection(
         environment=env,
@@ -136,6 +137,16 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         trace=tuple(model_trace),
     )
     return sel
+
+
+def _kv_dtype_ignored(cfg: KSelectConfig) -> tuple[KSelectConfig, list[SettingIgnored]]:
+    """A model class that builds its attention without the cache config (Falcon's rotary and ALiBi layers) keeps its
+    KV cache in the model's dtype whatever --kv-cache-dtype says: kselect selects so and warns."""
+    why = getattr(cfg.model, "kv_cache_dtype_ignored", lambda: None)()
+    if why is None or cfg.kv_cache.dtype == "auto":
+        return cfg, []
+    kv = cfg.kv_cache.model_copy(update={"dtype": "auto", "scales": "unit"})
+    return cfg.model_copy(update={"kv_cache": kv}), [SettingIgnored(group=MODEL_GROUP, setting=f"kv_cache={cfg.kv_cache.dtype}", reason=why)]
 
 
 def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:

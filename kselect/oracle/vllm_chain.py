@@ -118,6 +118,14 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     for cls in vars(gate_linear).values():
         if isinstance(cls, type) and hasattr(cls, "_register_sm90_bf16x3_warmup"):
             cls._register_sm90_bf16x3_warmup = lambda self: None
+    # Flint imports its CuTeDSL decode kernel at construction on SM10x: which decode kernel runs beside
+    # FlashInfer is not part of selection (the layer's backend is)
+    try:
+        import vllm.models.flint.model as flint_model
+
+        flint_model._flint_kernels = lambda quant_config, parallel=None: False
+    except ImportError:  # a release without Flint
+        pass
     _record_selection(cuda.CudaPlatformBase)
 
 

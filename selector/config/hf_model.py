@@ -124,6 +124,10 @@ class HFModelConfig(Strict):
         return (f"{row.file} builds its {'/'.join(on)} attention without the cache config: the KV cache keeps the "
                 f"model dtype ({self.dtype})")
 
+    def kv_auto_dtype(self, cc_major: int | None) -> str | None:
+        """The KV dtype the model's engine hook gives `--kv-cache-dtype auto` on this GPU family (None: the model's)."""
+        return table().architectures[self._arch].kv_auto_by_cc_major.get(cc_major) if cc_major else None
+
     def num_query_heads(self) -> int:
         return query_heads(self.hf_config)
 

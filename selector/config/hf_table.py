@@ -57,6 +57,9 @@ class Arch(BaseModel):
     # the class builds its attention without the cache config unless each of these flags is false (Falcon: rotary,
     # alibi), so the KV cache keeps the model's dtype whatever --kv-cache-dtype says
     kv_dtype_ignored_unless_false: tuple[StrictStr, ...] = ()
+    # what `--kv-cache-dtype auto` resolves to on a GPU family (compute capability major), where the model's engine
+    # hook decides (GLM-MoE-DSA: fp8_e4m3 on SM10x)
+    kv_auto_by_cc_major: dict[int, Literal["fp8_e4m3", "bfloat16"]] = Field(default_factory=dict)
     mamba: MambaKind | None = None
     # the temporal state's dtype: the model's; config: mamba_ssm_cache_dtype, float32 where absent (NemotronH);
     # config_or_model: mamba_ssm_cache_dtype, the model's where absent (Qwen3.5's mamba_ssm_dtype)

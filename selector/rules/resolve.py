@@ -34,9 +34,10 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         raise SelectionError(Failure(code="architecture_not_modelled", model=cfg.model.name, architecture=arch,
                                      rules=cfg.ruleset.name, allowed=", ".join(cfg.architectures)))
     cfg, kv_ignored = _kv_dtype_ignored(cfg)
+    cfg, kv_trace = _kv_dtype_forced(cfg)
     conf = evidence.conformance(cfg.platform.gpu_model)
     facts = base_facts(cfg)
-    model_trace: list[str] = []
+    model_trace: list[str] = list(kv_trace)
 
     # 1. Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins.
     for c in book.matching("model", facts):
@@ -147,6 +148,16 @@ def _kv_dtype_ignored(cfg: KSelectConfig) -> tuple[KSelectConfig, list[SettingIg
         return cfg, []
     kv = cfg.kv_cache.model_copy(update={"dtype": "auto", "scales": "unit"})
     return cfg.model_copy(update={"kv_cache": kv}), [SettingIgnored(group=MODEL_GROUP, setting=f"kv_cache={cfg.kv_cache.dtype}", reason=why)]
+
+
+def _kv_dtype_forced(cfg: KSelectConfig) -> tuple[KSelectConfig, list[str]]:
+    """A model class whose engine hook resolves `--kv-cache-dtype auto` itself on some GPUs (GLM-MoE-DSA: FP8 on
+    SM10x, vLLM's models/config.py): kselect resolves it the same way (the table's kv_auto_by_cc_major)."""
+    cc = cfg.platform.compute_capability
+    forced = getattr(cfg.model, "kv_auto_dtype", lambda major: None)(cc[0] if cc else None)
+    if forced is None or cfg.kv_cache.dtype != "auto":
+        return cfg, []
+    return cfg.model_copy(update={"kv_cache": cfg.kv_cache.model_copy(update={"dtype": forced})}), ["model.kv_auto_dtype"]
 
 
 def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:

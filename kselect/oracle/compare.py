@@ -57,7 +57,8 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, (hf_configs or {}).get(c.model))]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
+                                               else _matrix_cell(c)]))
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}

@@ -25,7 +25,8 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
     out = {}
     for c in cells:
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, (hf_configs or {}).get(c.model))]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
+                                               else _matrix_cell(c)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

@@ -49,9 +49,19 @@ def render(doc: str, summary: dict) -> str:
     return f"{head}{BEGIN}\n{architecture_table(summary)}{END}{tail}"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="exit 1 when docs/models.md's list is not the generated one")
+    a = p.parse_args(argv)
     summary = json.loads(SUMMARY.read_text()) if SUMMARY.is_file() else {}
-    DOC.write_text(render(DOC.read_text(), summary))
+    text = render(DOC.read_text(), summary)
+    if a.check:
+        return 0 if text == DOC.read_text() else 1
+    from kselect.selector.base.files import atomic_write
+
+    atomic_write(DOC, text)
     return 0
 
 

@@ -26,11 +26,12 @@ FIXES = {
     "DbrxForCausalLM": {"attn_config": {"rope_theta": 500000}},  # dbrx.py reads attn_config.rope_theta
     "DeepseekV2ForCausalLM": {"n_group": 1, "topk_group": 1},  # deepseek_v2.py: grouped top-k needs both
     "NemotronForCausalLM": {"num_key_value_heads": 8},
-    "LongcatFlashForCausalLM": {"mla_scale_q_lora": True, "mla_scale_kv_lora": True},  # longcat_flash.py
-    "MiniMaxM2ForCausalLM": {"rotary_dim": 64},  # minimax_m2.py: MiniMax-M2's partial RoPE  # nemotron.py: the published Nemotron-4 KV heads
+    "LongcatFlashForCausalLM": {"mla_scale_q_lora": True, "mla_scale_kv_lora": True, "zero_expert_type": "identity",
+                                "intermediate_size": 12288, "moe_intermediate_size": 2048},  # longcat_flash.py
+    "MiniMaxM2ForCausalLM": {"rotary_dim": 64, "scoring_func": "sigmoid"},  # minimax_m2.py: partial RoPE, router  # nemotron.py: the published Nemotron-4 KV heads
     "Glm4MoeForCausalLM": {"head_dim": 128},  # glm4_moe.py reads config.head_dim
     "Glm4MoeLiteForCausalLM": {"first_k_dense_replace": 1},  # glm4_moe_lite.py
-    "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 1536},  # hy_v3.py
+    "HYV3ForCausalLM": {"first_k_dense_replace": 1, "expert_hidden_dim": 1536, "route_norm": True},  # hy_v3.py
     "InklingForCausalLM": {"padded_vocab_size": 201088},  # vllm/models/inkling: the published vocabulary
     # lfm2.py reads the LFM2 checkpoints' block_* and conv_dim; the class's default has no conv layer, the
     # published 1.2B model has attention at every third layer or so

@@ -216,7 +216,7 @@ def derive_layers(c: dict) -> tuple[str, str, tuple[LayerSpec, ...]]:
     row = table().architectures[arch]
     f, w = fields_of(c, row)
     layers = tuple(build(f, w, row))
-    if all(x.kind in FIXED_KINDS for x in layers):
+    if all(x.kind in FIXED_KINDS for x in layers) and not (row.attention_free and layers):
         raise ValueError(f"{w}: no attention layer (num_hidden_layers / the layer pattern); kselect selects attention")
     return arch, row.family, layers
 
@@ -224,6 +224,8 @@ def derive_layers(c: dict) -> tuple[str, str, tuple[LayerSpec, ...]]:
 def model_head_size(c: dict, layers: tuple[LayerSpec, ...]) -> int:
     """vLLM's ModelConfig.get_head_size: the MLA latent width, else head_dim (or hidden / heads)."""
     att = [x for x in layers if x.kind not in FIXED_KINDS]
+    if not att:  # an attention-free (Mamba) model: no head
+        return 0
     if att[0].kind == "mla":
         return att[0].head_size
     row = table().architectures[architecture(c)]
@@ -235,4 +237,20 @@ def query_heads(c: dict) -> int:
     """vLLM's get_num_attention_heads (the field under the architecture's name for it)."""
     row = table().architectures[architecture(c)]
     f, w = fields_of(c, row)
+    if row.attention_free:
+        return f.num_attention_heads or 0
     return need(f, w, "num_attention_heads", row)
+
+
+# vLLM's derive_max_model_len_and_key (transformers_utils/model_arch_config_convertor.py): the smallest of these
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def max_model_len(c: dict) -> int:
+    """The default max_model_len vLLM derives from the config (2048 where no key states one; model_max_length wins)."""
+    t, w = text_config(c)
+    lens = {k: t[k] for k in MAX_LEN_KEYS if isinstance(t.get(k), int) and not isinstance(t.get(k), bool)}
+    if lens.get("model_max_length"):
+        return lens["model_max_length"]
+    return min(lens.values(), default=2048)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
-from ..config.hf_arch import derive_layers, fields_of, model_head_size, query_heads, text_config
+from ..config.hf_arch import derive_layers, fields_of, max_model_len, model_head_size, query_heads, text_config
 from ..config.hf_table import table
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
@@ -124,6 +124,12 @@ class HFModelConfig(Strict):
         return (f"{row.file} builds its {'/'.join(on)} attention without the cache config: the KV cache keeps the "
                 f"model dtype ({self.dtype})")
 
+    def attention_free_block(self) -> int | None:
+        """An attention-free model's state block (vLLM: max_model_len without prefix caching); None otherwise."""
+        if not table().architectures[self._arch].attention_free:
+            return None
+        return max_model_len(self.hf_config)
+
     def kv_auto_dtype(self, cc_major: int | None) -> str | None:
         """The KV dtype the model's engine hook gives `--kv-cache-dtype auto` on this GPU family (None: the model's)."""
         return table().architectures[self._arch].kv_auto_by_cc_major.get(cc_major) if cc_major else None
@@ -134,7 +140,7 @@ class HFModelConfig(Strict):
     def gqa(self) -> bool:
         heads = query_heads(self.hf_config) or 1
         att = [x for x in self._layers if x.kind not in FIXED_KINDS]
-        return att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
+        return bool(att) and att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
 
 
 def _name_from(path: str) -> str:

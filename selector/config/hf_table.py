@@ -60,6 +60,8 @@ class Arch(BaseModel):
     # what `--kv-cache-dtype auto` resolves to on a GPU family (compute capability major), where the model's engine
     # hook decides (GLM-MoE-DSA: fp8_e4m3 on SM10x)
     kv_auto_by_cc_major: dict[int, Literal["fp8_e4m3", "bfloat16"]] = Field(default_factory=dict)
+    # no attention layer at all (Mamba): vLLM's MambaModelConfig gives the state one block of max_model_len tokens
+    attention_free: bool = False
     mamba: MambaKind | None = None
     # the temporal state's dtype: the model's; config: mamba_ssm_cache_dtype, float32 where absent (NemotronH);
     # config_or_model: mamba_ssm_cache_dtype, the model's where absent (Qwen3.5's mamba_ssm_dtype)

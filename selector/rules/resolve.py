@@ -88,9 +88,11 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
             model_trace.append(c.id)
         att = [i for i, g in enumerate(groups) if g.kind not in FIXED_KINDS]  # vLLM's _find_non_ssm_backends
         block_size = model_cache_block(book, [groups[i] for i in att] + drafts[: len(draft_choices)],
-                                       [choices[i] for i in att] + draft_choices, cache_policy, model_trace)
+                                       [choices[i] for i in att] + draft_choices, cache_policy, model_trace) \
+            if att else default_block(book, facts, None)
 
-    if any(g.kind == "mamba" for g in groups):
+    state_block = getattr(cfg.model, "attention_free_block", lambda: None)()
+    if any(g.kind == "mamba" for g in groups) and state_block is None:
         block_size = hybrid_block(cfg, groups, choices, block_size, model_trace)
 
     # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
@@ -98,7 +100,10 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     #    swa_block: the smallest, or the largest whose page fits the cache block's page).
     kv_blocks = []
     for g, ch in zip(groups, choices):
-        if g.kind in FIXED_KINDS:
+        if g.kind in FIXED_KINDS and state_block is not None:  # attention-free: one block of max_model_len
+            kv_blocks.append(state_block)
+            ch.trace.append("builtin.attention_free_state_block")
+        elif g.kind in FIXED_KINDS:
             # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
             # mode); the indexer's key cache takes the cache block
             kv_blocks.append(block_size)
@@ -288,7 +293,7 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
     one latent vector per token; a mamba group's page is padded to the attention page, not unified."""
     per_token = [token_bytes(g.kind, g.num_kv_heads, g.head_size, dtype_bytes) for g in groups]
     pages = [b * t for b, t in zip(kv_blocks, per_token)]
-    largest = max(p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS)
+    largest = max((p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS), default=0)
     out = []
     for g, b, page, ch in zip(groups, kv_blocks, pages, choices):
         if page == largest or g.kind in FIXED_KINDS:

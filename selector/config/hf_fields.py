@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 MAX_LAYERS, MAX_DIM, MAX_TOKENS = 512, 1 << 20, 1 << 24
 
@@ -42,6 +42,7 @@ class TextFields(BaseModel):
     new_decoder_architecture: StrictBool | None = None
     rotary: StrictBool | None = None  # falcon.py: RoPE or ALiBi layers are built without the cache config
     alibi: StrictBool | None = None
+    attn_logit_softcapping: Annotated[StrictFloat | StrictInt, Field(ge=0)] | None = None  # fa_utils.py: FA4 head 256 falls back
     # attention-sink switches (granite.py, laguna.py, mimo_v2.py)
     attention_sinks: StrictBool | None = None
     swa_attention_sink_enabled: StrictBool | None = None
@@ -100,6 +101,8 @@ def read_fields(t: dict, where: str, renames: dict[str, str] | None = None) -> T
 def _allowed(key: str, err: dict) -> str:
     ctx = err.get("ctx") or {}
     ann = TextFields.model_fields[key].annotation
+    if "float" in str(ann):
+        return "a number >= 0"
     if "ge" in ctx or "le" in ctx or "int" in str(ann):
         lo, hi = _bounds(key)
         return f"an integer {lo}..{hi}" if "list" not in str(ann) else f"a list of integers {lo}..{hi}"

@@ -198,6 +198,7 @@ FACTS: dict[str, str] = {
     "model.qk_rope_head_dim": "an MLA config's qk_rope_head_dim (null: absent)",
     "model.kv_lora_rank": "an MLA config's kv_lora_rank (null: absent)",
     "model.index_topk": "a sparse MLA config's index_topk (null: absent)",
+    "model.softcap": "the config sets attn_logit_softcapping (Gemma-2): FA4's head-256 kernel takes none",
     "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
     "kv.quantized": "the KV cache is FP8",
     "kv.scales": "unit / calibrated",

@@ -38,6 +38,8 @@ def base_facts(cfg: KSelectConfig) -> dict:
         "pin.flash_attn_version": pins.flash_attn_version,
     }
     f.update({f"model.{k}": v for k, v in mla_fields(m).items()})
+    tf = m.text_fields() if hasattr(m, "text_fields") else None
+    f["model.softcap"] = bool(getattr(tf, "attn_logit_softcapping", None))
     for name, on in p.packages.model_dump().items():
         f[f"platform.packages.{name}"] = on
     return f

@@ -1,9 +1,9 @@
-"""Pick the registry grid's CI fixture from the oracle's record: per architecture, its auto cell on each capability
-recorded and a few cells with an FP8 cache or a backend pin (where vLLM selects and where it refuses), with the
+"""Pick the registry grid's CI fixture from the oracle's record: per architecture, its auto cells
+on SM80 and SM100 and a few cells with an FP8 cache or a backend pin (where vLLM selects and where it refuses), with the
 configs of the architectures picked.
 
     python bench/vllm/make_registry_fixture.py bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
-        tests/vllm/fixtures/vllm_0_34_0_registry_sample.jsonl --per-arch 6
+        tests/vllm/fixtures/vllm_0_34_0_registry_sample.jsonl
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ def pick(records: list[dict], per_arch: int, seed: int = 0) -> list[dict]:
     out = []
     for arch in sorted(by):
         rs = by[arch]
-        auto = [r for r in rs if r["cell"]["backend"] == "auto" and r["cell"]["kv_cache"] == "auto"]
+        auto = [r for r in rs if r["cell"]["backend"] == "auto" and r["cell"]["kv_cache"] == "auto"
+                and r["cell"]["cc"] in ("8.0", "10.0")]
         rest = [r for r in rs if r not in auto]
         fails = [r for r in rest if r["error"]]
         sel = [r for r in rest if not r["error"]]
-        chosen = auto[:5] + rng.sample(fails, min(len(fails), 1)) + rng.sample(sel, min(len(sel), 1))
+        chosen = auto + rng.sample(fails, min(len(fails), 1)) + rng.sample(sel, min(len(sel), 1))
         left = [r for r in rest if r not in chosen]
         chosen += rng.sample(left, max(0, min(len(left), per_arch - len(chosen))))
         out += sorted(chosen, key=lambda r: r["key"])
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("records")
     p.add_argument("out")
-    p.add_argument("--per-arch", type=int, default=6)
+    p.add_argument("--per-arch", type=int, default=4)
     a = p.parse_args(argv)
     chosen = pick(load_records(a.records), a.per_arch)
     atomic_write(Path(a.out), "".join(json.dumps(trim(r), sort_keys=True) + "\n" for r in chosen))

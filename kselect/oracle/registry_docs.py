@@ -35,11 +35,21 @@ def architecture_table(summary: dict) -> str:
     rows = ["| architecture | family | vLLM 0.34.0 model file | oracle (registry grid) |", "|---|---|---|---|"]
     for name, arch in sorted(table().architectures.items()):
         rows.append(f"| `{name}` | {arch.family} | `{arch.file}` | {_figure(per.get(name))} |")
-    refused = sorted(a for a, s in per.items() if a not in table().architectures)
+    others = {a: s for a, s in per.items() if a not in table().architectures}
+    refused = sorted(a for a, s in others.items() if s["status"] != "not buildable")
+    broken = sorted(a for a, s in others.items() if s["status"] == "not buildable")
     text = "\n".join(rows) + "\n"
+    if summary.get("architectures"):
+        text += (f"\nRegistry grid: {summary['architectures']} architectures, {summary['buildable']} buildable on CPU; "
+                 f"{summary['agree']} of the {summary['accepted']} kselect accepts agree on every field of every cell "
+                 f"({summary['agree']}/{summary['buildable']} = {100 * summary['agree'] / summary['buildable']:.1f}% of "
+                 f"the buildable ones); over all {summary['cells']} cells of buildable architectures, a refusal by name "
+                 f"counted as failed: {100 * summary['cell_agreement']:.1f}%.\n")
     if refused:
-        text += ("\nRefused by name (the registry grid's other architectures; `architecture_not_modelled`): "
-                 + ", ".join(f"`{a}`" for a in refused) + ".\n")
+        text += "\nRefused by name (`model.hf_config.architectures`): " + ", ".join(f"`{a}`" for a in refused) + ".\n"
+    if broken:
+        text += ("\nNot buildable by the oracle on CPU from the class defaults (in neither figure): "
+                 + "; ".join(f"`{a}` ({others[a]['note'][:80]})" for a in broken) + ".\n")
     return text
 
 

@@ -95,32 +95,8 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if any(g.kind == "mamba" for g in groups) and state_block is None:
         block_size = hybrid_block(cfg, groups, choices, block_size, model_trace)
 
-    # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
-    #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
-    #    swa_block: the smallest, or the largest whose page fits the cache block's page).
-    kv_blocks = []
-    for g, ch in zip(groups, choices):
-        if g.kind in FIXED_KINDS and state_block is not None:  # attention-free: one block of max_model_len
-            kv_blocks.append(state_block)
-            ch.trace.append("builtin.attention_free_state_block")
-        elif g.kind in FIXED_KINDS:
-            # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
-            # mode); the indexer's key cache takes the cache block
-            kv_blocks.append(block_size)
-            ch.trace.append("builtin.fixed_kind_takes_cache_block")
-        elif g.window is not None:
-            swa = "smallest"
-            for c in book.matching("swa_block", ch.facts):
-                swa = c.rule.swa_block
-                ch.trace.append(c.id)
-            if swa == "smallest":
-                kv_blocks.append(blk.smallest(ch.kernel_blocks))
-                ch.trace.append("builtin.swa_smallest_kernel_block")
-            else:
-                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
-                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
-        else:
-            kv_blocks.append(block_size)
+    # 4. KV block per group (kv_blocks below)
+    kv_blocks = kv_blocks_per_group(book, groups, choices, block_size, state_block)
     kv_dtype = resolved_kv_dtype(cfg)
     kv_blocks = unify_pages(groups, kv_blocks, KV_BYTES[kv_dtype], choices)
     for g, ch, kvb in zip(groups, choices, kv_blocks):
@@ -286,6 +262,37 @@ def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: in
 
 
 # ---------------------------------------------------------------- facts
+
+
+def kv_blocks_per_group(book: RuleBook, groups: list[Group], choices: list[Choice], block_size: int,
+                        state_block: int | None) -> list[int]:
+    """KV block per group: full layers take the cache block; sliding-window layers pick their own from their
+    backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage swa_block: the smallest, or the
+    largest whose page fits the cache block's page); an attention-free model's state takes `state_block`."""
+    kv_blocks = []
+    for g, ch in zip(groups, choices):
+        if g.kind in FIXED_KINDS and state_block is not None:  # attention-free: one block of max_model_len
+            kv_blocks.append(state_block)
+            ch.trace.append("builtin.attention_free_state_block")
+        elif g.kind in FIXED_KINDS:
+            # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
+            # mode); the indexer's key cache takes the cache block
+            kv_blocks.append(block_size)
+            ch.trace.append("builtin.fixed_kind_takes_cache_block")
+        elif g.window is not None:
+            swa = "smallest"
+            for c in book.matching("swa_block", ch.facts):
+                swa = c.rule.swa_block
+                ch.trace.append(c.id)
+            if swa == "smallest":
+                kv_blocks.append(blk.smallest(ch.kernel_blocks))
+                ch.trace.append("builtin.swa_smallest_kernel_block")
+            else:
+                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
+                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
+        else:
+            kv_blocks.append(block_size)
+    return kv_blocks
 
 
 def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:

@@ -10,6 +10,7 @@ naming `model.hf_config.<field>` (exit 2 at the edges)."""
 from __future__ import annotations
 
 from ..config.hf_fields import MAX_LAYERS, TextFields, read_fields
+from ..config.hf_fields import need as _need
 from ..config.hf_state import mamba_state
 from ..config.hf_table import Arch, table
 from ..config.layers import LayerSpec
@@ -28,11 +29,7 @@ def text_config(c: dict) -> tuple[dict, str]:
 
 def need(f: TextFields, w: str, key: str, row: Arch | None = None) -> int:
     """A field the architecture needs (its name in the config where the row renames it)."""
-    v = getattr(f, key)
-    if v is None:
-        name = (row.fields.get(key, key) if row else key)
-        raise ValueError(f"{w}.{name} is missing; allowed: an integer (the architecture needs it)")
-    return v
+    return _need(f, w, key, row.fields if row else None)
 
 
 def heads(f: TextFields, w: str, row: Arch) -> tuple[int, int, int]:

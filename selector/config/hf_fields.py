@@ -79,6 +79,14 @@ class TextFields(BaseModel):
 FIELDS = tuple(TextFields.model_fields)
 
 
+def need(f: TextFields, w: str, key: str, renames: dict[str, str] | None = None) -> int:
+    """A field the architecture needs (named as the config names it, where the architecture renames it)."""
+    v = getattr(f, key)
+    if v is None:
+        raise ValueError(f"{w}.{(renames or {}).get(key, key)} is missing; allowed: an integer (the architecture needs it)")
+    return v
+
+
 def read_fields(t: dict, where: str, renames: dict[str, str] | None = None) -> TextFields:
     """The fields of a text config (with an architecture's renames: kselect name -> the config's name)."""
     data: dict[str, Any] = {k: t[k] for k in FIELDS if k in t}

@@ -5,16 +5,14 @@ block until one attention page covers them (platforms/interface.py _align_hybrid
 
 from __future__ import annotations
 
-from ..config.hf_fields import TextFields
+from ..config.hf_fields import TextFields, need
 from ..config.hf_table import Arch
 
 SSM_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _need(f: TextFields, w: str, row: Arch, key: str) -> int:
-    from ..config.hf_arch import need
-
-    return need(f, w, key, row)
+    return need(f, w, key, row.fields)
 
 
 def _ssm_dtype(f: TextFields, w: str, row: Arch) -> str:

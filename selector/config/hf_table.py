@@ -77,9 +77,10 @@ class Table(BaseModel):
     architectures: dict[str, Arch]
 
 
+# a checkout's conf/, or the wheel's kselect/conf (as compose.CONF_DIR; not imported: compose imports the schema)
+TABLE_FILE = Path(__file__).resolve().parents[2] / "conf" / "architectures" / "vllm_0_34_0.yaml"
+
+
 @lru_cache(maxsize=1)
 def table() -> Table:
-    from ..config.compose import CONF_DIR
-
-    path = Path(CONF_DIR) / "architectures" / "vllm_0_34_0.yaml"
-    return Table.model_validate(yaml.safe_load(path.read_text()))
+    return Table.model_validate(yaml.safe_load(TABLE_FILE.read_text()))

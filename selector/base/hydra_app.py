@@ -33,7 +33,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .cli_errors import report_error
+from .cli_errors import check_renamed, report_error
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -93,13 +93,6 @@ def check_one_mode(command: str, flags: list[str]) -> None:
     if len(modes) > 1:
         raise KSelectError(f"kselect {command}: {' and '.join(modes)} together; allowed: one of --run, --multirun (-m), "
                            "--cfg, --info, --shell-completion per command line")
-
-
-def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
-    for o in overrides:
-        key = o.lstrip("+~").partition("=")[0]
-        if key in renamed:
-            raise KSelectError(f"{command}: {o!r} is the old spelling; {renamed[key]}")
 
 
 def quote_values(overrides: list[str], keys: tuple[str, ...]) -> list[str]:

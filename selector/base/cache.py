@@ -3,8 +3,8 @@ file contents, kept as JSON keyed by those contents, so a command does not re-pa
 
 Every key holds the content hashes of the files a result came from and `code_key()` (kselect's version, the
 selector's own source and the libraries that parse and compose): a changed file, release or library misses.
-An entry is JSON that names its key; one that does not parse, or names another key, is a miss and is
-rewritten, never trusted. Writes are atomic (files.atomic_write), so a killed process leaves no torn entry.
+An entry is a header naming its key and the SHA-256 of its JSON body, then the body; one that does not
+parse, names another key or whose body does not hash to its header is a miss and is rewritten, never trusted. Writes are atomic (files.atomic_write), so a killed process leaves no torn entry.
 `KSELECT_CACHE=0` turns the cache off (every call computes).
 """
 
@@ -74,25 +74,28 @@ def code_key() -> str:
 
 
 def read_entry(kind: str, key: str) -> Any | None:
-    """The value stored under key, or None: a missing, unreadable or corrupt entry is a miss."""
+    """The value stored under key, or None: a missing, unreadable, torn or altered entry is a miss."""
     if not enabled():
         return None
-    path = cache_dir() / kind / f"{key}.json"
     try:
-        doc = json.loads(path.read_bytes())
+        head, _, body = (cache_dir() / kind / f"{key}.json").read_bytes().partition(b"\n")
+        meta = json.loads(head)
+        if not isinstance(meta, dict) or meta.get("key") != key or meta.get("sha256") != hashlib.sha256(body).hexdigest():
+            return None
+        return json.loads(body)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or "value" not in doc:
-        return None
-    return doc["value"]
 
 
 def write_entry(kind: str, key: str, value: Any) -> None:
-    """Store value (JSON-exact: json_exact) under key; a cache that cannot be written is left as it is."""
+    """Store value (JSON-exact: json_exact) under key: a header line naming the key and the body's hash, then
+    the body. A cache that cannot be written is left as it is."""
     if not enabled() or not json_exact(value):
         return
+    body = json.dumps(value, separators=(",", ":")).encode()
+    head = json.dumps({"key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
     try:
-        atomic_write(cache_dir() / kind / f"{key}.json", json.dumps({"key": key, "value": value}, separators=(",", ":")))
+        atomic_write(cache_dir() / kind / f"{key}.json", head + b"\n" + body)
     except FileError:
         pass  # a read-only or full cache folder costs time, never an answer
 

@@ -39,23 +39,20 @@ def load_records(path: str | Path) -> list[dict]:
 
 def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
     """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}."""
-    from kselect.selector.base.errors import KSelectError, SelectionError
-    from kselect.selector.api import resolve
+    from kselect.selector.api import CONF_DIR, Builder, resolve
+    from kselect.selector.base.errors import KSelectError
 
-    builder = _RulesBuilder(rules, conf_dir)
+    builder = Builder(conf_dir or CONF_DIR)  # the matrix's in-process path: one compose per rules option, cached
     if rules:  # an unknown rules option fails here, once, not as a refusal per cell
-        from kselect.selector.api import CONF_DIR
-        from kselect.selector.base.errors import KSelectError as _Err
-
         opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
         if rules not in opts:
-            raise _Err(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
+            raise KSelectError(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
     out: dict[str, dict] = {}
     for c in cells:
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, rules)]))
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
@@ -77,7 +74,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     return out
 
 
-def _matrix_cell(c: Cell):
+def _matrix_cell(c: Cell, rules: str | None = None):
     """The oracle cell as a kselect matrix cell (pins as dotted overrides)."""
     from kselect.selector.review.matrix import Cell as MatrixCell
 
@@ -88,43 +85,11 @@ def _matrix_cell(c: Cell):
         pins.append(("attention.backend", c.backend))
     return MatrixCell(platform=c.platform, model=c.model, kv_cache=c.kv_cache, spec_decode=c.spec,
                       multimodal=c.multimodal, pin="+".join(f"{k}={v}" for k, v in pins) or "auto",
-                      pin_sets=tuple(pins))
+                      pin_sets=tuple(pins), rules=rules or None)
 
 
 def _first_line(s: str) -> str:
     return s.strip().split("\n")[0][:500]
-
-
-def _rules_builder_cls():
-    import sys
-
-    from kselect.selector.review.matrix import Builder
-
-    class RulesBuilder(Builder):
-        """The matrix builder with a `rules=` option composed in (default: the config's). Its
-        composes are its own (the shared cache is keyed without the rules option)."""
-
-        def __init__(self, rules, conf_dir):
-            super().__init__(*([conf_dir] if conf_dir else []))
-            self.rules = rules
-            self._composed = {}
-
-        def composed(self, *args, **kwargs):
-            if not self.rules:
-                return super().composed(*args, **kwargs)
-            mod = sys.modules[Builder.__module__]
-            plain = mod.compose_raw
-            mod.compose_raw = lambda overrides=(), *a, **k: plain([*overrides, f"rules={self.rules}"], *a, **k)
-            try:
-                return super().composed(*args, **kwargs)
-            finally:
-                mod.compose_raw = plain
-
-    return RulesBuilder
-
-
-def _RulesBuilder(rules, conf_dir):  # noqa: N802 - a class factory (the selector import stays lazy)
-    return _rules_builder_cls()(rules, conf_dir)
 
 
 # ------------------------------------------------------------------------- comparison

@@ -11,20 +11,20 @@ from kselect.oracle.cells import Cell
 def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
     cell kselect selects (a command, or the export's one-line refusal)."""
-    from kselect.oracle.compare import _RulesBuilder, _matrix_cell
+    from kselect.oracle.compare import _matrix_cell
+    from kselect.selector.api import CONF_DIR, Builder, resolve
     from kselect.selector.base.errors import KSelectError
-    from kselect.selector.api import resolve
 
     render = _renderer()
 
     from kselect.oracle.compare import kselect_records
 
     kselect_records([], rules, conf_dir)  # checks the rules option
-    builder = _RulesBuilder(rules, conf_dir)
+    builder = Builder(conf_dir or CONF_DIR)
     out = {}
     for c in cells:
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, rules)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..base import cache
 from ..base.errors import KSelectError
-from ..base.files import FileError, check_yaml_text, load_yaml, read_text, safe_name
+from ..base.files import FileError, read_text, safe_name
 from ..config.overlay_order import check_overlay_list
 
 # Hydra settings a sweep may change from the command line (launcher choice, output dirs, jobs).
@@ -87,9 +87,8 @@ def _check_file(root: Path, p: Path) -> None:
     for part in rel.parts:
         if not part.startswith(".") or part in (".", ".."):
             safe_name(part.removesuffix(".yaml").removesuffix(".yml"), f"file {rel}")
-    text = read_text(p, "a kselect config file")
-    check_yaml_text(text, str(p))
-    data = load_yaml(p, "a kselect config file")
+    read_text(p, "a kselect config file")  # a dangling link or an oversized file, named
+    data = cache.load_yaml_cached(p, "a kselect config file")  # parsed once a content: evidence reads it from there
     launcher = rel.parts[:2] == ("hydra", "launcher")
     strict = rel.parts[0] in STRICT_DIRS or rel == Path("config.yaml")
     for path, key, value in _walk(data):

@@ -31,7 +31,7 @@ from ..measure.select import select
 from ..outputs.selection import Selection
 from ..review.cells import SECTIONS, Cell, hydra_value
 from ..review.configs import Builder
-from ..review.matrix import parse_overlays
+from ..review.matrix import parse_overlays, resolve_cells
 
 EXTRA_KEYS = ("objective", "strict", "output", "verbose")  # composed into a batch, not cell axes
 _FIELDS = {"platform": "platform", "model": "model", "model.dtype": "dtype", "kv_cache": "kv_cache",
@@ -169,11 +169,16 @@ def answer_all(requests: Iterable[Sequence[str] | KSelectError], conf_dir: Path 
 
 def _batch(cells: list[Cell], extra: tuple[str, ...], reqs: list, index: list[int], conf_dir: Path | str,
            evidence: Evidence) -> list[Answer]:
+    """The matrix's own path (resolve_cells), each result as its request's answer."""
     try:
-        configs = dict(Builder(conf_dir, extra).configs(cells))
+        results = resolve_cells(cells, conf_dir, Builder(conf_dir, extra), evidence=evidence)
     except KSelectError:  # a cell that is not a valid config: each request composed alone names its error
         return [_one(reqs[i], conf_dir, evidence) for i in index]
-    return [_resolved(tuple(reqs[i]), configs[c], evidence) for i, c in zip(index, cells)]
+    out = []
+    for i, r in zip(index, results):
+        err = None if r.failure is None else _text(SelectionError(r.failure, r.rejected))
+        out.append(Answer(tuple(reqs[i]), r.config, r.selection, err))
+    return out
 
 
 def _one(overrides: Sequence[str], conf_dir: Path | str, evidence: Evidence) -> Answer:

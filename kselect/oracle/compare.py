@@ -18,7 +18,7 @@ import gzip
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kselect.oracle.cells import FIELDS, GROUP_FIELDS, MODELS, Cell
@@ -52,7 +52,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, rules)]))
+            ((_, cfg),) = list(builder.configs([replace(_matrix_cell(c), rules=rules or None)]))
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
@@ -74,7 +74,7 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     return out
 
 
-def _matrix_cell(c: Cell, rules: str | None = None):
+def _matrix_cell(c: Cell):
     """The oracle cell as a kselect matrix cell (pins as dotted overrides)."""
     from kselect.selector.review.matrix import Cell as MatrixCell
 
@@ -85,7 +85,7 @@ def _matrix_cell(c: Cell, rules: str | None = None):
         pins.append(("attention.backend", c.backend))
     return MatrixCell(platform=c.platform, model=c.model, kv_cache=c.kv_cache, spec_decode=c.spec,
                       multimodal=c.multimodal, pin="+".join(f"{k}={v}" for k, v in pins) or "auto",
-                      pin_sets=tuple(pins), rules=rules or None)
+                      pin_sets=tuple(pins))
 
 
 def _first_line(s: str) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from kselect.oracle.cells import Cell
 
@@ -24,7 +25,7 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     out = {}
     for c in cells:
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, rules)]))
+            ((_, cfg),) = list(builder.configs([replace(_matrix_cell(c), rules=rules or None)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

@@ -69,7 +69,9 @@ def grid_file(path: Path) -> int:
     from kselect.oracle.cells import grid, models_grid  # noqa: PLC0415
 
     lines = [c.kselect_overrides() for c in grid()] + [c.kselect_overrides("vllm_0_34_0") for c in models_grid()]
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    from kselect.selector.base.files import atomic_write  # noqa: PLC0415
+
+    atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines))
     return len(lines)
 
 

@@ -14,10 +14,10 @@ from pydantic import PrivateAttr, model_validator
 from ..config.hf_arch import derive_layers, model_head_size, text_config
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
-from ..config.vocab import FIXED_KINDS
+from ..config.vocab import DTYPE_OF_SHORT, FIXED_KINDS, MODEL_DTYPES
 
 MAX_CONFIG_BYTES = 1 << 20  # published config.json files are a few KiB
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+_DTYPES = {**{d: d for d in MODEL_DTYPES}, **{s: d for s, d in DTYPE_OF_SHORT.items() if d in MODEL_DTYPES}}
 
 
 def read_hf_config(path: str) -> dict:

@@ -67,11 +67,10 @@ class Rejection(Record):
 
 
 @functools.lru_cache(maxsize=4096)
-def rejection(code: str, backend: str, rule: str | None = None, capability: str | None = None, value: Any = None,
-              reason: str | None = None, kernel_blocks: tuple | None = None) -> Rejection:  # fmt: skip
-    """A shared Rejection (records are immutable; a matrix repeats the same few thousands of times)."""
-    return Rejection(code=code, backend=backend, rule=rule, capability=capability, value=value, reason=reason,
-                     kernel_blocks=kernel_blocks)  # fmt: skip
+def rejection(code: str, backend: str, **detail: Any) -> Rejection:
+    """A shared Rejection (records are immutable; a matrix repeats the same few thousands of times); `detail`
+    is its other fields (rule or capability, value, reason, kernel_blocks)."""
+    return Rejection(code=code, backend=backend, **detail)
 
 
 # ---------------------------------------------------------------- warnings

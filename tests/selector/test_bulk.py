@@ -19,7 +19,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from kselect.oracle.cells import grid, models_grid
 from kselect.selector.api import select_many
 from kselect.selector.base.cli_errors import call_main
-from kselect.selector.commands.select import main as select_main
+from kselect.commands.select import main as select_main
 from kselect.selector.review.bulk import as_cell
 
 REQUESTS = [

@@ -209,7 +209,7 @@ FACTS: dict[str, str] = {
     "model.mixed_head_sizes": "layers have different head sizes",
     "model.gqa": "query heads per KV head > 1 at the model level (vLLM's get_num_attention_heads // get_num_kv_heads)",
     "model.num_heads": "query heads per layer (vLLM's get_num_attention_heads; the MLA priority lists read it)",
-    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
+    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...); auto: the one a quantized checkpoint names, if any",
     "kv.quantized": "the KV cache is FP8",
     "kv.scales": "unit / calibrated",
     "kv.block_size": "user block size (null: not set)",

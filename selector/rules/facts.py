@@ -13,7 +13,7 @@ from operator import attrgetter
 from pydantic import BaseModel
 
 from ..config.schema import KSelectConfig, Packages
-from ..config.vocab import FACTS, FIXED_KINDS, resolve_kv_dtype
+from ..config.vocab import FACTS, FIXED_KINDS, is_fp8, resolve_kv_dtype
 from .groups import Group
 
 
@@ -190,7 +190,8 @@ def base_facts(cfg: KSelectConfig) -> Facts:
         model=ModelFacts(name=m.name, architecture=m.hf_architecture, family=m.family, dtype=m.dtype,
                          multimodal=m.multimodal, head_size=m.model_head_size(), mixed_head_sizes=len(heads) > 1,
                          gqa=m.gqa(), num_heads=m.num_query_heads()),
-        kv=KvFacts(dtype=kv.dtype, quantized=kv.quantized, scales=kv.scales, block_size=kv.block_size),
+        kv=KvFacts(dtype=kv_dtype_setting(cfg), quantized=is_fp8(kv_dtype_setting(cfg)), scales=kv.scales,
+                   block_size=kv.block_size),
         spec=SpecFacts(method=cfg.spec_decode.method),
         pin=PinFacts(backend=None if pins.backend == "auto" else pins.backend,
                      flash_attn_version=pins.flash_attn_version),
@@ -198,4 +199,18 @@ def base_facts(cfg: KSelectConfig) -> Facts:
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:
-    return resolve_kv_dtype(cfg.kv_cache.dtype, cfg.model.dtype)
+    return resolve_kv_dtype(kv_dtype_setting(cfg), cfg.model.dtype)
+
+
+def kv_dtype_setting(cfg: KSelectConfig) -> str:
+    """The kv_cache dtype vLLM's attention layers take: as configured, or for `auto` the one a quantized
+    checkpoint's quantization_config names (selector/config/hf_quant.py)."""
+    ckv = checkpoint_kv(cfg)
+    if ckv is not None and ckv.dtype is not None and cfg.kv_cache.dtype == "auto":
+        return ckv.dtype
+    return cfg.kv_cache.dtype
+
+
+def checkpoint_kv(cfg: KSelectConfig):
+    """The model checkpoint's KV-cache quantization (hf_quant.CheckpointKV), or None."""
+    return getattr(cfg.model, "checkpoint_kv", None)

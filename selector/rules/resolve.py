@@ -25,6 +25,7 @@ from ..evidence.evidence import Evidence
 from ..outputs.records import Failure, OrphanRule, RuleWarning, SettingIgnored, rejection
 from ..outputs.selection import GroupSelection, Selection
 from .candidates import Choice, choose_backend
+from .checkpoint import checkpoint_kv_checks, kv_dtype_source, kv_scales
 from .facts import Facts, base_facts, resolved_kv_dtype  # noqa: F401 - resolve's public names
 from .groups import Group, target_groups
 from .rulebook import RuleBook, rulebook
@@ -58,6 +59,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     facts = _spec_facts(cfg, book, _forced_facts(book, base_facts(cfg), trace), trace)
     ctx = Resolution(cfg, book, facts, resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model))
     groups = target_groups(cfg)
+    ckv_warnings = checkpoint_kv_checks(cfg, [g.kind for g in groups], trace)
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
     for g, ch in zip(groups, choices):
         layer_init_checks(book, g, ch)
@@ -67,7 +69,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     out = [finish_group(ctx, g, ch, kv_block) for g, ch, kv_block in zip(groups, choices, kv_blocks)]
     if drafts.groups:
         out.extend(draft_groups(ctx, groups, choices, out, drafts))
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out) + ckv_warnings
     return Selection(environment=environment_summary(cfg, facts), block_size=block_size, groups=tuple(out),
                      warnings=tuple(warnings), trace=tuple(trace))
 
@@ -348,7 +350,7 @@ def _kv_quantization(ctx: Resolution, ch: Choice) -> dict:
     quantizes_query = quant_query(ctx.book, ch, ch.backend, quantized)
     return dict(kv_cache_dtype=ctx.kv_dtype, quant_query=quantizes_query,
                 descale=_descale(ctx.book, ch, quantizes_query) if quantized else "none",
-                kv_scales=ctx.cfg.kv_cache.scales if quantized else "none")
+                kv_scales=kv_scales(ctx.cfg) if quantized else "none")
 
 
 def _descale(book: RuleBook, ch: Choice, quantizes_query: bool) -> str:
@@ -438,7 +440,9 @@ def environment_summary(cfg: KSelectConfig, facts: Facts) -> dict:
         "dtype": cfg.model.dtype,
         "multimodal": cfg.model.multimodal,
         "kv_cache_dtype": cfg.kv_cache.dtype,
-        "kv_scales": cfg.kv_cache.scales,
+        "kv_cache_dtype_resolved": resolved_kv_dtype(cfg),
+        "kv_cache_dtype_source": kv_dtype_source(cfg),
+        "kv_scales": kv_scales(cfg),
         "user_block_size": cfg.kv_cache.block_size,
         "spec_decode": cfg.spec_decode.method,
         "num_speculative_tokens": cfg.spec_decode.num_speculative_tokens,

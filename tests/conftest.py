@@ -14,6 +14,16 @@ if not torch.cuda.is_available():
 pytest_plugins = ["kselect.selector.review.pytest_plugin", "pytester"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kselect_user_cache(tmp_path_factory):
+    """kselect's user cache (selector/base/cache.py) in a folder of this test session, for the commands the
+    tests spawn too: the tests never read or fill the user's own."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture
 def fake_flash_attn(monkeypatch):
     """FA3/FA4/fork kernel calls emulated on the fp32 reference with FlashAttention's own semantics

@@ -18,6 +18,7 @@ STEPS = {
     "e2e": "kselect.measurement.e2e",  # the end-to-end harness: selections timed on the bundled model
     "prefill_clocks": "kselect.measurement.prefill_clocks",  # a graphed prefill step's host phases, round by round
     "explain_vs_e2e": "kselect.measurement.explain_vs_e2e",  # `kselect explain`'s prediction beside an e2e run
+    "answers": "kselect.measurement.answers",  # how fast kselect answers: select, --help, bulk, diff, claims (CPU)
 }
 
 

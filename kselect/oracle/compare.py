@@ -18,7 +18,7 @@ import gzip
 import json
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kselect.oracle.cells import FIELDS, GROUP_FIELDS, MODELS, Cell
@@ -41,24 +41,21 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
                     hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
     """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}. A cell whose model
     is a key of `hf_configs` (the registry grid: an architecture's name) selects `model=hf` with that config."""
-    from kselect.selector.base.errors import KSelectError, SelectionError
-    from kselect.selector.api import resolve
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.api import CONF_DIR, Builder, resolve
 
-    builder = _RulesBuilder(rules, conf_dir)
+    builder = Builder(conf_dir or CONF_DIR)  # the matrix's in-process path: one compose per rules option, cached
     if rules:  # an unknown rules option fails here, once, not as a refusal per cell
-        from kselect.selector.api import CONF_DIR
-        from kselect.selector.base.errors import KSelectError as _Err
-
         opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
         if rules not in opts:
-            raise _Err(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
+            raise KSelectError(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
     out: dict[str, dict] = {}
     for c in cells:
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
-                                               else _matrix_cell(c)]))
+            cell = _matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {}) else _matrix_cell(c)
+            ((_, cfg),) = list(builder.configs([replace(cell, rules=rules or None)]))
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
@@ -97,38 +94,6 @@ def _matrix_cell(c: Cell, hf_config: dict | None = None):
 
 def _first_line(s: str) -> str:
     return s.strip().split("\n")[0][:500]
-
-
-def _rules_builder_cls():
-    import sys
-
-    from kselect.selector.review.matrix import Builder
-
-    class RulesBuilder(Builder):
-        """The matrix builder with a `rules=` option composed in (default: the config's). Its
-        composes are its own (the shared cache is keyed without the rules option)."""
-
-        def __init__(self, rules, conf_dir):
-            super().__init__(*([conf_dir] if conf_dir else []))
-            self.rules = rules
-            self._composed = {}
-
-        def composed(self, *args, **kwargs):
-            if not self.rules:
-                return super().composed(*args, **kwargs)
-            mod = sys.modules[Builder.__module__]
-            plain = mod.compose_raw
-            mod.compose_raw = lambda overrides=(), *a, **k: plain([*overrides, f"rules={self.rules}"], *a, **k)
-            try:
-                return super().composed(*args, **kwargs)
-            finally:
-                mod.compose_raw = plain
-
-    return RulesBuilder
-
-
-def _RulesBuilder(rules, conf_dir):  # noqa: N802 - a class factory (the selector import stays lazy)
-    return _rules_builder_cls()(rules, conf_dir)
 
 
 # ------------------------------------------------------------------------- comparison

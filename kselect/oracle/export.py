@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from kselect.oracle.cells import Cell
 
@@ -12,21 +13,21 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
                     hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
     cell kselect selects (a command, or the export's one-line refusal); `hf_configs`: the registry grid's configs."""
-    from kselect.oracle.compare import _RulesBuilder, _matrix_cell
+    from kselect.oracle.compare import _matrix_cell
+    from kselect.selector.api import CONF_DIR, Builder, resolve
     from kselect.selector.base.errors import KSelectError
-    from kselect.selector.api import resolve
 
     render = _renderer()
 
     from kselect.oracle.compare import kselect_records
 
     kselect_records([], rules, conf_dir)  # checks the rules option
-    builder = _RulesBuilder(rules, conf_dir)
+    builder = Builder(conf_dir or CONF_DIR)
     out = {}
     for c in cells:
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
-                                               else _matrix_cell(c)]))
+            cell = _matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {}) else _matrix_cell(c)
+            ((_, cfg),) = list(builder.configs([replace(cell, rules=rules or None)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

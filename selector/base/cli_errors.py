@@ -20,6 +20,14 @@ def debug_enabled() -> bool:
     return os.environ.get("KSELECT_DEBUG", "") not in ("", "0")
 
 
+def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
+    """Old spellings of keys (`overlays=`) exit 2 naming the new one."""
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0]
+        if key in renamed:
+            raise KSelectError(f"{command}: {o!r} is the old spelling; {renamed[key]}")
+
+
 def strip_debug(argv: Sequence[str]) -> list[str]:
     """argv without `--debug`."""
     return [a for a in argv if a != DEBUG_FLAG]

@@ -50,19 +50,26 @@ def check_yaml_text(text: str, where: str) -> None:
     building any Python object from it."""
     if len(text) > MAX_YAML_BYTES:
         raise FileError(f"{where}: {len(text)} bytes; allowed: at most {MAX_YAML_BYTES} bytes of YAML")
-    depth = 0
+    depth, nodes, aliases = 0, 0, False
     try:
         for ev in yaml.parse(text, Loader=_LOADER):  # events: linear, no recursion
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
+                nodes += 1
                 if depth > MAX_YAML_DEPTH:
                     raise FileError(f"{where}: nested deeper than {MAX_YAML_DEPTH} levels; allowed: at most {MAX_YAML_DEPTH}")
             elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-        root = yaml.compose(text, Loader=_LOADER)  # aliases stay shared nodes here
+            elif isinstance(ev, yaml.ScalarEvent):
+                nodes += 1
+            elif isinstance(ev, yaml.AliasEvent):
+                aliases = True
+        # without an alias the expanded size is the node count; with one, count it over the shared nodes
+        root = yaml.compose(text, Loader=_LOADER) if aliases else None  # aliases stay shared nodes here
     except yaml.YAMLError as e:
         raise FileError(f"{where}: not valid YAML ({_yaml_msg(e)})") from None
-    if root is not None and _expanded_size(root, {}) > MAX_YAML_NODES:
+    size = _expanded_size(root, {}) if root is not None else nodes
+    if size > MAX_YAML_NODES:
         raise FileError(
             f"{where}: expands to more than {MAX_YAML_NODES} YAML nodes through aliases (*name); "
             f"allowed: at most {MAX_YAML_NODES} (an alias bomb?)"
@@ -88,7 +95,11 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
 def load_yaml(path: Path | str, what: str = "a YAML file") -> Any:
     """Parse a YAML file with the safe loader, within the limits above; errors name the file."""
     p = Path(path)
-    text = read_text(p, what)
+    return parse_yaml(read_text(p, what), p, what)
+
+
+def parse_yaml(text: str, p: Path, what: str = "a YAML file") -> Any:
+    """load_yaml of a file's text already read."""
     check_yaml_text(text, str(p))
     try:
         return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader

@@ -33,7 +33,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .cli_errors import report_error
+from .cli_errors import check_renamed, report_error
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -93,13 +93,6 @@ def check_one_mode(command: str, flags: list[str]) -> None:
     if len(modes) > 1:
         raise KSelectError(f"kselect {command}: {' and '.join(modes)} together; allowed: one of --run, --multirun (-m), "
                            "--cfg, --info, --shell-completion per command line")
-
-
-def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
-    for o in overrides:
-        key = o.lstrip("+~").partition("=")[0]
-        if key in renamed:
-            raise KSelectError(f"{command}: {o!r} is the old spelling; {renamed[key]}")
 
 
 def quote_values(overrides: list[str]) -> list[str]:
@@ -258,17 +251,15 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
 # A release (rules=vllm_0_34_0) is its base plus overlays (selector/config/releases.py): Hydra's own compose
 # gets the chain spelled out, so `rules.<id>.enabled=false` finds the rule; the job sees the user's spelling.
 _SPELLED: dict[str, str | None] = {}
-# selector/config/compose.py registers releases.expand here when imported (every config command imports it):
-# base sits below config and may not import it.
-release_expander: Callable[[list[str], Path], tuple[list[str], list]] | None = None
 
 
 def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
     """Only where the command line reaches into the rules (`rules.<id>...=`): nothing else needs the chain."""
-    if release_expander is None or not any(o.lstrip("+~").startswith("rules.") for o in overrides):
+    expand = hooks.release_expander  # set when selector/config/releases.py is imported (every config command)
+    if expand is None or not any(o.lstrip("+~").startswith("rules.") for o in overrides):
         return overrides
     try:
-        spelled, _ = release_expander(overrides, config_dir)
+        spelled, _ = expand(overrides, config_dir)
     except KSelectError:
         return overrides  # e.g. a sweep over overlay lists (-m overlay=[a],[b]): each job composes its own
     for k, o in enumerate(spelled):

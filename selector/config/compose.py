@@ -8,47 +8,67 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
-from ..base import hydra_app
+from ..base import cache
 from ..base.errors import ConfigError, KSelectError, format_validation_error
-from ..config.guard import check_conf_tree, check_overrides
+from ..config.guard import check_conf_tree, check_overrides, conf_files
 from ..config.schema import KSelectConfig
 from ..config import releases
 
-hydra_app.release_expander = releases.expand  # the Hydra apps spell a release's chain where overrides reach its rules
-
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # a checkout's conf/, or the wheel's kselect/conf
 
-__all__ = ["CONF_DIR", "compose", "compose_raw", "validate"]
+__all__ = ["CONF_DIR", "compose", "compose_key", "compose_raw", "validate"]
 
 
 def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> dict:
     """Hydra compose -> a plain dict. Raises KSelectError naming the override or file.
 
     The conf tree and the overrides are checked first (guard.py): no code, no interpolations,
-    no names outside conf/, bounded YAML."""
+    no names outside conf/, bounded YAML. The result is kept in the user cache (base/cache.py) under
+    the content of every conf file, the overrides and kselect's code: the same question composes once."""
     overrides = list(overrides)
     if not Path(conf_dir).is_dir():
         raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
+    files = conf_files(conf_dir)
+    key = compose_key(conf_dir, files, overrides) if all(isinstance(o, str) for o in overrides) else None
+    hit = cache.read_entry("compose", key) if key else None
+    if isinstance(hit, dict):
+        check_conf_tree(conf_dir, files)  # every file's check, each a hit under its content hash
+        return hit
     check_overrides(overrides, conf_dir)
-    check_conf_tree(conf_dir)
+    check_conf_tree(conf_dir, files)
+    data = _hydra_compose(overrides, Path(conf_dir))
+    if key:
+        cache.write_entry("compose", key, data)
+    return data
+
+
+def compose_key(conf_dir: Path | str, files: list[tuple[Path, str]], overrides: list[str]) -> str:
+    """The cache key of a compose: every conf file's name and content hash, the overrides, kselect's code."""
+    root = Path(conf_dir)
+    return cache.digest("compose", cache.code_key(), *(f"{p.relative_to(root)}={h}" for p, h in files), "\0",
+                        *overrides)
+
+
+def _hydra_compose(overrides: list[str], conf_dir: Path) -> dict:
+    from hydra import compose as hydra_compose  # noqa: PLC0415 - Hydra only when the cache misses
+    from hydra import initialize_config_dir  # noqa: PLC0415
+    from hydra.errors import HydraException  # noqa: PLC0415
+    from omegaconf import OmegaConf  # noqa: PLC0415
+    from omegaconf.errors import OmegaConfBaseException  # noqa: PLC0415
+
     user = list(overrides)
-    overrides, manifests = releases.expand(overrides, Path(conf_dir))  # a release = its base + overlays
+    overrides, manifests = releases.expand(overrides, conf_dir)  # a release = its base + overlays
     try:
-        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException, ValueError, TypeError, KeyError, AssertionError) as e:
         msg = _one_paragraph(e)
         missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
-        if missing and (Path(conf_dir) / missing[1]).is_dir():
-            opts = sorted(p.stem for p in (Path(conf_dir) / missing[1]).glob("*.yaml"))
+        if missing and (conf_dir / missing[1]).is_dir():
+            opts = sorted(p.stem for p in (conf_dir / missing[1]).glob("*.yaml"))
             msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
         bad = [o for o in user if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or user  # as the user wrote them
         raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None

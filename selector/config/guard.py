@@ -15,8 +15,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..base import cache
 from ..base.errors import KSelectError
-from ..base.files import FileError, check_yaml_text, load_yaml, read_text, safe_name
+from ..base.files import FileError, read_text, safe_name
 from ..config.overlay_order import check_overlay_list
 
 # Hydra settings a sweep may change from the command line (launcher choice, output dirs, jobs).
@@ -42,23 +43,52 @@ class ConfTreeError(KSelectError):
     """A file of conf/ that kselect refuses to compose (it names the file and the key)."""
 
 
-def check_conf_tree(conf_dir: Path | str) -> None:
-    """Every YAML file under conf_dir, checked once per (path, size, mtime)."""
+def conf_files(conf_dir: Path | str) -> list[tuple[Path, str]]:
+    """Every YAML file under conf_dir (sorted) with its content hash ("" where it cannot be read: the check
+    names the problem)."""
+    out = []
+    for p in sorted(Path(conf_dir).rglob("*.y*ml")):
+        try:
+            out.append((p, cache.digest(p.read_bytes())))
+        except OSError:
+            out.append((p, ""))
+    return out
+
+
+def check_conf_tree(conf_dir: Path | str, files: list[tuple[Path, str]] | None = None) -> None:
+    """Every YAML file under conf_dir checked, each once per content (cache.py): a file whose exact content
+    (and name) passed these checks before, under this kselect, passes without being parsed again.
+    files: conf_files(conf_dir), when the caller hashed them already."""
     root = Path(conf_dir)
-    for p in sorted(root.rglob("*.y*ml")):
-        st = p.stat() if p.exists() else None
-        _check_file(root, p, st.st_size if st else -1, st.st_mtime_ns if st else -1)
+    files = conf_files(root) if files is None else files
+    code = cache.code_key()
+    keys = [cache.digest("guard", code, str(p.relative_to(root)), h) if h else "" for p, h in files]
+    tree = cache.digest("guard-tree", *keys)
+    if tree in _PASSED or cache.read_entry("guard", tree) is True:
+        _PASSED.add(tree)
+        return
+    for (p, _), key in zip(files, keys):
+        if key and (key in _PASSED or cache.read_entry("guard", key) is True):
+            _PASSED.add(key)
+            continue
+        _check_file(root, p)
+        if key:
+            _PASSED.add(key)
+            cache.write_entry("guard", key, True)
+    _PASSED.add(tree)
+    cache.write_entry("guard", tree, True)
 
 
-@functools.lru_cache(maxsize=4096)
-def _check_file(root: Path, p: Path, size: int, mtime: int) -> None:
+_PASSED: set[str] = set()  # keys (content hashes) that passed in this process
+
+
+def _check_file(root: Path, p: Path) -> None:
     rel = p.relative_to(root)
     for part in rel.parts:
         if not part.startswith(".") or part in (".", ".."):
             safe_name(part.removesuffix(".yaml").removesuffix(".yml"), f"file {rel}")
-    text = read_text(p, "a kselect config file")
-    check_yaml_text(text, str(p))
-    data = load_yaml(p, "a kselect config file")
+    read_text(p, "a kselect config file")  # a dangling link or an oversized file, named
+    data = cache.load_yaml_cached(p, "a kselect config file")  # parsed once a content: evidence reads it from there
     launcher = rel.parts[:2] == ("hydra", "launcher")
     strict = rel.parts[0] in STRICT_DIRS or rel == Path("config.yaml")
     for path, key, value in _walk(data):
@@ -163,4 +193,4 @@ def check_overrides(overrides: Sequence[str], conf_dir: Path | str, hydra_keys: 
             check_overlay_list(opt, conf_dir, f"[{','.join(opt)}]")
 
 
-__all__ = ["ConfTreeError", "FileError", "SWEEP_HYDRA_KEYS", "check_conf_tree", "check_overrides"]
+__all__ = ["ConfTreeError", "FileError", "SWEEP_HYDRA_KEYS", "check_conf_tree", "check_overrides", "conf_files"]

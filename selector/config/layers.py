@@ -4,6 +4,7 @@ config through selector/config/hf_arch.py). Pure data: no pydantic, no torch."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -24,19 +25,24 @@ class LayerSpec:
 
 
 def gemma4_layers(m) -> tuple[LayerSpec, ...]:
-    """A Gemma-4 preset's layers (selector/config/schema.py ModelConfig)."""
+    """A Gemma-4 preset's layers (selector/config/schema.py ModelConfig). The preset is frozen: its layers are
+    kept per the fields they read (a matrix's objective search asks tens of thousands of times)."""
+    dims = (m.head_dim, m.global_head_dim, m.num_key_value_heads, m.global_kv_heads(), m.sliding_window)
+    return _gemma4_layers(tuple(m.resolved_layer_types()), m.num_hidden_layers - m.num_kv_shared_layers, dims)
+
+
+@functools.lru_cache(maxsize=256)
+def _gemma4_layers(types: tuple[str, ...], first_shared: int, dims: tuple[int, ...]) -> tuple[LayerSpec, ...]:
+    """dims: head size and KV heads of sliding and of full layers, and the window."""
+    head_dim, global_head_dim, kv_heads, global_kv_heads, window = dims
+    last = {t: j for j, t in enumerate(types[:first_shared])}  # a shared layer reads the last earlier one of its type
     out = []
-    first_shared = m.num_hidden_layers - m.num_kv_shared_layers
-    types = m.resolved_layer_types()
     for i, t in enumerate(types):
         sliding = t == "sliding_attention"
-        reads = None
-        if i >= first_shared:
-            reads = max(j for j in range(first_shared) if types[j] == t)
         out.append(LayerSpec(
             index=i, kind="sliding_window" if sliding else "full_attention",
-            head_size=m.head_dim if sliding else m.global_head_dim,
-            num_kv_heads=m.num_key_value_heads if sliding else m.global_kv_heads(),
-            window=m.sliding_window if sliding else None, reads_from=reads,
+            head_size=head_dim if sliding else global_head_dim,
+            num_kv_heads=kv_heads if sliding else global_kv_heads,
+            window=window if sliding else None, reads_from=last[t] if i >= first_shared else None,
         ))
     return tuple(out)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..base import hooks
 from ..base.errors import KSelectError
 from ..base.files import SAFE_NAME, load_yaml
 
@@ -224,3 +225,6 @@ def default_rules(conf_dir: Path | str) -> str | None:
         if isinstance(entry, dict) and "rules" in entry:
             return str(entry["rules"])
     return None
+
+
+hooks.release_expander = expand  # the Hydra apps spell a release's chain where overrides reach its rules

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..base.errors import format_validation_error
 from ..config.compose import CONF_DIR
-from ..base.files import FileError, load_yaml
+from ..base.cache import load_yaml_cached
+from ..base.files import FileError
 from ..outputs.records import ClaimCheck, ClaimsWarning
 from ..config.vocab import CLAIM_RE, Claim, check_build, claim_dtype
 
@@ -105,7 +106,7 @@ def load(gpu_model: str, directory: Path | str) -> ConformanceFile | None:
 def read_file(path: Path | str, gpu: str | None = None) -> ConformanceFile:
     path = Path(path)
     what = "a conformance file (written by kselect conformance)"
-    data = load_yaml(path, what)
+    data = load_yaml_cached(path, what)  # parsed once per content (base/cache.py)
     if data is None:
         raise FileError(f"{path}: empty; expected {what}")
     if not isinstance(data, dict):

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..base.errors import ConfigError, format_validation_error
 from ..config.compose import CONF_DIR
-from ..base.files import atomic_write, load_yaml
+from ..base.cache import load_yaml_cached
+from ..base.files import atomic_write
 from ..config.vocab import PATH_RE, check_build
 
 PERF_DIR = CONF_DIR / "perf"  # the bundled files (kselect perf writes here by default)
@@ -156,7 +157,7 @@ def load(gpu_model: str, directory: Path | str) -> PerfFile | None:
     if not path.exists():
         return None
     try:
-        data = PerfFile.model_validate(load_yaml(path, "a perf file (kselect perf)"))
+        data = PerfFile.model_validate(load_yaml_cached(path, "a perf file (kselect perf)"))  # parsed once per content
     except ValidationError as e:
         raise ConfigError(str(path), "invalid", format_validation_error(e)) from None
     for key, entry in data.entries.items():
@@ -198,9 +199,7 @@ def nearest(data: PerfFile | None, shape: KernelShape, phase: str, batch: int, c
     if data is None:
         return None
     best, best_key = None, None
-    for e in data.entries.values():
-        if e.phase != phase or e.shape != shape:
-            continue
+    for e in _index(data).get((phase, shape), ()):
         inside = e.context * (1 - e.context_spread) <= context <= e.context * (1 + e.context_spread)
         ratios = [abs(math.log(e.batch / batch)), 0.0 if inside else abs(math.log(e.context / context))]
         if max(ratios) > math.log(COVER):
@@ -209,6 +208,22 @@ def nearest(data: PerfFile | None, shape: KernelShape, phase: str, batch: int, c
         if best_key is None or key < best_key:
             best, best_key = e, key
     return best
+
+
+def _index(data: PerfFile) -> dict[tuple, list[PerfEntry]]:
+    """data's entries by what nearest() matches exactly (a matrix asks thousands of times of ~1,600 entries)."""
+    hit = _INDEX.get(id(data))
+    if hit is None or hit[0] is not data or hit[2] != len(data.entries):  # a file changed in place re-indexes
+        if len(_INDEX) > 16:
+            _INDEX.clear()
+        table: dict[tuple, list[PerfEntry]] = {}
+        for e in data.entries.values():
+            table.setdefault((e.phase, e.shape), []).append(e)
+        hit = _INDEX[id(data)] = (data, table, len(data.entries))
+    return hit[1]
+
+
+_INDEX: dict[int, tuple[PerfFile, dict, int]] = {}  # id -> (the file itself, kept and compared, its index, size)
 
 
 def nearest_step(data: PerfFile | None, model: str, phase: str, batch: int, context: int) -> StepEntry | None:

@@ -18,9 +18,8 @@ from ..base.errors import SelectionError
 from ..measure.figures import figure, kv_tag, noise_why, point, step_figure, verified
 from ..evidence.kernel_versions import release_of
 from ..outputs.measured import Figure, PhaseEvidence
-from ..measure.pins import choices, pinned, rank
+from ..measure.pins import choices, rank, resolve_pinned
 from ..outputs.records import ObjectiveWarning
-from ..rules.resolve import resolve_rules
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
 
@@ -98,7 +97,7 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
         others = {x.flash_attn_version for x in chosen.groups if not x.draft and x.kind != g.kind and x.backend == "FLASH_ATTN"}
         glob = version if version else (3 if 3 in others and name != "FLASH_ATTN" else None)
         try:
-            sel = resolve_rules(pinned(cfg, {**pins, g.kind: name}, chosen.block_size, fa_version=glob), book, s.evidence)
+            sel = resolve_pinned(cfg, book, s.evidence, {**pins, g.kind: name}, chosen.block_size, glob)
         except SelectionError:  # not valid at this cache block
             continue
         first = next(x for x in sel.groups if x.kind == g.kind and not x.draft)

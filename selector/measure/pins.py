@@ -34,6 +34,29 @@ def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None, 
     return cfg.model_copy(update=upd)
 
 
+def resolve_pinned(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, kinds: dict[str, str], block: int | None = None,
+                   fa_version: int | None = None):
+    """resolve_rules(pinned(cfg, kinds, block, fa_version), book, evidence), or raise its SelectionError. A search
+    asks the same combination again and again (over 60% repeats): kept while the same (cfg, book, evidence) asks."""
+    owner = (cfg, book, evidence)
+    if _MEMO.get("owner") is None or any(a is not b for a, b in zip(_MEMO["owner"], owner)):
+        _MEMO.clear()
+        _MEMO["owner"] = owner
+    key = (tuple(sorted(kinds.items())), block, fa_version)
+    hit = _MEMO.get(key)
+    if hit is None:
+        try:
+            hit = _MEMO[key] = (resolve_rules(pinned(cfg, kinds, block, fa_version=fa_version), book, evidence), None)
+        except SelectionError as e:
+            hit = _MEMO[key] = (None, e)
+    if hit[1] is not None:
+        raise hit[1].with_traceback(None)
+    return hit[0]
+
+
+_MEMO: dict = {}  # the (cfg, book, evidence) it is for, kept and compared by identity; then key -> (selection, error)
+
+
 def choices(cfg: KSelectConfig, priority: list[str]) -> list[tuple[str, int | None]]:
     """Per-group candidates: vLLM's priority list, plus FlashAttention 3 where the user did not pin a
     version and FA3 is installed. vLLM's attention_config.flash_attn_version=3 is a valid pin for
@@ -80,6 +103,6 @@ def resolutions(cfg: KSelectConfig, book: RuleBook, kinds: list[str], priority: 
         rk = tuple(rank(priority, c) for c in combo)
         for block in BLOCKS:
             try:
-                yield pins, rk, block, resolve_rules(pinned(cfg, pins, block, fa_version=version), book, evidence)
+                yield pins, rk, block, resolve_pinned(cfg, book, evidence, pins, block, version)
             except SelectionError as e:
                 yield pins, rk, block, e

@@ -176,6 +176,9 @@ def _batch(cells: list[Cell], extra: tuple[str, ...], reqs: list, index: list[in
         return [_one(reqs[i], conf_dir, evidence) for i in index]
     out = []
     for i, r in zip(index, results):
+        if r.failure is not None and r.config is not None:  # the refusal as `kselect select` words it
+            out.append(_resolved(tuple(reqs[i]), r.config, evidence))
+            continue
         err = None if r.failure is None else _text(SelectionError(r.failure, r.rejected))
         out.append(Answer(tuple(reqs[i]), r.config, r.selection, err))
     return out

@@ -4,13 +4,13 @@ not run it (the bundled Gemma-4 is the model that runs)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
+from ..base.reading import FileError, check_lengths, is_special, load_json, short
 from ..config.hf_arch import derive_layers, model_head_size, text_config
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
@@ -21,32 +21,30 @@ _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "
 
 
 def read_hf_config(path: str) -> dict:
-    """A config.json (or a folder holding one) as an object; ValueError naming model.hf_config otherwise."""
+    """A config.json (or a folder holding one) as an object, read through the checked reader
+    (selector/base/reading.py: no special file, bounded size, depth and integers); errors name model.hf_config."""
+    label, expected = f"model.hf_config={short(path)}", "a Hugging Face config.json or the folder holding it"
+    check_lengths(path, label)
     p = Path(path).expanduser()
-    if p.is_dir():
+    if p.is_dir() and not is_special(p):
         p = p / "config.json"
-    if not p.is_file():
-        raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
-                         f"Hugging Face config.json or the folder holding it")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"model.hf_config={path!r}: {p.stat().st_size} bytes; allowed: at most {MAX_CONFIG_BYTES}")
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"model.hf_config={path!r} is not JSON ({e}); allowed: a Hugging Face config.json") from None
+    obj = load_json(p, label, expected, MAX_CONFIG_BYTES)
     if not isinstance(obj, dict):
-        raise ValueError(f"model.hf_config={path!r} holds a {type(obj).__name__}; allowed: a JSON object")
+        raise FileError(f"{label} holds a JSON {type(obj).__name__}; allowed: a JSON object ({expected})")
     return obj
 
 
 def config_dtype(c: dict) -> str:
-    """The dtype vLLM's `--dtype auto` takes from the config (torch_dtype / dtype; float32 serves as bfloat16)."""
+    """The dtype vLLM's `--dtype auto` takes from the config (torch_dtype / dtype, the text config's first;
+    float32 serves as bfloat16)."""
     t, w = text_config(c)
-    v = t.get("torch_dtype", t.get("dtype", c.get("torch_dtype", c.get("dtype"))))
-    if v is None:
+    found = [(f"{where}.{k}", d[k]) for where, d in ((w, t), ("model.hf_config", c)) for k in ("torch_dtype", "dtype")
+             if d.get(k) is not None]
+    if not found:
         raise ValueError(f"{w}.torch_dtype is missing; set model.dtype (bfloat16 / float16 / float32)")
-    if v not in _DTYPES:
-        raise ValueError(f"{w}.torch_dtype: got {v!r}; allowed: {sorted(_DTYPES)}")
+    key, v = found[0]
+    if not isinstance(v, str) or v not in _DTYPES:
+        raise ValueError(f"{key}: got {short(v)}; allowed: a string, one of {sorted(_DTYPES)}")
     return "bfloat16" if _DTYPES[v] == "float32" else _DTYPES[v]
 
 

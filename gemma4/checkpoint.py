@@ -162,19 +162,15 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
 
 
 def read_config_json(folder: str | Path, error: type[Exception], expected: str) -> tuple[Path, dict]:
-    """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong."""
-    folder = Path(folder)
-    cfg = folder / "config.json"
-    if not cfg.is_file():
-        raise error(f"{folder}: no config.json (expected {expected})")
-    if cfg.stat().st_size > 16 << 20:
-        raise error(f"{cfg}: {cfg.stat().st_size} bytes; allowed: a config.json of at most 16 MiB")
+    """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong. Read through the checked
+    reader (kselect/selector/base/reading.py): no special file, at most 16 MiB, bounded depth and integer length."""
+    from kselect.selector.base.reading import FileError, load_json
+
+    cfg = Path(folder) / "config.json"
     try:
-        d = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise error(f"{cfg}: not valid JSON ({e.__class__.__name__}: {str(e)[:200]})") from e
-    except OSError as e:
-        raise error(f"{cfg}: unreadable ({e})") from e
+        d = load_json(cfg, str(cfg), f"a config.json ({expected})", 16 << 20)
+    except FileError as e:
+        raise error(str(e)) from None
     if not isinstance(d, dict):
         raise error(f"{cfg}: a JSON {type(d).__name__}; expected an object (expected {expected})")
     return cfg, d
@@ -253,9 +249,13 @@ def check_size(args: Gemma4Args, folder: Path, files: list[Path]) -> None:
 def _shard_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
+        from kselect.selector.base.reading import FileError, load_json
+
         try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
+            wm = load_json(index, str(index), "a safetensors index (model.safetensors.index.json)")["weight_map"]
+            if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+                raise TypeError("weight_map is not an object of file names")
+        except (FileError, KeyError, TypeError) as e:
             raise CheckpointError(f"{index}: corrupted index ({type(e).__name__}: {e})") from e
         files = [folder / f for f in sorted(set(wm.values()))]
         for f in files:
@@ -351,9 +351,12 @@ def load_state(model: Gemma4, tensors: dict[str, tuple[str, torch.Tensor]], wher
 
 
 def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None = None) -> Gemma4:
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    from kselect.selector.base.reading import FileError, check_path
+
+    try:
+        folder = check_path(folder, f"checkpoint folder {folder}", "a Hugging Face checkpoint folder", kind="dir")
+    except FileError as e:
+        raise CheckpointError(str(e)) from None
     args = read_config(folder)
     check_size(args, folder, _shard_files(folder))
     if dtype is not None:
@@ -395,9 +398,12 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
 def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
     """The assistant folder's config.json as DrafterArgs for `target` (no tensors read): DrafterError if the
     folder is missing, has no or a malformed config.json, or one that does not fit the target."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DrafterError(f"{folder}: not a folder (expected a Gemma-4 assistant checkpoint folder)")
+    from kselect.selector.base.reading import FileError, check_path
+
+    try:
+        folder = check_path(folder, str(folder), "a Gemma-4 assistant checkpoint folder", kind="dir")
+    except FileError as e:
+        raise DrafterError(str(e)) from None
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
     try:  # sizes within the selector's bounds before anything is derived or allocated from them
         precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))

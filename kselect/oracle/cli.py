@@ -153,12 +153,14 @@ def _ray_available(address: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from kselect.oracle import env as envmod
+    from kselect.oracle.records import RecordError
     from kselect.oracle.run import WorkerError
     from kselect.selector.base.errors import KSelectError
 
     a = out = None
     try:
         a = parser().parse_args(argv)
+        check_arguments(a)  # the whole strings and the output paths, before any network, cache or disk work
         cells = _cells(a)
         if a.ray_address:
             _ray_available(a.ray_address)
@@ -166,12 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         rules = None if a.no_compare else _rules_for(a, release.version)
         stem = "oracle_models_" if a.grid == "models" else "oracle_"
         out = Path(a.out or f"{stem}{release.version.replace('.', '_')}.jsonl.gz")
-        if a.out and not out.parent.is_dir():
-            raise BadInput(f"kselect oracle: --out {a.out}: the folder {out.parent} does not exist.")
-        for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):  # refused before any work
-            if path and (Path(path).is_dir() or not Path(path).parent.is_dir()):
-                raise BadInput(f"kselect oracle: {flag} {path}: not a file in an existing folder; allowed: a file path "
-                               "whose folder exists.")
         if a.dry_run:
             return _dry_run(release, cells, out, rules, a)
         env = envmod.ensure(release)
@@ -187,11 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(str(e), file=sys.stderr)
         return 2
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError, EOFError, OSError) as e:
-        if isinstance(e, OSError) and not getattr(e, "filename", None):
-            raise
-        print(f"kselect oracle: --out {a.out or out}: not an oracle record this command can resume or compare "
-              f"({type(e).__name__}: {e}); give a new path or the record `kselect oracle` wrote.", file=sys.stderr)
+    except RecordError as e:
+        print(f"kselect oracle: --out: not an oracle record this command can resume or compare: {e}; give a new path "
+              "or the record `kselect oracle` wrote.", file=sys.stderr)
         return 2
     except WorkerError as e:  # vLLM's worker died: finished batches are kept, a re-run resumes
         print(f"kselect oracle: {e}", file=sys.stderr)
@@ -201,11 +195,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def check_arguments(a) -> None:
+    """Every string argument whole (no control character, a length the file system can name) and every output path
+    writable as a file in an existing folder: refused before the release is resolved (no registry, no cache)."""
+    from kselect.selector.base.files import check_out_path
+    from kselect.selector.base.reading import check_lengths, short
+
+    for flag, value in (("SOURCE", a.source), ("--rules", a.rules), ("--ray-address", a.ray_address),
+                        *((f, v) for f, v in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)))):
+        if value is not None and (not value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value)):
+            raise BadInput(f"kselect oracle: {flag} {short(value)}: empty or holds a control character (a newline?); "
+                           "allowed: printable text")
+    check_lengths(a.source, f"SOURCE {short(a.source)}")
+    for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):
+        if path is None:
+            continue
+        check_out_path(path, flag)
+        if not Path(path).parent.is_dir():
+            raise BadInput(f"kselect oracle: {flag} {short(path)}: the folder {Path(path).parent} does not exist; "
+                           "allowed: a file path whose folder exists.")
+
+
 def _dry_run(release, cells, out, rules, a) -> int:
     from kselect.oracle import env as envmod
     from kselect.oracle.run import Parts, make_batches, read_lines
 
-    have = read_lines(out) if out.is_file() else {}
+    have = read_lines(out)
     have.update(Parts(out).done())
     todo = [c for c in cells if c.key not in have]
     plan = {**envmod.plan(release), "grid": a.grid, "cells": len(cells), "recorded": len(cells) - len(todo), "to_run": len(todo),
@@ -235,8 +250,10 @@ def _compare(out: Path, rules: str | None, version: str, a) -> int:
 
 
 def cli() -> None:
+    from kselect.selector.base.cli_errors import call_main
+
     t0 = time.perf_counter()
-    rc = main()
+    rc = call_main(main, sys.argv[1:])  # a bug: exit 3 and one paragraph (main reports bad input itself)
     if os.environ.get("KSELECT_ORACLE_TIME"):
         print(f"oracle: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     sys.exit(rc)

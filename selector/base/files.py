@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ..base.errors import KSelectError
-from .reading import FileError, check_lengths, is_special
+from .reading import FileError, check_lengths, is_special, short
 from .reading import read_text as _read_checked
 
 MAX_YAML_BYTES = 4 << 20  # the largest committed conf file is ~25 KB
@@ -108,17 +108,17 @@ def _yaml_msg(e: yaml.YAMLError) -> str:
 def check_out_path(path: Path | str, key: str) -> None:
     """An output file kselect will write: refuse, before any work, a path that is a directory, a special file
     (/proc, /dev, a FIFO), too long, or lies under a file (atomic_write would fail only after the work)."""
-    check_lengths(path, f"{key} {path}")
+    check_lengths(path, f"{key} {short(str(path))}")
     p = Path(path)
     if p.is_dir():
-        raise FileError(f"{key}: {path} is a directory; allowed: a file path (its folder is created if missing)")
+        raise FileError(f"{key}: {short(str(path))} is a directory; allowed: a file path (its folder is created if missing)")
     if is_special(p) or (p.exists() and not p.is_file()):
-        raise FileError(f"{key}: {path} is a special file (under /proc, /sys, /dev, or a FIFO or device); allowed: "
+        raise FileError(f"{key}: {short(str(path))} is a special file (under /proc, /sys, /dev, or a FIFO or device); allowed: "
                         "a regular file path")
     for parent in p.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
-                raise FileError(f"{key}: {path} lies under {parent}, which is not a directory; allowed: a path "
+                raise FileError(f"{key}: {short(str(path))} lies under {parent}, which is not a directory; allowed: a path "
                                 "whose existing parents are directories")
             return
 

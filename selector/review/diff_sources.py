@@ -95,7 +95,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     except (OSError, subprocess.SubprocessError) as e:
         raise KSelectError(f"diff: git:{rev}: git could not run in {repo} ({e.__class__.__name__}: {e})") from None
     if p.returncode != 0:
-        raise KSelectError(f"diff: git:{rev} conf={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
+        raise KSelectError(f"diff: git:{rev} conf_path={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
     try:
         with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
             tar.extractall(dest, filter="data")
@@ -105,8 +105,8 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
 
 
 def check_conf_rel(conf_rel: str) -> str:
-    """`conf=` names a folder of the repository: relative, safe parts, no '..'."""
+    """`conf_path=` names a folder of the repository: relative, safe parts, no '..'."""
     parts = conf_rel.split("/")
     if not conf_rel or conf_rel.startswith(("/", "-")) or any(not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", x) or x == ".." for x in parts):
-        raise KSelectError(f"diff: conf={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
+        raise KSelectError(f"diff: conf_path={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
     return conf_rel

@@ -32,6 +32,9 @@ def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> i
     unless debugging). Tests call this in-process."""
     debug = DEBUG_FLAG in argv or debug_enabled()
     argv = strip_debug(argv)
+    saved = os.environ.get("KSELECT_DEBUG")
+    if debug:  # the Hydra apps' own backstop (hydra_app.run_app) reads it
+        os.environ["KSELECT_DEBUG"] = "1"
     try:
         code = main(argv)
     except SystemExit as e:  # argparse and friends
@@ -56,6 +59,11 @@ def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> i
             raise
         report_error(internal_error(e, [*_prog(), *argv]))
         code = INTERNAL_ERROR
+    finally:
+        if saved is None:
+            os.environ.pop("KSELECT_DEBUG", None)
+        else:
+            os.environ["KSELECT_DEBUG"] = saved
     return 0 if code is None else code
 
 

@@ -235,6 +235,11 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
             code = 2
         except BrokenPipeError:
             code = 0
+        except Exception as e:  # noqa: BLE001 - a bug: said here, before Hydra adds its own "Error executing job"
+            if debug_enabled():
+                raise
+            report_error(internal_error(e, ["kselect", command, *argv]))
+            code = INTERNAL_ERROR
         finally:
             gh.hydra = held
         status["code"] = max(status["code"], code or 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from kselect.kernels.dtypes import dtype_name
-from kselect.gemma4.config import DrafterArgs, DrafterError, Gemma4Args, torch_dtype
+from kselect.gemma4.config import MODEL_DTYPES, DrafterArgs, DrafterError, Gemma4Args, torch_dtype
 from kselect.gemma4.drafter import Drafter
 from kselect.gemma4.model import Gemma4
 
@@ -178,6 +178,7 @@ def read_config_json(folder: str | Path, error: type[Exception], expected: str) 
 
 def read_config(folder: str | Path) -> Gemma4Args:
     cfg, d = read_config_json(folder, CheckpointError, "a Hugging Face checkpoint folder")
+    check_raw_types(d, str(cfg))  # the wrapper's own fields (text_config an object, its dtype a string)
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
     precheck(text, str(cfg))
     try:
@@ -186,6 +187,45 @@ def read_config(folder: str | Path) -> Gemma4Args:
         raise CheckpointError(f"{cfg}: not a usable Gemma-4 text config: {type(e).__name__}: {e}") from e
     check_bounds(args, str(cfg))
     return args
+
+
+# the config.json fields Gemma4Args.from_hf_config reads beyond the selector's schema: their JSON types, strictly
+# (a boolean is no number; a wrong type is refused naming the field, never read as a default)
+RAW_TYPES: dict[str, tuple[type, ...]] = {
+    "model_type": (str,), "_name_or_path": (str,), "dtype": (str,), "torch_dtype": (str,), "hidden_activation": (str,),
+    "bos_token_id": (int,), "pad_token_id": (int,), "eos_token_id": (int, list), "rope_parameters": (dict,),
+    "per_layer_config": (dict,), "text_config": (dict,), "final_logit_softcapping": (int, float),
+    "use_bidirectional_attention": (bool,), "attention_bias": (bool,), "use_double_wide_mlp": (bool,),
+    "attention_k_eq_v": (bool,), "enable_moe_block": (bool,)}  # fmt: skip
+
+
+def _type_ok(v, types: tuple[type, ...]) -> bool:
+    if isinstance(v, bool):
+        return bool in types
+    if isinstance(v, list):
+        return list in types and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    return isinstance(v, types)
+
+
+def check_raw_types(d: dict, where: str) -> None:
+    """RAW_TYPES over one level of a config.json (the wrapper or its text_config), and the objects nested in
+    rope_parameters and per_layer_config."""
+    from kselect.selector.base.reading import short
+
+    for k, types in RAW_TYPES.items():
+        v = d.get(k)
+        if v is not None and not _type_ok(v, types):
+            allowed = " or ".join({"int": "an integer", "list": "a list of integers", "dict": "an object", "str": "a string",
+                                   "bool": "true/false", "float": "a number"}[t.__name__] for t in types)
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: {allowed}")
+        if k.endswith("_token_id") and any(x < 0 for x in (v if isinstance(v, list) else [v] if v is not None else [])):
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: token ids of at least 0")
+        if k in ("dtype", "torch_dtype") and v is not None and v.removeprefix("torch.") not in MODEL_DTYPES:
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: one of {', '.join(sorted(MODEL_DTYPES))}")
+    for k in ("rope_parameters", "per_layer_config"):
+        for sub, v in (d.get(k) or {}).items():
+            if v is not None and not isinstance(v, dict):
+                raise CheckpointError(f"{where}: {k}.{sub}: got {short(v)}; allowed: an object")
 
 
 def precheck(d: dict, where: str) -> None:
@@ -197,6 +237,7 @@ def precheck(d: dict, where: str) -> None:
 
     from kselect.selector.config.schema import ModelConfig
 
+    check_raw_types(d, where)
     for k, f in ModelConfig.model_fields.items():
         if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
             try:
@@ -406,6 +447,7 @@ def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
         raise DrafterError(str(e)) from None
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
     try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        check_raw_types(d, str(cfg))
         precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
     except CheckpointError as e:
         raise DrafterError(str(e)) from None

@@ -34,17 +34,24 @@ def read_hf_config(path: str) -> dict:
     return obj
 
 
-def config_dtype(c: dict) -> str:
-    """The dtype vLLM's `--dtype auto` takes from the config (torch_dtype / dtype, the text config's first;
-    float32 serves as bfloat16)."""
+def dtype_fields(c: dict) -> list[tuple[str, str]]:
+    """(key, value) of every dtype the config names (torch_dtype / dtype, the text config's first), each checked to
+    be a dtype name: a wrong type is refused where it stands, also in a field an earlier one overrides."""
     t, w = text_config(c)
     found = [(f"{where}.{k}", d[k]) for where, d in ((w, t), ("model.hf_config", c)) for k in ("torch_dtype", "dtype")
              if d.get(k) is not None]
+    for key, v in found:
+        if not isinstance(v, str) or v not in _DTYPES:
+            raise ValueError(f"{key}: got {short(v)}; allowed: a string, one of {sorted(_DTYPES)}")
+    return found
+
+
+def config_dtype(c: dict) -> str:
+    """The dtype vLLM's `--dtype auto` takes from the config (the first of dtype_fields; float32 serves as bfloat16)."""
+    found = dtype_fields(c)
     if not found:
-        raise ValueError(f"{w}.torch_dtype is missing; set model.dtype (bfloat16 / float16 / float32)")
-    key, v = found[0]
-    if not isinstance(v, str) or v not in _DTYPES:
-        raise ValueError(f"{key}: got {short(v)}; allowed: a string, one of {sorted(_DTYPES)}")
+        raise ValueError(f"{text_config(c)[1]}.torch_dtype is missing; set model.dtype (bfloat16 / float16 / float32)")
+    v = found[0][1]
     return "bfloat16" if _DTYPES[v] == "float32" else _DTYPES[v]
 
 
@@ -76,8 +83,10 @@ class HFModelConfig(Strict):
             if data.get("name") in (None, "hf"):
                 data["name"] = _name_from(hc)
             hc = data["hf_config"]
-        if data.get("dtype", "auto") == "auto" and isinstance(hc, dict):
-            data["dtype"] = config_dtype(hc)
+        if isinstance(hc, dict):
+            dtype_fields(hc)  # checked even where model.dtype is set: the file's own error
+            if data.get("dtype", "auto") == "auto":
+                data["dtype"] = config_dtype(hc)
         return data
 
     @model_validator(mode="after")

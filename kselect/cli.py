@@ -55,6 +55,14 @@ def main(argv: list[str] | None = None) -> None:
     if hasattr(signal, "SIGPIPE"):  # `kselect ... | head`: end quietly when the reader goes, as `cat` does (Hydra
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # logs --info: its handlers would print each failed write)
     sys.argv = [f"kselect {name}", *rest]
+    from kselect.selector.base.cli_errors import check_printable, report_error
+    from kselect.selector.base.errors import KSelectError
+
+    try:
+        check_printable(rest)
+    except KSelectError as e:
+        report_error(e)
+        sys.exit(2)
     try:
         command(name)()
     except BrokenPipeError:  # the reader went away (`kselect run --help | head`): stop quietly, as `cat` does
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         print("kselect: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the backstop of every command: a bug is exit 3 and one paragraph
-        from kselect.selector.base.cli_errors import debug_enabled, internal_error, report_error
+        from kselect.selector.base.cli_errors import debug_enabled, internal_error
 
         if "--debug" in rest or debug_enabled():
             raise

@@ -27,6 +27,26 @@ def strip_debug(argv: Sequence[str]) -> list[str]:
     return [a for a in argv if a != DEBUG_FLAG]
 
 
+PROMPT_FLAGS = ("--prompt",)  # free text: newlines and tabs are part of a prompt
+
+
+def check_printable(argv: Sequence[str]) -> None:
+    """Every argument whole and printable: a trailing newline or an escape is refused naming its key or flag (a name
+    read up to `$` or `.strip()` would otherwise pass), before any work. A prompt's value may hold any text."""
+    for i, a in enumerate(argv):
+        if a.isprintable() or (i and argv[i - 1] in PROMPT_FLAGS) or a.startswith(tuple(f + "=" for f in PROMPT_FLAGS)):
+            continue
+        if "=" in a:
+            what = f"{a.split('=', 1)[0]}= (in {a!r})"
+        elif i and argv[i - 1].startswith("-"):
+            what = f"{argv[i - 1]} {a!r}"
+        else:
+            what = f"argument {i + 1} {a!r}"
+        bad = next(ch for ch in a if not ch.isprintable())
+        raise KSelectError(f"{what}: holds the control character {bad!r}; allowed: printable text (a newline or an "
+                           "escape in a name, value or path is never read up to it)")
+
+
 def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
     """Run a command's main on argv and return its exit status (errors reported, never raised,
     unless debugging). Tests call this in-process."""
@@ -36,6 +56,7 @@ def call_main(main: Callable[[list[str]], int | None], argv: Sequence[str]) -> i
     if debug:  # the Hydra apps' own backstop (hydra_app.run_app) reads it
         os.environ["KSELECT_DEBUG"] = "1"
     try:
+        check_printable(argv)
         code = main(argv)
     except SystemExit as e:  # argparse and friends
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else _report_text(str(e.code)))

@@ -30,7 +30,7 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 def safe_name(name: str, key: str) -> str:
     """A name that becomes a file name inside conf/ (group option, overlay, gpu model)."""
-    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or ".." in name:
         raise KSelectError(
             f"invalid config: {key}: bad name {name!r}; allowed: letters, digits, '_', '-', '.' "
             "(at most 64, no '..', no '/'), naming a file inside conf/"

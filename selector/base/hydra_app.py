@@ -34,7 +34,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .cli_errors import DEBUG_FLAG, INTERNAL_ERROR, debug_enabled, internal_error, report_error, strip_debug
+from .cli_errors import (DEBUG_FLAG, INTERNAL_ERROR, check_printable, debug_enabled, internal_error, report_error,
+                         strip_debug)
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -96,6 +97,16 @@ def check_one_mode(command: str, flags: list[str]) -> None:
                            "--cfg, --info, --shell-completion per command line")
 
 
+def check_no_code(overrides: list[str]) -> None:
+    """No override names code to run: a `_target_` key (Hydra would instantiate it: a `+` adds one to any command's
+    config) or a Hydra callback."""
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0]
+        if "_target_" in key.split(".") or key.startswith("hydra.callbacks"):
+            raise KSelectError(f"invalid config: {o}: {key} names code to run; allowed: no _target_ and no "
+                               "hydra.callbacks from the command line (kselect's configs are data)")
+
+
 def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -> None:
     for o in overrides:
         key = o.lstrip("+~").partition("=")[0]
@@ -132,8 +143,14 @@ def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
         overrides = [o for o in overrides if re.search(rf"\d{{{limit}}}", o)] or overrides
     if overrides:
         bad = [o for o in overrides if o.lstrip("+~").split("=")[0] in text] or list(overrides)
-        return f"invalid config: {' '.join(o if len(o) <= 120 else o[:100] + f'...({len(o)} characters)' for o in bad)}: {text}"
+        return f"invalid config: {' '.join(map(_shown, bad))}: {text}"
     return "invalid config: " + text
+
+
+def _shown(override: str) -> str:
+    """An override as a message shows it: control characters escaped, a long one cut."""
+    o = override if override.isprintable() else repr(override)
+    return o if len(o) <= 120 else f"{o[:100]}...({len(o)} characters)"
 
 
 def _added_hydra_keys(overrides: list[str]) -> list[tuple[str, str]]:
@@ -205,6 +222,8 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     if not _wants_output(argv):
         lead += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none"]
     try:
+        check_printable(argv)
+        check_no_code(overrides)
         check_renamed(command, overrides, renamed or {})
         check_one_mode(command, flags)
         check_group_values(overrides, config_dir)  # before Hydra: its ValueError for `model=null` names no key

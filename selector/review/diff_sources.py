@@ -77,7 +77,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     The revision never reaches git as an option: it must look like a revision (no leading '-',
     no spaces), is resolved with `git rev-parse --verify` to a commit, and only that sha is
     passed on, with the path after `--`."""
-    if not _REV.match(rev) or ".." in rev:
+    if not _REV.fullmatch(rev) or ".." in rev:
         raise KSelectError(
             f"diff: git revision {rev!r} is not allowed; allowed: a branch, tag, sha or rev such as HEAD~1 "
             "(letters, digits and _ . / ~ ^ @ { } + -, not starting with '-', no '..')"

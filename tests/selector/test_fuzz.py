@@ -720,6 +720,10 @@ SUBPROCESS = [
     ["conformance", "--claims", "X:bf16:d99999:causal", "--out", "o.yaml", "--device", "cpu"],
     ["run", "platform=cpu", "--prefill-chunk", "0"],
     ["bogus-command"],
+    # issue #49: a special file, a version with a newline (refused before any download), a prompt that is not UTF-8
+    ["select", "platform=sm90", "model=hf", "model.hf_config=/proc/self/mem"],
+    ["oracle", "0.34.0\n"],
+    ["run", "platform=cpu", "--prompt", "\udcff"],
 ]
 
 
@@ -727,7 +731,7 @@ def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, float, int]:
     """`python -m kselect ARGV` in a real process: (exit status, stderr, CPU seconds, max RSS in KiB)
     of that process alone (os.wait4's rusage; CPU time, not wall time, so a loaded machine does not
     fail it)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KSELECT_VLLM_HOME": str(cwd / "vllm_cache")}  # the oracle's cache
     env.pop("KSELECT_DEBUG", None)
     with open(cwd / ".stderr", "w+") as err:
         p = subprocess.Popen([sys.executable, "-m", "kselect", *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -749,3 +753,4 @@ def test_real_processes_exit_2_without_traceback(argv, tmp_path):
     assert "Traceback" not in err and "internal error" not in err, err[-1000:]
     assert err.strip() and "\n\n" not in err.strip()
     assert rss_kb < MAX_RSS_KB, f"max RSS {rss_kb / 1024:.0f} MiB"
+    assert not (tmp_path / "vllm_cache").exists()  # nothing downloaded or built for bad input

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -167,6 +168,8 @@ def read_config_json(folder: str | Path, error: type[Exception], expected: str) 
     from kselect.selector.base.reading import FileError, load_json
 
     cfg = Path(folder) / "config.json"
+    if not os.path.lexists(cfg):
+        raise error(f"{folder}: no config.json (expected {expected})")
     try:
         d = load_json(cfg, str(cfg), f"a config.json ({expected})", 16 << 20)
     except FileError as e:

@@ -445,7 +445,7 @@ def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
     from kselect.selector.base.reading import FileError, check_path
 
     try:
-        folder = check_path(folder, str(folder), "a Gemma-4 assistant checkpoint folder", kind="dir")
+        folder = check_path(folder, f"{folder}: not a folder", "a Gemma-4 assistant checkpoint folder", kind="dir")
     except FileError as e:
         raise DrafterError(str(e)) from None
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")

@@ -563,6 +563,7 @@ def _chunks():
 @pytest.mark.parametrize("cli,i,n", list(_chunks()))
 def test_malformed_input_exits_2_naming_the_key(cli, i, n, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KSELECT_DEBUG", raising=False)
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))  # matplotlib's own cache, not kselect's
     monkeypatch.setenv("KSELECT_FUZZ", "1")
     cases = TABLE[cli][i::n]
     failures = []

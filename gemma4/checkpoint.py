@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from kselect.kernels.dtypes import dtype_name
-from kselect.gemma4.config import MODEL_DTYPES, DrafterArgs, DrafterError, Gemma4Args, torch_dtype
-from kselect.gemma4.drafter import Drafter
-from kselect.gemma4.model import Gemma4
+from ..kernels.dtypes import dtype_name
+from .config import MODEL_DTYPES, DrafterArgs, DrafterError, Gemma4Args, torch_dtype
+from .drafter import Drafter
+from .model import Gemma4
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 BUNDLED_TOKENIZER = ASSETS / "tokenizer.json"
@@ -131,7 +131,7 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
     """Write an HF-style folder: config.json + model.safetensors (or shards with an index)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.base.files import atomic_write, replaced
+    from ..selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
 def read_config_json(folder: str | Path, error: type[Exception], expected: str) -> tuple[Path, dict]:
     """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong. Read through the checked
     reader (kselect/selector/base/reading.py): no special file, at most 16 MiB, bounded depth and integer length."""
-    from kselect.selector.base.reading import FileError, load_json
+    from ..selector.base.reading import FileError, load_json
 
     cfg = Path(folder) / "config.json"
     if not os.path.lexists(cfg):
@@ -213,7 +213,7 @@ def _type_ok(v, types: tuple[type, ...]) -> bool:
 def check_raw_types(d: dict, where: str) -> None:
     """RAW_TYPES over one level of a config.json (the wrapper or its text_config), and the objects nested in
     rope_parameters and per_layer_config."""
-    from kselect.selector.base.reading import short
+    from ..selector.base.reading import short
 
     for k, types in RAW_TYPES.items():
         v = d.get(k)
@@ -238,7 +238,7 @@ def precheck(d: dict, where: str) -> None:
 
     from pydantic import TypeAdapter, ValidationError
 
-    from kselect.selector.config.schema import ModelConfig
+    from ..selector.config.schema import ModelConfig
 
     check_raw_types(d, where)
     for k, f in ModelConfig.model_fields.items():
@@ -255,8 +255,8 @@ def check_bounds(args: Gemma4Args, where: str) -> None:
     any tensor is allocated from it."""
     from pydantic import ValidationError
 
-    from kselect.selector.base.errors import format_validation_error
-    from kselect.selector.config.schema import ModelConfig
+    from ..selector.base.errors import format_validation_error
+    from ..selector.config.schema import ModelConfig
 
     keys = set(ModelConfig.model_fields) - {"name", "architecture", "dtype", "multimodal", "checkpoint", "drafter",
                                             "full_attention_every"}
@@ -293,7 +293,7 @@ def check_size(args: Gemma4Args, folder: Path, files: list[Path]) -> None:
 def _shard_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        from kselect.selector.base.reading import FileError, load_json
+        from ..selector.base.reading import FileError, load_json
 
         try:
             wm = load_json(index, str(index), "a safetensors index (model.safetensors.index.json)")["weight_map"]
@@ -395,7 +395,7 @@ def load_state(model: Gemma4, tensors: dict[str, tuple[str, torch.Tensor]], wher
 
 
 def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None = None) -> Gemma4:
-    from kselect.selector.base.reading import FileError, check_path
+    from ..selector.base.reading import FileError, check_path
 
     try:
         folder = check_path(folder, f"checkpoint folder {folder}", "a Hugging Face checkpoint folder", kind="dir")
@@ -427,7 +427,7 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.base.files import atomic_write, replaced
+    from ..selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -442,7 +442,7 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
 def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
     """The assistant folder's config.json as DrafterArgs for `target` (no tensors read): DrafterError if the
     folder is missing, has no or a malformed config.json, or one that does not fit the target."""
-    from kselect.selector.base.reading import FileError, check_path
+    from ..selector.base.reading import FileError, check_path
 
     try:
         folder = check_path(folder, f"{folder}: not a folder", "a Gemma-4 assistant checkpoint folder", kind="dir")
@@ -532,7 +532,7 @@ def load_tokenizer(folder: str | Path | None = None):
     if folder is not None and not path.is_file():
         raise CheckpointError(f"{folder}: no tokenizer.json")
     if not path.is_file():
-        from kselect.gemma4.tokenizer import build_tokenizer
+        from .tokenizer import build_tokenizer
 
         return build_tokenizer()
     try:

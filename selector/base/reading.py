@@ -67,7 +67,7 @@ def check_path(path: str | Path, label: str, expected: str, kind: str = "file") 
         st = os.stat(p)
     except FileNotFoundError:
         gone = os.path.islink(p)
-        raise FileError(f"{label}: {'a dangling symlink' if gone else 'does not exist'}; expected {expected}") from None
+        raise FileError(f"{label}: {'a dangling symlink' if gone else 'does not exist (no such file or folder)'}; expected {expected}") from None
     except OSError as e:
         what = "a symlink loop" if e.errno == 40 else f"not readable ({e.strerror})"  # 40: ELOOP
         raise FileError(f"{label}: {what}; expected {expected}") from None

@@ -1,4 +1,4 @@
-"""kselect/benchmarks/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
+"""kselect/measurement/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
 summary, and the phase timer's wrapping undone."""
 
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kselect.benchmarks import prefill_clocks as pc
+from kselect.measurement import prefill_clocks as pc
 
 
 def stamp(t: float) -> str:
@@ -69,7 +69,7 @@ def test_timed_wraps_time_each_call_between_syncs_and_restore_what_they_wrapped(
 def test_host_clock_times_the_fill_and_its_parts_and_unwraps_them():
     from kselect.gemma4.block_manager import GroupBlocks
     from kselect.gemma4.model_runner import ModelRunner
-    from kselect.gemma4.prefill_graph import PrefillGraph
+    from kselect.gemma4.graphs import PrefillGraph
 
     before = (PrefillGraph.fill, GroupBlocks.block_table, GroupBlocks.slot_mapping, ModelRunner.prepare_replay)
     g = GroupBlocks("full_attention", 4, 16)

@@ -26,13 +26,15 @@ def read_hf_config(path: str) -> dict:
     """A config.json (or a folder holding one) as an object, read through the checked reader
     (selector/base/reading.py: no special file, bounded size, depth and integers); errors name model.hf_config. A
     ModelOpt checkpoint's hf_quant_config.json beside it is merged in as vLLM's config loader merges it."""
-    check_lengths(path, f"model.hf_config={short(path)}")
     p = Path(path).expanduser()
     if p.is_dir() and not is_special(p):
         p = p / "config.json"
-    obj = _read_json(p, path)
-    quant = p.parent / "hf_quant_config.json"
-    return _with_quant_config(obj, quant if quant.is_file() else None, path)
+    try:
+        obj = _read_json(p, path)
+        quant = p.parent / "hf_quant_config.json"
+        return _with_quant_config(obj, quant if quant.is_file() else None, path)
+    except FileError as e:  # a ValueError for pydantic: the validation error names the key
+        raise ValueError(str(e)) from None
 
 
 def _read_json(p: Path, given: str) -> dict:
@@ -105,6 +107,8 @@ class HFModelConfig(Strict):
         if hc is None:
             raise ValueError("model.hf_config is not set; allowed: a path to a Hugging Face config.json (or its "
                              "folder), e.g. model=hf model.hf_config=/models/Llama-3.1-8B/config.json")
+        if isinstance(hc, str):  # before any stat() of it (a 300-byte component is an OSError there)
+            check_lengths(hc, f"model.hf_config={short(hc)}")
         if isinstance(hc, str) and looks_like_hub_id(hc):
             hub, data["hf_config"] = read_hub_config(hc)
             data.update(hub_id=hub.repo, hub_revision=hub.revision)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
 
 from ..kernels.dtypes import dtype_name
-from .config import DrafterArgs, DrafterError, Gemma4Args, torch_dtype
+from .config import MODEL_DTYPES, DrafterArgs, DrafterError, Gemma4Args, torch_dtype
 from .drafter import Drafter
 from .model import Gemma4
 
@@ -162,19 +163,17 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
 
 
 def read_config_json(folder: str | Path, error: type[Exception], expected: str) -> tuple[Path, dict]:
-    """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong."""
-    folder = Path(folder)
-    cfg = folder / "config.json"
-    if not cfg.is_file():
+    """(path, parsed config.json) of a checkpoint folder, or `error` saying what is wrong. Read through the checked
+    reader (kselect/selector/base/reading.py): no special file, at most 16 MiB, bounded depth and integer length."""
+    from ..selector.base.reading import FileError, load_json
+
+    cfg = Path(folder) / "config.json"
+    if not os.path.lexists(cfg):
         raise error(f"{folder}: no config.json (expected {expected})")
-    if cfg.stat().st_size > 16 << 20:
-        raise error(f"{cfg}: {cfg.stat().st_size} bytes; allowed: a config.json of at most 16 MiB")
     try:
-        d = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise error(f"{cfg}: not valid JSON ({e.__class__.__name__}: {str(e)[:200]})") from e
-    except OSError as e:
-        raise error(f"{cfg}: unreadable ({e})") from e
+        d = load_json(cfg, str(cfg), f"a config.json ({expected})", 16 << 20)
+    except FileError as e:
+        raise error(str(e)) from None
     if not isinstance(d, dict):
         raise error(f"{cfg}: a JSON {type(d).__name__}; expected an object (expected {expected})")
     return cfg, d
@@ -182,6 +181,7 @@ def read_config_json(folder: str | Path, error: type[Exception], expected: str) 
 
 def read_config(folder: str | Path) -> Gemma4Args:
     cfg, d = read_config_json(folder, CheckpointError, "a Hugging Face checkpoint folder")
+    check_raw_types(d, str(cfg))  # the wrapper's own fields (text_config an object, its dtype a string)
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
     precheck(text, str(cfg))
     try:
@@ -190,6 +190,45 @@ def read_config(folder: str | Path) -> Gemma4Args:
         raise CheckpointError(f"{cfg}: not a usable Gemma-4 text config: {type(e).__name__}: {e}") from e
     check_bounds(args, str(cfg))
     return args
+
+
+# the config.json fields Gemma4Args.from_hf_config reads beyond the selector's schema: their JSON types, strictly
+# (a boolean is no number; a wrong type is refused naming the field, never read as a default)
+RAW_TYPES: dict[str, tuple[type, ...]] = {
+    "model_type": (str,), "_name_or_path": (str,), "dtype": (str,), "torch_dtype": (str,), "hidden_activation": (str,),
+    "bos_token_id": (int,), "pad_token_id": (int,), "eos_token_id": (int, list), "rope_parameters": (dict,),
+    "per_layer_config": (dict,), "text_config": (dict,), "final_logit_softcapping": (int, float),
+    "use_bidirectional_attention": (bool,), "attention_bias": (bool,), "use_double_wide_mlp": (bool,),
+    "attention_k_eq_v": (bool,), "enable_moe_block": (bool,)}  # fmt: skip
+
+
+def _type_ok(v, types: tuple[type, ...]) -> bool:
+    if isinstance(v, bool):
+        return bool in types
+    if isinstance(v, list):
+        return list in types and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    return isinstance(v, types)
+
+
+def check_raw_types(d: dict, where: str) -> None:
+    """RAW_TYPES over one level of a config.json (the wrapper or its text_config), and the objects nested in
+    rope_parameters and per_layer_config."""
+    from ..selector.base.reading import short
+
+    for k, types in RAW_TYPES.items():
+        v = d.get(k)
+        if v is not None and not _type_ok(v, types):
+            allowed = " or ".join({"int": "an integer", "list": "a list of integers", "dict": "an object", "str": "a string",
+                                   "bool": "true/false", "float": "a number"}[t.__name__] for t in types)
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: {allowed}")
+        if k.endswith("_token_id") and any(x < 0 for x in (v if isinstance(v, list) else [v] if v is not None else [])):
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: token ids of at least 0")
+        if k in ("dtype", "torch_dtype") and v is not None and v.removeprefix("torch.") not in MODEL_DTYPES:
+            raise CheckpointError(f"{where}: {k}: got {short(v)}; allowed: one of {', '.join(sorted(MODEL_DTYPES))}")
+    for k in ("rope_parameters", "per_layer_config"):
+        for sub, v in (d.get(k) or {}).items():
+            if v is not None and not isinstance(v, dict):
+                raise CheckpointError(f"{where}: {k}.{sub}: got {short(v)}; allowed: an object")
 
 
 def precheck(d: dict, where: str) -> None:
@@ -201,6 +240,7 @@ def precheck(d: dict, where: str) -> None:
 
     from ..selector.config.schema import ModelConfig
 
+    check_raw_types(d, where)
     for k, f in ModelConfig.model_fields.items():
         if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
             try:
@@ -253,9 +293,13 @@ def check_size(args: Gemma4Args, folder: Path, files: list[Path]) -> None:
 def _shard_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
+        from ..selector.base.reading import FileError, load_json
+
         try:
-            wm = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
+            wm = load_json(index, str(index), "a safetensors index (model.safetensors.index.json)")["weight_map"]
+            if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+                raise TypeError("weight_map is not an object of file names")
+        except (FileError, KeyError, TypeError) as e:
             raise CheckpointError(f"{index}: corrupted index ({type(e).__name__}: {e})") from e
         files = [folder / f for f in sorted(set(wm.values()))]
         for f in files:
@@ -351,9 +395,12 @@ def load_state(model: Gemma4, tensors: dict[str, tuple[str, torch.Tensor]], wher
 
 
 def load_checkpoint(folder: str | Path, device="cpu", dtype: torch.dtype | None = None) -> Gemma4:
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder {folder} does not exist")
+    from ..selector.base.reading import FileError, check_path
+
+    try:
+        folder = check_path(folder, f"checkpoint folder {folder}", "a Hugging Face checkpoint folder", kind="dir")
+    except FileError as e:
+        raise CheckpointError(str(e)) from None
     args = read_config(folder)
     check_size(args, folder, _shard_files(folder))
     if dtype is not None:
@@ -395,11 +442,15 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
 def read_drafter_config(folder: str | Path, target: Gemma4Args) -> DrafterArgs:
     """The assistant folder's config.json as DrafterArgs for `target` (no tensors read): DrafterError if the
     folder is missing, has no or a malformed config.json, or one that does not fit the target."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DrafterError(f"{folder}: not a folder (expected a Gemma-4 assistant checkpoint folder)")
+    from ..selector.base.reading import FileError, check_path
+
+    try:
+        folder = check_path(folder, f"{folder}: not a folder", "a Gemma-4 assistant checkpoint folder", kind="dir")
+    except FileError as e:
+        raise DrafterError(str(e)) from None
     cfg, d = read_config_json(folder, DrafterError, "a Gemma-4 assistant checkpoint folder")
     try:  # sizes within the selector's bounds before anything is derived or allocated from them
+        check_raw_types(d, str(cfg))
         precheck(d.get("text_config") if isinstance(d.get("text_config"), dict) else d, str(cfg))
     except CheckpointError as e:
         raise DrafterError(str(e)) from None

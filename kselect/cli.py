@@ -54,11 +54,29 @@ def main(argv: list[str] | None = None) -> None:
     if hasattr(signal, "SIGPIPE"):  # `kselect ... | head`: end quietly when the reader goes, as `cat` does (Hydra
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # logs --info: its handlers would print each failed write)
     sys.argv = [f"kselect {name}", *rest]
+    from kselect.selector.base.cli_errors import check_printable, report_error
+    from kselect.selector.base.errors import KSelectError
+
+    try:
+        check_printable(rest)
+    except KSelectError as e:
+        report_error(e)
+        sys.exit(2)
     try:
         command(name)()
     except BrokenPipeError:  # the reader went away (`kselect run --help | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(141)
+    except KeyboardInterrupt:
+        print("kselect: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the backstop of every command: a bug is exit 3 and one paragraph
+        from kselect.selector.base.cli_errors import debug_enabled, internal_error
+
+        if "--debug" in rest or debug_enabled():
+            raise
+        report_error(internal_error(e, ["kselect", *argv]))
+        sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -74,10 +74,19 @@ def parse(argv: list[str]) -> tuple[list[str], argparse.Namespace]:
     return overrides, opts
 
 
+def _utf8(text: str) -> str:
+    """A prompt as the tokenizer takes it: bytes that are not UTF-8 reach Python as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid UTF-8 (byte {e.start} of the argument); allowed: UTF-8 text") from None
+    return text
+
+
 def _parser(add_help: bool = True) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kselect run", description=__doc__.split("\n")[0], add_help=add_help,
                                  allow_abbrev=False, epilog="Other arguments are Hydra overrides (see conf/config.yaml).")
-    ap.add_argument("--prompt", action="append", help="a prompt (repeat for a batch); default: 4 built-in prompts")
+    ap.add_argument("--prompt", action="append", type=_utf8, help="a prompt (repeat for a batch); default: 4 built-in prompts")
     ap.add_argument("--max-new-tokens", type=_bounded(int, 1, 1 << 16), default=24)
     ap.add_argument("--temperature", type=_bounded(float, 0.0, 100.0), default=0.0, help="0 = greedy")
     ap.add_argument("--top-k", type=_bounded(int, 0, 1 << 21), default=0)

@@ -11,8 +11,10 @@ from kselect.oracle.cli import main
 
 
 def cli() -> None:
+    from kselect.selector.base.cli_errors import call_main
+
     t0 = time.perf_counter()
-    rc = main()
+    rc = call_main(main, sys.argv[1:])  # a bug: exit 3 and one paragraph (main reports bad input itself)
     if os.environ.get("KSELECT_ORACLE_TIME"):
         print(f"oracle: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     sys.exit(rc)

@@ -3,7 +3,8 @@
   kselect select platform=sm90 model=gemma4_31b kv_cache=fp8 output=json
   kselect select platform=sm90 kv_cache=fp8 model.multimodal=true rules=post_pr52987 overlay=[pr48666] verbose=true
   kselect select --cfg job platform=sm90          # the composed config, nothing resolved
-  kselect select -m platform=sm80,sm90            # one selection per value (Hydra's multirun)
+  kselect select -m platform=sm80,sm90            # one selection per value (Hydra's multirun; its records go
+                                                  # to multirun/<date>/<time>/ here, or hydra.sweep.dir=<dir>)
   kselect select cells=cells.jsonl objective=latency   # one answer (a JSON line) per line of overrides
 
 output: table | json | markdown | vllm. Exit 2 with one paragraph on stderr for a bad config or

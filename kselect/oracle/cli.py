@@ -164,12 +164,14 @@ def _ray_available(address: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from kselect.oracle import env as envmod
+    from kselect.oracle.records import RecordError
     from kselect.oracle.run import WorkerError
     from kselect.selector.base.errors import KSelectError
 
     a = out = None
     try:
         a = parser().parse_args(argv)
+        check_arguments(a)  # the whole strings and the output paths, before any network, cache or disk work
         cells = _cells(a) if a.grid != "registry" else None
         if a.ray_address:
             _ray_available(a.ray_address)
@@ -210,11 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(str(e), file=sys.stderr)
         return 2
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError, EOFError, OSError) as e:
-        if isinstance(e, OSError) and not getattr(e, "filename", None):
-            raise
-        print(f"kselect oracle: --out {a.out or out}: not an oracle record this command can resume or compare "
-              f"({type(e).__name__}: {e}); give a new path or the record `kselect oracle` wrote.", file=sys.stderr)
+    except RecordError as e:
+        print(f"kselect oracle: --out: not an oracle record this command can resume or compare: {e}; give a new path "
+              "or the record `kselect oracle` wrote.", file=sys.stderr)
         return 2
     except WorkerError as e:  # vLLM's worker died: finished batches are kept, a re-run resumes
         print(f"kselect oracle: {e}", file=sys.stderr)
@@ -224,11 +224,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def check_arguments(a) -> None:
+    """Every string argument whole (no control character, a length the file system can name) and every output path
+    writable as a file in an existing folder: refused before the release is resolved (no registry, no cache)."""
+    from kselect.selector.base.files import check_out_path
+    from kselect.selector.base.reading import check_lengths, short
+
+    for flag, value in (("SOURCE", a.source), ("--rules", a.rules), ("--ray-address", a.ray_address),
+                        *((f, v) for f, v in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)))):
+        if value is not None and (not value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value)):
+            raise BadInput(f"kselect oracle: {flag} {short(value)}: empty or holds a control character (a newline?); "
+                           "allowed: printable text")
+    check_lengths(a.source, f"SOURCE {short(a.source)}")
+    for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):
+        if path is None:
+            continue
+        check_out_path(path, flag)
+        if not Path(path).parent.is_dir():
+            raise BadInput(f"kselect oracle: {flag} {short(path)}: the folder {Path(path).parent} does not exist; "
+                           "allowed: a file path whose folder exists.")
+
+
 def _dry_run(release, cells, out, rules, a) -> int:
     from kselect.oracle import env as envmod
     from kselect.oracle.run import Parts, make_batches, read_lines
 
-    have = read_lines(out) if out.is_file() else {}
+    have = read_lines(out)
     have.update(Parts(out).done())
     todo = [c for c in cells if c.key not in have]
     plan = {**envmod.plan(release), "grid": a.grid, "cells": len(cells), "recorded": len(cells) - len(todo), "to_run": len(todo),

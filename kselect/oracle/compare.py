@@ -14,8 +14,6 @@ reason), with the cells they cover. No torch: kselect's selector and the records
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -28,10 +26,9 @@ AXES = ("cc", "model", "kv_cache", "multimodal", "fa", "backend", "spec")
 
 def load_records(path: str | Path) -> list[dict]:
     """The oracle's JSONL (optionally .gz): one record per cell."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from kselect.oracle.records import records
+
+    return list(records(path))
 
 
 # ------------------------------------------------------------------------- kselect's side

@@ -39,7 +39,8 @@ IMPORT_DEPS = ("regex", "cachetools", "psutil", "numpy", "requests", "tqdm", "py
 # A venv built before these were listed gets them once, without dependencies (`.extras` inside names them).
 MODEL_DEPS = ("compressed-tensors", "loguru")
 SKIP_SUFFIXES = (".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp")
-VERSION_RE = re.compile(r"^\d+\.\d+\.\d+([a-z0-9.+-]*)?$")
+VERSION_RE = re.compile(r"\d+\.\d+\.\d+[a-z0-9.+-]*")  # whole strings only (fullmatch): a version
+# names cache folders, venvs and lock files
 
 
 class SourceError(KSelectError):
@@ -74,17 +75,21 @@ def resolve(source: str, root: Path | None = None, download=None) -> Release:
             raise SourceError(f"wheel {source}: no such file; give a vLLM wheel (vllm-VERSION-*.whl), a vLLM "
                               "version on the package registry (e.g. 0.34.0) or an unpacked source folder.")
         m = re.match(r"vllm-([^-]+)-", p.name)
-        if not m or not zipfile.is_zipfile(p):
+        if not m or not VERSION_RE.fullmatch(m.group(1)) or not zipfile.is_zipfile(p):
             raise SourceError(f"wheel {source}: not a vLLM wheel (expected a zip named vllm-VERSION-*.whl).")
         return Release(m.group(1), p.resolve(), None)
     if p.is_dir() or "/" in source or source.startswith("."):
         if not (p / "vllm" / "__init__.py").is_file():
             raise SourceError(f"source folder {source}: {'no vllm/__init__.py in it' if p.is_dir() else 'no such folder'}"
                               "; give an unpacked vLLM source tree (the folder holding vllm/), a wheel or a version.")
-        return Release(source_version(p), None, p.resolve())
+        version = source_version(p)
+        if not VERSION_RE.fullmatch(version):
+            raise SourceError(f"source folder {source}: its version {version[:80]!r} is not a release version (e.g. "
+                              "0.34.0; it names cache folders and lock files); give a source tree of a vLLM release.")
+        return Release(version, None, p.resolve())
     if source == "latest":
         source = latest_version()
-    if not VERSION_RE.match(source):
+    if not VERSION_RE.fullmatch(source):
         raise SourceError(f"vLLM release {source!r}: not a version (e.g. 0.34.0), `latest`, a wheel path or a "
                           "source folder.")
     wheel = _cached_wheel(root, source) or (download or _download)(source, root)

@@ -71,17 +71,11 @@ def write_record(path: Path, records: dict[str, dict], cells: Sequence[Cell]) ->
 
 
 def read_lines(path: Path) -> dict[str, dict]:
-    """Records by key from a JSONL (optionally .gz); an unterminated last line is ignored."""
-    if not path.is_file():
-        return {}
-    opener = gzip.open if path.suffix == ".gz" else open
-    out = {}
-    with opener(path, "rt") as f:
-        for line in f:
-            if line.strip() and line.endswith("\n"):
-                r = json.loads(line)
-                out[r["key"]] = r
-    return out
+    """Records by key from a JSONL (optionally .gz); an unterminated last line is ignored; none if no such file.
+    RecordError (kselect/oracle/records.py) for a file that is no record."""
+    from kselect.oracle.records import exists, records
+
+    return {r["key"]: r for r in records(path, complete_only=True)} if exists(path) else {}
 
 
 class Parts:

@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from ..base.errors import KSelectError
+from .reading import FileError, check_lengths, is_special, short
+from .reading import read_text as _read_checked
 
 MAX_YAML_BYTES = 4 << 20  # the largest committed conf file is ~25 KB
 MAX_YAML_NODES = 200_000  # after alias expansion; the largest committed file has ~3,000
@@ -26,13 +28,9 @@ MAX_YAML_DEPTH = 32
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
-class FileError(KSelectError):
-    """A file that cannot be read or written as asked; the message names the file."""
-
-
 def safe_name(name: str, key: str) -> str:
     """A name that becomes a file name inside conf/ (group option, overlay, gpu model)."""
-    if not isinstance(name, str) or not SAFE_NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name) or ".." in name:
         raise KSelectError(
             f"invalid config: {key}: bad name {name!r}; allowed: letters, digits, '_', '-', '.' "
             "(at most 64, no '..', no '/'), naming a file inside conf/"
@@ -105,21 +103,13 @@ def parse_yaml(text: str, p: Path, what: str = "a YAML file") -> Any:
         return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         raise FileError(f"{p}: not valid YAML ({_yaml_msg(e)}); expected {what}") from None
+    except ValueError as e:  # an integer past Python's int-digit limit (sys.get_int_max_str_digits)
+        raise FileError(f"{p}: a value YAML cannot convert ({str(e)[:120]}); expected {what}") from None
 
 
 def read_text(p: Path, what: str, limit: int = MAX_YAML_BYTES) -> str:
-    if p.is_symlink() and not p.exists():
-        raise FileError(f"{p}: a dangling symlink (to {os.readlink(p)}); expected {what}")
-    try:
-        if p.stat().st_size > limit:
-            raise FileError(f"{p}: {p.stat().st_size} bytes; allowed: at most {limit} bytes for {what}")
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileError(f"{p}: no such file; expected {what}") from None
-    except IsADirectoryError:
-        raise FileError(f"{p}: a directory; expected {what}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise FileError(f"{p}: unreadable ({e.__class__.__name__}: {e}); expected {what}") from None
+    """A file kselect reads, checked before it is opened (selector/base/reading.py); errors name the file."""
+    return _read_checked(p, str(p), what, limit)
 
 
 def _yaml_msg(e: yaml.YAMLError) -> str:
@@ -127,15 +117,19 @@ def _yaml_msg(e: yaml.YAMLError) -> str:
 
 
 def check_out_path(path: Path | str, key: str) -> None:
-    """An output file kselect will write: refuse, before any work, a path that is a directory or lies under a
-    file (atomic_write would fail only after the work, with an OSError)."""
+    """An output file kselect will write: refuse, before any work, a path that is a directory, a special file
+    (/proc, /dev, a FIFO), too long, or lies under a file (atomic_write would fail only after the work)."""
+    check_lengths(path, f"{key} {short(str(path))}")
     p = Path(path)
     if p.is_dir():
-        raise FileError(f"{key}: {path} is a directory; allowed: a file path (its folder is created if missing)")
+        raise FileError(f"{key}: {short(str(path))} is a directory; allowed: a file path (its folder is created if missing)")
+    if is_special(p) or (p.exists() and not p.is_file()):
+        raise FileError(f"{key}: {short(str(path))} is a special file (under /proc, /sys, /dev, or a FIFO or device); allowed: "
+                        "a regular file path")
     for parent in p.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
-                raise FileError(f"{key}: {path} lies under {parent}, which is not a directory; allowed: a path "
+                raise FileError(f"{key}: {short(str(path))} lies under {parent}, which is not a directory; allowed: a path "
                                 "whose existing parents are directories")
             return
 

@@ -7,7 +7,8 @@ What kselect adds around `hydra.main`:
 - A plain run writes nothing: unless the command line asks for an output directory
   (`hydra.run.dir=...`, `-m`), the app runs with `hydra.run.dir=.`, `hydra.output_subdir=null`
   and `hydra/job_logging=none`, so there is no `outputs/` and no log file. Asking for a
-  directory gets Hydra's usual record (`<dir>/.hydra/`). These defaults are plain leading
+  directory gets Hydra's usual record (`<dir>/.hydra/`); `-m` writes it under Hydra's
+  `multirun/<date>/<time>/` in the current folder (or `hydra.sweep.dir=...`), and says so on stderr. These defaults are plain leading
   overrides, so any later one on the command line wins and `--cfg hydra` shows them.
 - Errors are one paragraph on stderr and exit status 2 (the project's contract): a config
   Hydra cannot compose (an unknown option or key, an override it cannot parse) and every
@@ -33,7 +34,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .cli_errors import check_renamed, report_error
+from .cli_errors import (DEBUG_FLAG, INTERNAL_ERROR, check_printable, check_renamed, debug_enabled, internal_error,
+                         report_error, strip_debug)
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -95,6 +97,16 @@ def check_one_mode(command: str, flags: list[str]) -> None:
                            "--cfg, --info, --shell-completion per command line")
 
 
+def check_no_code(overrides: list[str]) -> None:
+    """No override names code to run: a `_target_` key (Hydra would instantiate it: a `+` adds one to any command's
+    config) or a Hydra callback."""
+    for o in overrides:
+        key = o.lstrip("+~").partition("=")[0]
+        if "_target_" in key.split(".") or key.startswith("hydra.callbacks"):
+            raise KSelectError(f"invalid config: {o}: {key} names code to run; allowed: no _target_ and no "
+                               "hydra.callbacks from the command line (kselect's configs are data)")
+
+
 def quote_values(overrides: list[str]) -> list[str]:
     """Quote the value of `key=value` where it is a git revision (`a.conf=git:HEAD~1`)."""
     out = []
@@ -118,10 +130,20 @@ def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
     if any(w in text for w in ("mismatched input", "no viable alternative", "extraneous input", "token recognition")):
         text += ("; allowed: key=value overrides in Hydra's grammar (quote a value that holds = ( ) ~ $ or spaces: "
                  "key='value')")
+    if "integer string conversion" in text:  # Python's int-digit limit: say which override, not 5000 digits twice
+        limit = sys.get_int_max_str_digits()
+        text = f"an integer of more than {limit} digits; allowed: a number within the key's bounds"
+        overrides = [o for o in overrides if re.search(rf"\d{{{limit}}}", o)] or overrides
     if overrides:
         bad = [o for o in overrides if o.lstrip("+~").split("=")[0] in text] or list(overrides)
-        return f"invalid config: {' '.join(bad)}: {text}"
+        return f"invalid config: {' '.join(map(_shown, bad))}: {text}"
     return "invalid config: " + text
+
+
+def _shown(override: str) -> str:
+    """An override as a message shows it: control characters escaped, a long one cut."""
+    o = override if override.isprintable() else repr(override)
+    return o if len(o) <= 120 else f"{o[:100]}...({len(o)} characters)"
 
 
 def _added_hydra_keys(overrides: list[str]) -> list[tuple[str, str]]:
@@ -183,6 +205,9 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
             renamed: dict[str, str] | None = None) -> None:
     """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
     argv = sys.argv[1:]
+    if DEBUG_FLAG in argv:  # `kselect <command> --debug`: the traceback of a bug (Hydra's parser knows no such flag)
+        argv = strip_debug(argv)
+        os.environ["KSELECT_DEBUG"] = "1"
     flags, overrides = _option_args(argv)
     # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
     # flags go first (argparse takes the overrides as one positional list).
@@ -190,6 +215,8 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     if not _wants_output(argv):
         lead += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none"]
     try:
+        check_printable(argv)
+        check_no_code(overrides)
         check_renamed(command, overrides, renamed or {})
         check_one_mode(command, flags)
         check_group_values(overrides, config_dir)  # before Hydra: its ValueError for `model=null` names no key
@@ -207,6 +234,11 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         # The task composes other configs with Hydra's compose API (the matrix, a selection per
         # cell), which refuses to start while this app holds GlobalHydra: lend it, then restore.
         status["started"] = True
+        hc = HydraConfig.get()
+        if hc.mode == RunMode.MULTIRUN and command != "sweep" and not status.get("said"):  # sweep's doc says where
+            status["said"] = True
+            print(f"kselect {command} -m: Hydra writes each job's record (.hydra/) under {os.path.abspath(hc.sweep.dir)}/ "
+                  "(multirun/ in the current folder unless hydra.sweep.dir=<dir> is given)", file=sys.stderr)
         gh = GlobalHydra.instance()
         held, gh.hydra = gh.hydra, None
         try:
@@ -216,6 +248,11 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
             code = 2
         except BrokenPipeError:
             code = 0
+        except Exception as e:  # noqa: BLE001 - a bug: said here, before Hydra adds its own "Error executing job"
+            if debug_enabled():
+                raise
+            report_error(internal_error(e, ["kselect", command, *argv]))
+            code = INTERNAL_ERROR
         finally:
             gh.hydra = held
         status["code"] = max(status["code"], code or 0)
@@ -238,11 +275,14 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
             raise
         report_error(KSelectError(compose_error(e, overrides)))
         sys.exit(2)
-    except (ValueError, TypeError) as e:  # raised by Hydra while composing, before any job ran: the command line's
-        if not ours or status["started"]:  # fault; from a job it is a bug and keeps its traceback
+    except Exception as e:  # noqa: BLE001 - `python -m <module>` reaches no other backstop (kselect/cli.py's)
+        if not ours or debug_enabled():
             raise
-        report_error(KSelectError(compose_error(e, overrides)))
-        sys.exit(2)
+        if isinstance(e, (ValueError, TypeError)) and not status["started"]:  # raised by Hydra while composing,
+            report_error(KSelectError(compose_error(e, overrides)))  # before any job ran: the command line's fault
+            sys.exit(2)
+        report_error(internal_error(e, ["kselect", command, *argv]))  # from a job: a bug
+        sys.exit(INTERNAL_ERROR)
     finally:
         if ours:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -4,13 +4,13 @@ not run it (the bundled Gemma-4 is the model that runs)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
+from ..base.reading import FileError, check_lengths, is_special, load_json, short
 from ..config.hf_arch import derive_layers, fields_of, max_model_len, model_head_size, query_heads, text_config
 from ..config.hf_hub import HubId, cached_file, hub_config_path, looks_like_hub_id
 from ..config.hf_quant import CheckpointKV, checkpoint_kv
@@ -24,31 +24,26 @@ _DTYPES = {**{d: d for d in MODEL_DTYPES}, **{s: d for s, d in DTYPE_OF_SHORT.it
 
 
 def read_hf_config(path: str) -> dict:
-    """A config.json (or a folder holding one) as an object; ValueError naming model.hf_config otherwise. A
+    """A config.json (or a folder holding one) as an object, read through the checked reader
+    (selector/base/reading.py: no special file, bounded size, depth and integers); errors name model.hf_config. A
     ModelOpt checkpoint's hf_quant_config.json beside it is merged in as vLLM's config loader merges it."""
     p = Path(path).expanduser()
-    if p.is_dir():
+    if p.is_dir() and not is_special(p):
         p = p / "config.json"
-    if not p.is_file():
-        raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
-                         f"Hugging Face config.json or the folder holding it, or a model id <org>/<name> in the local "
-                         f"Hugging Face cache")
-    obj = _read_json(p, path)
-    quant = p.parent / "hf_quant_config.json"
-    return _with_quant_config(obj, quant if quant.is_file() else None, path)
+    try:
+        obj = _read_json(p, path)
+        quant = p.parent / "hf_quant_config.json"
+        return _with_quant_config(obj, quant if quant.is_file() else None, path)
+    except FileError as e:  # a ValueError for pydantic: the validation error names the key
+        raise ValueError(str(e)) from None
 
 
 def _read_json(p: Path, given: str) -> dict:
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"model.hf_config={given!r}: {p.name} is {p.stat().st_size} bytes; allowed: at most "
-                         f"{MAX_CONFIG_BYTES}")
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"model.hf_config={given!r}: {p.name} is not JSON ({e}); allowed: a Hugging Face "
-                         "config.json") from None
+    label = f"model.hf_config={short(given)}" + ("" if str(p) == given else f": {p.name}")
+    expected = "a Hugging Face config.json or the folder holding it, or a model id <org>/<name> in the local cache"
+    obj = load_json(p, label, expected, MAX_CONFIG_BYTES)
     if not isinstance(obj, dict):
-        raise ValueError(f"model.hf_config={given!r}: {p.name} holds a {type(obj).__name__}; allowed: a JSON object")
+        raise FileError(f"{label} holds a JSON {type(obj).__name__}; allowed: a JSON object ({expected})")
     return obj
 
 
@@ -66,14 +61,24 @@ def read_hub_config(value: str) -> tuple[HubId, dict]:
     return hub, _with_quant_config(_read_json(p, value), cached_file(hub, "hf_quant_config.json"), value)
 
 
-def config_dtype(c: dict) -> str:
-    """The dtype vLLM's `--dtype auto` takes from the config (torch_dtype / dtype; float32 serves as bfloat16)."""
+def dtype_fields(c: dict) -> list[tuple[str, str]]:
+    """(key, value) of every dtype the config names (torch_dtype / dtype, the text config's first), each checked to
+    be a dtype name: a wrong type is refused where it stands, also in a field an earlier one overrides."""
     t, w = text_config(c)
-    v = t.get("torch_dtype", t.get("dtype", c.get("torch_dtype", c.get("dtype"))))
-    if v is None:
-        raise ValueError(f"{w}.torch_dtype is missing; set model.dtype (bfloat16 / float16 / float32)")
-    if v not in _DTYPES:
-        raise ValueError(f"{w}.torch_dtype: got {v!r}; allowed: {sorted(_DTYPES)}")
+    found = [(f"{where}.{k}", d[k]) for where, d in ((w, t), ("model.hf_config", c)) for k in ("torch_dtype", "dtype")
+             if d.get(k) is not None]
+    for key, v in found:
+        if not isinstance(v, str) or v not in _DTYPES:
+            raise ValueError(f"{key}: got {short(v)}; allowed: a string, one of {sorted(_DTYPES)}")
+    return found
+
+
+def config_dtype(c: dict) -> str:
+    """The dtype vLLM's `--dtype auto` takes from the config (the first of dtype_fields; float32 serves as bfloat16)."""
+    found = dtype_fields(c)
+    if not found:
+        raise ValueError(f"{text_config(c)[1]}.torch_dtype is missing; set model.dtype (bfloat16 / float16 / float32)")
+    v = found[0][1]
     return "bfloat16" if _DTYPES[v] == "float32" else _DTYPES[v]
 
 
@@ -103,6 +108,8 @@ class HFModelConfig(Strict):
         if hc is None:
             raise ValueError("model.hf_config is not set; allowed: a path to a Hugging Face config.json (or its "
                              "folder), e.g. model=hf model.hf_config=/models/Llama-3.1-8B/config.json")
+        if isinstance(hc, str):  # before any stat() of it (a 300-byte component is an OSError there)
+            check_lengths(hc, f"model.hf_config={short(hc)}")
         if isinstance(hc, str) and looks_like_hub_id(hc):
             hub, data["hf_config"] = read_hub_config(hc)
             data.update(hub_id=hub.repo, hub_revision=hub.revision)
@@ -115,8 +122,10 @@ class HFModelConfig(Strict):
             if data.get("name") in (None, "hf"):
                 data["name"] = _name_from(hc)
             hc = data["hf_config"]
-        if data.get("dtype", "auto") == "auto" and isinstance(hc, dict):
-            data["dtype"] = config_dtype(hc)
+        if isinstance(hc, dict):
+            dtype_fields(hc)  # checked even where model.dtype is set: the file's own error
+            if data.get("dtype", "auto") == "auto":
+                data["dtype"] = config_dtype(hc)
         return data
 
     @model_validator(mode="after")

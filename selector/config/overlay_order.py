@@ -142,7 +142,7 @@ def _read(path: Path, name: str, size: int, mtime: int) -> OverlayDecl:
     verbs = {}
     for verb in VERBS:
         targets = mine.get(verb, [])
-        if not isinstance(targets, list) or not all(isinstance(t, str) and SAFE_NAME.match(t) and t != name for t in targets):
+        if not isinstance(targets, list) or not all(isinstance(t, str) and SAFE_NAME.fullmatch(t) and t != name for t in targets):
             raise KSelectError(
                 f"invalid config: {path}: overlay_relations.{name}.{verb} {targets!r}; allowed: a list of other overlay names"
             )

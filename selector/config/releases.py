@@ -58,7 +58,7 @@ def manifest(conf_dir: Path | str, name: str) -> dict | None:
             f"invalid config: {where}: release {rel!r}; allowed: {{base: <rules option>, overlays: [<overlay>, ...]}}"
         )
     ovs = rel.get("overlays") or []
-    if not isinstance(ovs, list) or not ovs or not all(isinstance(o, str) and SAFE_NAME.match(o) for o in ovs):
+    if not isinstance(ovs, list) or not ovs or not all(isinstance(o, str) and SAFE_NAME.fullmatch(o) for o in ovs):
         raise KSelectError(f"invalid config: {where}: release.overlays {ovs!r}; allowed: a non-empty list of overlay names")
     return {"name": name, "base": rel["base"], "overlays": list(ovs), "ruleset": data.get("ruleset"),
             "kernel_versions": data.get("kernel_versions")}
@@ -105,7 +105,7 @@ def _overlay_list(text: str) -> list[str] | None:
     if v.startswith("[") and v.endswith("]"):
         v = v[1:-1]
     names = [x.strip() for x in v.split(",") if x.strip()]
-    return names if all(SAFE_NAME.match(n) for n in names) else None
+    return names if all(SAFE_NAME.fullmatch(n) for n in names) else None
 
 
 def expand(overrides: list[str], conf_dir: Path | str) -> tuple[list[str], list[dict]]:

@@ -23,7 +23,7 @@ _RULES = re.compile(r"^vllm_(\d+)_(\d+)_(\d+)$")
 def release_of(ruleset: str) -> str | None:
     """The vLLM release a ruleset models (`vllm_0_33_0` -> `0.33.0`); None for one that models no release
     (e.g. `post_pr52987`, vLLM main after a PR)."""
-    m = _RULES.match(ruleset)
+    m = _RULES.fullmatch(ruleset)
     return ".".join(m.groups()) if m else None
 
 

@@ -71,7 +71,7 @@ class MatrixSpec(_Strict):
                 raise ValueError(f"axis 'multimodal' takes true/false, got {values}")
             if name != "multimodal" and any(not isinstance(x, str) for x in values):
                 raise ValueError(f"axis {name!r} takes names, got {values}")
-            if name in GROUP_AXES and any(not SAFE_NAME.match(x) or ".." in x for x in values):
+            if name in GROUP_AXES and any(not SAFE_NAME.fullmatch(x) or ".." in x for x in values):
                 raise ValueError(f"axis {name!r}: {values} must be names of files in conf/{name}/ (letters, digits, _ . -; no '..' or '/')")
         for req in ("platform", "model"):
             if req not in v:

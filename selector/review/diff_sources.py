@@ -58,7 +58,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     The revision never reaches git as an option: it must look like a revision (no leading '-',
     no spaces), is resolved with `git rev-parse --verify` to a commit, and only that sha is
     passed on, with the path after `--`."""
-    if not _REV.match(rev) or ".." in rev:
+    if not _REV.fullmatch(rev) or ".." in rev:
         raise KSelectError(
             f"diff: git revision {rev!r} is not allowed; allowed: a branch, tag, sha or rev such as HEAD~1 "
             "(letters, digits and _ . / ~ ^ @ { } + -, not starting with '-', no '..')"
@@ -76,7 +76,7 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
     except (OSError, subprocess.SubprocessError) as e:
         raise KSelectError(f"diff: git:{rev}: git could not run in {repo} ({e.__class__.__name__}: {e})") from None
     if p.returncode != 0:
-        raise KSelectError(f"diff: git:{rev} conf={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
+        raise KSelectError(f"diff: git:{rev} conf_path={conf_rel}: git archive failed in {repo}: {p.stderr.decode(errors='replace').strip()}")
     try:
         with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
             tar.extractall(dest, filter="data")
@@ -86,8 +86,8 @@ def git_conf(repo: Path, rev: str, dest: Path, conf_rel: str = "conf") -> Path:
 
 
 def check_conf_rel(conf_rel: str) -> str:
-    """`conf=` names a folder of the repository: relative, safe parts, no '..'."""
+    """`conf_path=` names a folder of the repository: relative, safe parts, no '..'."""
     parts = conf_rel.split("/")
     if not conf_rel or conf_rel.startswith(("/", "-")) or any(not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", x) or x == ".." for x in parts):
-        raise KSelectError(f"diff: conf={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
+        raise KSelectError(f"diff: conf_path={conf_rel!r}; allowed: a relative folder of the repository (letters, digits, _ . -; no '..', not starting with '-' or '/')")
     return conf_rel

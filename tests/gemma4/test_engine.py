@@ -115,7 +115,7 @@ def test_main_job_reports_errors_in_one_line():
     from kselect.run import main
     from kselect.gemma4.checkpoint import CheckpointError
 
-    with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x does not exist"):
+    with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x: does not exist"):
         main(["platform=cpu", "model.checkpoint=/nonexistent/x"])
 
 

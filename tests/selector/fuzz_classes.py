@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,15 +50,16 @@ class Command:
 
 
 TINY_RUN = ("platform=cpu", "--no-check", "--max-new-tokens", "1")  # the cheapest full `kselect run`
+HF_PATH = PathFlag("model.hf_config=", "file", ("model=hf",))  # a config.json (or its folder) by path
 COMMANDS: dict[str, Command] = {
-    "select": Command(("platform=sm90",), conf_groups=True, rules=True),
+    "select": Command(("platform=sm90",), conf_groups=True, rules=True, paths=(HF_PATH,)),
     "claims": Command(("platform=sm90",), conf_groups=True, rules=True),
-    "explain": Command(("platform=sm90",), conf_groups=True, rules=True),
+    "explain": Command(("platform=sm90",), conf_groups=True, rules=True, paths=(HF_PATH,)),
     # a sweep records a job's config error in its selection.json (gather shows it): rules are not a sweep's bad input
     "sweep": Command(("-m", "platform=cpu,sm90"), conf_groups=True,
                      extras=(("hydra_plugins.hydra_joblib_launcher", ("hydra/launcher=joblib",)),)),
     "run": Command(TINY_RUN, conf_groups=True, rules=True, prompt="--prompt",
-                   paths=(PathFlag("--drafter", "dir", ("spec_decode=mtp",)), PathFlag("model.checkpoint=", "dir"))),
+                   paths=(PathFlag("--drafter", "dir", ("spec_decode=mtp",)), PathFlag("model.checkpoint=", "dir"), HF_PATH)),
     "diff": Command(("b.overlay=[pr48666]", "matrix=smoke"), paths=(PathFlag("matrix=", "file"),)),
     "matrix": Command(("format=ids",), paths=(PathFlag("matrix=", "file"),)),
     "plot": Command(("matrix=smoke",), paths=(PathFlag("matrix=", "file", ("out=p",)), PathFlag("out=", "out", ("matrix=smoke",))),
@@ -96,7 +98,11 @@ def pairs() -> list[tuple[str, str]]:
         out += [(name, "path")] if c.paths else []
         out += [(name, "extra")] if c.extras else []
         out += [(name, "hf_config")] if c.conf_groups and name not in ("sweep", "claims") else []  # claims: Gemma-4 shapes only
-    return out + [("select", "schema_value")]
+        out += [(name, "hf_json")] if c.conf_groups and name not in ("sweep", "claims") else []
+        out += [(name, "special_path")] if c.paths else []
+        out += [(name, "control_char")]
+        out += [(name, "script_path")] if c.hydra_app else []
+    return out + [("select", "schema_value"), ("run", "checkpoint_json")]
 
 
 # ---------------------------------------------------------------- the strategies
@@ -363,6 +369,192 @@ def hf_config(draw, cli: str) -> Case:
     return Case(cli, [*base, "model=hf", f"model.hf_config={p}"], names, files={p: body})
 
 
-APP_CLASSES = {"group_value", "hydra_key", "extra"}
+# ---------------------------------------------------------------- issue #49: types, depths, special files, control
+# characters and code in every field that is read
+
+class _Reads(dict):
+    """A config.json object that records every key read from it (nested objects too)."""
+
+    def __init__(self, d: dict, prefix: str, log: set[str]):
+        super().__init__({k: _Reads(v, f"{prefix}{k}.", log) if isinstance(v, dict) else v for k, v in d.items()})
+        self._prefix, self._log = prefix, log
+
+    def get(self, k, default=None):
+        self._log.add(self._prefix + k)
+        return super().get(k, default)
+
+    def __getitem__(self, k):
+        self._log.add(self._prefix + k)
+        return super().__getitem__(k)
+
+    def __contains__(self, k):
+        self._log.add(self._prefix + k)
+        return super().__contains__(k)
+
+
+def _fields_read(cfg: dict) -> list[str]:
+    """The config.json keys kselect reads to select for this model (selector/config/hf_arch.py, hf_model.py)."""
+    from kselect.selector.config import hf_arch, hf_model
+
+    log: set[str] = set()
+    c = _Reads(cfg, "", log)
+    _, _, layers = hf_arch.derive_layers(c)
+    hf_arch.model_head_size(c, layers)
+    hf_model.dtype_fields(c)
+    return sorted(log)
+
+
+HF_READ = {k: _fields_read(v) for k, v in HF_PRESETS.items()}
+DEEP, HUGE = "[" * 100 + "]" * 100, "9" * 5000  # past the reader's depth (64) and Python's int-digit limit (4300)
+# a value of the wrong JSON type for any field read (null is a field left out: every optional field takes it)
+WRONG_TYPE = {"list": ["x"], "object": {"fz": 1}, "string": "fz", "float": 1.5, "bool": True, "negative": -1}
+
+
+def _with(cfg: dict, key: str, raw: str) -> str:
+    """cfg as JSON text with the dotted `key` set to the raw JSON text `raw`."""
+    c = json.loads(json.dumps(cfg))
+    d = c
+    for part in key.split(".")[:-1]:
+        d = d.setdefault(part, {}) if isinstance(d.get(part), dict) or part not in d else d[part]
+    d[key.split(".")[-1]] = "__fz__"
+    return json.dumps(c).replace('"__fz__"', raw)
+
+
+@st.composite
+def hf_json(draw, cli: str) -> Case:
+    """A config.json (model=hf model.hf_config=<file>) with one field kselect reads set to a value of the wrong
+    JSON type, nested deeper than the reader allows, or an integer of 5000 digits."""
+    p = draw(name) + ".json"
+    preset = draw(st.sampled_from(sorted(HF_READ)))
+    key = draw(st.sampled_from(HF_READ[preset]))
+    kind = draw(st.sampled_from([*WRONG_TYPE, "deep", "huge"]))
+    raw = {"deep": DEEP, "huge": HUGE}.get(kind) or json.dumps(WRONG_TYPE.get(kind))
+    leaf = key.split(".")[-1]
+    names = (p,) if kind == "deep" else (leaf,)
+    dtype = [] if "dtype" in json.dumps(HF_PRESETS[preset]) else ["model.dtype=bfloat16"]  # gpt-oss names none
+    base = [a for a in COMMANDS[cli].base if not a.startswith("model")]
+    return Case(cli, [*base, "model=hf", f"model.hf_config={p}", *dtype], names, files={p: _with(HF_PRESETS[preset], key, raw)})
+
+
+TINY_CK = {"model_type": "gemma4_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+           "global_head_dim": 64, "sliding_window": 16, "max_position_embeddings": 1024, "bos_token_id": 2,
+           "eos_token_id": [1, 106], "pad_token_id": 0, "torch_dtype": "float32", "rope_parameters": {}}
+
+
+def _checkpoint_fields() -> dict[str, list[str]]:
+    """A Gemma-4 checkpoint's config.json fields (gemma4/checkpoint.py RAW_TYPES and the sizes) -> wrong values."""
+    from kselect.gemma4.checkpoint import RAW_TYPES
+
+    out = {k: [json.dumps(v) for n, v in WRONG_TYPE.items() if not any(isinstance(v, t) and not (isinstance(v, bool) and t is not bool)
+                                                                     for t in types) and n != "negative"]
+           for k, types in RAW_TYPES.items()}
+    for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim", "sliding_window"):
+        out[k] = [json.dumps(v) for n, v in WRONG_TYPE.items() if n != "bool"] + [HUGE]
+    out["bos_token_id"] = out["bos_token_id"] + ["-1", HUGE]
+    return out
+
+
+CK_FIELDS = _checkpoint_fields()
+
+
+@st.composite
+def checkpoint_json(draw, cli: str) -> Case:
+    """`kselect run model.checkpoint=<folder>` whose config.json has one field of the wrong type, a negative token
+    id, an integer of 5000 digits or a list nested past the reader's depth."""
+    key = draw(st.sampled_from(sorted(CK_FIELDS)))
+    raw = draw(st.sampled_from([*CK_FIELDS[key], DEEP]))
+    files = {"ck/config.json": _with(TINY_CK, key, raw), "ck/tokenizer.json": "{}"}
+    return Case(cli, [*TINY_RUN, "model.checkpoint=ck"], ("config.json",) if raw == DEEP else (key,), files=files)
+
+
+SPECIAL = {"file": ["fifo", "loop", "/proc/self/mem", "/proc/self/pagemap", "/dev/zero", "long", "dir"],
+           "dir": ["fifo", "loop", "/proc/self", "/dev", "long", "/dev/zero"],
+           "out": ["fifo", "/proc/self/mem", "/dev/null/x", "/dev/full", "long"]}
+
+
+@st.composite
+def special_path(draw, cli: str) -> Case:
+    """A path flag naming a FIFO (a read would block), a symlink loop, a file under /proc or /dev, a path component
+    longer than the file system's 255 bytes, or a folder where a file is meant."""
+    c = COMMANDS[cli]
+    flag = draw(st.sampled_from(c.paths))
+    shape = draw(st.sampled_from([x for x in SPECIAL[flag.kind] if not (x == "fifo" and flag.arg == "out=")]))  # plot's
+    # out= is a stem (out.png, out.html are written): a FIFO named as the stem is never opened
+    files: dict[str, str | bytes | None] = {}
+    links: dict[str, str] = {}
+    target = {"long": "x" * 300, "fifo": "fz_fifo", "loop": "fz_loop", "dir": "fz_dir"}.get(shape, shape)
+    if shape == "fifo":
+        files[target] = b"FIFO"  # test_fuzz makes it with os.mkfifo
+    elif shape == "loop":
+        links[target] = target
+    elif shape == "dir":
+        files[target] = None
+    arg = [f"{flag.arg}{target}"] if flag.arg.endswith("=") else [flag.arg, target] if flag.arg else [target]
+    base = [a for a in c.base if not (flag.arg.endswith("=") and a.startswith(flag.arg))]
+    key = flag.arg.strip("=-") or target[:40]
+    return Case(cli, [*base, *flag.needs, *arg], (key, target[:40]), files=files, links=links)
+
+
+CONTROL = ["\n", "\r", "\t", "\x1b", "\x7f", "\x0b"]
+
+
+def _string_args(argv: list[str]) -> list[tuple[int, str]]:
+    """(index, the key it names) of each argument that carries a string: a key=value's value, a flag's value, a
+    positional."""
+    out = []
+    for i, a in enumerate(argv):
+        if a.startswith("-"):
+            continue
+        if "=" in a:
+            out.append((i, a.split("=", 1)[0].lstrip("+")))
+        elif i and argv[i - 1].startswith("--"):
+            out.append((i, argv[i - 1]))
+        else:
+            out.append((i, "SOURCE" if i == 0 else a))
+    return out
+
+
+@st.composite
+def control_char(draw, cli: str) -> Case:
+    """A control character (a trailing newline, a carriage return, an escape...) in one string argument of the
+    command line: the name or value is refused as a whole, never read up to the control character."""
+    c = COMMANDS[cli]
+    argv = list(c.base)
+    if cli == "gather":
+        argv = ["fz_sweep"]
+    if c.conf_groups:
+        argv.append(draw(st.sampled_from(["model=gemma4_tiny", "rules=vllm_0_34_0", "model.name=fz", "verbose=true"])))
+    i, key = draw(st.sampled_from(_string_args(argv)))
+    ch = draw(st.sampled_from(CONTROL)).encode().decode("unicode_escape")
+    pos = draw(st.sampled_from(["end", "start", "middle"]))
+    v = argv[i]
+    head, eq, value = v.partition("=") if "=" in v else ("", "", v)
+    value = value + ch if pos == "end" else ch + value if pos == "start" else value[:1] + ch + value[1:]
+    argv[i] = f"{head}{eq}{value}"
+    return Case(cli, argv, (key, max(re.split(r"[^ -~]", value), key=len)[:20]))  # the message shows the value's repr
+
+
+MARKER = "fz_marker"
+_MARK = f"open({MARKER!r}, 'w').write('ran')\n"
+
+
+@st.composite
+def script_path(draw, cli: str) -> Case:
+    """A field that names code to run (`_target_`, a Hydra callback or launcher, a search path) set to a script of
+    the working folder that writes a marker file: refused, and the marker never appears (test_fuzz.check)."""
+    c = COMMANDS[cli]
+    how = draw(st.sampled_from(["target", "callback", "added_callback", "launcher", "searchpath", "group_target"]))
+    files = {"fz_script.py": _MARK, "fz_conf/hydra/launcher/fz.yaml": "_target_: fz_script.Launcher\n"}
+    arg = {"target": "+fz._target_=fz_script.run", "callback": "hydra.callbacks.fz._target_=fz_script.run",
+           "added_callback": "+hydra.callbacks.fz._target_=fz_script.run", "launcher": "hydra/launcher=fz",
+           "searchpath": "hydra.searchpath=[file://fz_conf]", "group_target": "+model._target_=fz_script.run"}[how]
+    key = arg.split("=")[0].lstrip("+")
+    return Case(cli, [*c.base, arg], (key, "_target_", "hydra"), files=files)
+
+
+APP_CLASSES = {"group_value", "hydra_key", "extra", "script_path", "control_char"}
 STRATEGIES = {"group_value": group_value, "hydra_key": hydra_key, "rule_fact": rule_fact, "path": path,
-              "extra": extra, "schema_value": schema_value, "hf_config": hf_config}
+              "extra": extra, "schema_value": schema_value, "hf_config": hf_config, "hf_json": hf_json,
+              "checkpoint_json": checkpoint_json, "special_path": special_path, "control_char": control_char,
+              "script_path": script_path}

@@ -25,6 +25,7 @@ import json
 import os
 import random
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -488,6 +489,9 @@ def _materialize(case: Case, root: Path) -> None:
             p.mkdir(parents=True, exist_ok=True)
             continue
         p.parent.mkdir(parents=True, exist_ok=True)
+        if content == b"FIFO":  # a named pipe: a read of it would block for ever
+            os.mkfifo(p)
+            continue
         p.write_bytes(content if isinstance(content, bytes) else content.encode())
     for rel, target in case.links.items():
         p = root / rel
@@ -495,23 +499,47 @@ def _materialize(case: Case, root: Path) -> None:
         p.symlink_to(root / target)
 
 
+class Hang(BaseException):
+    """A case that ran past HANG_S (a FIFO read, a loop): a failure, never a wait."""
+
+
+HANG_S = 120  # CPU-bound cases take seconds on the 2-core CI machine; a blocked read never ends
+
+
+def _hang(signum, frame):
+    raise Hang(f"still running after {HANG_S} s")
+
+
 def check(case: Case, root: Path, capsys) -> str | None:
-    """None if the case behaved; else what went wrong."""
+    """None if the case behaved; else what went wrong. It runs in `root` with HOME an empty folder beside it: any
+    file made in HOME (a cache) or a marker a script would write (fuzz_classes.MARKER) is a failure."""
     root.mkdir(parents=True)
     _materialize(case, root)
-    cwd = os.getcwd()
-    argv = sys.argv[:]
+    home = root.parent / f"{root.name}_home"
+    home.mkdir()
+    cwd, argv, saved_home = os.getcwd(), sys.argv[:], os.environ.get("HOME")
     os.chdir(root)
+    os.environ["HOME"] = str(home)
+    old = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(HANG_S)
     try:
         with missing(*case.missing):
             code = call_main(kselect_main(case.cli) if case.via_app else _main(case.cli.split("-")[0]), list(case.argv))
     except BaseException as e:  # noqa: BLE001 - anything escaping call_main is a failure
         return f"raised {e.__class__.__name__}: {e}"
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
         os.chdir(cwd)
         sys.argv[:] = argv
         os.environ.pop("KSELECT_DEBUG", None)
+        if saved_home is not None:
+            os.environ["HOME"] = saved_home
     out, err = capsys.readouterr()
+    if any(root.rglob(fuzz_classes.MARKER)):
+        return f"ran code it was given: {fuzz_classes.MARKER} written"
+    if list(home.iterdir()):
+        return f"wrote outside the working folder: {[p.name for p in home.iterdir()]} in HOME"
     if code != 2:
         return f"exit {code} (want 2); stderr: {err[-300:]!r}"
     if "Traceback" in err or "Traceback" in out:
@@ -535,6 +563,7 @@ def _chunks():
 @pytest.mark.parametrize("cli,i,n", list(_chunks()))
 def test_malformed_input_exits_2_naming_the_key(cli, i, n, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("KSELECT_DEBUG", raising=False)
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))  # matplotlib's own cache, not kselect's
     monkeypatch.setenv("KSELECT_FUZZ", "1")
     cases = TABLE[cli][i::n]
     failures = []
@@ -558,7 +587,8 @@ def test_the_table_is_large_and_fixed():
 
 # hypothesis draws these per (command, class) of fuzz_classes.COMMANDS, derandomized: the same cases every run
 EXAMPLES = {"group_value": 3, "hydra_key": 1, "rule_fact": 1, "prompt_ascii": 1, "prompt_multibyte": 1, "path": 4,
-            "extra": 1, "schema_value": 8, "hf_config": 7}
+            "extra": 1, "schema_value": 8, "hf_config": 7, "hf_json": 6, "checkpoint_json": 8, "special_path": 4,
+            "control_char": 3, "script_path": 2}
 IN_PROCESS = ("select", "claims", "diff", "matrix", "plot", "sweep", "gather", "conformance", "run")  # _main has them
 
 
@@ -580,6 +610,7 @@ def _strategy(cli: str, cls: str):
 @pytest.mark.parametrize("cli,cls", fuzz_classes.pairs(), ids=[f"{c}-{k}" for c, k in fuzz_classes.pairs()])
 def test_generated_bad_input_exits_2_naming_the_key(cli, cls, capsys, monkeypatch, tmp_path_factory):
     monkeypatch.delenv("KSELECT_DEBUG", raising=False)
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path_factory.mktemp("mpl")))  # matplotlib's own cache, not kselect's
     monkeypatch.setenv("KSELECT_FUZZ", "1")
     strategy = _strategy(cli, cls)
     seen: list[str] = []
@@ -690,6 +721,10 @@ SUBPROCESS = [
     ["conformance", "--claims", "X:bf16:d99999:causal", "--out", "o.yaml", "--device", "cpu"],
     ["run", "platform=cpu", "--prefill-chunk", "0"],
     ["bogus-command"],
+    # issue #49: a special file, a version with a newline (refused before any download), a prompt that is not UTF-8
+    ["select", "platform=sm90", "model=hf", "model.hf_config=/proc/self/mem"],
+    ["oracle", "0.34.0\n"],
+    ["run", "platform=cpu", "--prompt", "\udcff"],
 ]
 
 
@@ -697,7 +732,7 @@ def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, float, int]:
     """`python -m kselect ARGV` in a real process: (exit status, stderr, CPU seconds, max RSS in KiB)
     of that process alone (os.wait4's rusage; CPU time, not wall time, so a loaded machine does not
     fail it)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KSELECT_VLLM_HOME": str(cwd / "vllm_cache")}  # the oracle's cache
     env.pop("KSELECT_DEBUG", None)
     with open(cwd / ".stderr", "w+") as err:
         p = subprocess.Popen([sys.executable, "-m", "kselect", *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -719,3 +754,4 @@ def test_real_processes_exit_2_without_traceback(argv, tmp_path):
     assert "Traceback" not in err and "internal error" not in err, err[-1000:]
     assert err.strip() and "\n\n" not in err.strip()
     assert rss_kb < MAX_RSS_KB, f"max RSS {rss_kb / 1024:.0f} MiB"
+    assert not (tmp_path / "vllm_cache").exists()  # nothing downloaded or built for bad input

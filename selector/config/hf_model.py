@@ -20,11 +20,15 @@ MAX_CONFIG_BYTES = 1 << 20  # published config.json files are a few KiB
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
+def config_file(path: str) -> Path:
+    """The config.json a model.hf_config path names (the file, or the one in the folder), absolute."""
+    p = Path(path).expanduser()
+    return (p / "config.json" if p.is_dir() else p).absolute()
+
+
 def read_hf_config(path: str) -> dict:
     """A config.json (or a folder holding one) as an object; ValueError naming model.hf_config otherwise."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "config.json"
+    p = config_file(path)
     if not p.is_file():
         raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
                          f"Hugging Face config.json or the folder holding it")
@@ -75,6 +79,7 @@ class HFModelConfig(Strict):
                              "folder), e.g. model=hf model.hf_config=/models/Llama-3.1-8B/config.json")
         if isinstance(hc, str):
             data["hf_config"] = read_hf_config(hc)
+            data["source"] = str(config_file(hc))  # this config.json, not a preset's published one
             if data.get("name") in (None, "hf"):
                 data["name"] = _name_from(hc)
             hc = data["hf_config"]
@@ -92,6 +97,12 @@ class HFModelConfig(Strict):
         """`<org>/<repo>` of a huggingface.co source URL (what `vllm serve` takes), else None."""
         m = re.match(r"https://huggingface\.co/([\w.-]+/[\w.-]+)(/|$)", self.source or "")
         return m[1] if m else None
+
+    @property
+    def local_folder(self) -> str | None:
+        """The folder of a config.json given by path (what `vllm serve` loads), else None."""
+        p = Path(self.source or "")
+        return str(p.parent) if p.is_absolute() and p.name == "config.json" else None
 
     @property
     def hf_architecture(self) -> str:

@@ -33,7 +33,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from . import completion, suggest
 from .cli_errors import report_error
+from .short_help import short_help
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -71,7 +73,10 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
         a = argv[i]
         if a.startswith("-"):
             flags.append(a)
-            if a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
+            if a in ("-sc", "--shell-completion") and i + 1 < len(argv):  # its value is `install=bash`
+                flags.append(argv[i + 1])
+                i += 1
+            elif a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
                 flags.append(argv[i + 1])
                 i += 1
             elif a in ("--info", "-i"):  # its value is optional: name Hydra's default, or our overrides become it
@@ -85,6 +90,19 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
 _MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
           "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
           "--shell-completion": "--shell-completion"}
+
+
+def expand_home(overrides: list[str]) -> list[str]:
+    """`key=~/path` as a shell would have expanded it (Hydra's grammar refuses an unquoted `~`), quoted for Hydra."""
+    out = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and not key.startswith("~") and (value == "~" or value.startswith("~/")):
+            path = os.path.expanduser(value)
+            quote = "'" if "'" not in path else '"'
+            o = o if quote in path or "\\" in path else f"{key}={quote}{path}{quote}"
+        out.append(o)
+    return out
 
 
 def check_one_mode(command: str, flags: list[str]) -> None:
@@ -129,6 +147,14 @@ def compose_error(e: BaseException, overrides: list[str] | None = None) -> str:
         bad = [o for o in overrides if o.lstrip("+~").split("=")[0] in text] or list(overrides)
         return f"invalid config: {' '.join(bad)}: {text}"
     return "invalid config: " + text
+
+
+def with_hint(message: str, overrides: list[str], config_dir: Path | None, config_name: str) -> str:
+    """The message with the near key or option (suggest.py) in place of Hydra's offer to add the typo as a key."""
+    hint = suggest.near(message, overrides, config_dir, config_name)
+    if not hint:
+        return message
+    return re.sub(r"\s*To append to your config use \+\S+", "", message).rstrip(". ") + f"; {hint}"
 
 
 def _added_hydra_keys(overrides: list[str]) -> list[tuple[str, str]]:
@@ -180,7 +206,7 @@ def _register_help(command: str, doc: str) -> str:
         group="hydra/help", name=name,
         node={"app_name": f"kselect {command}", "header": doc.strip(),
               "footer": "Hydra flags: --cfg job|hydra|all, --info, -m/--multirun, -c, --shell-completion, "
-                        "hydra.* overrides (kselect --hydra-help).",
+                        f"hydra.* overrides (kselect {command} --hydra-help).",
               "template": _HELP_TEMPLATE},
     )  # fmt: skip
     return name
@@ -191,6 +217,16 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
     argv = sys.argv[1:]
     flags, overrides = _option_args(argv)
+    overrides = expand_home(overrides)
+    if any(f in ("-h", "--help") for f in flags):  # a page; Hydra's whole help is --help-all
+        print(short_help(command, doc, config_dir, config_name))
+        sys.exit(0)
+    flags = ["--help" if f == "--help-all" else f for f in flags]
+    asked = completion.wants(flags)
+    if asked and not asked.startswith("query="):  # install/uninstall: kselect's script, for every command
+        sys.exit(completion.shell_completion([asked], []))
+    if asked:
+        completion.for_hydra()
     # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
     # flags go first (argparse takes the overrides as one positional list).
     lead = [f"hydra.job.name=kselect_{command}", f"hydra/help={_register_help(command, doc)}"]
@@ -236,7 +272,7 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
             raise
-        report_error(KSelectError(compose_error(e, overrides)))
+        report_error(KSelectError(with_hint(compose_error(e, overrides), overrides, config_dir, config_name)))
         sys.exit(2)
     except (ValueError, TypeError) as e:  # raised by Hydra while composing, before any job ran: the command line's
         if not ours or status["started"]:  # fault; from a job it is a bug and keeps its traceback

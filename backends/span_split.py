@@ -1,11 +1,12 @@
 """Bidirectional mm-prefix spans on causal kernels: a second, non-causal pass over the span rows.
 
-With a symmetric window W (or none), query q inside span [s, e) may see keys [q-W, min(e-1, q+W)]
-(kernels/reference.py: causal keys, plus the span's keys within the window). That range is
-contiguous and ends at the span end, so the span's query rows form one extra "sequence" whose KV is
-the first min(e, seqused_k) tokens of the same block-table row: with FlashAttention's bottom-right
-alignment its rows sit exactly at positions e_c - n .. e_c - 1, and a non-causal call with window
-(W, W) gives each row exactly its keys. Those rows are recomputed and overwrite the causal pass.
+With a window W bounding the past side only (or none), query q inside span [s, e) may see keys
+[q-W, e-1] (kernels/reference.py: causal keys, plus every later key of its span, as HF's Gemma-4 mask
+and vLLM's unified_attention give it). That range is contiguous and ends at the span end, so the span's
+query rows form one extra "sequence" whose KV is the first min(e, seqused_k) tokens of the same
+block-table row: with FlashAttention's bottom-right alignment its rows sit exactly at positions
+e_c - n .. e_c - 1, and a non-causal call with window (W, max_seqlen_k) gives each row exactly its keys.
+Those rows are recomputed and overwrite the causal pass.
 Rows outside spans are untouched; a step whose queries miss every span needs no second pass.
 
 Host-side: reads mm_prefix, cu_seqlens_q and seqused_k once (a sync), so a step with spans is not

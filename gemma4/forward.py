@@ -23,8 +23,6 @@ def attention(ops, a, xn, cos, sin, ctx) -> torch.Tensor:
     src = g.cache.layer_params(a.kv_source, a.window_left)
     q = ops.qkv(a, xn, cos, sin, ctx, g, src, k_cache.dtype)
     o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
-    for rows, meta, window_left in g.far:
-        o[rows] = g.backend.forward(q[rows], k_cache, v_cache, meta, g.cache.layer_params(a.kv_source, window_left))
     return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
 
 

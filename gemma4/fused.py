@@ -101,9 +101,8 @@ class FusedOps(TorchOps):
     def qkv(self, a, xn, cos, sin, ctx, g, params, cache_dtype):
         eps = a.q_norm.eps
         qkv = self.linear(xn, a.qkv_weight)
-        # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer); a
-        # step with far rows keeps q in the model dtype (their calls may take another path)
-        qs = None if g.far else g.backend.query_scale(g.meta, params, cache_dtype)
+        # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer)
+        qs = g.backend.query_scale(g.meta, params, cache_dtype)
         quant = dict(q_scale=qs, q_dtype=cache_dtype) if qs is not None else {}
         if a.kv_shared:
             return self.qkv_kernel(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)

@@ -9,8 +9,8 @@ and computes its cache slots on the device, with the model's capture-safe code p
 Vision mode (`spans`, HF `use_bidirectional_attention="vision"`): per sequence, [start, end) token
 ranges of image placeholders. As in HF, only sliding-attention layers see them (full-attention
 layers stay causal): a span query sees the span's later tokens too, limited on the past side only by
-the window (key > query - W). They reach the backend as `AttentionMetadata.mm_prefix` of the
-sliding group.
+the window (key > query - W), which every backend does itself (kernels/reference.py). They reach the
+backend as `AttentionMetadata.mm_prefix` of the sliding group.
 """
 
 from __future__ import annotations
@@ -67,33 +67,6 @@ class ModelRunner:
             slots[kind] = gc.slot_mapping(seqs, batch.starts, qlens).to(dev)
         return metas, slots
 
-    def far_span_queries(self, batch: StepBatch, spans: dict[int, list[tuple[int, int]]],
-                         meta: AttentionMetadata) -> list:
-        """Sliding group: image-span queries q with span end e > q + W (HF lets them see span keys up to
-        e-1, the backend window stops at q + W-1). Each becomes one causal query at position e-1 (the
-        bottom-right position of a 1-token query over e keys) with window_left = e-1 - (q-W+1): keys
-        [q-W+1, e-1], exactly HF's set. Grouped by e - q (one backend call per group and sliding
-        layer; none unless a span is longer than the window)."""
-        w = self.model.args.sliding_window
-        groups: dict[int, list[tuple[int, int, int]]] = {}
-        row0 = 0
-        for i, (s, n, p0) in enumerate(zip(batch.seqs, batch.qlens, batch.starts)):
-            for a, e in spans.get(s, []):
-                for qp in range(max(a, p0), min(e - w, p0 + n)):
-                    groups.setdefault(e - qp, []).append((row0 + qp - p0, i, e))
-            row0 += n
-        out = []
-        for d, items in sorted(groups.items()):
-            rows = torch.tensor([r for r, _, _ in items], dtype=torch.long, device=self.device)
-            ends = torch.tensor([e for _, _, e in items], dtype=torch.int32)
-            bidx = torch.tensor([i for _, i, _ in items], dtype=torch.long, device=self.device)
-            m = AttentionMetadata(
-                cu_seqlens_q=torch.arange(len(items) + 1, dtype=torch.int32).to(self.device),
-                seqused_k=ends.to(self.device), block_table=meta.block_table[bidx], max_seqlen_q=1,
-                max_seqlen_k=int(ends.max()))
-            out.append((rows, m, d + w - 2))
-        return out
-
     def context(self, positions: torch.Tensor, metas: dict, slots: dict, *, static: bool = False,
                 kv_amax: dict | None = None, prefill: bool = False) -> StepContext:
         """The model's step context. `static`: the capture-safe code paths (no host syncs); `prefill`:
@@ -110,8 +83,6 @@ class ModelRunner:
         pos = torch.cat([torch.arange(p, p + n) for p, n in zip(batch.starts, batch.qlens)]).to(self.device)
         metas, slots = self.metadata(batch, spans)
         ctx = self.context(pos, metas, slots, kv_amax=kv_amax, prefill=max(batch.qlens) > 1)
-        if SLIDING in ctx.groups and metas[SLIDING].mm_prefix is not None:
-            ctx.groups[SLIDING].far = self.far_span_queries(batch, spans or {}, metas[SLIDING])
         try:
             return self.model(ids, ctx)
         except NotImplementedError as e:  # e.g. FLASH_ATTN adapters: no mm-prefix spans, never go causal

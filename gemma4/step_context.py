@@ -3,7 +3,7 @@ the attention backend and its metadata (filled by gemma4/model_runner.py, read b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,11 +21,6 @@ class GroupStep:
     backend: "AttentionBackend"
     meta: "AttentionMetadata"
     slot_mapping: torch.Tensor  # [T] int64 flat cache slots of the new tokens (-1 = padding)
-    # Vision mode, sliding layers: image-span queries whose span reaches more than window_left keys
-    # ahead. HF limits span keys by the window on the past side only, the backends' window is
-    # symmetric: each entry (query rows [n], metadata, window_left) recomputes those rows as one
-    # causal query at the span's last position with a widened window (see ModelRunner.far_span_queries).
-    far: list = field(default_factory=list)
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 All take our layout (q [total_q, Hq, D], caches [blocks, page, Hkv, D], int32 block table,
 cu_seqlens_q, seqused_k) and return [total_q, Hq, D] in `out_dtype`. window_left is already in
-FlashAttention's convention (w - 1 for a w-token sliding window). causal=False (the mm-prefix span
-pass, backends/span_split.py) makes the window symmetric, (window_left, window_left), as in
-kernels/reference.py; queries are bottom-right aligned to seqused_k either way.
+FlashAttention's convention (w - 1 for a w-token sliding window) and bounds the past side only, as in
+kernels/reference.py: causal=False (the mm-prefix span pass, backends/span_split.py) opens the right
+side up to max_seqlen_k, (window_left, max_seqlen_k); queries are bottom-right aligned to seqused_k
+either way.
 
 FA4 (flash-attn-4, CuTe DSL) first-call cost on the H200: `import flash_attn.cute` ~14 s per
 process (MLIR load); each new kernel variant (head dim, page size, window on/off, sinks, dtype)
@@ -21,10 +22,10 @@ import torch
 from kselect.kernels.flash_attn_loader import load_fa3, load_fa4_fork, load_fa4_upstream
 
 
-def _window(window_left: int, causal: bool = True):
+def _window(window_left: int, causal: bool, max_seqlen_k: int):
     if window_left < 0:
         return [-1, -1]
-    return [window_left, 0 if causal else window_left]
+    return [window_left, 0 if causal else max_seqlen_k]
 
 
 def _first(r):
@@ -39,14 +40,16 @@ def fa3_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_s
     build = build or load_fa3()
     if build.name == "upstream":
         return _fa3_upstream(build.module, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q,
-                             softmax_scale, causal=causal, window_left=window_left, sinks=sinks, q_descale=q_descale,
-                             k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, disabled=build.disabled)
+                             max_seqlen_k, softmax_scale, causal=causal, window_left=window_left, sinks=sinks,
+                             q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
+                             disabled=build.disabled)
     out = torch.empty(q.shape[0], q.shape[1], v_cache.shape[-1], dtype=out_dtype, device=q.device)
     build.module.flash_attn_varlen_func(
         q, k_cache, v_cache, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
         block_table=block_table, softmax_scale=softmax_scale, causal=causal,
-        window_size=_window(window_left, causal), softcap=0.0, out=out, fa_version=3, q_descale=q_descale,
-        k_descale=k_descale, v_descale=v_descale, s_aux=None if sinks is None else sinks.to(torch.bfloat16))
+        window_size=_window(window_left, causal, max_seqlen_k), softcap=0.0, out=out, fa_version=3,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+        s_aux=None if sinks is None else sinks.to(torch.bfloat16))
     return out
 
 
@@ -64,7 +67,8 @@ def _upstream_missing(disabled, dtype, head: int, local: bool) -> str:
     return ", ".join(what for flag, what in need if flag in disabled)
 
 
-def _fa3_upstream(mod, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, softmax_scale, *,
+def _fa3_upstream(mod, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
+                  softmax_scale, *,
                   causal, window_left, sinks, q_descale, k_descale, v_descale, out_dtype, disabled=frozenset()):
     """flash-attention's hopper build: paged varlen goes through flash_attn_with_kvcache (cache_seqlens =
     seqused_k, page_table = block table, no new K/V). It has no learnable-sink input."""
@@ -78,7 +82,8 @@ def _fa3_upstream(mod, q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table
     r = mod.flash_attn_with_kvcache(
         q, k_cache, v_cache, cache_seqlens=seqused_k, page_table=block_table, cu_seqlens_q=cu_seqlens_q,
         max_seqlen_q=max_seqlen_q, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-        softmax_scale=softmax_scale, causal=causal, window_size=tuple(_window(window_left, causal)), num_splits=1)
+        softmax_scale=softmax_scale, causal=causal, window_size=tuple(_window(window_left, causal, max_seqlen_k)),
+        num_splits=1)
     return _first(r).to(out_dtype)
 
 
@@ -90,7 +95,7 @@ def fa4_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, max_s
     heuristic picks for few long sequences, fails with "SplitKV not supported on SM 9.0").
     """
     mod = load_fa4_upstream()
-    kw = dict(window_size=tuple(_window(window_left, causal))) if window_left >= 0 else {}
+    kw = dict(window_size=tuple(_window(window_left, causal, max_seqlen_k))) if window_left >= 0 else {}
     if sinks is not None:
         kw["learnable_sink"] = sinks.float()
     r = mod.flash_attn_varlen_func(
@@ -109,6 +114,7 @@ def fa4_fork_forward(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, 
     mod.flash_attn_varlen_func(
         q, k_cache, v_cache, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
         block_table=block_table, softmax_scale=softmax_scale, causal=causal,
-        window_size=_window(window_left, causal), out=out, fa_version=4, num_splits=1, k_descale=k_descale, v_descale=v_descale,
+        window_size=_window(window_left, causal, max_seqlen_k), out=out, fa_version=4, num_splits=1,
+        k_descale=k_descale, v_descale=v_descale,
         s_aux=None if sinks is None else sinks.float())
     return out

@@ -8,7 +8,10 @@ runs on CPU at a usable speed. Semantics (shared by all backends, see backends/b
   (0-d or [1]) or [B, Hkv] (per sequence and kv head; q_descale is per kv head too).
 - Query j of sequence i sits at seqused_k[i] - qlen_i + j, unless q_positions is given.
 - Key kp is visible to query qp iff kp < seqused_k[i], window_ok, and (kp <= qp, or both in
-  one mm_prefix span, or not causal); window_ok = |qp - kp| <= window_left (or window_left < 0).
+  one mm_prefix span, or not causal); window_ok = qp - kp <= window_left (or window_left < 0): the
+  window bounds the past side only, so a span query sees its span's later keys however far ahead, as
+  HF Gemma-4's sliding mask AND(kv > q - W, OR(causal, blockwise)) and vLLM's unified_attention with
+  mm_prefix_clamp_sliding_window do.
 - sinks [Hq] add exp(sink) to the softmax denominator (no value row).
 - softcap > 0 bounds each scaled logit s to softcap * tanh(s / softcap) (vLLM's logits_soft_cap).
 - A row with nothing visible outputs zeros.
@@ -40,7 +43,7 @@ def visibility_mask(q_pos: torch.Tensor, kv_len: int, *, causal: bool, window_le
     qp = q_pos[:, None]
     ok = torch.ones(q_pos.numel(), kv_len, dtype=torch.bool, device=q_pos.device)
     if window_left >= 0:
-        ok &= (qp - kp <= window_left) & (kp - qp <= window_left)
+        ok &= qp - kp <= window_left
     if causal:
         order = kp <= qp
         if spans is not None:

@@ -95,9 +95,8 @@ def _attn_fwd(
     if CAUSAL and NUM_SPANS == 0:
         hi = tl.minimum(hi, qp_max + 1)
     lo = 0
-    if HAS_WINDOW:
+    if HAS_WINDOW:  # the past side only: a span's later keys stay visible (kernels/reference.py)
         lo = tl.maximum(lo, qp_min - window_left)
-        hi = tl.minimum(hi, qp_max + window_left + 1)
     # Tiles start on BLOCK_N multiples (a window's lo is arbitrary); masks use the exact lo.
     begin = (lo // BLOCK_N) * BLOCK_N
     if SPLIT:
@@ -123,7 +122,7 @@ def _attn_fwd(
         ok = row_ok[:, None] & k_ok[None, :]
         if HAS_WINDOW:
             diff = qp[:, None] - kp[None, :]
-            ok = ok & (diff <= window_left) & (-diff <= window_left)
+            ok = ok & (diff <= window_left)
         if CAUSAL:
             order = kp[None, :] <= qp[:, None]
             for si in tl.static_range(NUM_SPANS):

@@ -20,14 +20,18 @@ def free():
 
 
 CATEGORIES = ("gemm", "attention", "norm", "elementwise", "copies")
+# Substrings of every attention backend's kernel names: kselect's Triton (_attn_fwd, _merge_splits), FA3/FA4 and
+# vLLM's fork (flash), FlashInfer (BatchPrefillWithPagedKVCache..., BatchDecode...), the FP8 query quantizer, and
+# vLLM's Triton kernel (kernel_unified_attention and its split-K reduce_segments, triton_unified_attention.py).
+ATTENTION_NAMES = ("attn", "flash", "paged", "fmha", "_merge", "quant_query", "unified_attention", "reduce_segments")
 
 
 def category(name: str) -> str:
     n = name.lower()
     if n.startswith("memcpy") or n.startswith("memset"):
         return "copies"
-    if any(k in n for k in ("attn", "flash", "paged", "fmha", "flashinfer", "_merge", "quant_query")):  # before
-        return "attention"  # gemm: FA4's CuTe-DSL kernel names contain "cutlass"; quant-query is the FP8 call's
+    if any(k in n for k in ATTENTION_NAMES):  # before gemm: FA4's CuTe-DSL kernel names contain "cutlass"
+        return "attention"
     if any(k in n for k in ("gemm", "gemv", "xmma", "cutlass", "cublas", "splitk", "nvjet", "wgmma")):
         return "gemm"
     if "norm" in n or "reduce" in n:  # our norm kernels; the unfused norm's mean is a reduce kernel

@@ -29,9 +29,9 @@ def upstream_fa3(monkeypatch, hide_modules):
         assert k is None and v is None and not rest, "no appended K/V, no other options"
         assert page_table.dtype == torch.int32 and cache_seqlens.dtype == torch.int32
         left, right = window_size
-        # FlashAttention's window: keys in [i - left, i + right]; kselect only ever asks for
-        # (w, 0) causal or (w, w) non-causal, the two cases the reference implements
-        assert right == (0 if causal else left) or (left, right) == (-1, -1)
+        # FlashAttention's window: keys in [i - left, i + right]; kselect only ever asks for (w, 0) causal or,
+        # non-causal (the span pass), a right side reaching past every key: the past-only window the reference is
+        assert (right == 0 if causal else right >= int(cache_seqlens.max())) or (left, right) == (-1, -1)
         calls.append(dict(causal=causal, window_size=tuple(window_size), num_splits=num_splits,
                           fp8=q.dtype == torch.float8_e4m3fn))
         out = paged_attention(q, k_cache, v_cache, cu_seqlens_q, cache_seqlens, page_table, softmax_scale,
@@ -71,7 +71,7 @@ def test_upstream_kernel_block_smaller_than_kv_block(upstream_fa3):
 
 
 def test_upstream_fp8_quant_query_and_span_pass(upstream_fa3):
-    """All-FP8 q/k/v with [B, Hkv] descales, and an image span: a causal call, then a (w, w) non-causal one."""
+    """All-FP8 q/k/v with [B, Hkv] descales, and an image span: a causal call, then a (w, max_seqlen_k) non-causal one."""
     case = make_case([9, 6], [9, 14], d=64, dtype=torch.bfloat16, cache_dtype=torch.float8_e4m3fn,
                      descale="seq_head", window_left=4, mm_spans=[[], [(9, 13)]])
     qs = torch.tensor(0.05)
@@ -80,7 +80,7 @@ def test_upstream_fp8_quant_query_and_span_pass(upstream_fa3):
     ref = case.reference(q=quantize_query(case.q, qs), q_descale=qs, out_dtype=torch.float32)
     assert out.dtype == torch.bfloat16 and rel_err(out, ref) < 1e-2
     assert [(c["causal"], c["window_size"], c["fp8"]) for c in upstream_fa3] == [(True, (4, 0), True),
-                                                                                  (False, (4, 4), True)]
+                                                                                  (False, (4, 13), True)]
 
 
 def test_upstream_refuses_sinks_naming_the_other_build(upstream_fa3):

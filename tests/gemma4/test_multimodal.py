@@ -4,7 +4,7 @@ Reference: HF `Gemma4ForConditionalGeneration` (no vision/audio tower, fp32, eag
 `mm_token_type_ids`; HF embeds image slots as the pad token, so our engine gets pad ids there.
 HF's rule: full-attention layers stay causal; sliding layers see key k from query q iff
 k > q - W and (k <= q or both in one image span) -- the window bounds the past side only, so a
-span longer than the window reaches further ahead than the backends' symmetric window.
+span longer than the window reaches further ahead than W; every backend's window does the same.
 """
 
 import copy
@@ -103,36 +103,25 @@ def test_prefill_and_decode_match_hf_vision_mask(mm, batch):
             assert max_rel_error(got, plain) < HF_RTOL  # a text-only row is unaffected
 
 
-def test_long_span_needs_past_only_window(mm, batch):
-    """The far-ahead span keys (q + W <= k < end) are visible, as in HF: with the backend's plain
-    symmetric window instead, the long-span sequences would differ from HF."""
+def test_long_span_needs_past_only_window(mm, batch, monkeypatch):
+    """The far-ahead span keys (q + W <= k < end) are visible, as in HF: the backends' window bounds the
+    past side only (kernels/reference.py). A window bounding both sides would differ from HF on the
+    long-span sequences, so these spans really exercise it."""
     model, hf, cfg = mm
     prompts, cont = batch
-    from kselect.backends.base import AttentionMetadata
-    from kselect.gemma4.model_runner import ModelRunner
-    from kselect.gemma4.sequence import StepBatch
+    from kselect.kernels import reference
 
-    eng = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=48))
-    meta = AttentionMetadata(cu_seqlens_q=None, seqused_k=None, block_table=torch.arange(8).view(2, 4),
-                             max_seqlen_q=0, max_seqlen_k=0)
-    far = eng.runner.far_span_queries(StepBatch([0, 2], [0, 0], [LENS[0], LENS[2]]), {0: SPANS[0], 2: SPANS[2]},
-                                      meta)
-    rows = sorted(r for idx, _, _ in far for r in idx.tolist())
-    # seq 0 span (9, 22): queries 9..13; seq 2 span (4, 17) (rows start at 24): queries 4..8
-    assert rows == list(range(9, 14)) + [24 + q for q in range(4, 9)]
-    for idx, m, wl in far:  # one causal query at end-1 (bottom-right of e keys) with keys [q - W + 1, end - 1]
-        assert m.q_positions is None and m.cu_seqlens_q.tolist() == list(range(len(idx) + 1))
-        for r, e in zip(idx.tolist(), m.seqused_k.tolist()):
-            q = r if r < 24 else r - 24
-            assert e - 1 - wl == q - W + 1
-    # the symmetric window alone would differ from HF on those sequences: drop the widened queries
     ours = run_engine(model, prompts, cont)
-    orig = ModelRunner.far_span_queries
-    try:
-        ModelRunner.far_span_queries = lambda self, *a: []
-        sym = run_engine(model, prompts, cont)
-    finally:
-        ModelRunner.far_span_queries = orig
+    past_only = reference.visibility_mask
+
+    def both_sides(q_pos, kv_len, *, causal, window_left, spans):
+        ok = past_only(q_pos, kv_len, causal=causal, window_left=window_left, spans=spans)
+        if window_left >= 0:
+            ok &= torch.arange(kv_len)[None, :] - q_pos[:, None] <= window_left
+        return ok
+
+    monkeypatch.setattr(reference, "visibility_mask", both_sides)
+    sym = run_engine(model, prompts, cont)
     for s in (0, 2):
         ref = hf_logits(hf, cfg, prompts[s] + cont[s], SPANS[s])
         assert max_rel_error(ours[s], ref) < HF_RTOL < max_rel_error(sym[s], ref)

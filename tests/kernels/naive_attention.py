@@ -30,7 +30,7 @@ def naive_dense_attention(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_ta
             qp = int(q_positions[t]) if q_positions is not None else n - (q1 - q0) + (t - q0)
             allowed = []
             for kp in range(n):
-                if window_left >= 0 and abs(qp - kp) > window_left:
+                if window_left >= 0 and qp - kp > window_left:  # the window bounds the past side only
                     continue
                 same_span = any(s <= qp < e and s <= kp < e for s, e in spans)
                 if causal and kp > qp and not same_span:
@@ -69,6 +69,8 @@ MASKS = {
     "mm_prefix": dict(mm_spans=True),
     "sinks": dict(sinks=True),
     "all": dict(window_left=9, mm_spans=True, sinks=True),
+    # spans longer than the window: a span query sees later span keys beyond q + window_left
+    "long_span": dict(window_left=2, mm_spans=True),
 }
 
 

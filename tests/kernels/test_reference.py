@@ -123,3 +123,25 @@ def test_fp8_dtype_names():
         fp8_dtype("bfloat16")
     assert quantize_query(torch.full((1, 1, 1), 1e9), torch.tensor(1.0)).float().item() == 448.0
     assert not math.isnan(quantize_query(torch.zeros(1, 1, 1), torch.tensor(2.0)).float().item())
+
+
+@pytest.mark.parametrize("window_left", [-1, 0, 2, 5])
+def test_visibility_is_hf_gemma4_sliding_vision_mask(window_left):
+    """kernels/reference.py's mask is HF Gemma-4's sliding-layer vision mask, AND(sliding window,
+    OR(causal, blockwise)), built from transformers' own mask functions: spans shorter and longer than
+    the window, one touching the sequence start, queries from a chunk start."""
+    from transformers.masking_utils import (and_masks, blockwise_overlay, causal_mask_function, or_masks,
+                                            sliding_window_overlay)
+    from kselect.kernels.reference import visibility_mask
+
+    n, spans = 24, [(0, 2), (5, 7), (9, 20)]
+    ids = torch.full((1, n), -1)
+    for g, (a, e) in enumerate(spans):
+        ids[0, a:e] = g
+    fn = or_masks(causal_mask_function, blockwise_overlay(ids))
+    if window_left >= 0:
+        fn = and_masks(sliding_window_overlay(window_left + 1), fn)
+    q = torch.arange(4, n)  # a chunk: queries 4..23 over all 24 keys
+    hf = torch.stack([torch.stack([fn(0, 0, qi, torch.tensor(k)) for k in range(n)]) for qi in q])
+    ours = visibility_mask(q, n, causal=True, window_left=window_left, spans=torch.tensor(spans))
+    assert torch.equal(ours, hf)

@@ -70,7 +70,8 @@ def _fp8_round_trip(q, scale):
 
 @pytest.mark.parametrize("mode,mask", [("prefill", "causal"), ("chunked", "window"), ("decode", "causal"),
                                        ("decode", "window"), ("mixed", "sinks"), ("chunked", "mm_prefix"),
-                                       ("mixed", "all")])
+                                       ("mixed", "all"), ("prefill", "long_span"),
+                                       ("chunked", "long_span")])
 def test_modes_and_masks(mode, mask):
     check(build(mode, mask, seed=11), FP32)
 
@@ -162,3 +163,18 @@ def test_draft_positions_refused():
     case.q_positions = torch.zeros(case.q.shape[0], dtype=torch.long, device=DEV)
     with pytest.raises(NotImplementedError, match="q_positions"):
         backend_for(case).forward(case.q, case.k_cache, case.v_cache, meta_of(case), layer_of(case))
+
+
+def test_step_profile_files_vllms_kernels_under_attention():
+    """The step profile's categories (kselect/benchmarks/step_profile.py) put every kernel vLLM's
+    unified_attention launches -- the module's own public Triton functions, read from the release's
+    source -- under attention, not elementwise or norm."""
+    import sys
+
+    from kselect.benchmarks.step_profile import category
+
+    mod = sys.modules[KERNEL.unified_attention.__module__]
+    launched = [n for n, f in vars(mod).items()
+                if not n.startswith("_") and getattr(getattr(f, "fn", None), "__module__", None) == mod.__name__]
+    assert "kernel_unified_attention" in launched and "reduce_segments" in launched
+    assert {n: category(n) for n in launched} == {n: "attention" for n in launched}

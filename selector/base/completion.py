@@ -55,7 +55,11 @@ def wants(flags: list[str]) -> str | None:
 
 def for_hydra() -> None:
     """COMP_LINE without its first word (`kselect`): Hydra drops one program word, then sees the command's own."""
-    line = os.environ.get("COMP_LINE", "")
+    if "COMP_LINE" not in os.environ:  # Hydra would raise KeyError: the query is bash's, never typed
+        print("kselect: -sc query=bash is asked by the completion script (COMP_LINE unset); to install it: "
+              "eval \"$(kselect -sc install=bash)\"", file=sys.stderr)
+        sys.exit(2)
+    line = os.environ["COMP_LINE"]
     words = line.lstrip().split(" ", 1)
     if len(words) == 2 and os.path.basename(words[0]) == "kselect":
         os.environ["COMP_LINE"] = words[1]

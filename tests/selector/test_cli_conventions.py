@@ -116,6 +116,13 @@ def test_completion_refuses_another_shell(capsys):
     assert code == 2 and "allowed: install=bash" in err
 
 
+def test_a_query_typed_by_hand_is_no_traceback(capsys, monkeypatch):
+    """Hydra reads COMP_LINE unguarded (KeyError); bash sets it, a person typing the query does not."""
+    monkeypatch.delenv("COMP_LINE", raising=False)
+    code, _, err = inprocess("select", "-sc", "query=bash", capsys=capsys)
+    assert code == 2 and "COMP_LINE unset" in err and "Traceback" not in err
+
+
 # ---------------------------------------------------------------- typos and ~
 
 

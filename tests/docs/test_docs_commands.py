@@ -161,6 +161,7 @@ def page_commands(page: Path) -> list[str]:
     out, fence, pending = [], None, ""
     for line in page.read_text().splitlines():
         if line.startswith("```"):
+            assert fence is None or not line[3:].strip(), f"{page.name}: text after a closing fence: {line!r}"
             fence = line[3:].strip() if fence is None else None
             continue
         if fence not in ("bash", "sh", "console", "shell") or not line.strip() or line.strip().startswith("#"):

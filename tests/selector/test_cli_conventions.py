@@ -4,6 +4,8 @@ for a typo, `~` in a path, and a JSON Schema that `output=json` validates agains
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -79,6 +81,16 @@ def test_help_is_a_page(command, capsys):
     code, out, _ = inprocess(command, "--help", capsys=capsys)
     assert code == 0 and 5 < len(out.splitlines()) <= 60, out
     assert f"kselect {command} --help-all" in out and "--hydra-help" in out
+
+
+@pytest.mark.parametrize("command", ("gather", "conformance", "perf", "oracle", "bench"))
+def test_help_of_the_other_commands_is_a_page(command):
+    from kselect.cli import command as entry
+
+    with pytest.raises(SystemExit) as e, contextlib.redirect_stdout(io.StringIO()) as out:
+        sys.argv = [f"kselect {command}", "--help"]
+        entry(command)()
+    assert e.value.code == 0 and 3 < len(out.getvalue().splitlines()) <= 60, out.getvalue()
 
 
 def test_help_names_the_groups_and_the_most_used_keys(capsys):

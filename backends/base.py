@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.backends.common import query_scale
-from kselect.backends.params import LayerParams  # noqa: F401 - re-exported: every backend takes it from here
-from kselect.selector.outputs.selection import GroupSelection
+from .common import query_scale
+from .params import LayerParams  # noqa: F401 - re-exported: every backend takes it from here
+from ..selector.outputs.selection import GroupSelection
 
 
 @dataclass

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kselect.backends.params import LayerParams
-from kselect.kernels.cache_ops import quantize_query
-from kselect.kernels.reference import is_fp8
+from .params import LayerParams
+from ..kernels.cache_ops import quantize_query
+from ..kernels.reference import is_fp8
 
 
 def kernel_block_table(block_table: torch.Tensor, kv_block_size: int, kernel_block_size: int) -> torch.Tensor:

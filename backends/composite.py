@@ -12,7 +12,7 @@ captured decode steps stay on the causal child.
 
 from __future__ import annotations
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from .base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
 
 CHILDREN = {"TRITON_FLASH_ATTN": ("TRITON_ATTN", "FLASH_ATTN"), "TRITON_FLASHINFER": ("TRITON_ATTN", "FLASHINFER")}
 
@@ -38,7 +38,7 @@ def needs_mm_prefix(meta: AttentionMetadata) -> bool:
 class CompositeBackend(AttentionBackend):
     def __init__(self, group):
         super().__init__(group)
-        from kselect.backends.registry import make_backend  # noqa: PLC0415 - the registry imports this module
+        from .registry import make_backend  # noqa: PLC0415 - the registry imports this module
 
         self.name = group.backend
         general, causal = CHILDREN[group.backend]

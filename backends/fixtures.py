@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kselect.backends.base import AttentionMetadata, LayerParams
-from kselect.selector.outputs.selection import GroupSelection
-from kselect.selector.config.vocab import is_fp8
+from .base import AttentionMetadata, LayerParams
+from ..selector.outputs.selection import GroupSelection
+from ..selector.config.vocab import is_fp8
 
 
 def make_group(backend="TORCH_REFERENCE", version=None, head=64, kv="float32", kernel_block=16, kv_block=16,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
-from kselect.backends.common import expand_descale, kernel_block_view, quant_inputs
-from kselect.backends.span_split import select_descale, span_pass
-from kselect.kernels import flash_attn as fa
-from kselect.kernels import flash_attn_loader as loader
-from kselect.selector.config.vocab import is_fp8
+from .base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from .common import expand_descale, kernel_block_view, quant_inputs
+from .span_split import select_descale, span_pass
+from ..kernels import flash_attn as fa
+from ..kernels import flash_attn_loader as loader
+from ..selector.config.vocab import is_fp8
 
 
 def _fp8_group(group) -> bool:

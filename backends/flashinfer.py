@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kselect.backends.base import (AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams,
+from .base import (AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams,
                                    ReplayShapeError)
-from kselect.backends.common import kernel_block_table, kernel_block_view
-from kselect.kernels import flashinfer as fi_kernels
-from kselect.kernels.reference import is_fp8
+from .common import kernel_block_table, kernel_block_view
+from ..kernels import flashinfer as fi_kernels
+from ..kernels.reference import is_fp8
 
 
 class _ScaleCache:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
-from kselect.backends.common import kernel_block_view, quant_inputs
-from kselect.kernels.reference import paged_attention
+from .base import AttentionBackend, AttentionMetadata, LayerParams
+from .common import kernel_block_view, quant_inputs
+from ..kernels.reference import paged_attention
 
 
 class TorchReferenceBackend(AttentionBackend):

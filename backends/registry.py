@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-from kselect.backends.base import AttentionBackend, BackendUnavailableError
-from kselect.selector.outputs.selection import GroupSelection
+from .base import AttentionBackend, BackendUnavailableError
+from ..selector.outputs.selection import GroupSelection
 
 # Backends the selector may pick that kselect does not implement.
 NOT_IMPLEMENTED = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kselect.backends.base import AttentionMetadata
+from .base import AttentionMetadata
 
 
 @dataclass

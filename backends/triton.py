@@ -22,8 +22,8 @@ import os
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
-from kselect.backends.common import expand_descale, kernel_block_view, quant_inputs
+from .base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from .common import expand_descale, kernel_block_view, quant_inputs
 
 KSELECT_BUILD = "kselect"
 
@@ -52,7 +52,7 @@ class KselectTritonBackend(TritonAttnBackend):
     def __init__(self, group):
         super().__init__(group)
         try:
-            from kselect.kernels import triton_paged
+            from ..kernels import triton_paged
         except ImportError as e:
             raise BackendUnavailableError(f"TRITON_ATTN+kselect needs the triton package (pip install triton): {e}") from e
         _need_device()
@@ -79,7 +79,7 @@ class VllmTritonBackend(TritonAttnBackend):
 
     def __init__(self, group):
         super().__init__(group)
-        from kselect.kernels import vllm_triton
+        from ..kernels import vllm_triton
 
         try:
             self.kernel = vllm_triton.load()

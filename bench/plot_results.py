@@ -4,7 +4,7 @@
 
 Reads every `bench.json` (bench/kernels/bench_attention.py: {meta: {gpu, copy_gbs, bf16_gemm_tflops,
 ...}, rows: [{kind, shape, b, L, path, status, ms, gbs, gbs_graph, tflops, rel_err, ...}]}) and every
-`e2e.json` (kselect/benchmarks/e2e.py) under --results, and writes into --out:
+`e2e.json` (kselect/measurement/e2e.py) under --results, and writes into --out:
 
   roofline_<shape>.png   per shape family (31b_sliding, 31b_full, e4b_sliding, e4b_full): achieved
                          TFLOP/s vs arithmetic intensity (FLOP per byte of q/k/v/o moved), decode
@@ -220,7 +220,7 @@ def _f(x, fmt=",.0f"):
 def markdown(benches: list[dict], e2es: list[dict], notes: list[str], pngs: list[Path], out: Path) -> str:
     L = ["# Performance", ""]
     if not benches and not e2es:
-        L += ["No results found (run bench/kernels/bench_attention.py and kselect/benchmarks/e2e.py on the GPU).", ""]
+        L += ["No results found (run bench/kernels/bench_attention.py and kselect/measurement/e2e.py on the GPU).", ""]
     for b in benches:
         m = b.get("meta", {})
         L += [f"## Attention kernels ({b['_source']}): {m.get('gpu', '?')}, torch {m.get('torch', '?')}, "

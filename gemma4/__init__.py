@@ -14,5 +14,8 @@ Layout, one role a file:
 The command line (`kselect run`) is kselect/run.py.
 """
 
-from kselect.gemma4.config import FULL, SLIDING, Gemma4Args  # noqa: F401
-from kselect.gemma4.model import Gemma4  # noqa: F401
+if __name__ != "kselect.gemma4":  # one module, one name (pyproject.toml maps the folder to kselect.gemma4)
+    raise ImportError("import kselect.gemma4, not gemma4: the folder is a subpackage of kselect (pip install -e .)")
+
+from .config import FULL, SLIDING, Gemma4Args  # noqa: F401
+from .model import Gemma4  # noqa: F401

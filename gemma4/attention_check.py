@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kselect.backends.checking import CallErrors, CheckingBackend
-from kselect.backends.registry import make_backend
-from kselect.kernels.tolerances import tolerance
+from ..backends.checking import CallErrors, CheckingBackend
+from ..backends.registry import make_backend
+from ..kernels.tolerances import tolerance
 
 
 @dataclass
@@ -39,7 +39,7 @@ class GroupCheck:
 def check_attention(model, groups, prompts, forced, *, max_len: int, kv_scales=None, mm_spans=None,
                     engine_cls=None) -> list[GroupCheck]:
     """groups: the engine's groups (kind -> GroupSelection); forced: the tokens to replay."""
-    from kselect.gemma4.engine import Engine, EngineConfig, reference_groups  # noqa: PLC0415
+    from .engine import Engine, EngineConfig, reference_groups  # noqa: PLC0415
 
     engine_cls = engine_cls or Engine
     refs = reference_groups(groups)

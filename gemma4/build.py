@@ -25,7 +25,7 @@ class RunError(Exception):
 
 
 def select(overrides: list[str]):
-    from kselect.selector.api import compose, resolve  # the lead's validated config and resolver
+    from ..selector.api import compose, resolve  # the lead's validated config and resolver
 
     cfg = compose(overrides)
     return cfg, resolve(cfg)
@@ -33,9 +33,9 @@ def select(overrides: list[str]):
 
 def build_model(cfg, seed: int):
     """(model, tokenizer, source description) for cfg.model on cfg.platform.device."""
-    from kselect.gemma4.checkpoint import build_random, load_checkpoint, load_tokenizer
-    from kselect.gemma4.config import Gemma4Args
-    from kselect.gemma4.model import Gemma4
+    from .checkpoint import build_random, load_checkpoint, load_tokenizer
+    from .config import Gemma4Args
+    from .model import Gemma4
 
     device = torch.device(cfg.platform.device if cfg.platform.device != "rocm" else "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -61,9 +61,9 @@ def build_model(cfg, seed: int):
 def build_drafters(cfg, target, *, checkpoint: str | None = None, seed: int = 0, inits=("random", "copy")):
     """[(label, Drafter)]: an HF assistant checkpoint, else seeded drafters with the preset's
     `drafter:` shapes: `random` weights, and the `copy` heuristic init (`copy_init`)."""
-    from kselect.gemma4.checkpoint import load_drafter
-    from kselect.gemma4.config import DrafterArgs
-    from kselect.gemma4.drafter_init import build_random_drafter
+    from .checkpoint import load_drafter
+    from .config import DrafterArgs
+    from .drafter_init import build_random_drafter
 
     if checkpoint:
         return [(f"checkpoint {checkpoint}", load_drafter(checkpoint, target.args, device=target.device,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from kselect.kernels.dtypes import dtype_name
-from kselect.gemma4.config import DrafterArgs, DrafterError, Gemma4Args, torch_dtype
-from kselect.gemma4.drafter import Drafter
-from kselect.gemma4.model import Gemma4
+from ..kernels.dtypes import dtype_name
+from .config import DrafterArgs, DrafterError, Gemma4Args, torch_dtype
+from .drafter import Drafter
+from .model import Gemma4
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 BUNDLED_TOKENIZER = ASSETS / "tokenizer.json"
@@ -130,7 +130,7 @@ def save_checkpoint(model: Gemma4, folder: str | Path, *, tokenizer: str | Path 
     """Write an HF-style folder: config.json + model.safetensors (or shards with an index)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.base.files import atomic_write, replaced
+    from ..selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +199,7 @@ def precheck(d: dict, where: str) -> None:
 
     from pydantic import TypeAdapter, ValidationError
 
-    from kselect.selector.config.schema import ModelConfig
+    from ..selector.config.schema import ModelConfig
 
     for k, f in ModelConfig.model_fields.items():
         if k in d and d[k] is not None and k not in ("name", "architecture", "dtype", "checkpoint", "drafter"):
@@ -215,8 +215,8 @@ def check_bounds(args: Gemma4Args, where: str) -> None:
     any tensor is allocated from it."""
     from pydantic import ValidationError
 
-    from kselect.selector.base.errors import format_validation_error
-    from kselect.selector.config.schema import ModelConfig
+    from ..selector.base.errors import format_validation_error
+    from ..selector.config.schema import ModelConfig
 
     keys = set(ModelConfig.model_fields) - {"name", "architecture", "dtype", "multimodal", "checkpoint", "drafter",
                                             "full_attention_every"}
@@ -380,7 +380,7 @@ def save_drafter(drafter: Drafter, folder: str | Path) -> Path:
     """An HF-style assistant folder: config.json + model.safetensors (lm_head tied into embed_tokens)."""
     from safetensors.torch import save_file
 
-    from kselect.selector.base.files import atomic_write, replaced
+    from ..selector.base.files import atomic_write, replaced
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -481,7 +481,7 @@ def load_tokenizer(folder: str | Path | None = None):
     if folder is not None and not path.is_file():
         raise CheckpointError(f"{folder}: no tokenizer.json")
     if not path.is_file():
-        from kselect.gemma4.tokenizer import build_tokenizer
+        from .tokenizer import build_tokenizer
 
         return build_tokenizer()
     try:

@@ -5,9 +5,9 @@ without chunking, and the most blocks the run held at once."""
 
 from __future__ import annotations
 
-from kselect.gemma4.block_manager import group_blocks
-from kselect.gemma4.config import SLIDING
-from kselect.gemma4.engine import chunk_ends
+from .block_manager import group_blocks
+from .config import SLIDING
+from .engine import chunk_ends
 
 
 def _mib(n_bytes: int) -> str:

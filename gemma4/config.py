@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from kselect.kernels.dtypes import TORCH_DTYPES, is_fp8
-from kselect.kernels.dtypes import torch_dtype as kernel_torch_dtype
-from kselect.selector.config.vocab import LAYER_TYPE
+from ..kernels.dtypes import TORCH_DTYPES, is_fp8
+from ..kernels.dtypes import torch_dtype as kernel_torch_dtype
+from ..selector.config.vocab import LAYER_TYPE
 
 SLIDING = LAYER_TYPE["sliding_window"]
 FULL = LAYER_TYPE["full_attention"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from kselect.backends.base import AttentionMetadata
-from kselect.gemma4.cuda_graph import CapturedStep
-from kselect.gemma4.model_runner import ModelRunner
+from ..backends.base import AttentionMetadata
+from .cuda_graph import CapturedStep
+from .model_runner import ModelRunner
 
 
 def static_metadata(runner: ModelRunner, b: int, q: int, max_seq_len: int):

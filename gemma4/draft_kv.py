@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
-from kselect.gemma4.config import FULL, SLIDING, DrafterArgs, DrafterError, Gemma4Args, target_kv_layer
-from kselect.gemma4.drafter import DraftContext, DraftGroupStep
-from kselect.kernels.dtypes import dtype_name
-from kselect.selector.config.vocab import is_fp8
+from ..backends.base import AttentionBackend, AttentionMetadata, LayerParams
+from .config import FULL, SLIDING, DrafterArgs, DrafterError, Gemma4Args, target_kv_layer
+from .drafter import DraftContext, DraftGroupStep
+from ..kernels.dtypes import dtype_name
+from ..selector.config.vocab import is_fp8
 
 
 class DraftKVBinding:
@@ -31,7 +31,7 @@ class DraftKVBinding:
     def __init__(self, target_args: Gemma4Args, dargs: DrafterArgs, cache, draft_groups: dict,
                  target_groups: dict | None = None, backends: dict[str, AttentionBackend] | None = None,
                  copy_scales: bool | None = None, kv_view: str = "committed"):
-        from kselect.backends.registry import make_backend
+        from ..backends.registry import make_backend
 
         if kv_view not in ("committed", "hf"):
             raise ValueError(f"kv_view must be 'committed' or 'hf', got {kv_view!r}")
@@ -115,7 +115,7 @@ def _kv_name(gc) -> str:
 def draft_groups_of(selection, target_groups: dict, *, copy_scales: bool | None = None) -> dict:
     """The draft groups of a selection keyed by layer type; derived from the target groups (same
     backend, block and KV dtype; `draft=True`) when the selection has none (hand-made selections)."""
-    from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE
+    from .kv_cache import GROUP_TO_LAYER_TYPE
 
     groups = getattr(selection, "groups", None) or ()
     out = {GROUP_TO_LAYER_TYPE[g.kind]: g for g in groups if g.draft}

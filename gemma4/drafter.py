@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata, LayerParams
-from kselect.gemma4.config import FULL, SLIDING, DrafterArgs
-from kselect.gemma4.layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
+from ..backends.base import AttentionBackend, AttentionMetadata, LayerParams
+from .config import FULL, SLIDING, DrafterArgs
+from .layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 
 
 # ---------------------------------------------------------------------------- what a draft step reads

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from kselect.gemma4.config import DrafterArgs
-from kselect.gemma4.drafter import Drafter
+from .config import DrafterArgs
+from .drafter import Drafter
 
 
 def init_drafter_weights(drafter: Drafter, seed: int = 0) -> Drafter:

@@ -28,21 +28,21 @@ import warnings
 
 import torch
 
-from kselect.backends.base import AttentionBackend
-from kselect.backends.registry import make_backend
-from kselect.gemma4.decode_graph import DecodeGraph
-from kselect.gemma4.engine_config import EngineConfig
-from kselect.gemma4.generate import Clock, GenerationResult, PlainDecoding, generation_loop
-from kselect.gemma4.host_threads import use_serving_threads
-from kselect.gemma4.kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
-from kselect.gemma4.model import Gemma4
-from kselect.gemma4.model_runner import ModelRunner, MultimodalUnsupportedError
-from kselect.gemma4.prefill_graph import PrefillGraphs
-from kselect.gemma4.sampling import integer_type, max_rel_error, sample
-from kselect.gemma4.sequence import SequenceTable, StepBatch
-from kselect.kernels.dtypes import dtype_name
-from kselect.selector.config.vocab import is_fp8 as is_fp8_name
-from kselect.selector.outputs.selection import GroupSelection, Selection
+from ..backends.base import AttentionBackend
+from ..backends.registry import make_backend
+from .decode_graph import DecodeGraph
+from .engine_config import EngineConfig
+from .generate import Clock, GenerationResult, PlainDecoding, generation_loop
+from .host_threads import use_serving_threads
+from .kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
+from .model import Gemma4
+from .model_runner import ModelRunner, MultimodalUnsupportedError
+from .prefill_graph import PrefillGraphs
+from .sampling import integer_type, max_rel_error, sample
+from .sequence import SequenceTable, StepBatch
+from ..kernels.dtypes import dtype_name
+from ..selector.config.vocab import is_fp8 as is_fp8_name
+from ..selector.outputs.selection import GroupSelection, Selection
 
 # ---------------------------------------------------------------------------- selections
 

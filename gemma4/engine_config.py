@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
+from .prefill_graph import DEFAULT_MAX_TOKENS
 
 
 @dataclass(frozen=True)

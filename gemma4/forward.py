@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from kselect.gemma4.config import FULL, SLIDING
+from .config import FULL, SLIDING
 
 
 def attention(ops, a, xn, cos, sin, ctx) -> torch.Tensor:

@@ -34,8 +34,8 @@ import contextlib
 import torch
 from torch import nn
 
-from kselect.gemma4.layers import apply_rope, gelu_tanh
-from kselect.gemma4.ops import TORCH, TorchOps, add_rms_norm, rms_norm
+from .layers import apply_rope, gelu_tanh
+from .ops import TORCH, TorchOps, add_rms_norm, rms_norm
 
 
 # ---------------------------------------------------------------------------- weights, once
@@ -94,7 +94,7 @@ class FusedOps(TorchOps):
         prepare(model)
 
     def launches(self, model, tokens: int):
-        from kselect.kernels import pdl  # Triton: imported with the first fused step, not with the model
+        from ..kernels import pdl  # Triton: imported with the first fused step, not with the model
 
         return pdl.on() if not self.serial and pdl_step(model, tokens) else contextlib.nullcontext()
 
@@ -123,7 +123,7 @@ class TritonOps(FusedOps):
     name = "triton"
 
     def __init__(self):
-        from kselect.kernels import embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables
+        from ..kernels import embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables
 
         self.embedding = embedding.embedding_scaled
         self.rope_tables = rope_tables.rope_tables
@@ -187,8 +187,8 @@ class CompiledOps(FusedOps):
     def __init__(self):
         import torch._dynamo
 
-        from kselect.kernels.cache_ops import quantize_query
-        from kselect.kernels.kv_write import write_kv_triton
+        from ..kernels.cache_ops import quantize_query
+        from ..kernels.kv_write import write_kv_triton
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         if hasattr(torch._dynamo.config, "recompile_limit"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.gemma4.sampling import check_request, sample
+from .sampling import check_request, sample
 
 EOS_CHECK_EVERY = 16  # graph decode: steps between host-side "all sequences finished?" checks
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from kselect.backends.base import LayerParams
-from kselect.gemma4.block_manager import BlockManager, GroupBlocks, group_blocks
-from kselect.gemma4.config import FULL, SLIDING, Gemma4Args
-from kselect.kernels.cache_ops import quantize, write_kv
-from kselect.kernels.dtypes import is_fp8, kv_torch_dtype  # noqa: F401 - re-exported
-from kselect.selector.config.vocab import KIND_OF_LAYER_TYPE, LAYER_TYPE
+from ..backends.base import LayerParams
+from .block_manager import BlockManager, GroupBlocks, group_blocks
+from .config import FULL, SLIDING, Gemma4Args
+from ..kernels.cache_ops import quantize, write_kv
+from ..kernels.dtypes import is_fp8, kv_torch_dtype  # noqa: F401 - re-exported
+from ..selector.config.vocab import KIND_OF_LAYER_TYPE, LAYER_TYPE
 
 GROUP_TO_LAYER_TYPE = LAYER_TYPE  # selector group kind -> HF layer type (the selector's vocabulary)
 LAYER_TYPE_TO_GROUP = KIND_OF_LAYER_TYPE

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kselect.gemma4.config import Gemma4Args
+from .config import Gemma4Args
 
 
 class RMSNorm(nn.Module):

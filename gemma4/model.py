@@ -17,13 +17,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import kselect.gemma4.forward as fwd
-from kselect.gemma4.config import SLIDING, Gemma4Args
-from kselect.gemma4.fused import ops_for
-from kselect.gemma4.layers import (  # noqa: F401 - the building blocks, importable from here as before
+from . import forward as fwd
+from .config import SLIDING, Gemma4Args
+from .fused import ops_for
+from .layers import (  # noqa: F401 - the building blocks, importable from here as before
     MLP, Experts, RMSNorm, Router, apply_rope, gelu_tanh, rope_cos_sin, rope_inv_freq, rope_row_tables, softcap_logits)
-from kselect.gemma4.ops import TORCH
-from kselect.gemma4.step_context import GroupStep, StepContext  # noqa: F401 - re-exported
+from .ops import TORCH
+from .step_context import GroupStep, StepContext  # noqa: F401 - re-exported
 
 
 # ---------------------------------------------------------------------------- attention

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from kselect.backends.base import AttentionBackend, AttentionMetadata
-from kselect.gemma4.config import SLIDING
-from kselect.gemma4.kv_cache import LAYER_TYPE_TO_GROUP, PagedKVCache
-from kselect.gemma4.model import Gemma4, GroupStep, StepContext
-from kselect.gemma4.sequence import StepBatch
+from ..backends.base import AttentionBackend, AttentionMetadata
+from .config import SLIDING
+from .kv_cache import LAYER_TYPE_TO_GROUP, PagedKVCache
+from .model import Gemma4, GroupStep, StepContext
+from .sequence import StepBatch
 
 
 class MultimodalUnsupportedError(RuntimeError):
@@ -100,7 +100,7 @@ class ModelRunner:
         for k, gc in self.cache.groups.items():  # every sequence has as many tokens
             table, bs = metas[k].block_table, gc.block_size
             if positions.is_cuda:  # one kernel a group (Triton: imported here, a GPU-only dependency)
-                from kselect.kernels.slot_mapping import slot_mapping
+                from ..kernels.slot_mapping import slot_mapping
 
                 slot_mapping(positions, table, bs, slots[k])
                 continue

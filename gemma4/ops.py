@@ -27,7 +27,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from kselect.gemma4.layers import apply_rope, gelu_tanh, rope_row_tables, softcap_logits
+from .layers import apply_rope, gelu_tanh, rope_row_tables, softcap_logits
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:

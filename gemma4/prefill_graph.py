@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import torch
 
-from kselect.backends.base import ReplayShapeError
-from kselect.gemma4.cuda_graph import CapturedStep
-from kselect.gemma4.decode_graph import static_metadata
-from kselect.gemma4.model_runner import ModelRunner
-from kselect.gemma4.sampling import max_rel_error
+from ..backends.base import ReplayShapeError
+from .cuda_graph import CapturedStep
+from .decode_graph import static_metadata
+from .model_runner import ModelRunner
+from .sampling import max_rel_error
 
 BUCKETS = (16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096)
 # Longer steps run eager by default: 31B's 4,096-token prefill is GPU-bound (wall 431 vs kernels 427 ms), but

@@ -20,11 +20,11 @@ import math
 
 import torch
 
-from kselect.backends.base import AttentionMetadata
-from kselect.gemma4.cuda_graph import CapturedStep
-from kselect.gemma4.decode_graph import static_metadata
-from kselect.gemma4.drafter import draft_inputs
-from kselect.gemma4.sampling import max_rel_error
+from ..backends.base import AttentionMetadata
+from .cuda_graph import CapturedStep
+from .decode_graph import static_metadata
+from .drafter import draft_inputs
+from .sampling import max_rel_error
 
 
 class DraftGraph(CapturedStep):

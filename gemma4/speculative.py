@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.gemma4.draft_kv import DraftKVBinding, draft_groups_of
-from kselect.gemma4.drafter import Drafter, draft_inputs
-from kselect.gemma4.engine import chunk_ends
-from kselect.gemma4.generate import Outputs, Request, generation_loop
-from kselect.gemma4.sampling import probs_of
-from kselect.gemma4.spec_graphs import SpecGraphs
+from .draft_kv import DraftKVBinding, draft_groups_of
+from .drafter import Drafter, draft_inputs
+from .engine import chunk_ends
+from .generate import Outputs, Request, generation_loop
+from .sampling import probs_of
+from .spec_graphs import SpecGraphs
 
 
 # ---------------------------------------------------------------------------- acceptance

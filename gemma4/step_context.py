@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kselect.backends.base import AttentionBackend, AttentionMetadata
-    from kselect.gemma4.kv_cache import GroupCache
+    from ..backends.base import AttentionBackend, AttentionMetadata
+    from .kv_cache import GroupCache
 
 
 @dataclass

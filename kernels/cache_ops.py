@@ -34,7 +34,7 @@ def quantize_query(q: torch.Tensor, q_scale, dtype: torch.dtype = torch.float8_e
     """Quant-query path: q_fp8 = q / q_scale (q_scale an fp32 scalar). On CUDA one Triton kernel
     (kernels/quant_query.py) instead of quantize's four."""
     if _use_triton(q) and isinstance(q_scale, torch.Tensor) and q.dim() == 3:
-        from kselect.kernels.quant_query import quantize_query_triton
+        from .quant_query import quantize_query_triton
 
         return quantize_query_triton(q, q_scale, dtype)
     return quantize(q, q_scale, dtype)
@@ -51,7 +51,7 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None) -
     elsewhere PyTorch indexing, which drops the padding rows first."""
     slots = slot_mapping.to(device=k.device, dtype=torch.long)
     if _use_triton(k):
-        from kselect.kernels.kv_write import write_kv_triton
+        from .kv_write import write_kv_triton
 
         return write_kv_triton(k, v, k_cache, v_cache, slots, k_scale, v_scale)
     keep = slots >= 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kselect.kernels.reference import is_fp8, paged_attention
+from .reference import is_fp8, paged_attention
 
 
 @dataclass

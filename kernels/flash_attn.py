@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from kselect.kernels.flash_attn_loader import load_fa3, load_fa4_fork, load_fa4_upstream
+from .flash_attn_loader import load_fa3, load_fa4_fork, load_fa4_upstream
 
 
 def _window(window_left: int, causal: bool, max_seqlen_k: int):

@@ -23,10 +23,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
-from kselect.kernels.gelu_mul import gelu_mul_rounded, tanh_f32
-from kselect.kernels.triton_round import round_like
+from . import pdl
+from .pdl import wait_then_release
+from .gelu_mul import gelu_mul_rounded, tanh_f32
+from .triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
+from . import pdl
+from .pdl import wait_then_release
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

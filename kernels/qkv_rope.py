@@ -19,10 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
-from kselect.kernels.kv_write import FP8, scale_arg, store_kv_row
-from kselect.kernels.triton_round import round_like
+from . import pdl
+from .pdl import wait_then_release
+from .kv_write import FP8, scale_arg, store_kv_row
+from .triton_round import round_like
 
 
 @triton.jit

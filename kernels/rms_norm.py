@@ -16,9 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
-from kselect.kernels.triton_round import round_like
+from . import pdl
+from .pdl import wait_then_release
+from .triton_round import round_like
 
 
 @triton.jit

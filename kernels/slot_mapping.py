@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
+from . import pdl
+from .pdl import wait_then_release
 
 
 @triton.jit

@@ -21,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kselect.kernels import pdl
-from kselect.kernels.pdl import wait_then_release
-from kselect.kernels.reference import is_fp8
+from . import pdl
+from .pdl import wait_then_release
+from .reference import is_fp8
 
 LOG2E = 1.4426950408889634
 

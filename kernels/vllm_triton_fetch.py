@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from kselect.kernels import vllm_triton as vt
+from . import vllm_triton as vt
 
 SOURCES = Path(__file__).with_name("vllm_triton_sources.json")
 

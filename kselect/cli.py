@@ -1,6 +1,6 @@
 """`kselect <command> [args]`: one entry point over the project's command lines.
 
-Each command is one function (COMMANDS); `python -m <its module>` runs the same function.
+Each command is one file of kselect/commands/ (COMMANDS); `python -m kselect.commands.<file>` runs the same.
 """
 
 from __future__ import annotations
@@ -10,30 +10,29 @@ import os
 import signal
 import sys
 
-# command -> ("module:function", help). The function runs the command on sys.argv; each module is imported
-# only when its command runs (the selector never loads torch for `kselect select`).
+# command -> (its file in kselect/commands/, help). The file's cli() runs the command on sys.argv; each file is
+# imported only when its command runs (the selector never loads torch for `kselect select`).
 COMMANDS = {
-    "select": ("kselect.selector.commands.select:cli", "the selection per layer group (table, json, markdown, vllm)"),
-    "diff": ("kselect.selector.commands.diff:cli", "what an overlay or a conf/ change does over a matrix"),
-    "matrix": ("kselect.selector.review.matrix:cli", "the resolved matrix, a block per cell"),
-    "plot": ("kselect.selector.review.plot:cli", "a diff as a PNG + HTML grid"),
-    "sweep": ("kselect.selector.review.sweep:main", "a Hydra multirun of selections"),
-    "gather": ("kselect.selector.review.gather:cli", "one table of a sweep's outputs"),
-    "explain": ("kselect.selector.measure.explain:cli", "is FP8 KV faster than bf16 here? measured time, capacity, numerics per group"),
-    "claims": ("kselect.selector.measure.claims:cli", "the capability claims a selection relies on"),
-    "conformance": ("kselect.conformance:cli", "run claims on this machine's kernels"),
-    "perf": ("kselect.perf:cli", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
-    "perf-steps": ("kselect.perf_steps:cli", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
-    "run": ("kselect.run:cli", "select, then run the bundled Gemma-4 on the selection"),
-    "bench": ("kselect.benchmarks.runner:cli", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
-    "oracle": ("kselect.oracle.cli:cli", "run a vLLM release's own selection over the grid, compare with a rules preset"),
+    "select": ("select", "the selection per layer group (table, json, markdown, vllm)"),
+    "diff": ("diff", "what an overlay or a conf/ change does over a matrix"),
+    "matrix": ("matrix", "the resolved matrix, a block per cell"),
+    "plot": ("plot", "a diff as a PNG + HTML grid"),
+    "sweep": ("sweep", "a Hydra multirun of selections"),
+    "gather": ("gather", "one table of a sweep's outputs"),
+    "explain": ("explain", "is FP8 KV faster than bf16 here? measured time, capacity, numerics per group"),
+    "claims": ("claims", "the capability claims a selection relies on"),
+    "conformance": ("conformance", "run claims on this machine's kernels"),
+    "perf": ("perf", "time verified kernels over shape buckets -> conf/perf/<gpu>.yaml"),
+    "perf-steps": ("perf_steps", "is the model's eager prefill step host- or GPU-bound? -> conf/perf/<gpu>.yaml"),
+    "run": ("run", "select, then run the bundled Gemma-4 on the selection"),
+    "bench": ("bench", "a recorded measurement: bench/conf/experiment/<name>.yaml"),
+    "oracle": ("oracle", "run a vLLM release's own selection over the grid, compare with a rules preset"),
 }
 
 
 def command(name: str):
     """The function behind a command name."""
-    module, _, fn = COMMANDS[name][0].partition(":")
-    return getattr(importlib.import_module(module), fn)
+    return importlib.import_module(f"kselect.commands.{COMMANDS[name][0]}").cli
 
 
 def usage() -> str:

@@ -261,30 +261,9 @@ def user_errors(fn):
     return wrapped
 
 
-def cli(fn=None) -> None:
-    """Every error: exit 2 and one paragraph (selector/base/cli_errors.py). The bench scripts that drive the
-    runner pass their own fn and exit through here too. `kselect run` itself (no fn) is a Hydra app
-    (kselect/selector/base/hydra_app.py) over conf/config.yaml: the --options above are taken off the command
-    line first, everything else (overrides, --cfg, --help, -m, hydra.*) goes to Hydra."""
-    if fn is not None:
-        from kselect.selector.base.cli_errors import call_main
+def script_main(fn) -> None:
+    """A script that drives the run (bench/, the e2e harness) exits through here: every error is exit 2 and one
+    paragraph (selector/base/cli_errors.py). `kselect run` itself is kselect/commands/run.py."""
+    from kselect.selector.base.cli_errors import call_main
 
-        sys.exit(call_main(user_errors(fn), sys.argv[1:]))
-    from kselect.selector.api import CONF_DIR
-    from kselect.selector.base.hydra_app import run_app, task_overrides
-
-    ap = _parser(add_help=False)
-    opts, rest = ap.parse_known_args(sys.argv[1:])
-    sys.argv[1:] = rest
-    checked = user_errors(main)
-
-    def task(cfg) -> int:
-        return checked(task_overrides(), opts)
-
-    opts_help = _parser(add_help=False).format_help()
-    doc = __doc__.rstrip() + "\n\nkselect run's own " + opts_help[opts_help.index("options:"):].rstrip()
-    run_app("run", task, doc=doc, config_dir=CONF_DIR, config_name="config")
-
-
-if __name__ == "__main__":
-    cli()
+    sys.exit(call_main(user_errors(fn), sys.argv[1:]))

@@ -5,6 +5,8 @@ imports included:
 - the selector never imports torch, triton, the backends or the kernels (its one exception: platform
   detection, selector/config/detect.py, for `platform=auto`);
 - the selector's sub-packages import only their own layer and the layers below it (LAYERS);
+- inside the four folders, imports of kselect's folders are relative (`from ..kernels import x`): the one spelling
+  that names the same module on disk and installed, so tools that read imports by path see the real edges;
 - no import cycle anywhere in the project: the strongly connected components of the module import graph
   over kselect/, selector/, backends/, kernels/, gemma4/ and bench/ are single modules.
 """
@@ -22,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"kselect": "kselect", "selector": "kselect.selector", "backends": "kselect.backends",
             "kernels": "kselect.kernels", "gemma4": "kselect.gemma4", "bench": "bench"}
 # the selector's sub-packages, lowest first; a module may import its own layer and those below it.
-# The selector's top-level modules (api.py, the facade; __main__.py) sit above them all.
-LAYERS = ("base", "config", "outputs", "evidence", "rules", "measure", "export", "review", "commands")
+# The selector's top-level module api.py (the facade) sits above them all; the commands are kselect/commands/.
+LAYERS = ("base", "config", "outputs", "evidence", "rules", "measure", "export", "review")
+FOLDERS = ("selector", "backends", "kernels", "gemma4")  # kselect's subpackages by package-dir
 PLATFORM_DETECT = ROOT / "selector" / "config" / "detect.py"  # platform=auto: the one module that may import torch
 # cycles other work removes (issue #41 part 3: gemma4's one forward; part 4: bench as a suite). Each is an
 # xfail(strict) case below: when that work lands the case passes, and strict makes it fail until its
@@ -60,8 +63,8 @@ def _imports(path: Path) -> set[str]:
                 base = f"{base}.{node.module}" if node.module else base
             else:
                 base = node.module or ""
-            out.add(base)
-            out |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+            subs = {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+            out |= subs if subs <= set(_modules()) else {base, *subs}
     return out
 
 
@@ -164,13 +167,25 @@ def test_the_selector_layers_import_downwards(path):
     assert not up, f"{me} (layer {_layer(me)}) imports a layer above it: {up}"
 
 
+@pytest.mark.parametrize("path", [p for f in FOLDERS for p in sorted((ROOT / f).rglob("*.py"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_folders_import_each_other_relatively(path):
+    absolute = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            absolute |= {a.name for a in node.names if a.name.startswith("kselect")}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("kselect"):
+            absolute.add(node.module)
+    assert not absolute, f"absolute imports {sorted(absolute)}: write them relative (`from ..kernels import x`)"
+
+
 def test_no_import_cycle_in_the_project():
     cycles = _cycles(_graph())
     assert not cycles, f"import cycles: {cycles}"
 
 
 def test_the_checker_sees_imports_and_cycles():
-    assert _imports(ROOT / "kselect" / "conformance.py") >= {"kselect.selector.measure.claims", "torch"}
+    assert _imports(ROOT / "kselect" / "measurement" / "conformance.py") >= {"kselect.selector.measure.claims", "torch"}
     assert "kselect.selector.rules.resolve" in _edges(ROOT / "selector" / "measure" / "objective.py")
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []

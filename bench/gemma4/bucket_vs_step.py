@@ -4,9 +4,9 @@ decode step part).
     python3 bench/gemma4/bucket_vs_step.py --out OUT --preset gemma4_31b --kv auto fp8 --selections vllm latency
     python3 bench/gemma4/bucket_vs_step.py --phase prefill --max-seq-lens 520 4608 ...
 
-For each selection and KV dtype (resolved as kselect/benchmarks/e2e.py resolves them at decode B1): the B1 decode
+For each selection and KV dtype (resolved as kselect/measurement/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
-microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/perf_timing.py
+microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/measurement/perf_timing.py
 time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per
 `--fences` variant ("none": back to back; KIND:MIB as `kselect perf --fence`). `--phase prefill`: the B1
 prefill of the prompt from the engine's prefill graph (fusion.profile_prefill), once per `--max-seq-lens`
@@ -24,14 +24,14 @@ from types import SimpleNamespace
 
 import torch
 
-from kselect.benchmarks.e2e import free, point_overrides, selection_overrides
-from kselect.benchmarks.step_profile import attention_kernels, category, profile_prefill, sync
+from kselect.measurement.e2e import free, point_overrides, selection_overrides
+from kselect.measurement.step_profile import attention_kernels, category, profile_prefill, sync
 
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, model_groups
-from kselect.perf_targets import Target, make_target_backend
-from kselect.perf_timing import parse_fence, time_bucket
-from kselect.profiling import timeline_ms
+from kselect.measurement.perf_targets import Target, make_target_backend
+from kselect.measurement.perf_timing import parse_fence, time_bucket
+from kselect.measurement.profiling import timeline_ms
 from kselect.selector.base.files import atomic_write
 from kselect.selector.config.vocab import claim_dtype
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from kselect.benchmarks.e2e import ceilings, environment, first_line, hf_model, time_engine, time_hf
-from kselect.benchmarks.gemv_variants import split_mode
-from kselect.benchmarks.step_profile import CATEGORIES, free, profile_decode
+from kselect.measurement.e2e import ceilings, environment, first_line, hf_model, time_engine, time_hf
+from kselect.measurement.gemv_variants import split_mode
+from kselect.measurement.step_profile import CATEGORIES, free, profile_decode
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
 from kselect.kernels import gemv

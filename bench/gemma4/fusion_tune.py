@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import triton.testing
 
-from kselect.benchmarks.e2e import environment, time_engine
+from kselect.measurement.e2e import environment, time_engine
 
 from kselect.gemma4.model import RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 from kselect.kernels import qkv_rope, rms_norm

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from kselect.benchmarks.e2e import SELECTIONS, describe, environment, free, selection_overrides
-from kselect.benchmarks.step_profile import CATEGORIES, category, sync
+from kselect.measurement.e2e import SELECTIONS, describe, environment, free, selection_overrides
+from kselect.measurement.step_profile import CATEGORIES, category, sync
 
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, model_groups

@@ -44,7 +44,7 @@ else
   e2e_and_explain() {  # $1: 31b or e4b; $2: the seconds since START by which e2e must end
     local m=$1 until=$2
     say "e2e $m"
-    timeout $((until - (SECONDS - START))) python3 -m kselect.benchmarks.e2e --out "$OUT/e2e_$m" --presets gemma4_$m \
+    timeout $((until - (SECONDS - START))) python3 -m kselect.measurement.e2e --out "$OUT/e2e_$m" --presets gemma4_$m \
       --budget-s $((until - 20 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70
     say "explain vs the run"
     timeout 60 python3 bench/h200/explain_vs_e2e.py --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
@@ -85,7 +85,7 @@ C)
   claims "${CPU:-0}" > "$OUT/claims_vllm_triton.txt"
   say "conformance: $(wc -l < "$OUT/claims_vllm_triton.txt") TRITON_ATTN claims on vLLM $RELEASE's kernel"
   target=conf/conformance/$GPU.yaml; [ "${CPU:-0}" = 1 ] && target=$KEEP/conformance_cpu.yaml
-  timeout 400 python3 -m kselect.conformance --claims "$OUT/claims_vllm_triton.txt" --gpu-name $GPU "${DEV[@]}" \
+  timeout 400 python3 -m kselect.measurement.conformance --claims "$OUT/claims_vllm_triton.txt" --gpu-name $GPU "${DEV[@]}" \
     --out "$target" --jobs ${JOBS:-4} 2>&1 | tail -30
   cp "$target" "$OUT/conformance_$GPU.yaml"; [ "${CPU:-0}" = 1 ] || cp "$target" "$KEEP/conformance.yaml"
   grep -A3 "^  TRITON_ATTN:" "$target" | grep -c "status: verified"
@@ -94,12 +94,12 @@ P)
   [ -f "$KEEP/perf.yaml" ] || cp conf/perf/nvidia_h200.yaml "$KEEP/perf.yaml"
   if [ "${CPU:-0}" = 1 ]; then
     say "perf (CPU form): two decode buckets, one prefill, on the claims C verified"
-    timeout 300 python3 -m kselect.perf --gpu-name $GPU --conformance "$KEEP/conformance_cpu.yaml" --out "$KEEP/perf_cpu.yaml" \
+    timeout 300 python3 -m kselect.measurement.perf --gpu-name $GPU --conformance "$KEEP/conformance_cpu.yaml" --out "$KEEP/perf_cpu.yaml" \
       --models gemma4_tiny --kernels TRITON_ATTN --decode 1x64 --prefill 1x32 --device cpu --reps 1 --max-page 16 2>&1 | tail -8
     cp "$KEEP/perf_cpu.yaml" "$OUT/" 2>/dev/null
   else
     say "perf: TRITON_ATTN (vLLM's kernel), the +kselect build's back-to-back grid"
-    timeout 560 python3 -m kselect.perf --gpu-name $GPU --out "$KEEP/perf.yaml" --models gemma4_31b,gemma4_e4b \
+    timeout 560 python3 -m kselect.measurement.perf --gpu-name $GPU --out "$KEEP/perf.yaml" --models gemma4_31b,gemma4_e4b \
       --kernels TRITON_ATTN --kv bf16,fp8 --rules vllm_0_33_0,post_pr52987 --max-page 128 \
       --decode 1x512,1x544,1x1024,1x8192,16x512,16x544,16x1024,16x8192,64x1024,64x8192 --prefill 1x512,1x4096 \
       --warm-jobs 12 --budget-s 500 2>&1 | grep -v "^warm .*: ok$" | tail -30
@@ -111,7 +111,7 @@ E4|E31)
   SELS=(vllm vllm_twin latency latency_vllm pin_fa pin_fa3 pin_flashinfer pin_triton)
   if [ "${CPU:-0}" = 1 ]; then
     say "e2e --smoke (CPU form) with the same selections"
-    timeout 500 python3 -m kselect.benchmarks.e2e --out "$OUT/e2e_smoke" --smoke --selections vllm vllm_twin latency latency_vllm \
+    timeout 500 python3 -m kselect.measurement.e2e --out "$OUT/e2e_smoke" --smoke --selections vllm vllm_twin latency latency_vllm \
       --no-hf 2>&1 | tail -20
   else
     [ -f "$KEEP/perf.yaml" ] && cp "$KEEP/perf.yaml" conf/perf/$GPU.yaml  # select on the figures P/F measured

@@ -25,7 +25,7 @@ import torch
 
 from kselect.selector.base.files import atomic_write
 
-from kselect.benchmarks.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
+from kselect.measurement.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
 
 E4 = torch.float8_e4m3fn
 BF = torch.bfloat16

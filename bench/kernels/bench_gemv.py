@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kselect.benchmarks.kernel_timing import time_graph
+from kselect.measurement.kernel_timing import time_graph
 
 from kselect.kernels.gemv import gemv
 from kselect.selector.base.files import atomic_write

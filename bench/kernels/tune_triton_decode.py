@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from kselect.benchmarks.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
+from kselect.measurement.kernel_timing import kv_bytes, make_inputs, time_eager, time_graph
 from kselect.kernels.triton_paged import _pow2, paged_attention_triton, pick_config
 
 # (name, Hq, Hkv, D, window, B, L)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 from kselect.oracle.cells import (BACKEND_PINS, GRIDS, HF_MODELS, KV_DTYPES, MODELS, MODELS_BACKEND_PINS,
@@ -235,15 +233,3 @@ def _compare(out: Path, rules: str | None, version: str, a) -> int:
     if a.json_out:
         atomic_write(Path(a.json_out), json.dumps({"vllm": version, "record": str(out), **to_json(rep)}, indent=1) + "\n")
     return 1 if low else 0
-
-
-def cli() -> None:
-    t0 = time.perf_counter()
-    rc = main()
-    if os.environ.get("KSELECT_ORACLE_TIME"):
-        print(f"oracle: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    sys.exit(rc)
-
-
-if __name__ == "__main__":
-    cli()

@@ -245,7 +245,7 @@ class Objective(Strict):
     tie: Annotated[float, BeforeValidator(_no_bool), Field(ge=0, lt=1)] = 0.03  # within this fraction of the fastest: priority order decides
     # a metric's noise band, per phase: the spread of two selections on identical kernels in the same end-to-end run
     # (bench/results/LOG.md, "Noise band"). A cell within it is a tie; the goal for a tie is "never slower
-    # beyond the band" (kselect/benchmarks/e2e_report.py's objective table)
+    # beyond the band" (kselect/measurement/e2e_report.py's objective table)
     noise_band: dict[Literal["decode", "prefill"], float] = {"decode": 0.02, "prefill": 0.035}
 
 

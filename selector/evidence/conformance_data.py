@@ -1,7 +1,7 @@
 """Capability claims and what hardware said about them.
 
 A selected group runs a kernel path that relies on claims such as
-`FLASH_ATTN_v4:fp8:d256:window`. `kselect conformance` (kselect/conformance.py) runs each claim on a real GPU and
+`FLASH_ATTN_v4:fp8:d256:window`. `kselect conformance` (kselect/measurement/conformance.py) runs each claim on a real GPU and
 writes `conf/conformance/<gpu_model>.yaml`; the selector marks every claim of a selection
 as verified, refuted or unverified from that file (no file: unverified). Which file: the caller's
 Evidence (evidence.py), read from the composed config's conf directory.

@@ -1,6 +1,6 @@
 """Measured kernel performance per GPU: `conf/perf/<gpu_model>.yaml`, beside conf/conformance/.
 
-`kselect perf` (kselect/perf.py) times the kernel behind every verified conformance claim over
+`kselect perf` (kselect/measurement/perf.py) times the kernel behind every verified conformance claim over
 shape buckets and writes one entry per bucket; the `objective` key (selector/measure/objective.py)
 reads them. No torch here: the selector only reads and merges the data.
 

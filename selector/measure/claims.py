@@ -12,8 +12,7 @@ import functools
 import itertools
 
 from ..rules import blocks as blk
-from ..config.compose import CONF_DIR, compose
-from ..base.hydra_app import run_app, task_overrides
+from ..config.compose import compose
 from ..evidence.conformance_data import claims_for
 from ..base.errors import KSelectError, SelectionError
 from ..outputs.records import ClaimRun
@@ -145,22 +144,4 @@ def _compose(overrides: tuple[str, ...]):
     return compose(list(overrides))
 
 
-def main(argv: list[str]) -> int:
-    claims = selection_claims(argv) | declared_claims(argv) | objective_claims(argv)
-    print("\n".join(sorted(claims)))
-    return 0
-
-
-def task(cfg) -> int:
-    """The Hydra app: the overrides as given (e.g. platform=sm90) select the platform."""
-    return main(task_overrides())
-
-
-def cli() -> None:
-    run_app("claims", task, doc=__doc__, config_dir=CONF_DIR, config_name="config")
-
-
 __all__ = ["claim_runs", "claims_for", "declared_claims", "objective_claims", "selection_claims"]
-
-if __name__ == "__main__":
-    cli()

@@ -19,8 +19,6 @@ GEMMs is a fraction of a percent end to end.
 
 from __future__ import annotations
 
-from ..config.compose import CONF_DIR, compose
-from ..base.hydra_app import run_app, task_overrides
 from ..evidence.perf_data import step_id
 from ..outputs.measured import Figure
 from ..measure.figures import figure
@@ -191,32 +189,3 @@ def _cell(r: dict, key: str) -> str:
 
 def _g(x):
     return f"{x:.2g}" if x is not None else "n/a"
-
-
-def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0
-    cfg = compose(argv)
-    d = explain(cfg, Evidence.load(CONF_DIR))  # the evidence of the conf tree the config came from
-    if cfg.output == "json":
-        import json  # noqa: PLC0415
-
-        print(json.dumps(d, indent=2))
-    else:
-        print(to_text(d, markdown=cfg.output == "markdown"))
-    return 0
-
-
-def task(cfg) -> int:
-    """The Hydra app: the overrides as given select platform, model and objective."""
-    return main(task_overrides())
-
-
-def cli() -> None:
-    """`kselect explain`: a Hydra app over conf/config.yaml (--help, --cfg job, -m, hydra.* work)."""
-    run_app("explain", task, doc=__doc__, config_dir=CONF_DIR, config_name="config")
-
-
-if __name__ == "__main__":
-    cli()

@@ -30,7 +30,7 @@ invalid and warnings that newly appear come first. The diff holds typed outcomes
 A git revision is read with `git archive <rev> conf` into a temporary directory and composed
 from there (`compose_raw(conf_dir=...)`); each side selects under its own conf tree's evidence (its
 conf/conformance and conf/perf, selector/evidence/evidence.py); the selector code and the matrix
-declaration are the worktree's. The command: selector/commands/diff.py.
+declaration are the worktree's. The command: kselect/commands/diff.py.
 """
 
 from __future__ import annotations

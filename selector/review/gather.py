@@ -14,10 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from ..base.cli_errors import run_cli
 from ..base.errors import KSelectError, format_validation_error
 from ..base.files import FileError, read_text
-from ..review.matrix import cli_args
 from ..config.vocab import group_id
 
 
@@ -131,37 +129,3 @@ def markdown(root: Path, jobs: list[dict]) -> str:
     if notes:
         out += [""] + [f"- :warning: job {n}: {esc(w)}" for n, w in notes]
     return "\n".join(out)
-
-
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0 if argv else 2
-    root = Path(argv[0])
-    args = cli_args(argv[1:], {"format": "table"}, "kselect gather")
-    if args["format"] not in ("table", "markdown", "json"):
-        raise KSelectError(f"gather: format={args['format']!r}; allowed: table, markdown, json")
-    if not root.is_dir():
-        raise KSelectError(f"gather: {root} is not a directory")
-    jobs = load_jobs(root)
-    if not jobs:
-        raise KSelectError(f"gather: no selection.json under {root} (run kselect sweep -m ... first)")
-    for j in jobs:
-        j.pop("_dir", None) if args["format"] == "json" else None
-    if args["format"] == "json":
-        print(json.dumps(jobs, indent=2))
-    elif args["format"] == "markdown":
-        print(markdown(root, jobs))
-    elif args["format"] == "table":
-        print(table(root, jobs))
-    else:
-        raise KSelectError(f"gather: format={args['format']!r}; allowed: table, markdown, json")
-    return 0
-
-
-def cli() -> None:
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -212,31 +212,3 @@ def matrix_task(cfg) -> int:
     else:
         print(matrix_text(res, f"matrix {spec.name}, rules {spec.rules or 'default'}, overlays {list(ov)}"), end="")
     return 0
-
-
-def main(argv: list[str]) -> int:
-    """In-process `kselect matrix` (tests)."""
-    from ..base.hydra_app import compose_args  # noqa: PLC0415
-
-    _store_args()
-    return matrix_task(compose_args("matrix", "kselect_matrix", argv, RENAMED))
-
-
-def _store_args() -> None:
-    from hydra.core.config_store import ConfigStore  # noqa: PLC0415
-
-    ConfigStore.instance().store(name="kselect_matrix", node=MatrixArgs)
-
-
-_main = main  # the name the fuzz table and older callers use
-
-
-def cli() -> None:
-    from ..base.hydra_app import run_app  # noqa: PLC0415
-
-    _store_args()
-    run_app("matrix", matrix_task, doc=matrix_task.__doc__, config_name="kselect_matrix", renamed=RENAMED)
-
-
-if __name__ == "__main__":
-    cli()

@@ -34,7 +34,6 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from ..base.hydra_app import compose_args, run_app
 from ..base.errors import KSelectError
 from ..base.extras import require
 from ..base.files import atomic_write, check_out_path
@@ -254,16 +253,3 @@ def _write(out: Path, png: bytes, page: str, summary: str) -> int:
     atomic_write(out.with_suffix(".html"), page)
     print(f"wrote {out.with_suffix('.png')} and {out.with_suffix('.html')} ({summary})")
     return 0
-
-
-def main(argv: list[str]) -> int:
-    """In-process `kselect plot` (tests)."""
-    return task(compose_args("plot", "kselect_plot", argv, RENAMED))
-
-
-def cli() -> None:
-    run_app("plot", task, doc=__doc__, config_name="kselect_plot", renamed=RENAMED)
-
-
-if __name__ == "__main__":
-    cli()

@@ -46,8 +46,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from ..config.compose import CONF_DIR, validate
-from ..base.hydra_app import run_app, task_overrides
-from ..base.cli_errors import report_error, strip_debug
+from ..base.hydra_app import task_overrides
 from ..base.errors import KSelectError, SelectionError
 from ..base.files import atomic_write
 from ..config.guard import SWEEP_HYDRA_KEYS, check_conf_tree, check_overrides
@@ -161,20 +160,4 @@ def plan(argv: list[str]) -> tuple[list[str], int]:
     return out, len(jobs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = strip_debug(sys.argv[1:] if argv is None else argv)
-    try:
-        args, jobs = plan(argv)
-    except KSelectError as e:
-        report_error(e)
-        sys.exit(2)
-    os.environ[SWEEP_ENV] = f"{uuid.uuid4().hex}:{jobs}"
-    sys.argv[1:] = args
-    run_app("sweep", job, doc=__doc__, config_dir=CONF_DIR, config_name="config", renamed=RENAMED)
-    return 0
-
-
 RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
-
-if __name__ == "__main__":
-    main()

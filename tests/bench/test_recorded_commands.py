@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kselect.benchmarks import runner
+from kselect.measurement import runner
+from parse_only import check_argv
 from kselect.cli import COMMANDS as KSELECT_COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,7 @@ def _check(cmd, out: Path, monkeypatch) -> None:
     if prog == "kselect" and args[0] == "bench":
         assert runner.main([*args[1:], "dry_run=true"]) == 0
     elif prog == "kselect":
-        runner.check_argv(ROOT, KSELECT_COMMANDS[args[0]][0].partition(":")[0], args[1:], cmd)
+        check_argv(ROOT, f"kselect.commands.{KSELECT_COMMANDS[args[0]][0]}", args[1:], cmd)
     elif prog == "bash":
         script = ROOT / args[0]
         assert script.is_file(), f"{args[0]} does not exist"
@@ -70,12 +71,12 @@ def _check(cmd, out: Path, monkeypatch) -> None:
         paths = [a.split("::")[0] for a in args[2:] if a.startswith("tests/")]
         assert paths and all((ROOT / p).exists() for p in paths), paths
     elif prog in ("python", "python3") and args[0] == "-m":
-        runner.check_argv(ROOT, args[1], args[2:], cmd)
+        check_argv(ROOT, args[1], args[2:], cmd)
     elif prog in ("python", "python3"):
         script = ROOT / args[0]
         assert script.is_file(), f"{args[0]} does not exist"
         if "argparse" in script.read_text() or args[1:]:
-            runner.check_argv(ROOT, args[0], args[1:], cmd)
+            check_argv(ROOT, args[0], args[1:], cmd)
         else:  # a probe without options: it compiles (what it imports is checked by its own GPU run)
             py_compile.compile(str(script), cfile=str(out / "probe.pyc"), doraise=True)
     else:
@@ -100,14 +101,14 @@ def test_every_kept_record_is_listed():
 
 def test_results_readmes_name_no_missing_program():
     """A program a results README names is in the checkout, or it is a window script LOG.md lists as retired (read at
-    the commit it names) or a script it lists as moved into the package, or a module that imports:
+    the commit it names) or a script or module it lists as moved (within) the package, or a module that imports:
     `python3 -m kernels.conformance` cannot come back."""
     import importlib.util
     import re
 
     log = (RESULTS / "LOG.md").read_text()
     retired = set(re.findall(r"^\| `([a-z0-9_]+\.sh)` \|", log, flags=re.M))
-    moved = dict(re.findall(r"^\| `(bench/[\w/]+\.py)` \| `(kselect\.[\w.]+)` \|", log, flags=re.M))
+    moved = dict(re.findall(r"^\| `(bench/[\w/]+\.py|kselect\.[\w.]+)` \| `(kselect\.[\w.]+)` \|", log, flags=re.M))
     assert len(retired) >= 19 and all(importlib.util.find_spec(m) for m in moved.values())
     bad = []
     for md in RESULTS.rglob("*.md"):
@@ -118,6 +119,7 @@ def test_results_readmes_name_no_missing_program():
             if not (ROOT / path).is_file() and Path(path).name not in retired and path not in moved:
                 bad.append(f"{md.relative_to(ROOT)}: {path}")
         for mod in re.findall(r"python3? -m ([A-Za-z_][\w.]*)", text):
+            mod = moved.get(mod, mod)  # a module LOG.md lists as moved: its name today
             if mod not in ("pytest", "venv") and not (mod.split(".")[0] == "kselect" and importlib.util.find_spec(mod)):
                 bad.append(f"{md.relative_to(ROOT)}: -m {mod}")  # the project's modules are kselect.*
     assert bad == []

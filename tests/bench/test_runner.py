@@ -1,88 +1,111 @@
-"""kselect bench (kselect/benchmarks/runner.py): experiment configs composed with Hydra, each step's options turned into
-its command line, steps run in order from the checkout root, and dry_run=true checking every command line with the
-program's own parser without running it."""
+"""kselect bench (kselect/measurement/runner.py): experiment configs composed with Hydra, each step one of the project's
+own steps (kselect/measurement/steps.py) with its options validated into that step's typed options before anything
+runs; steps run in order from the checkout root, a failing one stops the rest; dry_run=true prints what would run and
+runs nothing; bad input is exit 2 and one paragraph naming the key."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-from kselect.benchmarks import runner
+from kselect.measurement import runner, steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A program with an argument parser: appends its --tag to --log, or exits with --rc.
-TOOL = '''import argparse, sys
-ap = argparse.ArgumentParser()
-ap.add_argument("--log", required=True)
-ap.add_argument("--tag", required=True)
-ap.add_argument("--rc", type=int, default=0)
-o = ap.parse_args()
-with open(o.log, "a") as f:
-    f.write(o.tag + "\\n")
-sys.exit(o.rc)
-'''
+# Stands in for the interpreter (`python=...`): logs the step it was asked to run, exits with the step's rc from
+# $RC_<step> (0 unset), so order and stopping are seen without running a measurement.
+FAKE_PYTHON = """#!/bin/sh
+echo "$3 $4" >> "$LOG"
+eval "exit \\${RC_$3:-0}"
+"""
 
 
 @pytest.fixture
 def checkout(tmp_path, monkeypatch):
-    """A checkout with the real bench/conf/bench.yaml, a tool script and one experiment of three steps."""
+    """A checkout with the real bench/conf/bench.yaml and one experiment of three project steps."""
     conf = tmp_path / "bench" / "conf"
     (conf / "experiment").mkdir(parents=True)
     shutil.copy(ROOT / "bench" / "conf" / "bench.yaml", conf / "bench.yaml")
-    (tmp_path / "bench" / "tool.py").write_text(TOOL)
     (conf / "experiment" / "three.yaml").write_text("""# @package _global_
 name: three
 steps:
-  first: {run: bench/tool.py, args: {log: "${out}/log.txt", tag: a}}
-  second: {run: bench/tool.py, args: {log: "${out}/log.txt", tag: b, rc: 0}}
-  third: {run: bench/tool.py, args: {log: "${out}/log.txt", tag: c}}
+  first: {run: e2e, options: {out: "${out}/e2e", smoke: true}}
+  second: {run: prefill_clocks, options: {out: "${out}/clocks", rounds: 2}}
+  third: {run: explain_vs_e2e, options: {e2e: "${out}/e2e/e2e.json", model: gemma4_tiny, out: "${out}/x.md"}}
 """)
+    fake = tmp_path / "fakepython"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    monkeypatch.setenv("LOG", str(tmp_path / "log.txt"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-def test_options_become_the_command_line_in_config_order():
-    step = runner.Step(run="m", args={"out": "/o", "flag": True, "off": False, "unset": None, "kv": ["auto", "fp8"],
-                                      "lens": [], "n": 3}, argv=["pos"])
-    assert runner.argv_of(step) == ["--out", "/o", "--flag", "--kv", "auto", "fp8", "--lens", "--n", "3", "pos"]
-    exp = runner.Experiment(name="x", out="/o", python="py", steps={"s": step})
-    assert runner.command(exp, step)[:3] == ["py", "-m", "m"]
-    assert runner.command(exp, runner.Step(run="bench/x.py"))[:2] == ["py", "bench/x.py"]
+def _log(checkout: Path) -> list[str]:
+    log = checkout / "log.txt"
+    return log.read_text().splitlines() if log.exists() else []
 
 
-def test_steps_run_in_order_from_the_checkout_and_a_failing_one_stops_the_rest(checkout, tmp_path):
-    out = tmp_path / "out"
-    assert runner.main(["experiment=three", f"out={out}"]) == 0
-    assert (out / "log.txt").read_text() == "a\nb\nc\n"
-    (out / "log.txt").unlink()
-    assert runner.main(["experiment=three", f"out={out}", "steps.second.args.rc=3"]) == 3
-    assert (out / "log.txt").read_text() == "a\nb\n"
+def test_steps_run_in_order_on_their_typed_options_and_a_failing_one_stops_the_rest(checkout, monkeypatch):
+    out = checkout / "out"
+    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 0
+    assert [line.split()[0] for line in _log(checkout)] == ["e2e", "prefill_clocks", "explain_vs_e2e"]
+    first = json.loads((out / "first.json").read_text())  # the options file the step runs on: every field, typed
+    assert first["smoke"] is True and first["out"] == f"{out}/e2e" and first["reps"] == 3
+    (checkout / "log.txt").unlink()
+    monkeypatch.setenv("RC_prefill_clocks", "3")
+    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 3
+    assert [line.split()[0] for line in _log(checkout)] == ["e2e", "prefill_clocks"]
 
 
-def test_dry_run_checks_every_command_line_and_runs_nothing(checkout, tmp_path, capsys):
-    out = tmp_path / "out"
-    assert runner.main(["experiment=three", f"out={out}", "dry_run=true"]) == 0
-    assert not out.exists()
-    assert "=== third: " in capsys.readouterr().out
-    assert runner.main(["experiment=three", f"out={out}", "dry_run=true", "steps.second.args.rc=many"]) == 2
-    err = capsys.readouterr().err
-    assert "argument --rc: invalid int value: 'many'" in err and "steps.second.run: its parser refused" in err
-    assert not out.exists()
+def test_dry_run_prints_what_would_run_and_runs_nothing(checkout, capsys):
+    out = checkout / "out"
+    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}", "dry_run=true"]) == 0
+    shown = capsys.readouterr().out
+    assert "=== third: " in shown and "kselect.measurement.steps explain_vs_e2e" in shown and '"rounds": 2' in shown
+    assert _log(checkout) == [] and not out.exists()
+
+
+def test_a_script_named_as_a_step_is_refused_and_never_runs(checkout, capsys):
+    marker = checkout / "marker"
+    script = checkout / "probe.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    for dry in ("true", "false"):
+        assert runner.main(["experiment=three", f"steps.first.run={script}", f"dry_run={dry}"]) == 2
+        err = capsys.readouterr().err
+        assert "steps.first.run: bad value" in err and "e2e, prefill_clocks, explain_vs_e2e" in err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert not marker.exists() and _log(checkout) == []
 
 
 @pytest.mark.parametrize("overrides,expected", [
     (["experiment=nope"], "experiment: bad value 'nope'; allowed: three"),
     ([], "experiment: bad value none; allowed: three"),
     (["experiment=three", "+steps.first.timeout=5"], "steps.first.timeout: unknown key"),
-    (["experiment=three", "steps.first.run=bench/missing.py", "dry_run=true"], "bad value 'bench/missing.py'"),
-])
+    (["experiment=three", "steps.first.run=bench/missing.py"], "steps.first.run: bad value 'bench/missing.py'"),
+    (["experiment=three", "out="], "out: bad value ''"),
+    (["experiment=three", "out=/etc/passwd"], "out=/etc/passwd: an existing file"),
+    (["experiment=three", "out=/dev/null/x"], "out=/dev/null/x: /dev/null is not a folder"),
+    (["experiment=three", "steps.second.options.out=/dev/null/x"], "steps.second.options.out=/dev/null/x"),
+    (["experiment=three", "+steps.first.timeout_s=0"], "steps.first.timeout_s"),
+    (["experiment=three", "+steps.first.timeout_s=-5"], "steps.first.timeout_s"),
+    (["experiment=three", "+python=/nonexistent/python"], "python: bad value '/nonexistent/python'"),
+    (["experiment=three", "+python=no-such-python-3"], "python: bad value 'no-such-python-3'"),
+    (["experiment=three", "hydra.run.dir=/tmp/elsewhere"], "hydra.run.dir is a Hydra setting"),
+    (["experiment=three", "+steps.first.options.reps=many"], "steps.first.options.reps: Input should be a valid integer"),
+    (["experiment=three", "+steps.first.options.budget-s=5"], "steps.first.options.budget-s: unknown option"),
+    (["experiment=three", "+steps.first.options.prefill_graph_tokens=3"], "steps.first.options.prefill_graph_tokens: Value error"),
+])  # fmt: skip
 def test_bad_input_is_one_paragraph_and_exit_2(checkout, capsys, overrides, expected):
-    assert runner.main(overrides) == 2
+    assert runner.main([*overrides, f"+python={checkout / 'fakepython'}"] if "python" not in str(overrides)
+                       else overrides) == 2  # fmt: skip
     err = capsys.readouterr().err
-    assert expected in err and "Traceback" not in err and err.count("\n") == 1
+    assert expected in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert _log(checkout) == []
 
 
 def test_outside_a_checkout_it_says_where_to_run(tmp_path, monkeypatch, capsys):
@@ -93,7 +116,7 @@ def test_outside_a_checkout_it_says_where_to_run(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "bench" / "conf" / "experiment").glob("*.yaml")))
 def test_every_experiment_of_the_repo_checks_out(name, monkeypatch):
-    """It composes, each step's parser takes its command line, and the records it names are in bench/results."""
+    """It composes, each step's options are its typed options, and the records it names are in bench/results."""
     monkeypatch.chdir(ROOT)
     assert runner.main([f"experiment={name}", "dry_run=true"]) == 0
     records = runner.compose(ROOT, [f"experiment={name}"]).records
@@ -102,16 +125,32 @@ def test_every_experiment_of_the_repo_checks_out(name, monkeypatch):
 
 def test_an_experiment_shares_the_window_options_and_overrides_them():
     exp = runner.compose(ROOT, ["experiment=rounds_e31p"])
-    args = exp.steps["e2e"].args
-    assert args["rules"] == "vllm_0_33_0" and args["no-hf"] is True  # bench/conf/e2e/window.yaml
-    assert args["prefill-rounds"] == 1001 and args["prefill-lens"] == [] and args["selections"] == ["vllm", "latency"]
+    options = exp.steps["e2e"].options
+    assert options["rules"] == "vllm_0_33_0" and options["no_hf"] is True  # bench/conf/e2e/window.yaml
+    assert options["prefill_rounds"] == 1001 and options["prefill_lens"] == [] and options["selections"] == ["vllm", "latency"]
     assert list(exp.steps) == ["e2e", "explain"] and exp.records == ["bench/results/h200/rounds1001/E31P"]
-    assert runner.compose(ROOT, ["experiment=rounds_e31p", "out=/x"]).steps["e2e"].args["out"] == "/x/e2e_31b"
+    assert runner.compose(ROOT, ["experiment=rounds_e31p", "out=/x"]).steps["e2e"].options["out"] == "/x/e2e_31b"
+
+
+def test_a_step_process_runs_the_step_function_on_its_validated_options(tmp_path, monkeypatch):
+    """`python -m kselect.measurement.steps <step> <options.json>`: the options file validated into the step's
+    Options, then its run(options, command)."""
+    (tmp_path / "probe_step.py").write_text(
+        "from pydantic import BaseModel\n"
+        "class Options(BaseModel):\n    n: int\n"
+        "def run(opts, command):\n    print('ran', opts.n * 2, command)\n    return 7\n")  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(steps.STEPS, "probe", "probe_step")
+    (tmp_path / "o.json").write_text('{"n": "21"}')
+    assert steps.main(["probe", str(tmp_path / "o.json")]) == 7
+    (tmp_path / "o.json").write_text('{"n": "x"}')
+    with pytest.raises(ValueError):
+        steps.main(["probe", str(tmp_path / "o.json")])
 
 
 def test_a_bare_checkout_goes_first_on_the_steps_pythonpath(tmp_path, monkeypatch):
-    """As the H200 windows ran (no install): scripts under bench/ import the checkout's kselect. Installed, the
-    environment is left as it is."""
+    """Without an install the checkout goes first on the steps' PYTHONPATH; installed, the environment is left as
+    it is."""
     import importlib.metadata as md
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
@@ -123,3 +162,4 @@ def test_a_bare_checkout_goes_first_on_the_steps_pythonpath(tmp_path, monkeypatc
     monkeypatch.setattr(md, "distribution", missing)
     env = runner.step_environ(tmp_path, {"A": "1"})
     assert env["PYTHONPATH"] == f"{tmp_path}:/elsewhere" and env["A"] == "1"
+    assert sys.executable  # the default interpreter of every step

@@ -1,4 +1,4 @@
-"""kselect/benchmarks/e2e.py (CPU smoke mode), bench/plot_results.py (synthetic results), and the engine's
+"""kselect/measurement/e2e.py (CPU smoke mode), bench/plot_results.py (synthetic results), and the engine's
 graph-decode bookkeeping (device-resident tokens, in-graph slots, graph reuse) emulated on CPU."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _load(rel: str):
 
 # ---------------------------------------------------------------------------- e2e smoke
 def test_e2e_smoke_writes_results(tmp_path):
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     out = tmp_path / "e2e"
     assert e2e.main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
     d = json.loads((out / "e2e.json").read_text())
@@ -62,7 +62,7 @@ def test_e2e_smoke_writes_results(tmp_path):
 
 def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
     """A WRONG numerics verdict does not stop the measurements, but the run then exits 1 and names it."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     real = e2e.numerics_check
 
     def wrong_for_fp8(model, groups, *a, **k):
@@ -82,7 +82,7 @@ def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
 
 
 def test_objective_table_compares_same_run_and_names_identical_selections():
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     sel = lambda name, kv, **kw: dict(preset="m", selection=name, kv=kv, **kw)  # noqa: E731
     run = lambda name, kv, b, dec, pre: dict(preset="m", selection=name, kv=kv, batch=b, decode_tok_s=dec,  # noqa: E731
                                              prefill_tok_s=pre)
@@ -114,7 +114,7 @@ def test_objective_table_compares_same_run_and_names_identical_selections():
 
 
 def test_the_rounds_section_shows_each_selections_spread_and_slow_rounds():
-    rep = importlib.import_module("kselect.benchmarks.e2e_report")
+    rep = importlib.import_module("kselect.measurement.e2e_report")
     ms = [64.0, 64.5, 63.8, 64.2, 72.0, 64.1, 64.3, 80.0, 63.9, 64.0]  # median 64.15: two rounds >= 1.05x
     sp = rep.round_spread(ms)
     assert sp["rounds"] == 10 and sp["median"] == pytest.approx(64.15) and sp["slow"] == 2
@@ -133,7 +133,7 @@ def test_the_rounds_section_shows_each_selections_spread_and_slow_rounds():
 
 
 def test_e2e_capacity_counts_only_kv_producing_layers():
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     from kselect.gemma4.config import Gemma4Args
     from kselect.gemma4.engine import model_groups
     from kselect.selector.api import compose
@@ -326,7 +326,7 @@ def test_objective_table_reads_each_metric_at_the_objectives_own_point():
     """--objective-at-run: `latency` is resolved per run (decode B1, decode B16, prefill 4096); each
     metric is read from the resolution at its own point, and a point whose groups equal vLLM's claims
     no gain while the others are compared."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
     run = lambda name, b, dec, point="": dict(preset="m", selection=name, kv="auto", batch=b, point=point,  # noqa: E731
                                               decode_tok_s=dec, prefill_tok_s=1000.0)
@@ -349,7 +349,7 @@ def test_objective_table_reads_each_metric_at_the_objectives_own_point():
 def test_request_metric_weighs_a_slower_prefill_against_faster_decode_steps():
     """objective=latency at decode B1 minimizes the request (prefill + decode steps): a run whose prefill
     is slower but whose 63 decode steps are faster serves the request faster, and the table says so."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     run = lambda name, pre_ms, step_ms, point="": dict(  # noqa: E731
         preset="m", selection=name, kv="auto", batch=1, point=point, prefill_tok_s=512 / pre_ms * 1e3, prefill_ms=pre_ms,
         decode_ms_per_step=step_ms, decode_steps=63, decode_tok_s=1e3 / step_ms)
@@ -366,14 +366,14 @@ def test_request_metric_weighs_a_slower_prefill_against_faster_decode_steps():
 
 
 def test_explain_vs_run_compares_prefill_attention():
-    """bench/h200/explain_vs_e2e.py sets explain's prefill step (layers x conf/perf ms) beside the profiled
+    """kselect/measurement/explain_vs_e2e.py sets explain's prefill step (layers x conf/perf ms) beside the profiled
     prefill of the run (e2e.py prefill_profiles): like for like against the kernels plus launch gaps, and
     only where the run's prefill kernels are explain's; otherwise it says so."""
     from kselect.selector.api import compose
     from kselect.selector.api import bundled_evidence
     from kselect.selector.measure.explain import explain, step
 
-    xv = _load("bench/h200/explain_vs_e2e.py")
+    xv = importlib.import_module("kselect.measurement.explain_vs_e2e")
     model, prompt = "gemma4_31b", 512
     cfg = compose(["platform=sm90", f"model={model}", "objective=latency", "objective.decode.context=544",
                    f"objective.prefill.context={prompt}"])
@@ -400,7 +400,7 @@ def test_explain_vs_run_compares_prefill_attention():
 def test_hf_timing_keeps_no_autograd_graph():
     """HF's parameters require grad: a timed or warm-up call outside inference mode would keep every layer's
     activations for a backward (31B's 4,096-token prefill ran out of memory so)."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     w = torch.nn.Parameter(torch.ones(4, 4))
     seen = []
 
@@ -422,7 +422,7 @@ def test_hf_timing_keeps_no_autograd_graph():
 def test_hf_is_timed_on_torchs_own_threads_not_the_engines(monkeypatch, tmp_path):
     """An engine on a GPU shrinks torch's pool to one thread for the whole process (gemma4/host_threads.py); HF's
     baseline is timed on the count torch had before, and the engines' count comes back after."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     monkeypatch.setattr(e2e, "HF_THREADS", 2)
     seen = []
 
@@ -443,7 +443,7 @@ def test_hf_is_timed_on_torchs_own_threads_not_the_engines(monkeypatch, tmp_path
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    report = importlib.import_module("kselect.benchmarks.e2e_report")
+    report = importlib.import_module("kselect.measurement.e2e_report")
     env = dict(command="e2e.py", git_commit="abc", torch="2", date="d", host_threads=1, hf_threads=16)
     rep = report.Report(tmp_path, env, dict(prompt_len=8, new=2, hf_new=2, reps=1, capacity_gib=1))
     text = report.render_md(rep.data)
@@ -455,7 +455,7 @@ def test_profiles_name_each_attention_kernel():
     name, launches per step and mean microseconds, the heaviest first."""
     from types import SimpleNamespace
 
-    step_profile = importlib.import_module("kselect.benchmarks.step_profile")
+    step_profile = importlib.import_module("kselect.measurement.step_profile")
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
     def ev(name, a, b, dev=cuda):
@@ -469,7 +469,7 @@ def test_profiles_name_each_attention_kernel():
 
 
 def test_explain_vs_run_lists_the_runs_attention_kernels():
-    xv = _load("bench/h200/explain_vs_e2e.py")
+    xv = importlib.import_module("kselect.measurement.explain_vs_e2e")
     ks = {"flash_fwd": dict(launches=50.0, mean_us=11.0), "_quant_query_kernel": dict(launches=50.0, mean_us=1.5)}
     e2e = dict(profiles=[dict(preset="m", selection="vllm", kv="fp8", attention_kernels=ks),
                          dict(preset="m", selection="latency", kv="fp8")],  # recorded before the field: left out
@@ -500,9 +500,9 @@ def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bu
 
 
 def test_prefill_rounds_visit_every_selection_each_round_in_balanced_orders(monkeypatch):
-    """kselect/benchmarks/prefill_rounds.py: engines built and warmed first, then each round visits every engine in the
+    """kselect/measurement/prefill_rounds.py: engines built and warmed first, then each round visits every engine in the
     next of balanced_orders' orders; a visit times its prefill after `warm` untimed ones; the record is the median."""
-    pr = importlib.import_module("kselect.benchmarks.prefill_rounds")
+    pr = importlib.import_module("kselect.measurement.prefill_rounds")
     calls, secs = [], {"a": [0.010, 0.030, 0.020], "b": [0.005, 0.004, 0.006], "c": [0.1, 0.1, 0.1]}
 
     class FakeEngine:
@@ -538,7 +538,7 @@ def test_balanced_orders_let_each_selection_follow_each_other_equally_often(n):
     orders are permutations in which every ordered pair (i, j), i != j, is adjacent equally often."""
     from collections import Counter
 
-    pr = importlib.import_module("kselect.benchmarks.prefill_rounds")
+    pr = importlib.import_module("kselect.measurement.prefill_rounds")
     orders = pr.balanced_orders(n)
     assert len(orders) == (2 * n if n % 2 and n > 1 else n)
     assert all(sorted(o) == list(range(n)) for o in orders)
@@ -553,7 +553,7 @@ def test_balanced_orders_let_each_selection_follow_each_other_equally_often(n):
 
 
 def test_selection_overrides_put_the_run_rules_in_place_of_the_seed_rules_only():
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     assert e2e.selection_overrides("vllm", "vllm_0_33_0") == ["rules=vllm_0_33_0"]
     assert e2e.selection_overrides("latency", "x") == ["rules=x", "objective=latency"]
     assert e2e.selection_overrides("vllm_0_33_0", "post_pr52987") == ["rules=vllm_0_33_0"]  # names its own rules
@@ -562,7 +562,7 @@ def test_selection_overrides_put_the_run_rules_in_place_of_the_seed_rules_only()
 def test_objective_table_reads_interleaved_prefills_and_never_mixes_them_with_block_timings():
     """A prefill metric timed in rounds (--prefill-rounds) is read from the rounds for every selection, marked
     interleaved; a selection the rounds lack gets no value, not its block timing; other metrics are unchanged."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
     run = lambda name, pre, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
                                            decode_tok_s=50.0, prefill_tok_s=pre)
@@ -594,7 +594,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     """e2e.rounds: per KV dtype and prefill metric, the selections resolved at that metric's point (an objective's
     own row there, a twin's measured row instead of the twin) go into one set of interleaved rounds, and each result
     is recorded under its row's selection and point."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
     selections = [sel("vllm"), sel("pin_fa", same_as="vllm kv=auto"), sel("pin_triton"),
                   sel("latency", "decode B1"), sel("latency", "prefill 4096"), sel("pin_flashinfer", error="no kernel")]
@@ -605,7 +605,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
         calls.append((len(prompt), sorted(entries.values()), graphs, prefill_graph_tokens))
         return {k: dict(prefill_tok_s=1000.0 + k, prefill_ms=1.0) for k in entries}
 
-    monkeypatch.setattr("kselect.benchmarks.prefill_rounds.interleaved_prefill", fake)
+    monkeypatch.setattr("kselect.measurement.prefill_rounds.interleaved_prefill", fake)
     for graph_tokens, long_graphs in ((2048, False), (4096, None)):  # --prefill-graph-tokens admits 4,096 or not
         calls.clear()
         rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
@@ -623,7 +623,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
 
 
 def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
-    e2e = importlib.import_module("kselect.benchmarks.e2e")
+    e2e = importlib.import_module("kselect.measurement.e2e")
     with pytest.raises(SystemExit) as ex:
         e2e.main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
     assert ex.value.code == 2
@@ -633,9 +633,9 @@ def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
 
 
 def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
-    """kselect/benchmarks/gemv_variants.py: every variant changes only E4B's shapes it names, with launch parameters
+    """kselect/measurement/gemv_variants.py: every variant changes only E4B's shapes it names, with launch parameters
     kernels/gemv accepts (powers of two, the first chunk covering what the docstring says)."""
-    gv = importlib.import_module("kselect.benchmarks.gemv_variants")
+    gv = importlib.import_module("kselect.measurement.gemv_variants")
     from kselect.kernels import gemv
 
     e4b = {"qkv": (3072, 2560), "o": (2560, 2048), "gate_up": (20480, 2560), "down": (2560, 10240),
@@ -670,7 +670,7 @@ def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_
     """A per-phase objective that decodes on other kernels but prefills every group on vLLM's backend, blocks and KV
     dtype claims no prefill gain or loss (the ratio is noise); its decode metric is still compared, and a prefill on
     other blocks (the Triton decode's pages) is compared as usual."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     grp = lambda backend, blk, pre=None: dict(backend=backend, kernel_block=blk, kv_block=blk, kv_dtype="fp8_e4m3",  # noqa: E731
                                               **({"prefill_backend": pre} if pre else {}))
     vllm = dict(sliding_window=grp("FLASH_ATTN v3", 128), full_attention=grp("FLASH_ATTN v4", 64))
@@ -694,9 +694,9 @@ def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_
 
 
 def test_paired_median_interval_is_the_sign_test_order_statistics():
-    """kselect/benchmarks/paired.py: the interval is [x_(k), x_(n+1-k)] for the largest k covering 95%; five rounds only
+    """kselect/measurement/paired.py: the interval is [x_(k), x_(n+1-k)] for the largest k covering 95%; five rounds only
     reach the min and max (93.75%), fifteen the 4th and 12th values (96.5%)."""
-    paired = importlib.import_module("kselect.benchmarks.paired")
+    paired = importlib.import_module("kselect.measurement.paired")
     assert paired.median_ci([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, 1.0, 5.0, pytest.approx(0.9375))
     med, lo, hi, cov = paired.median_ci([float(i) for i in range(15)])
     assert (med, lo, hi) == (7.0, 3.0, 11.0) and cov == pytest.approx(1 - 2 * 576 / 2 ** 15)
@@ -710,7 +710,7 @@ def test_paired_median_interval_is_the_sign_test_order_statistics():
 def test_objective_table_judges_interleaved_prefills_round_by_round():
     """An interleaved metric is faster or slower only where the per-round ratios' interval excludes 1: a 0.6% gain
     in every round is faster (the fixed 2% rule called it noise), a 3% median gain that flips between rounds is not."""
-    e2e = importlib.import_module("kselect.benchmarks.e2e_report")
+    e2e = importlib.import_module("kselect.measurement.e2e_report")
     sel = lambda name, point="": dict(preset="m", selection=name, kv="auto", point=point)  # noqa: E731
     run = lambda name, point="": dict(preset="m", selection=name, kv="auto", batch=1, point=point,  # noqa: E731
                                       decode_tok_s=50.0, prefill_tok_s=1.0)

@@ -108,7 +108,7 @@ def test_main_job_fp8_calibrated(capsys):
 
 
 def test_main_job_reports_errors_in_one_line():
-    r = subprocess.run([sys.executable, "-m", "kselect.run", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "kselect", "run", "platform=cpu", "model=gemma4_31b"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "gemma4_31b has 30.7B parameters" in r.stderr and "Traceback" not in r.stderr
@@ -201,7 +201,7 @@ def test_cuda_graph_decode_matches_eager(step, over):
 
 def test_main_job_unimplemented_backend_is_a_clear_error():
     # FLEX_ATTENTION is a valid selection on CPU, but kselect has no kernel for it: exit 2, no fallback
-    r = subprocess.run([sys.executable, "-m", "kselect.run", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
+    r = subprocess.run([sys.executable, "-m", "kselect", "run", "platform=cpu", "attention.backend=FLEX_ATTENTION"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
     assert "FLEX_ATTENTION" in r.stderr and "Traceback" not in r.stderr

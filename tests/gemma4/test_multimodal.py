@@ -190,7 +190,7 @@ def test_backend_without_mm_prefix_fails_loudly(mm, batch):
 
 
 def test_main_job_multimodal_runs():
-    out = subprocess.run([sys.executable, "-m", "kselect.run", "model.multimodal=true", "--max-new-tokens", "4"],
+    out = subprocess.run([sys.executable, "-m", "kselect", "run", "model.multimodal=true", "--max-new-tokens", "4"],
                          capture_output=True, text=True, timeout=120, cwd=str(pathlib.Path(__file__).resolve().parents[2]))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placeholder image tokens" in out.stdout and "image span [1, 21)" in out.stdout

@@ -1,4 +1,4 @@
-"""kselect/benchmarks/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
+"""kselect/measurement/prefill_clocks.py's pure parts: nvidia-smi samples parsed and attributed to timed steps, the slow-step
 summary, and the phase timer's wrapping undone."""
 
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kselect.benchmarks import prefill_clocks as pc
+from kselect.measurement import prefill_clocks as pc
 
 
 def stamp(t: float) -> str:

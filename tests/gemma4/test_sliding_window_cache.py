@@ -130,7 +130,7 @@ def test_speculative_decoding_on_a_windowed_cache():
 
 
 def test_main_job_prefill_chunk():
-    ok = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "4", "--max-new-tokens", "4"],
+    ok = subprocess.run([sys.executable, "-m", "kselect", "run", "--prefill-chunk", "4", "--max-new-tokens", "4"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert "prefill:" in ok.stdout and "numerics: not checked: every group runs TORCH_REFERENCE, the reference itself" in ok.stdout  # chunked == whole: test_chunked_prefill_* above
@@ -147,11 +147,11 @@ def test_main_job_prefill_chunk():
     pool, whole, seq_len, peak = map(int, m.groups())
     assert pool == 4 * (-(-19 // 16) + 1) + 1 < whole == -(-4 * seq_len // 16) + 4 + 1 and 0 < peak <= pool - 1
     # an image span longer than a chunk: exit 2, one paragraph
-    mm = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "8", "model.multimodal=true"],
+    mm = subprocess.run([sys.executable, "-m", "kselect", "run", "--prefill-chunk", "8", "model.multimodal=true"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert mm.returncode == 2 and "Traceback" not in mm.stderr
     assert "--prefill-chunk 8: an image span of 20 tokens > max_step_tokens=8" in mm.stderr
-    bad = subprocess.run([sys.executable, "-m", "kselect.run", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "kselect", "run", "--prefill-chunk", "0"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "--prefill-chunk: want a positive token count, got '0'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -1,4 +1,4 @@
-"""Conformance and perf files name the kernel library versions they were measured with (kselect/measured_versions.py):
+"""Conformance and perf files name the kernel library versions they were measured with (kselect/measurement/measured_versions.py):
 detection from metadata (absent packages absent, never a failure), which library each record ran, and the merge
 into a file measured before, which keeps every version it named."""
 
@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
-from kselect import conformance, measured_versions as mv
-from kselect import perf as runner
+from kselect.measurement import conformance, measured_versions as mv
+from kselect.measurement import perf as runner
 from kselect.selector.evidence import perf_data as perf
 
 HAVE = {"vllm_flash_attn": "vllm-0.34.0", "flash_attn_4": "4.0.0b36", "flashinfer": "0.7.3", "triton": "3.6.0"}

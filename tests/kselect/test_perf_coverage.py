@@ -8,7 +8,7 @@ import shutil
 
 import yaml
 
-from kselect import perf as runner
+from kselect.measurement import perf as runner
 from kselect.selector.evidence.perf_data import PERF_DIR
 
 H200 = ["--gpu-name", "nvidia_h200", "--platform", "sm90", "--rules", "vllm_0_33_0,post_pr52987", "--missing", "--dry-run"]

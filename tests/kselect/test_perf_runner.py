@@ -7,9 +7,9 @@ import time
 import pytest
 import yaml
 
-from kselect import perf as runner
-from kselect import perf_targets as targeting
-from kselect import perf_timing as timing
+from kselect.measurement import perf as runner
+from kselect.measurement import perf_targets as targeting
+from kselect.measurement import perf_timing as timing
 from kselect.selector.evidence import perf_data as perf
 
 
@@ -159,7 +159,7 @@ def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, co
 def test_perf_steps_needs_a_gpu_and_says_so(capsys):
     import torch
 
-    from kselect import perf_steps
+    from kselect.measurement import perf_steps
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kselect.profiling import GAP_MAX_US, in_range, in_range_ms, timeline_ms
+from kselect.measurement.profiling import GAP_MAX_US, in_range, in_range_ms, timeline_ms
 
 CPU, CUDA = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
 

@@ -150,9 +150,9 @@ def _fake_hub_kernels(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("install", ["editable", "wheel"])
 def test_a_separate_kernels_package_works_beside_kselect(install, where, request, tmp_path):
     """Hugging Face's `kernels` is a top-level package; kselect's kernels are `kselect.kernels`.
-    From any directory both import, the checkout's root too (its `kernels/` folder has no
-    `__init__.py`, so an installed regular package of that name wins over it); kselect adds no
-    other top-level name. `editable` is this interpreter's install of kselect (`pip install -e
+    From any directory both import, the checkout's root too (its `kernels/` folder, imported by
+    the bare name, hands the name to the installed package); kselect adds no other top-level
+    name. `editable` is this interpreter's install of kselect (`pip install -e
     .`), `wheel` the wheel in a fresh venv."""
     site = _fake_hub_kernels(tmp_path)
     work = ROOT if where == "checkout" else tmp_path / "work"
@@ -169,5 +169,5 @@ def test_a_separate_kernels_package_works_beside_kselect(install, where, request
     assert p.returncode == 0, p.stderr
     hub, path, ours, others = p.stdout.split(maxsplit=3)
     assert hub == "hub:x" and path.startswith(str(site)) and ours == "kselect.kernels.reference"
-    if where == "elsewhere":  # in the checkout its own folders are importable from the current directory
+    if where == "elsewhere":  # in the checkout its folders are found by their bare names (and refuse the import)
         assert others.strip() == "[]"

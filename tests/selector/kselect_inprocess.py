@@ -1,5 +1,5 @@
 """`kselect <command> ...` in this process, through the real entry point (kselect/cli.py -> the command's
-module as `__main__` -> its Hydra app), and missing optional modules simulated in-process.
+file in kselect/commands/ -> its Hydra app), and missing optional modules simulated in-process.
 
 The fuzz table (test_fuzz.py) drives each command's in-process `main`, which skips the Hydra app that
 `kselect <command>` runs: group values, `hydra.*` keys and plugins are handled there, so the bad-input tests
@@ -22,7 +22,6 @@ def kselect_main(command: str):
     def main(argv: list[str]) -> int:
         from hydra.core.global_hydra import GlobalHydra
 
-        from kselect.cli import COMMANDS
         from kselect.cli import main as cli_main
 
         argv0, handler = sys.argv[:], signal.getsignal(signal.SIGPIPE) if hasattr(signal, "SIGPIPE") else None
@@ -30,14 +29,10 @@ def kselect_main(command: str):
         hooks = [f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook"]
         for f in hooks:
             sys.meta_path.remove(f)
-        # runpy takes an imported module's spec (its loader the rewriter's): let it find the file afresh
-        module = COMMANDS[command][0] if command in COMMANDS else ""
-        imported = {m: sys.modules.pop(m) for m in (module, module + ".__main__") if m in sys.modules and m != "kselect.selector"}
         try:
             cli_main([command, *argv])
             return 0
         finally:
-            sys.modules.update(imported)
             sys.meta_path[:0] = hooks
             sys.argv[:] = argv0
             if handler is not None:  # kselect/cli.py restores SIGPIPE's default for `| head`: not in a test process

@@ -34,7 +34,7 @@ def select_under(conformance_dir: Path, argv: list[str]) -> int:
 
 
 def select_main(argv):
-    from kselect.selector.commands.select import main
+    from kselect.commands.select import main
 
     return call_main(main, argv)
 
@@ -105,7 +105,7 @@ def test_debug_shows_the_traceback(monkeypatch):
 
 
 def test_git_ref_is_never_a_git_option(tmp_path, capsys):
-    from kselect.selector.commands.diff import main
+    from kselect.commands.diff import main
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
@@ -144,9 +144,9 @@ def test_no_code_from_conf_files(conf_copy, tmp_path, where, text, monkeypatch, 
     with pytest.raises(KSelectError, match="not allowed"):
         compose_raw(["platform=sm90", "overlay=[evil]"] if "overlay" in where else ["platform=sm90"], conf_copy)
     # kselect sweep refuses the same tree before Hydra runs anything
-    from kselect.selector.review import sweep
+    from kselect.commands import sweep
 
-    monkeypatch.setattr(sweep, "CONF_DIR", conf_copy)
+    monkeypatch.setattr("kselect.selector.review.sweep.CONF_DIR", conf_copy)
     monkeypatch.chdir(tmp_path)
     assert call_main(sweep.main, ["-m", "platform=cpu"]) == 2
     assert "not allowed" in capsys.readouterr().err
@@ -154,7 +154,7 @@ def test_no_code_from_conf_files(conf_copy, tmp_path, where, text, monkeypatch, 
 
 
 def test_sweep_refuses_hydra_callbacks_and_rerun_pickles(tmp_path, monkeypatch, capsys):
-    from kselect.selector.review import sweep
+    from kselect.commands import sweep
 
     monkeypatch.chdir(tmp_path)
     for argv in (["-m", "platform=cpu", "+hydra.callbacks.x._target_=builtins.print"],
@@ -362,7 +362,7 @@ CLAIM = "TORCH_REFERENCE:bf16:d64:causal"
 
 
 def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
-    from kselect import conformance
+    from kselect.measurement import conformance
 
     out = tmp_path / "cpu_ci.yaml"
     kept = {"TRITON_ATTN:bf16:d256:causal": {"status": "verified", "rel_err": 0.001, "detail": "from the H200"},
@@ -377,7 +377,7 @@ def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
 
 
 def test_conformance_refuses_a_gpu_name_that_is_not_this_device(tmp_path, capsys):
-    from kselect import conformance
+    from kselect.measurement import conformance
 
     argv = ["--claims", CLAIM, "--gpu-name", "nvidia_h200", "--device", "cpu", "--out", str(tmp_path / "o.yaml")]
     assert call_main(conformance.main, argv) == 2
@@ -433,7 +433,7 @@ def _write_jobs(d: Path, sweep: str, n: int, nums) -> None:
 
 
 def test_gather_reports_mixed_and_missing_jobs(tmp_path, capsys):
-    from kselect.selector.review.gather import main
+    from kselect.commands.gather import main
 
     _write_jobs(tmp_path / "a", "s1", 4, range(4))
     _write_jobs(tmp_path / "a", "s2", 2, range(2))  # a second sweep into the same directory
@@ -447,7 +447,7 @@ def test_gather_reports_mixed_and_missing_jobs(tmp_path, capsys):
 
 
 def test_sweep_refuses_a_directory_that_holds_another_sweep(tmp_path, monkeypatch, capsys):
-    from kselect.selector.review import sweep
+    from kselect.commands import sweep
 
     _write_jobs(tmp_path / "d", "s1", 1, [0])
     monkeypatch.chdir(tmp_path)

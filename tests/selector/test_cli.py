@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args: str, module: str = "kselect.selector") -> subprocess.CompletedProcess:
+def run(*args: str, module: str = "kselect.commands.select") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -81,7 +81,7 @@ def test_named_platform_never_imports_torch():
         "import sys; sys.argv=['selector','platform=sm90','model=gemma4_31b','kv_cache=fp8'];"
         "import runpy, io, contextlib\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    try: runpy.run_module('selector', run_name='__main__')\n"
+        "    try: runpy.run_module('kselect.commands.select', run_name='__main__')\n"
         "    except SystemExit: pass\n"
         "print('torch' in sys.modules)"
     )

@@ -14,7 +14,7 @@ import pytest
 from kselect.selector.api import CONF_DIR
 from kselect.selector.review.diff import collapse, diff_results, render, render_rect
 from kselect.selector.review.diff_render import detail
-from kselect.selector.commands.diff import main as diff_main
+from kselect.commands.diff import main as diff_main
 from kselect.selector.base.errors import KSelectError
 from kselect.selector.review.matrix import load_matrix, resolve_named
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kselect.selector.commands.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kselect.commands.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def _diff(a, b, matrix="default"):

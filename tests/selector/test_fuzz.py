@@ -459,21 +459,21 @@ TABLE = table()
 
 def _main(cli: str):
     if cli == "select":
-        from kselect.selector.commands.select import main
+        from kselect.commands.select import main
     elif cli == "claims":
-        from kselect.selector.measure.claims import main
+        from kselect.commands.claims import main
     elif cli == "diff":
-        from kselect.selector.commands.diff import main
+        from kselect.commands.diff import main
     elif cli == "matrix":
-        from kselect.selector.review.matrix import _main as main
+        from kselect.commands.matrix import main
     elif cli == "plot":
-        from kselect.selector.review.plot import main
+        from kselect.commands.plot import main
     elif cli == "sweep":
-        from kselect.selector.review.sweep import main
+        from kselect.commands.sweep import main
     elif cli == "gather":
-        from kselect.selector.review.gather import main
+        from kselect.commands.gather import main
     elif cli == "conformance":
-        from kselect.conformance import main
+        from kselect.measurement.conformance import main
     elif cli == "run":
         from kselect.run import main, user_errors
 

@@ -33,7 +33,7 @@ def test_only_the_lists_that_make_sense_compose(ov):
 
 
 def test_the_refused_lists_are_the_ones_that_contradict(capsys):
-    from kselect.selector.commands.select import main
+    from kselect.commands.select import main
 
     env = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987"]
     for ov, says in [("[pr52987]", "pr52987 reverts pr48666, which the list does not apply before it"),
@@ -118,11 +118,9 @@ def test_a_malformed_declaration_names_the_file(conf_copy, relations):
     ("claims", ["platform=sm90", "rules=post_pr52987", "overlay=[pr52987,pr48666]"]),
 ])  # fmt: skip
 def test_every_cli_refuses_a_contradictory_list(cli, argv, capsys):
-    from kselect.selector.commands import diff
-    from kselect.selector.measure import claims
-    from kselect.selector.review import matrix
+    from kselect.commands import claims, diff, matrix
 
-    main = {"matrix": matrix._main, "diff": diff.main, "claims": claims.main}[cli]
+    main = {"matrix": matrix.main, "diff": diff.main, "claims": claims.main}[cli]
     assert call_main(main, argv) == 2
     err = capsys.readouterr().err
     assert ("reverts" in err or "replaces" in err) and "Traceback" not in err

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from kselect.selector.base.errors import KSelectError
-from kselect.selector.review.plot import main
+from kselect.commands.plot import main
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from kselect.selector.review.plot import main
+from kselect.commands.plot import main
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 

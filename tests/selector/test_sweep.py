@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kselect.selector.review.gather import main as gather_main
+from kselect.commands.gather import main as gather_main
 from kselect.selector.review.sweep import matrix_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def _jobs(d: Path) -> list[dict]:
 
 def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
     out = tmp_path / "basic"
-    p = run("kselect.selector.review.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=auto,fp8",
+    p = run("kselect.commands.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=auto,fp8",
             "kv_cache.scales=calibrated", "attention.backend=TRITON_ATTN", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     jobs = _jobs(out)
@@ -46,7 +46,7 @@ def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
 
 def test_joblib_launcher(tmp_path, capsys):
     out = tmp_path / "joblib"
-    p = run("kselect.selector.review.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "hydra/launcher=joblib",
+    p = run("kselect.commands.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     jobs = _jobs(out)
@@ -65,5 +65,5 @@ def test_matrix_axes_become_sweep_overrides():
 
 
 def test_gather_errors(tmp_path):
-    p = run("kselect.selector.review.gather", str(tmp_path), cwd=tmp_path)  # the exit status of a CLI error
+    p = run("kselect.commands.gather", str(tmp_path), cwd=tmp_path)  # the exit status of a CLI error
     assert p.returncode == 2 and "no selection.json" in p.stderr

@@ -1,12 +1,12 @@
-"""The conformance runner (kselect/conformance.py) on CPU: claim parsing, run parameters from the
+"""The conformance runner (kselect/measurement/conformance.py) on CPU: claim parsing, run parameters from the
 selector, verdicts, and the CLI on a few reference/Triton claims."""
 
 import pytest
 import torch
 import yaml
 
-from kselect import conformance
-from kselect.conformance import check_claim
+from kselect.measurement import conformance
+from kselect.measurement.conformance import check_claim
 from kselect.selector.measure.claims import claim_runs
 from kselect.selector.config.vocab import parse_claim
 

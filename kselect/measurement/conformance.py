@@ -15,7 +15,7 @@ unsupported (the backend or kernel raised; detail = the first line of the error)
 backend has several (FA3: a `+upstream` claim runs flash-attention's hopper build, any other FA3 claim vLLM's or
 the one KSELECT_FA3_BUILD names; FA4: flash-attn-4 or the fork). kernel_versions (the file's top): the kernel
 library versions the claims ran with (vLLM's FA build, flash-attn-4, flashinfer, triton, the release of vLLM's
-Triton kernel), merged with what an existing file named (kselect/measured_versions.py).
+Triton kernel), merged with what an existing file named (kselect/measurement/measured_versions.py).
 
 CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N] [--platform P]
 (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
@@ -36,7 +36,7 @@ import sys
 
 import torch
 
-from kselect import measured_versions
+from kselect.measurement import measured_versions
 from kselect.kernels.dtypes import torch_dtype
 from kselect.selector.measure.claims import claim_runs
 from kselect.selector.outputs.records import ClaimRun
@@ -281,7 +281,7 @@ def _records(claims: dict) -> list[tuple[str, str, dict]]:
 
 def kernel_versions(old: dict, old_versions: dict, results: dict, have: dict | None = None) -> dict[str, str]:
     """The file's `kernel_versions` once `results` (this run's claims) are merged over `old` (the file's claims,
-    which said `old_versions`): kselect/measured_versions.py."""
+    which said `old_versions`): kselect/measurement/measured_versions.py."""
     kept = {cid: r for cid, r in old.items() if cid not in results}
     return measured_versions.merge(old_versions, measured_versions.run_versions(_records(results), have),
                                    measured_versions.used(_records(kept)))
@@ -355,14 +355,3 @@ def _git_commit() -> str:
 
     own = project_commit()
     return (own["commit"] or "unknown")[:12] + ("+dirty" if own["dirty"] else "")
-
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,4 +1,4 @@
-"""Two selections timed in the same interleaved rounds (kselect/benchmarks/prefill_rounds.py), compared round by round.
+"""Two selections timed in the same interleaved rounds (kselect/measurement/prefill_rounds.py), compared round by round.
 
 Why: within a round the two prefills ran seconds apart, so the GPU's drift over a run (clocks, temperature: 1-2% in
 bench/results/h200/pdl_rule/E1/) falls on both, and the ratio of the two times in one round cancels most of it. A

@@ -1,4 +1,4 @@
-"""kselect/benchmarks/e2e.py's results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
+"""kselect/measurement/e2e.py's results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
 compares each objective's selection with vLLM's choice and the best single-backend pin in the same run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from kselect.benchmarks.paired import compare, fmt
+from kselect.measurement.paired import compare, fmt
 from kselect.selector.base.files import atomic_write
 
 # selections compared against "vllm" and the pins (objective_table); *_vllm: over the kernels vLLM ships only
@@ -87,7 +87,7 @@ def objective_table(d: dict, noise: float | None = None) -> list[dict]:
     single-backend pin (selections named pin_*), measured in this run. Selections resolved to the
     same groups were measured once (same_as): the table follows that link and says so. An objective
     resolved at each run's point (--objective-at-run) is read at the metric's own point. A metric timed in
-    interleaved rounds (--prefill-rounds) is judged round by round (kselect/benchmarks/paired.py): faster or slower
+    interleaved rounds (--prefill-rounds) is judged round by round (kselect/measurement/paired.py): faster or slower
     only where the interval of the per-round ratios excludes 1; block-timed metrics use the metric's noise band
     (`noise`, else the declared band per phase, conf/objective: the spread of two selections on identical kernels
     in one run): a cell within it is a tie, and a tie meets the goal "never slower beyond the band". Where the run
@@ -341,7 +341,7 @@ def render_md(d: dict) -> str:
               "so no gain is claimed. A metric marked (interleaved) was timed in rounds that visit every selection "
               "(--prefill-rounds), not in each selection's own block: its ratios are the median of the per-round ratios "
               "with a sign-test interval [low, high; coverage over n rounds], and a verdict of faster or slower needs "
-              "the interval to exclude 1 (kselect/benchmarks/paired.py); `graphs` there: its prefills replayed CUDA graphs "
+              "the interval to exclude 1 (kselect/measurement/paired.py); `graphs` there: its prefills replayed CUDA graphs "
               "(--prefill-graph-tokens), else they ran eager. Other metrics: a ratio within the metric's noise band "
               "(`band`: declared per phase in conf/objective, the spread of two selections on identical kernels in one "
               "run; `twin`: the spread of vLLM's selection measured twice in this run, where it was) is a tie, and a "

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from ..config.compose import CONF_DIR, compose
-from ..base.hydra_app import check_renamed, run_app, task_overrides
-from ..evidence.evidence import Evidence
-from ..export.formats import render
-from ..measure.select import select
+from kselect.selector.base.hydra_app import check_renamed, run_app, task_overrides
+from kselect.selector.config.compose import CONF_DIR, compose
+from kselect.selector.evidence.evidence import Evidence
+from kselect.selector.export.formats import render
+from kselect.selector.measure.select import select
 
 RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
 

@@ -20,7 +20,7 @@ the timed pass, which runs in this process, one kernel at a time, on the intra-o
 on that device serves with (gemma4/host_threads.py: one on a GPU), so host_ms and plan_ms are the engine's.
 The file is merged and written atomically after every target, so a timeout keeps what was measured. Its
 `kernel_versions` name the kernel library versions the entries ran with, merged with what the file named
-before (kselect/measured_versions.py).
+before (kselect/measurement/measured_versions.py).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-from kselect import measured_versions
-from kselect.perf_targets import Target, bucket_of, make_target_backend, parse_grid, targets, verified_claims
-from kselect.perf_timing import make_inputs, parse_fence, time_bucket
+from kselect.measurement import measured_versions
+from kselect.measurement.perf_targets import Target, bucket_of, make_target_backend, parse_grid, targets, verified_claims
+from kselect.measurement.perf_timing import make_inputs, parse_fence, time_bucket
 from kselect.selector.evidence import perf_data as perfdata
 from kselect.selector.evidence.conformance_data import CONFORMANCE_DIR
 from kselect.selector.base.errors import KSelectError
@@ -243,7 +243,7 @@ def _records(entries) -> list[tuple[str, str, dict]]:
 
 def kernel_versions(before: perfdata.PerfFile | None, timed: dict, have: dict | None = None) -> dict[str, str]:
     """The file's `kernel_versions` once `timed` (this run's entries) are merged over `before` (the file as this
-    run found it): kselect/measured_versions.py."""
+    run found it): kselect/measurement/measured_versions.py."""
     kept = [e for b, e in (before.entries.items() if before else ()) if b not in timed]
     return measured_versions.merge(before.kernel_versions if before else {},
                                    measured_versions.run_versions(_records(timed.values()), have),
@@ -255,13 +255,3 @@ def _git_commit() -> str:
     from kselect.provenance import project_commit
 
     return project_commit()["commit"][:7]
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,6 +1,6 @@
 """Does `kselect explain` (conf/perf figures) match what the engine measured in the same run? (#17)
 
-    python3 bench/h200/explain_vs_e2e.py --e2e OUT/e2e.json --model gemma4_31b --out OUT/explain_31b.md [--platform auto]
+    python3 -m kselect.measurement.explain_vs_e2e --e2e OUT/e2e.json --model gemma4_31b --out OUT/explain_31b.md [--platform auto]
 
 Runs the explain view at the e2e run's operating point (B1 decode over --prompt-len cached tokens,
 B1 prefill of --prompt-len and of each --prefill-lens prompt) and sets its figures beside the run's:
@@ -21,6 +21,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 from kselect.selector.api import bundled_evidence, compose
 from kselect.selector.measure.explain import explain, step, to_text
@@ -62,7 +64,7 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
             # profiled: the attention kernels of the CUDA-graph decode step the run timed (e2e.py mode "graph",
             # quant-query included, as a conf/perf bucket times the whole call); beside it the eager step's
             # forward calls (profiler ranges)
-            # and the same kernels with the launch gap before each (kselect/profiling.py timeline_ms): a bucket's
+            # and the same kernels with the launch gap before each (kselect/measurement/profiling.py timeline_ms): a bucket's
             # graph wall time per call counts those gaps, the kernels' durations alone do not
             row = dict(kv=kv, selection=sel, explain_backends=want, run_backends=ran, explain_ms=pred,
                        kernels_ms=p["attention_ms_per_step"] if p else None,
@@ -176,13 +178,27 @@ def kernel_lines(e2e: dict, model: str) -> list[str]:
     return lines
 
 
+class Options(BaseModel):
+    """The comparison's options, typed: an experiment's `steps.<name>.options` (kselect bench) or the command line."""
+
+    model_config = ConfigDict(extra="forbid")
+    e2e: Path  # an e2e.json (kselect/measurement/e2e.py)
+    model: str
+    platform: str = "auto"
+    out: Path  # <out> (markdown) and <out>.json (the rows)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--e2e", type=Path, required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--platform", default="auto")
+    ap.add_argument("--platform", default=Options.model_fields["platform"].default)
     ap.add_argument("--out", type=Path, required=True)
-    opts = ap.parse_args(argv)
+    return run(Options.model_validate(vars(ap.parse_args(argv))), "")
+
+
+def run(opts: Options, command: str) -> int:
+    """The comparison on typed options (it records no command)."""
     text, rows = compare(json.loads(opts.e2e.read_text()), opts.model, opts.platform)
     atomic_write(opts.out, text)
     atomic_write(opts.out.with_suffix(".json"), json.dumps(rows, indent=1, default=str))

@@ -29,7 +29,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     from torch.profiler import ProfilerActivity, profile
 
     from kselect.gemma4.engine import Engine, EngineConfig
-    from kselect.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
+    from kselect.measurement.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
 
     run = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1))
     for _ in range(2):  # compiles, plans, captures
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kselect.gemma4.build import build_model, select
     from kselect.gemma4.engine import model_groups
-    from kselect.perf import _git_commit
+    from kselect.measurement.perf import _git_commit
     from kselect.selector.base.files import safe_name
 
     ap = argparse.ArgumentParser(prog="kselect perf-steps", description=__doc__.split("\n\n")[0])
@@ -109,14 +109,3 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     print(f"wrote {out}", flush=True)
     return 0
-
-
-def cli() -> None:
-    """`kselect <command>` (kselect/cli.py): main on sys.argv, errors as one paragraph and exit 2."""
-    from kselect.selector.base.cli_errors import run_cli
-
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,7 +1,7 @@
 """Gemma-4 end to end: our engine on the selected kernels vs Hugging Face transformers, same weights.
 
-    python -m kselect.benchmarks.e2e --out $OUT/e2e --budget-s 540 [--presets gemma4_e4b gemma4_31b]
-    python -m kselect.benchmarks.e2e --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
+    python -m kselect.measurement.e2e --out $OUT/e2e --budget-s 540 [--presets gemma4_e4b gemma4_31b]
+    python -m kselect.measurement.e2e --smoke --out /tmp/e2e          # CPU, gemma4_tiny, seconds
     kselect bench experiment=<name>                                   # a recorded run (bench/conf/experiment/)
 
 Per preset (seeded random weights in the model dtype, built on the device; freed between presets):
@@ -33,11 +33,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from kselect.benchmarks.e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label
-from kselect.benchmarks.step_profile import free, profile_decode
+from kselect.measurement.e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label
+from kselect.measurement.step_profile import free, profile_decode
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups, reference_groups
 from kselect.gemma4.host_threads import serving_threads
@@ -65,7 +67,7 @@ SELECTIONS = {"base": [SEED], "pr48666": [SEED, "overlay=[pr48666]"], "pr53175":
               "latency_vllm": [SEED, "objective=latency", *VLLM_KERNELS_ONLY],
               "throughput_vllm": [SEED, "objective=throughput", *VLLM_KERNELS_ONLY],
               # vLLM's own selection measured a second time, never folded into `vllm` (same_as): its spread from
-              # `vllm` is this run's noise band (kselect/benchmarks/e2e_report.py)
+              # `vllm` is this run's noise band (kselect/measurement/e2e_report.py)
               "vllm_twin": [SEED]}
 DEFAULT_SELECTIONS = ["base", "pr48666", "pr53175"]
 KV_DTYPES = ["auto", "fp8"]
@@ -84,12 +86,12 @@ def first_line(e: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------- environment
-def environment(argv: list[str], script: str = "-m kselect.benchmarks.e2e") -> dict:
-    """The run's command (as `script` with argv), the project's commit, versions, the device."""
+def environment(argv: list[str], script: str = "-m kselect.measurement.e2e", command: str | None = None) -> dict:
+    """The run's command (`command`, or `script` with argv), the project's commit, versions, the device."""
     from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
 
     own = project_commit()
-    env = dict(command=" ".join([sys.executable.rsplit("/", 1)[-1], script, *argv]),
+    env = dict(command=command or " ".join([sys.executable.rsplit("/", 1)[-1], script, *argv]),
                git_commit=own["commit"], git_dirty=own["dirty"], commit_source=own["commit_source"], versions=versions(),
                torch=str(torch.__version__), python=_platform.python_version(), host=_platform.node(),
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
@@ -496,7 +498,7 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
     time_prefill does."""
     if not opts.prefill_rounds:
         return
-    from kselect.benchmarks.prefill_rounds import interleaved_prefill  # noqa: PLC0415
+    from kselect.measurement.prefill_rounds import interleaved_prefill  # noqa: PLC0415
 
     metrics = [("prefill B1 x prompt-len", opts.prompt_len, "decode B1", graphs)]
     # longer prompts eager, unless --prefill-graph-tokens admits them
@@ -531,53 +533,107 @@ def rounds(opts, rep, preset, model, todo, args, gen, left, log, graphs) -> None
 
 
 # ---------------------------------------------------------------------------- main
-def main(argv: list[str]) -> int:
+class Options(BaseModel):
+    """The harness's options, typed: an experiment's `steps.<name>.options` (kselect bench) or the command line."""
+
+    model_config = ConfigDict(extra="forbid")
+    out: Path
+    budget_s: float = 540
+    presets: list[str] = ["gemma4_e4b", "gemma4_31b"]
+    selections: list[Literal[tuple(SELECTIONS)]] = DEFAULT_SELECTIONS  # type: ignore[valid-type]
+    kv: list[str] = KV_DTYPES
+    batches: list[int] = [1, 16]
+    e4b_batch_64: bool = True  # also batch 64 for gemma4_e4b, last, if time permits
+    prompt_len: int = 512
+    new: int = 128
+    hf_new: int = 32  # HF decode tokens (HF decode is slow; per-step time is flat)
+    reps: int = 3
+    check_batch: int = 2
+    check_steps: int = 4
+    capacity_gib: float = 40.0
+    platform: str = "auto"
+    seed: int = 0
+    no_hf: bool = False
+    no_cuda_graphs: bool = False
+    rules: str = SEED.removeprefix("rules=")  # rules for every selection
+    no_numerics: bool = False  # skip the per-call numerics check (conformance has it)
+    prefill_lens: list[int] = []  # also time B1 prefill of one prompt of each of these lengths, per selection
+    chunk_sweep: list[int] = []  # prefill chunk sizes (Engine max_step_tokens) timed for each prefill_lens prompt
+    chunk_selections: list[str] = ["vllm", "latency"]
+    skip: list[str] = []  # selection:kv pairs not to run (e.g. pin_triton:auto)
+    profile_selections: list[str] = []  # profile B1 eager decode steps (attention ms per step) for these selections
+    objective_at_run: bool = True  # resolve objective selections at each run's own shapes
+    prefill_rounds: int = 0  # time each prefill metric again in this many interleaved rounds (prefill_rounds.py)
+    prefill_graph_tokens: int = DEFAULT_MAX_TOKENS  # the longest prefill step that replays a CUDA graph
+    smoke: bool = False  # CPU smoke run: gemma4_tiny, tiny sizes
+
+    @field_validator("prefill_graph_tokens")
+    @classmethod
+    def _bucket(cls, v: int) -> int:
+        check_max_tokens(v)
+        return v
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m kselect.measurement.e2e`: Options' fields as --options (defaults from Options)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget-s", type=float, default=540)
-    ap.add_argument("--presets", nargs="+", default=["gemma4_e4b", "gemma4_31b"])
-    ap.add_argument("--selections", nargs="+", default=DEFAULT_SELECTIONS, choices=list(SELECTIONS))
-    ap.add_argument("--kv", nargs="+", default=KV_DTYPES)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    ap.add_argument("--e4b-batch-64", action=argparse.BooleanOptionalAction, default=True,
+    ap.add_argument("--budget-s", type=float)
+    ap.add_argument("--presets", nargs="+")
+    ap.add_argument("--selections", nargs="+", choices=list(SELECTIONS))
+    ap.add_argument("--kv", nargs="+")
+    ap.add_argument("--batches", type=int, nargs="+")
+    ap.add_argument("--e4b-batch-64", action=argparse.BooleanOptionalAction,
                     help="also batch 64 for gemma4_e4b, last, if time permits")
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--new", type=int, default=128)
-    ap.add_argument("--hf-new", type=int, default=32, help="HF decode tokens (HF decode is slow; per-step time is flat)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--check-batch", type=int, default=2)
-    ap.add_argument("--check-steps", type=int, default=4)
-    ap.add_argument("--capacity-gib", type=float, default=40.0)
-    ap.add_argument("--platform", default="auto")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompt-len", type=int)
+    ap.add_argument("--new", type=int)
+    ap.add_argument("--hf-new", type=int, help="HF decode tokens (HF decode is slow; per-step time is flat)")
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--check-batch", type=int)
+    ap.add_argument("--check-steps", type=int)
+    ap.add_argument("--capacity-gib", type=float)
+    ap.add_argument("--platform")
+    ap.add_argument("--seed", type=int)
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-cuda-graphs", action="store_true")
-    ap.add_argument("--rules", default=SEED.removeprefix("rules="),
-                    help="rules for every selection (vllm_0_33_0: vLLM 0.33.0, the default rules of kselect)")
+    ap.add_argument("--rules", help="rules for every selection (vllm_0_33_0: vLLM 0.33.0, the default rules of kselect)")
     ap.add_argument("--no-numerics", action="store_true", help="skip the per-call numerics check (conformance has it)")
-    ap.add_argument("--prefill-lens", type=int, nargs="*", default=[],
+    ap.add_argument("--prefill-lens", type=int, nargs="*",
                     help="also time B1 prefill of one prompt of each of these lengths, per selection")
-    ap.add_argument("--chunk-sweep", type=int, nargs="*", default=[],
+    ap.add_argument("--chunk-sweep", type=int, nargs="*",
                     help="prefill chunk sizes (Engine max_step_tokens) timed for each --prefill-lens prompt")
-    ap.add_argument("--chunk-selections", nargs="*", default=["vllm", "latency"])
-    ap.add_argument("--skip", nargs="*", default=[], help="selection:kv pairs not to run (e.g. pin_triton:auto)")
-    ap.add_argument("--profile-selections", nargs="*", default=[],
+    ap.add_argument("--chunk-selections", nargs="*")
+    ap.add_argument("--skip", nargs="*", help="selection:kv pairs not to run (e.g. pin_triton:auto)")
+    ap.add_argument("--profile-selections", nargs="*",
                     help="profile B1 eager decode steps (attention ms per step) for these selections")
-    ap.add_argument("--objective-at-run", action=argparse.BooleanOptionalAction, default=True,
+    ap.add_argument("--objective-at-run", action=argparse.BooleanOptionalAction,
                     help="resolve objective selections at each run's own shapes (objective.decode.batch/context, "
                          "objective.prefill.context): one resolution per decode batch and per --prefill-lens prompt")
-    ap.add_argument("--prefill-rounds", type=int, default=0,
+    ap.add_argument("--prefill-rounds", type=int,
                     help="after the B1 runs, time each prefill metric again in this many rounds that visit every "
-                         "selection (kselect/benchmarks/prefill_rounds.py); the objective table reads those")
-    ap.add_argument("--prefill-graph-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                         "selection (kselect/measurement/prefill_rounds.py); the objective table reads those")
+    ap.add_argument("--prefill-graph-tokens", type=int,
                     help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
                          "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
-    opts = ap.parse_args(argv)
+    ap.set_defaults(**{k: f.default for k, f in Options.model_fields.items() if k != "out"})
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
+    ns = ap.parse_args(argv)
     try:
-        check_max_tokens(opts.prefill_graph_tokens)
+        check_max_tokens(ns.prefill_graph_tokens)
     except ValueError as e:
         ap.error(f"--prefill-graph-tokens: {e}")
+    command = " ".join([sys.executable.rsplit("/", 1)[-1], "-m kselect.measurement.e2e", *argv])
+    return run(Options.model_validate(vars(ns)), command)
+
+
+def run(opts: Options, command: str) -> int:
+    """The harness on typed options; `command` is what the report records as the run's command."""
+    opts = opts.model_copy(deep=True)
     if opts.smoke:
         opts.presets, opts.batches, opts.e4b_batch_64 = ["gemma4_tiny"], [1, 2], False
         opts.prompt_len, opts.new, opts.hf_new, opts.reps, opts.check_steps = 24, 6, 4, 1, 3
@@ -586,7 +642,7 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     left = lambda: opts.budget_s - (time.perf_counter() - t0)  # noqa: E731
     graphs = False if opts.no_cuda_graphs else None
-    rep = Report(opts.out, environment(argv), {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()})
+    rep = Report(opts.out, environment([], command=command), opts.model_dump(mode="json"))
 
     def log(msg):
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", flush=True)
@@ -759,6 +815,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from kselect.run import cli
+    from kselect.run import script_main as cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -1,5 +1,5 @@
 """Kernels and device time of one model step, by kernel category (torch.profiler): the decode and prefill profiles
-that kselect/benchmarks/e2e.py and bench/gemma4/fusion.py report. The attention share is what `kselect explain`
+that kselect/measurement/e2e.py and bench/gemma4/fusion.py report. The attention share is what `kselect explain`
 predicts from conf/perf."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 
 from kselect.gemma4.engine import Engine, EngineConfig
-from kselect.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms
+from kselect.measurement.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms
 
 
 def free():

@@ -14,7 +14,7 @@ against 59.1 ms of kernels, and 6-19 of 41 rounds land at 69-80 ms. This tool me
   records its host ms in garbage collection and in the graph's fill (and in the fill's block tables, slot mappings
   and replay planning), and the fill's CPU time, context switches and page faults (a stall is work or a wait).
 
-    python -m kselect.benchmarks.prefill_clocks --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
+    python -m kselect.measurement.prefill_clocks --out DIR --preset gemma4_e4b --kv auto fp8 --len 4096
 
 Results: DIR/prefill_clocks.json and .md, written after every cell.
 """
@@ -35,6 +35,8 @@ import time
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 # nvidia-smi --help-query-gpu: the bits of clocks_event_reasons.active
 REASONS = {0x1: "idle", 0x2: "app clocks", 0x4: "sw power cap", 0x8: "hw slowdown", 0x10: "sync boost",
@@ -297,7 +299,7 @@ def rounds(engines: dict, prompt: list[int], n: int, pause_s: float, sync, warm:
     switch interval for the rounds (both restored after)."""
     import torch  # noqa: PLC0415
 
-    from kselect.benchmarks.prefill_rounds import visit_order  # noqa: PLC0415
+    from kselect.measurement.prefill_rounds import visit_order  # noqa: PLC0415
 
     steps = {k: [] for k in engines}
     before, switch_before = torch.get_num_threads(), sys.getswitchinterval()
@@ -372,33 +374,66 @@ def render(d: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def main(argv: list[str]) -> int:
+class Options(BaseModel):
+    """The rounds' options, typed: an experiment's `steps.<name>.options` (kselect bench) or the command line."""
+
+    model_config = ConfigDict(extra="forbid")
+    out: Path
+    preset: str = "gemma4_e4b"
+    selections: list[str] = ["vllm", "latency"]
+    kv: list[str] = ["auto", "fp8"]
+    len: int = 4096
+    rounds: int = 60
+    pause_rounds: int = 20
+    pause_s: float = 0.5
+    freeze: bool = True  # also run the back-to-back rounds with the garbage collector frozen (gc.freeze)
+    pool: bool = False  # also run them on torch's default intra-op pool, not the engine's serving thread
+    unsampled: bool = False  # also run them without nvidia-smi (its driver queries as a cause)
+    switch_ms: float = 0.0  # also run them with this GIL switch interval (sys.setswitchinterval)
+    phase_reps: int = 5
+    sample_ms: int = 20
+    rules: str = "vllm_0_33_0"
+    platform: str = "auto"
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m kselect.measurement.prefill_clocks`: Options' fields as --options (defaults from Options)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--preset", default="gemma4_e4b")
-    ap.add_argument("--selections", nargs="+", default=["vllm", "latency"])
-    ap.add_argument("--kv", nargs="+", default=["auto", "fp8"])
-    ap.add_argument("--len", type=int, default=4096)
-    ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--pause-rounds", type=int, default=20)
-    ap.add_argument("--pause-s", type=float, default=0.5)
-    ap.add_argument("--freeze", action=argparse.BooleanOptionalAction, default=True,
+    ap.add_argument("--preset")
+    ap.add_argument("--selections", nargs="+")
+    ap.add_argument("--kv", nargs="+")
+    ap.add_argument("--len", type=int)
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--pause-rounds", type=int)
+    ap.add_argument("--pause-s", type=float)
+    ap.add_argument("--freeze", action=argparse.BooleanOptionalAction,
                     help="also run the back-to-back rounds with the garbage collector frozen (gc.freeze)")
-    ap.add_argument("--pool", action=argparse.BooleanOptionalAction, default=False,
+    ap.add_argument("--pool", action=argparse.BooleanOptionalAction,
                     help="also run the back-to-back rounds on torch's default intra-op pool (one thread per core), "
                          "not the engine's serving thread (gemma4/host_threads.py)")
-    ap.add_argument("--unsampled", action=argparse.BooleanOptionalAction, default=False,
+    ap.add_argument("--unsampled", action=argparse.BooleanOptionalAction,
                     help="also run the back-to-back rounds without nvidia-smi (its driver queries as a cause)")
-    ap.add_argument("--switch-ms", type=float, default=0.0,
+    ap.add_argument("--switch-ms", type=float,
                     help="also run the back-to-back rounds with this GIL switch interval (sys.setswitchinterval)")
-    ap.add_argument("--phase-reps", type=int, default=5)
-    ap.add_argument("--sample-ms", type=int, default=20)
-    ap.add_argument("--rules", default="vllm_0_33_0")
-    ap.add_argument("--platform", default="auto")
-    opts = ap.parse_args(argv)
+    ap.add_argument("--phase-reps", type=int)
+    ap.add_argument("--sample-ms", type=int)
+    ap.add_argument("--rules")
+    ap.add_argument("--platform")
+    ap.set_defaults(**{k: f.default for k, f in Options.model_fields.items() if k != "out"})
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    opts = Options.model_validate(vars(parser().parse_args(argv)))
+    return run(opts, " ".join([sys.executable.rsplit("/", 1)[-1], "-m kselect.measurement.prefill_clocks", *argv]))
+
+
+def run(opts: Options, command: str) -> int:
+    """The rounds on typed options; `command` is what the record keeps as the run's command."""
 
     import torch  # noqa: PLC0415
-    from kselect.benchmarks.e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
+    from kselect.measurement.e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
 
     pool = torch.get_num_threads()  # torch's default, before an engine on a GPU serves on one
 
@@ -407,7 +442,7 @@ def main(argv: list[str]) -> int:
     from kselect.selector.base.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
-    d = dict(env=environment(argv, "-m kselect.benchmarks.prefill_clocks"), cells=[])
+    d = dict(env=environment([], command=command), cells=[])
 
     def save():
         atomic_write(opts.out / "prefill_clocks.json", json.dumps(d, indent=1))

@@ -13,15 +13,15 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
-from ..review import diff
-from ..config.compose import CONF_DIR
-from ..base.hydra_app import compose_args, run_app
-from ..review.diff import run_diff
-from ..review.diff_render import render
-from ..review.diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
-from ..base.errors import KSelectError
-from ..review.matrix import load_matrix
-from ..config.releases import render_steps, upgrade_steps
+from kselect.selector.base.errors import KSelectError
+from kselect.selector.base.hydra_app import compose_args, run_app
+from kselect.selector.config.compose import CONF_DIR
+from kselect.selector.config.releases import render_steps, upgrade_steps
+from kselect.selector.review import diff
+from kselect.selector.review.diff import run_diff
+from kselect.selector.review.diff_render import render
+from kselect.selector.review.diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
+from kselect.selector.review.matrix import load_matrix
 
 
 def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
@@ -129,7 +129,6 @@ def main(argv: list[str]) -> int:
 
 def cli() -> None:
     run_app("diff", task, doc=diff.__doc__, config_name="kselect_diff", renamed=RENAMED, quoted=("a.conf", "b.conf"))
-
 
 
 if __name__ == "__main__":

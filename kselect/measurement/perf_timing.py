@@ -11,7 +11,7 @@ import statistics
 import time
 from typing import NamedTuple
 
-from kselect.perf_targets import Target
+from kselect.measurement.perf_targets import Target
 
 L2_BYTES = 50 * 2**20
 COLD_FACTOR, COLD_SETS_MAX = 4, 64  # rotated input sets: at least 4x L2 of K/V, at most 64 sets
@@ -180,13 +180,13 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
 
 def calls_timeline_ms(events, fence_kernels: set[str], calls: int) -> float:
     """ms per call that the kernels other than the fence's hold on a fenced graph's timeline: their durations
-    plus the launch gap before each (kselect.profiling.timeline_ms), the measure the model step's profile in
-    kselect/benchmarks/e2e.py takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
+    plus the launch gap before each (kselect.measurement.profiling.timeline_ms), the measure the model step's profile in
+    kselect/measurement/e2e.py takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
     1% of a 1 GiB read is 2.5 us, and FA3's B1 call (16 us of kernels in the model step) came out between
     12.7 and 18.8 us so in five timings (bench/results/h200/hf_mtp/D, L, R)."""
     import torch
 
-    from kselect.profiling import timeline_ms
+    from kselect.measurement.profiling import timeline_ms
 
     cuda = torch.autograd.DeviceType.CUDA
     if not any(e.device_type == cuda and e.name not in fence_kernels for e in events):

@@ -1,5 +1,0 @@
-import sys
-
-from kselect.benchmarks.runner import main
-
-sys.exit(main())

@@ -1,0 +1,15 @@
+"""`kselect conformance`: run capability claims on this machine's kernels (kselect/measurement/conformance.py, whose argparse parser
+is the usage); errors are one paragraph with exit 2."""
+
+from __future__ import annotations
+
+from kselect.measurement.conformance import main
+from kselect.selector.base.cli_errors import run_cli
+
+
+def cli() -> None:
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

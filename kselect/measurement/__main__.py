@@ -1,0 +1,5 @@
+import sys
+
+from kselect.measurement.runner import main
+
+sys.exit(main())

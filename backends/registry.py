@@ -25,11 +25,6 @@ _IMPLS = {
 }
 
 
-def _label(group: GroupSelection) -> str:
-    v = group.flash_attn_version
-    return group.backend + (f" v{v}" if group.backend in ("FLASH_ATTN", "TRITON_FLASH_ATTN") else "")
-
-
 def make_backend(group: GroupSelection) -> AttentionBackend:
     name = group.backend
     if name in NOT_IMPLEMENTED:
@@ -46,5 +41,5 @@ def make_backend(group: GroupSelection) -> AttentionBackend:
     try:
         impl = getattr(importlib.import_module(module), cls)
     except ImportError as e:  # the adapter module itself imports its kernel package
-        raise BackendUnavailableError(f"{_label(group)}: cannot import {module}: {e}") from e
+        raise BackendUnavailableError(f"{group.label}: cannot import {module}: {e}") from e
     return impl(group)  # adapters raise BackendUnavailableError naming the package they need

@@ -7,8 +7,8 @@ Layout, one role a file:
   forward.py       the one forward, over ops: ops.py (PyTorch, the reference) or fused.py (Triton, torch.compile)
   step_context.py  what a step carries per KV-cache group; draft_kv.py the drafter's view of the target's cache
   checkpoint.py    HF checkpoints (target and drafter), seeded weights; drafter_init.py seeded drafters
-  sequence.py, block_manager.py, kv_cache.py, model_runner.py, cuda_graph.py, decode_graph.py, prefill_graph.py,
-  spec_graphs.py   the runtime: sequences, blocks, cache, step metadata, captured steps
+  sequence.py, block_manager.py, kv_cache.py, scheduler.py, model_runner.py, graphs.py
+                   the runtime: sequences, blocks, cache, what each step writes, step metadata, captured steps
   engine.py        Engine (extend, prefill, decode) with its EngineConfig (engine_config.py)
   generate.py      the one generation loop: plain decoding; speculative.py its speculative step strategy
 The command line (`kselect run`) is kselect/run.py.

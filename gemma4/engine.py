@@ -1,9 +1,9 @@
 """Batched generation over the paged KV cache, each group's attention on its selected backend.
 
-The engine ties three parts together: the sequences (gemma4/sequence.py: committed and pending
-tokens, image spans), the paged cache and its block bookkeeping (gemma4/kv_cache.py on
-gemma4/block_manager.py), and the model runner (gemma4/model_runner.py: metadata, eager and
-captured forwards). `Engine.extend(seqs, tokens)` is the one forward path: it appends tokens to
+The engine ties its parts together, one role each: the scheduler (gemma4/scheduler.py: the sequences'
+committed and pending tokens and image spans, gemma4/sequence.py, and the blocks each step writes), the paged
+cache and its block bookkeeping (gemma4/kv_cache.py on gemma4/block_manager.py), the model runner
+(gemma4/model_runner.py: metadata, eager and capture-safe forwards) and the captured graphs (gemma4/graphs.py). `Engine.extend(seqs, tokens)` is the one forward path: it appends tokens to
 sequences (a prompt for prefill, one token for decode, several for chunked prefill or a
 speculative verify pass), writes their K/V and returns logits. `generate` does greedy or seeded
 temperature/top-k sampling over a batch (gemma4/generate.py's loop) and reports prefill and decode tokens/s.
@@ -18,28 +18,27 @@ warning). `generate` keeps the tokens on the device, so with graphs the decode l
 per-step host sync (an EOS check every `EOS_CHECK_EVERY` steps, gemma4/generate.py; eager checks every step). A
 captured graph is kept across `reset()` (static inputs are reloaded before use). One sequence's multi-token
 steps (prompts and their chunks, up to 2,048 tokens) replay prefill graphs per token bucket
-(gemma4/prefill_graph.py), so a short prompt's prefill is not bound by the host's launches.
+(gemma4/graphs.py), so a short prompt's prefill is not bound by the host's launches.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
 
 from ..backends.base import AttentionBackend
 from ..backends.registry import make_backend
-from .decode_graph import DecodeGraph
 from .engine_config import EngineConfig
 from .generate import Clock, GenerationResult, PlainDecoding, generation_loop
 from .host_threads import use_serving_threads
 from .kv_cache import GROUP_TO_LAYER_TYPE, LAYER_TYPE_TO_GROUP, PagedKVCache, scales_from_amax
 from .model import Gemma4
+from .graphs import DecodeGraphs, PrefillGraphs
 from .model_runner import ModelRunner, MultimodalUnsupportedError
-from .prefill_graph import PrefillGraphs
-from .sampling import integer_type, max_rel_error, sample
-from .sequence import SequenceTable, StepBatch
+from .sampling import max_rel_error, sample
+from .scheduler import Scheduler, check_token_ids
+from .sequence import StepBatch
 from ..kernels.dtypes import dtype_name
 from ..selector.config.vocab import is_fp8 as is_fp8_name
 from ..selector.outputs.selection import GroupSelection, Selection
@@ -68,42 +67,43 @@ def reference_groups(groups: dict[str, GroupSelection]) -> dict[str, GroupSelect
 
 
 class Engine:
+    """The engine's roles, each its own part: the scheduler (gemma4/scheduler.py: sequences and the blocks each
+    step writes), the model runner (gemma4/model_runner.py: a step's forward), the captured graphs
+    (gemma4/graphs.py) and the sampling loop (gemma4/generate.py). The engine runs steps through them."""
+
     def __init__(self, model: Gemma4, selection: Selection | dict[str, GroupSelection],
                  config: EngineConfig = EngineConfig(), *, backends: dict[str, AttentionBackend] | None = None):
         """config: how it runs (gemma4/engine_config.py). backends: attention backends per layer type to use
         instead of the selection's (tests, benchmarks)."""
         self.config = config
-        max_seqs, max_seq_len, max_step_tokens = config.max_seqs, config.max_seq_len, config.max_step_tokens
-        device, cuda_graphs, prefill_graphs = config.device, config.cuda_graphs, config.prefill_graphs
         self.model = model.eval()
         self.args = model.args
-        self.device = torch.device(device) if device is not None else model.device
+        self.device = torch.device(config.device) if config.device is not None else model.device
         self.host_threads = (use_serving_threads(self.device) if config.serving_threads
                              else torch.get_num_threads())
         self.groups = model_groups(selection)
-        self.backends = backends or {kind: make_backend(g) for kind, g in self.groups.items()}
-        # per phase (objective selections): a group's prefill steps may run another backend over the same
-        # paged cache (the selector made its kv block and dtype agree); decode steps and graphs use `backends`
-        self.prefill_backends = {kind: make_backend(g.prefill) if g.prefill is not None and backends is None
-                                 else self.backends[kind] for kind, g in self.groups.items()}
-        self.max_seqs, self.max_seq_len, self.max_step_tokens = max_seqs, max_seq_len, max_step_tokens
-        self.cache = PagedKVCache(self.args, self.groups, max_tokens=max_seqs * max_seq_len, device=self.device,
-                                  model_dtype=model.dtype, max_seqs=max_seqs, step_tokens=max_step_tokens)
+        self.backends, self.prefill_backends = attention_backends(self.groups, backends)
+        self.max_seqs, self.max_seq_len, self.max_step_tokens = config.max_seqs, config.max_seq_len, config.max_step_tokens
+        self.cache = PagedKVCache(self.args, self.groups, max_tokens=config.max_seqs * config.max_seq_len,
+                                  device=self.device, model_dtype=model.dtype, max_seqs=config.max_seqs,
+                                  step_tokens=config.max_step_tokens)
         if config.kv_scales:
             self.cache.set_scales(config.kv_scales)
-        self.sequences = SequenceTable(max_seqs)
+        self.scheduler = Scheduler(self.cache, config.max_seqs, config.max_seq_len, config.max_step_tokens)
+        self.sequences = self.scheduler.sequences
         self.runner = ModelRunner(self.model, self.cache, self.backends, self.groups, self.device,
                                   prefill_backends=self.prefill_backends)
-        on_cuda = self.device.type == "cuda"
-        graphable = all(b.supports_cuda_graphs() for b in self.backends.values())
-        self.use_graphs = bool(on_cuda and graphable and (cuda_graphs is None or cuda_graphs))
-        self._graphs: dict[int, DecodeGraph] = {}
         self.notes: list[str] = []
-        graphable = all(b.supports_cuda_graphs() for b in self.prefill_backends.values())
-        self.prefill_graphs = PrefillGraphs(self.runner, max_seq_len, bool(self.use_graphs and graphable and
-                                                                           prefill_graphs is not False), self.notes,
+        self.decode_graphs = DecodeGraphs(self.runner, self.scheduler, self._graphable(self.backends),
+                                          self.note_fallback)
+        prefill_on = self.use_graphs and self._graphable(self.prefill_backends) and config.prefill_graphs is not False
+        self.prefill_graphs = PrefillGraphs(self.runner, config.max_seq_len, prefill_on, self.notes,
                                             self.note_fallback, config.prefill_graph_tokens)
-        self._epoch = 0  # bumped by reset() and eager extends: a graph's device positions are stale
+
+    def _graphable(self, backends: dict[str, AttentionBackend]) -> bool:
+        """CUDA graphs for steps on these backends: on CUDA, where every one supports them, unless turned off."""
+        return bool(self.device.type == "cuda" and all(b.supports_cuda_graphs() for b in backends.values())
+                    and self.config.cuda_graphs is not False)
 
     # -------------------------------------------------------------- bookkeeping
     @property
@@ -117,6 +117,15 @@ class Engine:
         return self.sequences.spans()
 
     @property
+    def use_graphs(self) -> bool:
+        """Whether decode steps may run as CUDA graphs."""
+        return self.decode_graphs.on
+
+    @use_graphs.setter
+    def use_graphs(self, on: bool) -> None:
+        self.decode_graphs.on = on
+
+    @property
     def prefill_graph_steps(self) -> int:
         """Steps that replayed a prefill graph."""
         return self.prefill_graphs.steps
@@ -124,12 +133,7 @@ class Engine:
     @property
     def graphs_captured(self) -> bool:
         """Whether decode steps run as captured CUDA graphs (one has been captured, none failed)."""
-        return bool(self._graphs) and self.use_graphs
-
-    def reset(self) -> None:
-        self.cache.release_all()
-        self.sequences.clear()
-        self._epoch += 1  # captured graphs stay; their static inputs are reloaded before the next replay
+        return self.decode_graphs.captured
 
     def backend_names(self) -> dict[str, str]:
         out = {}
@@ -143,41 +147,35 @@ class Engine:
                 out[LAYER_TYPE_TO_GROUP[k]] += f"; prefill {g.prefill.label} ({type(p).__name__}{pbuild})"
         return out
 
-    # -------------------------------------------------------------- sequence API (speculative decoding)
+    # -------------------------------------------------------------- sequence API (gemma4/scheduler.py)
+    def reset(self) -> None:
+        self.scheduler.reset()
+
     def reserve(self, seq: int, num_tokens: int) -> None:
-        """Make room for `seq` to hold `num_tokens` tokens (a new sequence starts empty): blocks are
-        allocated now in every group without a window (static block tables for CUDA graphs; windowed
-        groups allocate as they go, reusing what they give back)."""
-        if num_tokens > self.max_seq_len:
-            raise ValueError(f"sequence {seq} would have {num_tokens} tokens > max_seq_len={self.max_seq_len}")
-        self.sequences.get_or_add(seq)
-        self.cache.reserve(seq, num_tokens)
+        self.scheduler.reserve(seq, num_tokens)
 
     def commit(self, seq: int, num_tokens: int) -> None:
-        """Accept the first `num_tokens` pending tokens of `seq` (written by `extend(..., commit=False)`);
-        the rest are dropped (their slots stay allocated and the next pass overwrites them)."""
-        s = self.sequences[seq]
-        if not 0 <= num_tokens <= s.pending:
-            raise ValueError(f"cannot commit {num_tokens} tokens of sequence {seq}: it has {s.pending} pending")
-        s.length += num_tokens
-        self._epoch += 1
+        self.scheduler.commit(seq, num_tokens)
 
     def rollback(self, seq: int, length: int) -> None:
-        """Keep the first `length` committed tokens of `seq` (the rest are dropped)."""
-        s = self.sequences[seq] if seq in self.sequences else None
-        have = s.length if s is not None else 0
-        if not 0 < length <= have:
-            raise ValueError(f"cannot roll sequence {seq} back to {length} (it has {have})")
-        if not self.cache.can_resume_at(seq, length):
-            raise ValueError(f"cannot roll sequence {seq} back to {length}: its sliding-window cache already "
-                             "gave back blocks that position's window reads")
-        s.length = length
-        self._epoch += 1
+        self.scheduler.rollback(seq, length)
 
     def release(self, seq: int) -> None:
-        """Forget `seq` and give its blocks back."""
-        self.cache.release(seq)
-        self.sequences.remove(seq)
+        self.scheduler.release(seq)
+
+    def begin_step(self, seqs: list[int], qlens: list[int]) -> StepBatch:
+        """For runners that bypass `extend` (captured speculative passes); `end_step` records what it wrote."""
+        return self.scheduler.begin_step(seqs, qlens)
+
+    def end_step(self, batch: StepBatch, *, commit: bool = True) -> None:
+        self.scheduler.end_step(batch, commit=commit)
+
+    def check_tokens(self, seqs: list[int], tokens: list[list[int]]) -> None:
+        """Token ids must index the model's embedding tables (the per-layer-input table too)."""
+        vocab = self.args.vocab_size
+        if self.model.ple_dim:
+            vocab = min(vocab, self.args.vocab_size_per_layer_input)
+        check_token_ids(seqs, tokens, vocab)
 
     # -------------------------------------------------------------- the forward path
     @torch.inference_mode()
@@ -207,7 +205,7 @@ class Engine:
         self.check_tokens(seqs, tokens)
         batch = self.begin_step(seqs, [len(t) for t in tokens])
         if mm_spans is not None:
-            self._add_spans(seqs, batch.starts, batch.kvlens, mm_spans)
+            self.scheduler.add_spans(batch, mm_spans)
         hidden = None
         if kv_amax is None and commit and len(seqs) == 1 and batch.qlens[0] > 1:
             hidden = None if self.sequences[seqs[0]].mm_spans else self.prefill_graphs.hidden(
@@ -216,60 +214,6 @@ class Engine:
             hidden = self.runner.forward(batch, tokens, self.sequences.spans(), kv_amax=kv_amax)
         self.end_step(batch, commit=commit)
         return hidden, batch.qlens
-
-    def check_tokens(self, seqs: list[int], tokens: list[list[int]]) -> None:
-        """Host token ids must be integers (Python's or NumPy's; not bools, not floats, which the id tensor would
-        silently truncate) that index the model's embedding tables (the per-layer-input table too): anything else is
-        refused here, where a kernel could only read out of bounds or assert on the device. Types as a set and
-        min/max per sequence, not a Python loop per token: this runs before every prefill."""
-        vocab = self.args.vocab_size
-        if self.model.ple_dim:
-            vocab = min(vocab, self.args.vocab_size_per_layer_input)
-        for s, ts in zip(seqs, tokens):
-            kinds = set(map(type, ts))
-            if kinds != {int} and not all(integer_type(k) for k in kinds):
-                bad = next(t for t in ts if not integer_type(type(t)))
-                raise ValueError(f"sequence {s}: token id {bad!r} is not an integer in [0, {vocab}) (the model's "
-                                 "vocabulary)")
-            if not (0 <= min(ts) and max(ts) < vocab):
-                bad = next(t for t in ts if not 0 <= t < vocab)
-                raise ValueError(f"sequence {s}: token id {bad!r} is not in [0, {vocab}) (the model's vocabulary)")
-
-    def begin_step(self, seqs: list[int], qlens: list[int]) -> StepBatch:
-        """Check a step (seqs[i] appends qlens[i] tokens after its committed ones) and give its
-        sequences the blocks it writes (trimming windowed groups first). For runners that bypass
-        `extend` (captured speculative passes); `end_step` records what it wrote."""
-        if self.max_step_tokens and max(qlens) > self.max_step_tokens:
-            raise ValueError(f"a step of {max(qlens)} tokens for one sequence > max_step_tokens="
-                             f"{self.max_step_tokens}: prefill long prompts with Engine.prefill (chunks)")
-        batch = StepBatch(list(seqs), [self.sequences.length(s) for s in seqs], list(qlens))
-        for s, p0, n in zip(seqs, batch.starts, batch.kvlens):
-            if n > self.max_seq_len:
-                raise ValueError(f"sequence {s} would have {n} tokens > max_seq_len={self.max_seq_len}")
-            self.sequences.get_or_add(s)
-            self.cache.step(s, p0, n)
-        return batch
-
-    def end_step(self, batch: StepBatch, *, commit: bool = True) -> None:
-        """After a step's forward: its tokens are written; committed, or pending (see `commit`)."""
-        self._epoch += 1
-        for s, p0, n in zip(batch.seqs, batch.starts, batch.qlens):
-            seq = self.sequences[s]
-            seq.written = p0 + n
-            seq.length = p0 + n if commit else p0
-
-    def _add_spans(self, seqs, starts, kvlens, mm_spans) -> None:
-        if len(mm_spans) != len(seqs):
-            raise ValueError("mm_spans needs one list of spans per sequence")
-        for s, p0, n, sp in zip(seqs, starts, kvlens, mm_spans):
-            sp = sorted((int(a), int(e)) for a, e in sp)
-            for j, (a, e) in enumerate(sp):
-                if not p0 <= a < e <= n:
-                    raise ValueError(f"sequence {s}: image span [{a}, {e}) must lie inside the tokens of this "
-                                     f"step [{p0}, {n}) (a bidirectional span is prefilled in one step)")
-                if j and a < sp[j - 1][1]:
-                    raise ValueError(f"sequence {s}: image spans {sp[j - 1]} and {(a, e)} overlap")
-            self.sequences[s].mm_spans.extend(sp)
 
     def prefill(self, seqs: list[int], prompts: list[list[int]],
                 mm_spans: list[list[tuple[int, int]]] | None = None) -> torch.Tensor:
@@ -302,23 +246,11 @@ class Engine:
 
     def decode_step(self, seqs: list[int], tokens) -> torch.Tensor:
         """`decode` without the copy: a graph's logits are valid until its next replay."""
-        out = self._try_graph(seqs, tokens)
+        out = self.decode_graphs.logits(seqs, tokens)
         if out is not None:
             return out
         host = tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens
         return self.extend(seqs, [[t] for t in host])
-
-    def _try_graph(self, seqs: list[int], tokens) -> torch.Tensor | None:
-        """The graph's logits (valid until its next replay), or None when graphs are off or fail."""
-        if not self.use_graphs:
-            return None
-        try:
-            return self._decode_graph(seqs, tokens)
-        except Exception as e:  # capture problems must never change results: fall back
-            self.use_graphs = False
-            self._graphs.clear()
-            self.note_fallback("CUDA graph decode", e)
-            return None
 
     def note_fallback(self, what: str, e: Exception) -> None:
         """A captured path that failed and now runs eager: a warning, and a note in the next results."""
@@ -371,32 +303,15 @@ class Engine:
         return generation_loop(self, plain, prompts, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                                eos_token_id=eos_token_id, stop_at_eos=stop_at_eos, mm_spans=mm_spans)
 
-    # -------------------------------------------------------------- CUDA graphs
-    def _decode_graph(self, seqs: list[int], tokens) -> torch.Tensor:
-        """tokens: host list or device tensor [B]. Returns the graph's output buffer (not a copy)."""
-        b = len(seqs)
-        g = self._graphs.get(b)
-        starts = [self.sequences.length(s) for s in seqs]
-        for s, p in zip(seqs, starts):
-            if p + 1 > self.max_seq_len:
-                raise ValueError(f"sequence {s} exceeds max_seq_len")
-            self.cache.step(s, p, p + 1)
-        if g is None or g.seqs != seqs:
-            g = DecodeGraph(self.runner, seqs, self.max_seq_len)
-            logits, replayed = g.capture_step(tokens, starts)
-            err = max_rel_error(replayed, logits)
-            if not math.isfinite(err) or err > 1e-3:
-                raise RuntimeError(f"graph replay differs from the eager step (max rel err {err:.2e})")
-            self._graphs[b] = g
-        elif g.state == (self._epoch, starts) and not g.tables_changed():
-            logits = g.advance(tokens)  # device-side +1 on positions/lengths: no host copies
-        else:
-            logits = g.replay_step(tokens, starts)
-        for s, p in zip(seqs, starts):
-            seq = self.sequences.get_or_add(s)
-            seq.length = seq.written = p + 1
-        g.state = (self._epoch, [p + 1 for p in starts])
-        return logits
+
+def attention_backends(groups: dict[str, GroupSelection], given: dict[str, AttentionBackend] | None):
+    """The attention backend of each layer type, and its prefill backend: per phase (objective selections) a
+    group's prefill steps may run another backend over the same paged cache (the selector made its kv block and
+    dtype agree); decode steps and graphs use the first."""
+    backends = given or {kind: make_backend(g) for kind, g in groups.items()}
+    prefill = {kind: make_backend(g.prefill) if g.prefill is not None and given is None else backends[kind]
+               for kind, g in groups.items()}
+    return backends, prefill
 
 
 def chunk_ends(n: int, base: int, spans: list[tuple[int, int]], size: int) -> list[int]:

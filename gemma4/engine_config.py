@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .prefill_graph import DEFAULT_MAX_TOKENS
+from .graphs import DEFAULT_MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class EngineConfig:
         prefilled in chunks (`Engine.prefill`). It bounds the sliding-window cache per sequence to
         W - 1 + max_step_tokens tokens (None: prompts prefill whole, and that group is sized for every token).
     prefill_graphs: one sequence's multi-token steps (prompts, chunks) of up to prefill_graph_tokens replay
-        CUDA graphs per token bucket (gemma4/prefill_graph.py); None = whenever decode graphs are on and every
+        CUDA graphs per token bucket (gemma4/graphs.py); None = whenever decode graphs are on and every
         prefill backend supports graphs.
     serving_threads: on a GPU, torch's intra-op CPU pool shrinks to one thread for the process
         (gemma4/host_threads.py: multi-threaded host ops stalled steps by 8-13 ms); False leaves it."""

@@ -109,7 +109,7 @@ class ModelRunner:
         return self.model(ids, self.context(positions, metas, slots, static=True))
 
     def padded_forward(self, ids: torch.Tensor, positions: torch.Tensor, metas: dict, slots: dict) -> torch.Tensor:
-        """A captured prefill step (gemma4/prefill_graph.py) from static buffers, on the prefill backends:
+        """A captured prefill step (gemma4/graphs.py) from static buffers, on the prefill backends:
         slots come filled (-1 for pad rows). Capture-safe on CUDA, where the cache-write kernel skips pad
         rows itself; on CPU (graphs emulated in tests) the eager write drops them. Hidden [T, H]."""
         static = positions.device.type == "cuda"

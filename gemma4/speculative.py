@@ -20,7 +20,7 @@ One round, for every unfinished sequence of a batch (unequal lengths; varlen thr
 The next round drafts from the target's hidden state at the last accepted position and the
 embedding of the token the target emitted after it.
 
-CUDA graphs (greedy, when the engine runs graphs): a round replays two captured steps, the k draft steps (gemma4/spec_graphs.py `DraftGraph`) and the verify
+CUDA graphs (greedy, when the engine runs graphs): a round replays two captured steps, the k draft steps (gemma4/graphs.py `DraftGraph`) and the verify
 pass (`VerifyGraph`); draft tokens go from one to the other on the device, and the round waits for
 the device once, for the accepted counts. Between the two the engine trims and allocates blocks
 for the verify pass exactly as an eager round does. A captured round always drafts k tokens: where
@@ -41,7 +41,7 @@ from .drafter import Drafter, draft_inputs
 from .engine import chunk_ends
 from .generate import Outputs, Request, generation_loop
 from .sampling import probs_of
-from .spec_graphs import SpecGraphs
+from .graphs import SpecGraphs
 
 
 # ---------------------------------------------------------------------------- acceptance

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import torch
 
+# each dtype's first spelling is the selector's name for it (dtype_name)
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
-    "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn, "float8_e4m3fn": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn, "fp8": torch.float8_e4m3fn, "float8_e4m3fn": torch.float8_e4m3fn,
     "fp8_e5m2": torch.float8_e5m2, "float8_e5m2": torch.float8_e5m2,
 }  # fmt: skip
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-          torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}  # fmt: skip
+_NAMES: dict[torch.dtype, str] = {}
+for _name, _dtype in TORCH_DTYPES.items():
+    _NAMES.setdefault(_dtype, _name)
 
 
 def torch_dtype(name: str | torch.dtype) -> torch.dtype:

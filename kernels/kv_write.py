@@ -13,9 +13,9 @@ import triton
 import triton.language as tl
 
 from . import pdl
+from .dtypes import is_fp8
 from .pdl import wait_then_release
 
-FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @triton.jit
@@ -66,7 +66,7 @@ def write_kv_triton(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=
     t, hkv, d = k.shape
     if k.stride(-1) != 1 or v.stride(-1) != 1:
         k, v = k.contiguous(), v.contiguous()
-    fp8 = k_cache.dtype in FP8
+    fp8 = is_fp8(k_cache.dtype)
     ks, per_head = scale_arg(k_scale, hkv, k.device) if fp8 else (k_cache, False)
     vs, _ = scale_arg(v_scale, hkv, k.device) if fp8 else (v_cache, False)
     if t:

@@ -21,7 +21,8 @@ import triton.language as tl
 
 from . import pdl
 from .pdl import wait_then_release
-from .kv_write import FP8, scale_arg, store_kv_row
+from .dtypes import is_fp8
+from .kv_write import scale_arg, store_kv_row
 from .triton_round import round_like
 
 
@@ -95,11 +96,11 @@ def qkv_norm_rope_write(qkv: torch.Tensor, hq: int, hkv: int, d: int, q_weight: 
     t = qkv.shape[0]
     has_kv = k_cache is not None
     quant_q = q_scale is not None
-    if quant_q and (q_dtype not in FP8 or q_scale.numel() != 1):
+    if quant_q and (not is_fp8(q_dtype) or q_scale.numel() != 1):
         raise ValueError(f"quantizing q needs one fp32 scale and an FP8 q_dtype, got {q_scale.numel()} elements "
                          f"and {q_dtype}")
     q = torch.empty(t, hq, d, dtype=q_dtype if quant_q else qkv.dtype, device=qkv.device)
-    fp8 = has_kv and k_cache.dtype in FP8
+    fp8 = has_kv and is_fp8(k_cache.dtype)
     ks, per_head = scale_arg(k_scale, hkv, qkv.device) if fp8 else (q, False)
     vs, _ = scale_arg(v_scale, hkv, qkv.device) if fp8 else (q, False)
     rows = hq + (2 * hkv if has_kv else 0)

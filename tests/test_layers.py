@@ -28,9 +28,6 @@ PACKAGES = {"kselect": "kselect", "selector": "kselect.selector", "backends": "k
 LAYERS = ("base", "config", "outputs", "evidence", "rules", "measure", "export", "review")
 FOLDERS = ("selector", "backends", "kernels", "gemma4")  # kselect's subpackages by package-dir
 PLATFORM_DETECT = ROOT / "selector" / "config" / "detect.py"  # platform=auto: the one module that may import torch
-# cycles other work removes (issue #41 part 3: gemma4's one forward; part 4: bench as a suite). Each is an
-# xfail(strict) case below: when that work lands the case passes, and strict makes it fail until its
-# entry is removed here.
 
 
 def _module_name(path: Path) -> str:

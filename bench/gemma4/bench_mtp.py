@@ -18,7 +18,7 @@ folder), else seeded tiny drafters with the preset's `drafter:` shapes (`random`
 
 Greedy runs also check that speculative output == plain output. Random prompts of --prompt-len
 tokens; one warm-up, then the median of --repeats timed runs. Both modes run as CUDA graphs where
-the engine can (speculative greedy: captured draft steps and verify pass, gemma4/spec_graphs.py).
+the engine can (speculative greedy: captured draft steps and verify pass, gemma4/graphs.py).
 
 Speed-up as a function of acceptance: a round costs the same whatever is accepted (fixed shapes),
 so from the measured plain step time t and round time r the speed-up at a per-draft acceptance

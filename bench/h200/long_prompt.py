@@ -1,6 +1,6 @@
 """Print a prompt of at least N tokens (default 1,536) under the bundled tokenizer: English words
 from a fixed list, so the run is reproducible. issue #14's checks (bench/results/LOG.md) passed it to `kselect run
---prompt` to take the 31B past its 1,024-token sliding window (tests/gemma4/test_pr48666_window_path.py
+--prompt` to take the 31B past its 1,024-token sliding window (tests/gemma4/test_fp8_window_on_the_fa4_fork.py
 checks the count and that the FA4 fork's windowed FP8 path is reached).
 
     python3 bench/h200/long_prompt.py [N]

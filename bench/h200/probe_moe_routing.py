@@ -4,7 +4,7 @@ probe_prefill_replay.py) so the router hooks see it. `python3 bench/h200/probe_m
 (bench/results/h200/epilogues/D/router.log)."""
 import torch
 
-from kselect.gemma4 import prefill_graph as pg
+from kselect.gemma4 import graphs as pg
 from kselect.gemma4.build import build_model
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve

@@ -5,7 +5,7 @@ the attention calls the graphs captured. `python3 bench/h200/probe_prefill_repla
 import torch
 
 import kselect.kernels.triton_paged as tp
-from kselect.gemma4 import prefill_graph as pg
+from kselect.gemma4 import graphs as pg
 from kselect.gemma4.build import build_model
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from kselect.selector.api import compose, resolve

@@ -64,6 +64,8 @@ def main(argv=None) -> int:
     lines = []
     for k in sorted(chosen):
         r = {f: recs[k][f] for f in KEEP}
+        if "cache_dtype" in recs[k]:  # the engine's KV-cache dtype (records since #47)
+            r["cache_dtype"] = recs[k]["cache_dtype"]
         r["groups"] = {g: {f: v[f] for f in GROUP_KEEP if f in v} for g, v in r["groups"].items()}
         lines.append(json.dumps(r, sort_keys=True))
     atomic_write(out, "\n".join(lines) + "\n")

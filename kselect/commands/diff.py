@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,10 +23,9 @@ from kselect.selector.review.diff_sources import Source, check_conf_rel, default
 from kselect.selector.review.matrix import load_matrix
 
 
-def source(side: str, conf: str, overlay: Sequence[str], repo: Path, stack: ExitStack, conf_rel: str,
-           name_conf: bool = False) -> Source:
-    """One side; its label names the conf only when the sides read different ones."""
-    ov = tuple(overlay)
+def source(side: str, args: SideArgs, repo: Path, stack: ExitStack, conf_rel: str, name_conf: bool = False) -> Source:
+    """One side (its conf and overlays); its label names the conf only when the sides read different ones."""
+    conf, ov = args.conf, tuple(args.overlay)
     label = f"{conf}:[{','.join(ov)}]" if name_conf else f"[{','.join(ov)}]"
     if conf == "worktree":
         return Source(label, repo / conf_rel, ov)
@@ -83,8 +81,8 @@ def task(cfg) -> int:
         raise KSelectError(f"diff: repo={cfg.repo!r} is not a directory")
     with ExitStack() as stack:
         two = cfg.a.conf != cfg.b.conf
-        a = source("a", cfg.a.conf, cfg.a.overlay, repo, stack, cfg.conf_path, two)
-        b = source("b", cfg.b.conf, cfg.b.overlay, repo, stack, cfg.conf_path, two)
+        a = source("a", cfg.a, repo, stack, cfg.conf_path, two)
+        b = source("b", cfg.b, repo, stack, cfg.conf_path, two)
         spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
         sides = []
         for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
@@ -128,7 +126,7 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> None:
-    run_app("diff", task, doc=diff.__doc__, config_name="kselect_diff", renamed=RENAMED, quoted=("a.conf", "b.conf"))
+    run_app("diff", task, doc=diff.__doc__, config_name="kselect_diff", renamed=RENAMED)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups, reference_groups
 from kselect.gemma4.host_threads import serving_threads
 from kselect.gemma4.kv_cache import group_blocks, kv_torch_dtype
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS, check_max_tokens
+from kselect.gemma4.graphs import DEFAULT_MAX_TOKENS, check_max_tokens
 
 # base, pr48666, pr53175: the seed's story (rules=post_pr52987 and its overlays); vllm_0_33_0: the default rules
 SEED = "rules=post_pr52987"
@@ -613,7 +613,7 @@ def parser() -> argparse.ArgumentParser:
                     help="after the B1 runs, time each prefill metric again in this many rounds that visit every "
                          "selection (kselect/measurement/prefill_rounds.py); the objective table reads those")
     ap.add_argument("--prefill-graph-tokens", type=int,
-                    help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/prefill_graph.py); "
+                    help="the longest prefill step that replays a CUDA graph (a bucket of gemma4/graphs.py); "
                          "--prefill-lens prompts up to it are timed on graphs in the interleaved rounds, longer ones eager")
     ap.add_argument("--smoke", action="store_true", help="CPU smoke run: gemma4_tiny, tiny sizes")
     ap.set_defaults(**{k: f.default for k, f in Options.model_fields.items() if k != "out"})

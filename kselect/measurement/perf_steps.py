@@ -4,7 +4,7 @@
 
 For each model (seeded random weights, vLLM's own selection, model-dtype cache) and prompt length:
 the host wall time of a B1 prefill step as the engine runs it (median of --reps; a one-sequence step of up
-to 2,048 tokens replays a CUDA graph, gemma4/prefill_graph.py, so it waits on no host), the device time of
+to 2,048 tokens replays a CUDA graph, gemma4/graphs.py, so it waits on no host), the device time of
 its kernels and the part of it in the attention backends' calls (one profiled eager step: the same kernels). Merged into conf/perf/<gpu>.yaml
 `steps` (selector/evidence/perf_data.py StepEntry), atomically. The objective reads them: in a host-bound step an
 attention call costs at least its host time (`kselect perf` host_ms), in a GPU-bound one its kernels.

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kselect.selector.evidence import perf_data as perfdata
-from kselect.selector.config.vocab import parse_path, path_id
-
-_KV_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+from kselect.selector.config.vocab import DTYPE_OF_SHORT, claim_model_dtype, parse_path, path_id
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class Target:
 
     @property
     def model_dtype(self) -> str:
-        return "bfloat16" if self.fp8 else _KV_NAME[self.kv]
+        return claim_model_dtype(self.kv)
 
 
 def parse_grid(text: str) -> list[tuple[int, int]]:
@@ -117,9 +115,9 @@ def make_target_backend(t: Target):
     from kselect.backends import make_backend
     from kselect.backends.fixtures import make_group
 
-    return make_backend(make_group(t.backend, t.version, t.head, _KV_NAME[t.kv], t.page, t.page, t.descale,
+    return make_backend(make_group(t.backend, t.version, t.head, DTYPE_OF_SHORT[t.kv], t.page, t.page, t.descale,
                                    t.hkv, t.window, build=t.build))
 
 
 def bucket_of(t: Target, phase: str, batch: int, context: int) -> str:
-    return perfdata.bucket_id(t.path, t.kv, t.head, t.window, phase, batch, context, t.hq, t.hkv, t.page)
+    return perfdata.bucket_id(perfdata.KernelShape(t.path, t.kv, t.head, t.window, t.hkv, t.page), t.hq, phase, batch, context)

@@ -182,7 +182,7 @@ class Timed:
 def phase_times(eng, prompt: list[int], reps: int, sync) -> dict:
     """Median ms per host phase of a B1 prefill (generate with 1 new token), each phase synced."""
     import kselect.gemma4.engine as engine_mod  # noqa: PLC0415
-    from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
+    from kselect.gemma4.graphs import PrefillGraph  # noqa: PLC0415
 
     runs = []
     for _ in range(reps):
@@ -276,7 +276,7 @@ class HostClock:
     def __enter__(self):
         from kselect.gemma4.block_manager import GroupBlocks  # noqa: PLC0415
         from kselect.gemma4.model_runner import ModelRunner  # noqa: PLC0415
-        from kselect.gemma4.prefill_graph import PrefillGraph  # noqa: PLC0415
+        from kselect.gemma4.graphs import PrefillGraph  # noqa: PLC0415
 
         gc.callbacks.append(self.on_gc)
         self._timed.wrap(PrefillGraph, "fill", lambda ms: setattr(self, "fill_ms", self.fill_ms + ms),

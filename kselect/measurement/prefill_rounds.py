@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 
 from kselect.gemma4.engine import Engine, EngineConfig
-from kselect.gemma4.prefill_graph import DEFAULT_MAX_TOKENS
+from kselect.gemma4.graphs import DEFAULT_MAX_TOKENS
 
 
 def balanced_orders(n: int) -> list[list[int]]:

@@ -113,7 +113,7 @@ def sync() -> None:
 
 def profile_prefill(model, groups, prompt, reps: int, max_seq_len: int | None = None) -> dict:
     """Kernels and device time of one sequence's prefill of `prompt`, as the engine runs it: replayed from its
-    token bucket's CUDA graph (gemma4/prefill_graph.py) where the bucket holds the prompt, else eager. The
+    token bucket's CUDA graph (gemma4/graphs.py) where the bucket holds the prompt, else eager. The
     attention share is what `kselect explain` predicts for the prefill phase. `max_seq_len`: the engine's
     (default: the prompt + 8)."""
     from torch.profiler import ProfilerActivity, profile

@@ -27,7 +27,7 @@ SPEC = ("none", "mtp")
 # backend pins of each family (besides auto), as vLLM 0.34.0's registry names them
 HF_MODELS = ("llama3_1_8b", "qwen3_8b", "mistral_7b_v0_3", "gemma3_1b", "gpt_oss_20b", "gpt_oss_120b",
              "deepseek_v3", "kimi_k2", "deepseek_v3_2", "qwen3_next_80b_a3b", "nemotron_h_8b", "jamba_mini_1_7",
-             "llama4_scout")
+             "llama4_scout", "llama3_1_8b_fp8_modelopt", "llama3_1_8b_fp8_kv_ct", "qwen2_5_7b_awq")
 ATTENTION_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 MLA_BACKENDS = ("FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA", "CUTLASS_MLA", "TRITON_MLA")
 SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE")
@@ -94,8 +94,8 @@ def grid(ccs=tuple(PLATFORMS), models=MODELS, kv_dtypes=KV_DTYPES, multimodal=(F
 
 def models_grid(ccs=tuple(PLATFORMS), models=HF_MODELS, kv_dtypes=MODELS_KV_DTYPES,
                 backends=MODELS_BACKEND_PINS) -> list[Cell]:
-    """The `models` grid (13 presets x 5 capabilities x 2 KV dtypes x auto + the family's backends:
-    4 pins for the 10 attention models, 6 for the 2 MLA ones, 4 for sparse MLA = 560 cells), or a slice of it: a
+    """The `models` grid (16 presets x 5 capabilities x 2 KV dtypes x auto + the family's backends:
+    4 pins for the 13 attention models, 6 for the 2 MLA ones, 4 for sparse MLA = 680 cells), or a slice of it: a
     backend in `backends` that is not one of a model's family makes no cell for that model."""
     return [Cell(c, m, k, False, None, b, "none")
             for c, m, k in itertools.product(ccs, models, kv_dtypes)

@@ -205,6 +205,7 @@ def run_engine_args(engine_args) -> dict:
     _clear_caches()
     out: dict = {"groups": {}, "block_size": None, "error": None, "selections": _RECORDED}
     stage = "engine_config"
+    vllm_config = None
     try:
         vllm_config = engine_args.create_engine_config()
         stage = "layer_init"
@@ -219,6 +220,10 @@ def run_engine_args(engine_args) -> dict:
                         "where": _where(e)}
     out.pop("_stage", None)
     out["selections"] = list(_RECORDED)
+    if vllm_config is not None:
+        # the KV-cache dtype as the engine ended up with it: `auto` resolved from a quantized checkpoint
+        # (resolve_kv_cache_dtype_string) or set by its attention layers (a compressed-tensors kv_cache_scheme)
+        out["cache_dtype"] = str(vllm_config.cache_config.cache_dtype)
     return out
 
 

@@ -120,12 +120,12 @@ def check_renamed(command: str, overrides: list[str], renamed: dict[str, str]) -
             raise KSelectError(f"{command}: {o!r} is the old spelling; {renamed[key]}")
 
 
-def quote_values(overrides: list[str], keys: tuple[str, ...]) -> list[str]:
-    """Quote the value of `key=value` for keys whose values are git revisions (`a.conf=git:HEAD~1`)."""
+def quote_values(overrides: list[str]) -> list[str]:
+    """Quote the value of `key=value` where it is a git revision (`a.conf=git:HEAD~1`)."""
     out = []
     for o in overrides:
         key, eq, value = o.partition("=")
-        if eq and key in keys and _NEEDS_QUOTES.search(value) and value[:1] not in "'\"":
+        if eq and value.startswith("git:") and _NEEDS_QUOTES.search(value):
             o = f"{key}='{value}'" if "'" not in value else o
         out.append(o)
     return out
@@ -213,7 +213,7 @@ def _register_help(command: str, doc: str) -> str:
 
 
 def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir: Path | None = None,
-            renamed: dict[str, str] | None = None, quoted: tuple[str, ...] = ()) -> None:
+            renamed: dict[str, str] | None = None) -> None:
     """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
     argv = sys.argv[1:]
     flags, overrides = _option_args(argv)
@@ -241,7 +241,7 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     except KSelectError as e:
         report_error(e)
         sys.exit(2)
-    sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(overrides, quoted)]
+    sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(overrides)]
     status = {"code": 0, "started": False}
 
     @hydra.main(config_path=str(config_dir) if config_dir else None, config_name=config_name, version_base="1.3")
@@ -264,11 +264,17 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         if code and HydraConfig.get().mode == RunMode.RUN:
             sys.exit(code)
 
+    _run_reporting_compose_errors(_app, overrides, status)
+    sys.exit(status["code"])
+
+
+def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict) -> None:
+    """Run the Hydra app; an error composing its config is the command line's fault: one paragraph, exit 2."""
     ours = "HYDRA_FULL_ERROR" not in os.environ
     if ours:  # Hydra then raises instead of printing its own multi-paragraph report and exit 1
         os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        _app()
+        app()
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
             raise
@@ -282,12 +288,6 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
     finally:
         if ours:
             os.environ.pop("HYDRA_FULL_ERROR", None)
-    sys.exit(status["code"])
-
-
-def container(cfg: DictConfig) -> dict:
-    """The composed config as a plain dict (the `hydra` node is not part of it)."""
-    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
 
 
 def task_overrides() -> list[str]:

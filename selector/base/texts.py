@@ -57,6 +57,8 @@ FAILURE_PHRASE = {
     "no_common_cache_block": "The attention backends share no supported KV cache block size:",
     "architecture_not_modelled": "rules={rules} does not model model={model}'s architecture {architecture} (that release's "
     "rules were proven against its own code for {allowed} only); allowed: rules=vllm_0_34_0, or a model of {allowed}",
+    "checkpoint_kv_refused": "vLLM refuses kv_cache={kv_dtype} for model {model}: {reason}; allowed: kv_cache=auto, "
+    "fp8, fp8_e4m3 or the model dtype",
     "strict": "strict=true refuses this selection's warnings: {warnings}; allowed: strict=false (select as vLLM does, "
     "with the warnings), a config without the ignored setting, or data measured with the release's kernel versions",
 }

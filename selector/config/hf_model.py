@@ -12,12 +12,14 @@ from typing import Any, Literal
 from pydantic import PrivateAttr, model_validator
 
 from ..config.hf_arch import derive_layers, model_head_size, text_config
+from ..config.hf_hub import HubId, cached_file, hub_config_path, looks_like_hub_id
+from ..config.hf_quant import CheckpointKV, checkpoint_kv
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
-from ..config.vocab import FIXED_KINDS
+from ..config.vocab import DTYPE_OF_SHORT, FIXED_KINDS, MODEL_DTYPES
 
 MAX_CONFIG_BYTES = 1 << 20  # published config.json files are a few KiB
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+_DTYPES = {**{d: d for d in MODEL_DTYPES}, **{s: d for s, d in DTYPE_OF_SHORT.items() if d in MODEL_DTYPES}}
 
 
 def config_file(path: str) -> Path:
@@ -27,20 +29,44 @@ def config_file(path: str) -> Path:
 
 
 def read_hf_config(path: str) -> dict:
-    """A config.json (or a folder holding one) as an object; ValueError naming model.hf_config otherwise."""
+    """A config.json (or a folder holding one) as an object; ValueError naming model.hf_config otherwise. A
+    ModelOpt checkpoint's hf_quant_config.json beside it is merged in as vLLM's config loader merges it."""
     p = config_file(path)
     if not p.is_file():
         raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
-                         f"Hugging Face config.json or the folder holding it")
+                         f"Hugging Face config.json or the folder holding it, or a model id <org>/<name> in the local "
+                         f"Hugging Face cache")
+    obj = _read_json(p, path)
+    quant = p.parent / "hf_quant_config.json"
+    return _with_quant_config(obj, quant if quant.is_file() else None, path)
+
+
+def _read_json(p: Path, given: str) -> dict:
     if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"model.hf_config={path!r}: {p.stat().st_size} bytes; allowed: at most {MAX_CONFIG_BYTES}")
+        raise ValueError(f"model.hf_config={given!r}: {p.name} is {p.stat().st_size} bytes; allowed: at most "
+                         f"{MAX_CONFIG_BYTES}")
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"model.hf_config={path!r} is not JSON ({e}); allowed: a Hugging Face config.json") from None
+        raise ValueError(f"model.hf_config={given!r}: {p.name} is not JSON ({e}); allowed: a Hugging Face "
+                         "config.json") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"model.hf_config={path!r} holds a {type(obj).__name__}; allowed: a JSON object")
+        raise ValueError(f"model.hf_config={given!r}: {p.name} holds a {type(obj).__name__}; allowed: a JSON object")
     return obj
+
+
+def _with_quant_config(obj: dict, quant: Path | None, given: str) -> dict:
+    """vLLM (vllm/transformers_utils/config.py) takes hf_quant_config.json as the quantization_config of a
+    config.json that has none (ModelOpt 0.29 and older write it there)."""
+    if quant is None or obj.get("quantization_config") is not None:
+        return obj
+    return {**obj, "quantization_config": _read_json(quant, given)}
+
+
+def read_hub_config(value: str) -> tuple[HubId, dict]:
+    """A hub id's config.json from the local cache (selector/config/hf_hub.py), hf_quant_config.json merged."""
+    hub, p = hub_config_path(value)
+    return hub, _with_quant_config(_read_json(p, value), cached_file(hub, "hf_quant_config.json"), value)
 
 
 def config_dtype(c: dict) -> str:
@@ -62,10 +88,13 @@ class HFModelConfig(Strict):
     checkpoint: None = None
     drafter: None = None
     source: str | None = None  # where the published config.json is (presets)
+    hub_id: str | None = None  # <org>/<name> when read from the local Hugging Face cache (what `vllm serve` takes)
+    hub_revision: str | None = None  # the @revision given with it (None: the cache's `main` ref)
     hf_config: dict[str, Any]
     _arch: str = PrivateAttr()
     _family: str = PrivateAttr()
     _layers: tuple[LayerSpec, ...] = PrivateAttr()
+    _ckv: CheckpointKV | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -77,7 +106,14 @@ class HFModelConfig(Strict):
         if hc is None:
             raise ValueError("model.hf_config is not set; allowed: a path to a Hugging Face config.json (or its "
                              "folder), e.g. model=hf model.hf_config=/models/Llama-3.1-8B/config.json")
-        if isinstance(hc, str):
+        if isinstance(hc, str) and looks_like_hub_id(hc):
+            hub, data["hf_config"] = read_hub_config(hc)
+            data.update(hub_id=hub.repo, hub_revision=hub.revision)
+            data["source"] = data.get("source") or f"https://huggingface.co/{hub.repo}"
+            if data.get("name") in (None, "hf"):
+                data["name"] = _safe_name(hub.repo.split("/")[1])
+            hc = data["hf_config"]
+        elif isinstance(hc, str):
             data["hf_config"] = read_hf_config(hc)
             data["source"] = str(config_file(hc))  # this config.json, not a preset's published one
             if data.get("name") in (None, "hf"):
@@ -90,11 +126,21 @@ class HFModelConfig(Strict):
     @model_validator(mode="after")
     def _derive(self) -> HFModelConfig:
         self._arch, self._family, self._layers = derive_layers(self.hf_config)
+        # a compressed-tensors KV scheme is read (and checked) by attention layers only: MLA layers keep `auto`
+        self._ckv = checkpoint_kv(self.hf_config, attention=any(x.kind not in FIXED_KINDS and x.kind != "mla"
+                                                                 for x in self._layers))
         return self
 
     @property
+    def checkpoint_kv(self) -> CheckpointKV | None:
+        """What the checkpoint's quantization_config says about the KV cache (None: nothing)."""
+        return self._ckv
+
+    @property
     def repo_id(self) -> str | None:
-        """`<org>/<repo>` of a huggingface.co source URL (what `vllm serve` takes), else None."""
+        """`<org>/<repo>` (what `vllm serve` takes): the hub id read from the cache, or a huggingface.co source URL's."""
+        if self.hub_id:
+            return self.hub_id
         m = re.match(r"https://huggingface\.co/([\w.-]+/[\w.-]+)(/|$)", self.source or "")
         return m[1] if m else None
 
@@ -132,5 +178,8 @@ class HFModelConfig(Strict):
 def _name_from(path: str) -> str:
     """A model name from its config's path: the folder holding config.json (/models/Llama-3.1-8B -> Llama-3.1-8B)."""
     p = Path(path).expanduser()
-    base = p.name if p.is_dir() else p.parent.name or p.stem
+    return _safe_name(p.name if p.is_dir() else p.parent.name or p.stem)
+
+
+def _safe_name(base: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", base)[:64].lstrip(".-") or "model"

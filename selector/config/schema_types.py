@@ -7,7 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-ModelDtype = Literal["bfloat16", "float16", "float32"]
+from ..config.vocab import MODEL_DTYPES
+
+ModelDtype = Literal[MODEL_DTYPES]  # type: ignore[valid-type]
 KVDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 Device = Literal["cuda", "rocm", "xpu", "cpu"]
 RULE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # one segment of a Hydra override key

@@ -48,11 +48,19 @@ def parse_group_id(gid: str) -> tuple[str, bool]:
 FP8_KV_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2")  # `fp8` is fp8_e4m3 once resolved
 KV_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}
+DTYPE_OF_SHORT = {short: name for name, short in SHORT_DTYPE.items()}  # bf16 -> bfloat16, fp8 -> fp8_e4m3
+MODEL_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def is_fp8(dtype: str) -> bool:
     """An FP8 KV-cache dtype name (requested or resolved)."""
     return dtype in FP8_KV_DTYPES
+
+
+def claim_model_dtype(claim_dtype: str) -> str:
+    """The model dtype a claim dtype's kernel runs under: its own, bfloat16 under an FP8 cache."""
+    name = DTYPE_OF_SHORT.get(claim_dtype)
+    return name if name in MODEL_DTYPES else "bfloat16"
 
 
 def resolve_kv_dtype(kv_dtype: str, model_dtype: str) -> str:
@@ -118,7 +126,7 @@ class Claim:
 
     @property
     def model_dtype(self) -> str:
-        return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(self.dtype, "bfloat16")
+        return claim_model_dtype(self.dtype)
 
 
 def path_id(backend: str, version: int | None, build: str | None = None) -> str:
@@ -130,6 +138,13 @@ def path_id(backend: str, version: int | None, build: str | None = None) -> str:
 def kernel_label(backend: str, version: int | None, build: str | None = None) -> str:
     """How outputs name a kernel path: `FLASH_ATTN v3`, `FLASH_ATTN v3+upstream`, `FLASHINFER`."""
     return backend + (f" v{version}" if version else "") + (f"+{build}" if build else "")
+
+
+def parse_kernel_label(label: str) -> tuple[str, int | None, str | None]:
+    """(backend, version, build) of a kernel label (kernel_label's inverse)."""
+    base, _, build = label.partition("+")
+    backend, _, ver = base.partition(" v")
+    return backend, int(ver) if ver.isdigit() else None, build or None
 
 
 def parse_path(path: str) -> tuple[str, int | None, str | None]:
@@ -171,8 +186,8 @@ def parse_claim(claim_id: str) -> Claim:
         raise ValueError(f"bad claim id {claim_id!r}: {e}") from None
     return Claim(m["backend"], ver, m["dtype"], head, m["feature"], m["build"])
 
-# The facts a rule's matcher (`when`) or effect (`{from: fact}`) may read, with what each is (rules/facts.py
-# derives them per group). No eval: nothing else can be read.
+# The facts a rule's matcher (`when`) or effect (`{from: fact}`) may read, with what each is: each name is a
+# field of the frozen record rules/facts.py builds per group (`Facts.get(name)`). No eval: nothing else can be read.
 FACTS: dict[str, str] = {
     "platform.name": "platform preset name (sm90, cpu, ...)",
     "platform.vendor": "nvidia / amd / intel / cpu",
@@ -194,7 +209,7 @@ FACTS: dict[str, str] = {
     "model.mixed_head_sizes": "layers have different head sizes",
     "model.gqa": "query heads per KV head > 1 at the model level (vLLM's get_num_attention_heads // get_num_kv_heads)",
     "model.num_heads": "query heads per layer (vLLM's get_num_attention_heads; the MLA priority lists read it)",
-    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...)",
+    "kv.dtype": "kv_cache.dtype as configured (auto, fp8, ...); auto: the one a quantized checkpoint names, if any",
     "kv.quantized": "the KV cache is FP8",
     "kv.scales": "unit / calibrated",
     "kv.block_size": "user block size (null: not set)",

@@ -76,12 +76,17 @@ PATH_FIELDS = ("backend", "flash_attn_version", "kv_cache_dtype", "head_size", "
 
 def claims_for(fields: dict, model_dtype: str) -> list[str]:
     """The claims a group's kernel path relies on."""
-    return list(_claims(model_dtype, *(fields.get(k) for k in PATH_FIELDS)))
+    return list(_claims(model_dtype, _kernel_path(fields)))
+
+
+def _kernel_path(fields: dict) -> tuple:
+    return tuple(fields.get(k) for k in PATH_FIELDS)
 
 
 @functools.lru_cache(maxsize=4096)
-def _claims(model_dtype, backend, version, kv_dtype, head, kernel_block, window, mm_prefix, quant_query,
-            build=None) -> tuple[str, ...]:
+def _claims(model_dtype: str, kernel_path: tuple) -> tuple[str, ...]:
+    """The claim ids of a kernel path (the PATH_FIELDS values, in order)."""
+    backend, version, kv_dtype, head, kernel_block, window, mm_prefix, quant_query, build = kernel_path
     feats = ["causal", f"page{kernel_block}"] + ["window"] * bool(window) + ["mm_prefix"] * mm_prefix
     feats += ["quant_query"] * quant_query
     dt = claim_dtype(kv_dtype, model_dtype)
@@ -119,7 +124,7 @@ def claim_checks(data: ConformanceFile | None, platform, fields: dict, model_dty
                  group: str) -> tuple[tuple[ClaimCheck, ...], tuple]:
     """(a check per claim of the group's kernel path against `data`, the platform's conformance file (None:
     nothing measured), the claims warnings of the group)."""
-    key = (id(data), platform.gpu_model or platform.name, _claims(model_dtype, *(fields.get(k) for k in PATH_FIELDS)), group)
+    key = (id(data), platform.gpu_model or platform.name, _claims(model_dtype, _kernel_path(fields)), group)
     hit = _CHECKS.get(key)
     if hit is None or hit[0] is not data:  # a matrix asks for the same few hundred paths thousands of times
         if len(_CHECKS) > 8192:

@@ -15,6 +15,7 @@ bench/results/h200/objective_at_run/), so a figure is only read at the page it w
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -71,9 +72,12 @@ class PerfEntry(BaseModel):
         return v
 
     @property
+    def shape(self) -> KernelShape:
+        return KernelShape(self.kernel, self.kv, self.head, self.window, self.num_kv_heads, self.page)
+
+    @property
     def bucket(self) -> str:
-        return bucket_id(self.kernel, self.kv, self.head, self.window, self.phase, self.batch, self.context,
-                         self.num_q_heads, self.num_kv_heads, self.page)
+        return bucket_id(self.shape, self.num_q_heads, self.phase, self.batch, self.context)
 
 
 HOST_BOUND = 1.25  # a step whose wall time exceeds its kernels' device time by this factor waits on the host
@@ -123,9 +127,23 @@ def step_id(model: str, phase: str, batch: int, context: int) -> str:
     return f"{model}:{phase}:b{batch}:c{context}"
 
 
-def bucket_id(kernel, kv, head, window, phase, batch, context, hq, hkv, page) -> str:
-    w = f"w{window}" if window else "full"
-    return f"{kernel}:{kv}:d{head}:{w}:{phase}:b{batch}:c{context}:h{hq}x{hkv}:p{page}"
+@dataclass(frozen=True)
+class KernelShape:
+    """A kernel path on one layer shape at one page: what a bucket times, apart from its query heads and
+    operating point (phase, batch, context)."""
+
+    kernel: str  # path id (selector/measure/builds.py)
+    kv: str  # claim dtype
+    head: int
+    window: int | None
+    num_kv_heads: int
+    page: int
+
+
+def bucket_id(shape: KernelShape, num_q_heads: int, phase: str, batch: int, context: int) -> str:
+    w = f"w{shape.window}" if shape.window else "full"
+    return (f"{shape.kernel}:{shape.kv}:d{shape.head}:{w}:{phase}:b{batch}:c{context}"
+            f":h{num_q_heads}x{shape.num_kv_heads}:p{shape.page}")
 
 
 # ---------------------------------------------------------------- reading a file
@@ -166,10 +184,9 @@ def merge_write(path: Path | str, header: dict, entries: dict[str, PerfEntry],
 # ---------------------------------------------------------------- lookup
 
 
-def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int | None, phase: str,
-            batch: int, context: int, num_kv_heads: int, page: int) -> PerfEntry | None:
-    """The measured bucket nearest the shape (log distance over batch and context) among entries of the
-    same kernel path, KV dtype, head size, KV heads, window, phase and page; None when there is none or
+def nearest(data: PerfFile | None, shape: KernelShape, phase: str, batch: int, context: int) -> PerfEntry | None:
+    """The measured bucket nearest the point (log distance over batch and context) among entries of the
+    same kernel shape (path, KV dtype, head size, KV heads, window, page) and phase; None when there is none or
     the nearest lies more than COVER away in batch or context (no guess: another head count, window or
     page is other work, not a nearby point).
 
@@ -182,8 +199,7 @@ def nearest(data: PerfFile | None, kernel: str, kv: str, head: int, window: int 
         return None
     best, best_key = None, None
     for e in data.entries.values():
-        if (e.kernel, e.kv, e.head, e.phase, e.window, e.num_kv_heads, e.page) != (
-                kernel, kv, head, phase, window, num_kv_heads, page):
+        if e.phase != phase or e.shape != shape:
             continue
         inside = e.context * (1 - e.context_spread) <= context <= e.context * (1 + e.context_spread)
         ratios = [abs(math.log(e.batch / batch)), 0.0 if inside else abs(math.log(e.context / context))]

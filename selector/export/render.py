@@ -32,9 +32,15 @@ def header(sel: Selection) -> str:
     spec = e["spec_decode"] + (f" (k={e['num_speculative_tokens']})" if e["spec_decode"] != "none" else "")
     return (
         f"platform {e['platform']} ({e['device']}, cc {cc}, packages: {', '.join(e['packages']) or 'none'})\n"
-        f"model {e['model']} {e['dtype']}{' multimodal' if e['multimodal'] else ''}; kv cache {e['kv_cache_dtype']} "
+        f"model {e['model']} {e['dtype']}{' multimodal' if e['multimodal'] else ''}; kv cache {kv_cache_text(e)} "
         f"({e['kv_scales']} scales); spec decode {spec}; rules {e.get('rules')}; overlays {e['overlays'] or '[]'}; cache block {sel.block_size}"
     )
+
+
+def kv_cache_text(e: dict) -> str:
+    """The KV dtype as configured, and where a quantized checkpoint decided `auto`, what it became and why."""
+    src = e.get("kv_cache_dtype_source")
+    return f"{e['kv_cache_dtype']} -> {e['kv_cache_dtype_resolved']} (from {src})" if src else e["kv_cache_dtype"]
 
 
 def table(sel: Selection, verbose: bool = False) -> str:

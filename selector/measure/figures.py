@@ -31,8 +31,9 @@ def entry(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> perf.PerfE
     """The measured bucket nearest group g's shape at the objective's operating point for this phase, at
     the page g's kernel reads."""
     pt = getattr(cfg.objective, phase)
-    return perf.nearest(data, path_id(g.backend, g.flash_attn_version, g.build), kv_tag(g, cfg.model.dtype), g.head_size,
-                        g.sliding_window, phase, pt.batch, pt.context, g.num_kv_heads, g.kernel_block_size)
+    shape = perf.KernelShape(path_id(g.backend, g.flash_attn_version, g.build), kv_tag(g, cfg.model.dtype), g.head_size,
+                             g.sliding_window, g.num_kv_heads, g.kernel_block_size)
+    return perf.nearest(data, shape, phase, pt.batch, pt.context)
 
 
 def figure(data, g: GroupSelection, cfg: KSelectConfig, phase: str) -> Figure | None:

@@ -150,6 +150,3 @@ def prefill_total(cfg, book, s: Search, sel: Selection) -> dict | None:
         figs[g.kind] = (ev.chosen.ms, len(g.layers), ev.backend)
     return figs
 
-
-def step_total(figs: dict | None) -> float:
-    return sum(ms * n for ms, n, _ in figs.values()) if figs is not None else float("inf")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import itertools
 
 from ..base.errors import SelectionError
-from ..rules.candidates import group_facts
-from ..rules.facts import target_groups
+from ..rules.groups import target_groups
 from ..evidence.evidence import Evidence
 from ..rules.resolve import base_facts, resolve_rules
 from ..rules.rulebook import RuleBook
@@ -64,7 +63,7 @@ def priority_of(cfg: KSelectConfig, book: RuleBook) -> list[str]:
     non-draft groups only), merged in order."""
     facts, out = base_facts(cfg), []
     for g in target_groups(cfg):
-        prio = book.matching("priority", group_facts(facts, g))
+        prio = book.matching("priority", facts.for_group(g))
         out += [n for n in (prio[-1].rule.priority if prio else ()) if n not in out]
     return out
 

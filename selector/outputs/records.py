@@ -67,11 +67,10 @@ class Rejection(Record):
 
 
 @functools.lru_cache(maxsize=4096)
-def rejection(code: str, backend: str, rule: str | None = None, capability: str | None = None, value: Any = None,
-              reason: str | None = None, kernel_blocks: tuple | None = None) -> Rejection:  # fmt: skip
-    """A shared Rejection (records are immutable; a matrix repeats the same few thousands of times)."""
-    return Rejection(code=code, backend=backend, rule=rule, capability=capability, value=value, reason=reason,
-                     kernel_blocks=kernel_blocks)  # fmt: skip
+def rejection(code: str, backend: str, **detail: Any) -> Rejection:
+    """A shared Rejection (records are immutable; a matrix repeats the same few thousands of times); `detail`
+    is its other fields (rule or capability, value, reason, kernel_blocks)."""
+    return Rejection(code=code, backend=backend, **detail)
 
 
 # ---------------------------------------------------------------- warnings
@@ -171,7 +170,8 @@ WARNING_RANK = {"claims_refuted": 0, "rule": 1, "orphan_rule": 1, "block_size_pr
 
 FailureCode = Literal["no_priority_rule", "pin_invalid", "no_valid_backend", "draft_backend_invalid",
                       "page_unify", "no_common_block", "init_failure",
-                      "no_common_cache_block", "strict", "architecture_not_modelled"]  # fmt: skip
+                      "no_common_cache_block", "strict", "architecture_not_modelled",
+                      "checkpoint_kv_refused"]  # fmt: skip
 
 
 class Failure(Record):
@@ -196,6 +196,7 @@ class Failure(Record):
     architecture: str | None = None  # architecture_not_modelled: the model's, and what the rules model
     rules: str | None = None
     allowed: str | None = None
+    reason: str | None = None  # checkpoint_kv_refused: why vLLM refuses the KV dtype for this checkpoint
 
 
 # ---------------------------------------------------------------- conformance runs

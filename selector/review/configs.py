@@ -127,59 +127,16 @@ class Builder:
         sections: dict[tuple, BaseModel] = {}
         cross_ok: set[tuple] = set()
         base: KSelectConfig | None = None
-
-        def build(cell: Cell, s: str) -> BaseModel:
-            name = getattr(cell, s) if s in GROUP_AXES else None
-            if name is not None:
-                data = _deep_merge(raw[OPTIONS][s][name], raw.get(s) or {})
-            else:
-                data = raw.get(s)
-                if data is None and s == "objective":
-                    data = {}  # a conf/ revision from before the objective key: faithful selection
-                if data is None:
-                    raise MatrixError(f"the composed config has no {s!r} section")
-            for a, (sec, f) in FIELD_AXES.items():
-                if sec == s and getattr(cell, a) is not None:
-                    data = {**data, f: getattr(cell, a)}
-            for k, v in cell.pin_sets:
-                if k.split(".")[0] == s:
-                    data = _set_path(data, k.split(".")[1:], v)
-            if s == "platform" and data.get("name") == "auto":
-                from ..config.detect import auto_platform  # noqa: PLC0415 - torch only for auto
-
-                data = auto_platform(data, [f"{k}={hydra_value(v)}" for k, v in cell.pin_sets], self.conf_dir)
-            try:
-                return SECTION_MODELS[s].model_validate(data)
-            except ValidationError as e:
-                raise MatrixError(_not_valid(cell, format_validation_error(e, root=s))) from None
-
         for cell in cells:
-            # a section depends on its group option, its field axes and the pin (a cheap key per cell)
-            keys = (
-                ("platform", cell.platform, cell.pin),
-                ("model", cell.model, cell.dtype, cell.multimodal, cell.pin),
-                ("kv_cache", cell.kv_cache, cell.scales, cell.pin),
-                ("spec_decode", cell.spec_decode, cell.pin),
-                ("attention", cell.pin),
-                ("objective", cell.pin),
-            )
+            keys = _section_keys(cell)
             update = {}
             for s, key in zip(SECTIONS, keys):
                 m = sections.get(key)
                 if m is None:
-                    m = sections[key] = build(cell, s)
+                    m = sections[key] = self._section(raw, cell, s)
                 update[s] = m
             if base is None:
-                data = {k: v for k, v in raw.items() if k not in SECTIONS and k != OPTIONS}
-                if "ruleset" not in data:  # a conf/ revision from before rules files declared what they model
-                    name = next((x.split("=", 1)[1] for x in self.extra if x.startswith("rules=")), None)
-                    data["ruleset"] = {"name": name or default_rules(self.conf_dir) or "undeclared",
-                                       "models": "undeclared (a conf/ revision from before `ruleset:`)"}
-                data.update({s: m.model_dump() for s, m in update.items()})
-                try:
-                    base = KSelectConfig.model_validate(data)
-                except ValidationError as e:
-                    raise MatrixError(_not_valid(cell, format_validation_error(e))) from None
+                base = self._base_config(raw, cell, update)
             cfg = base.model_copy(update=update)
             if keys not in cross_ok:  # the schema's cross-section checks, once per combination
                 try:
@@ -188,6 +145,57 @@ class Builder:
                     raise MatrixError(_not_valid(cell, str(e))) from None
                 cross_ok.add(keys)
             yield cell, cfg
+
+    def _section(self, raw: dict, cell: Cell, s: str) -> BaseModel:
+        """Section `s` of a cell's config: its group option (or the composed section), its field axes and pins."""
+        name = getattr(cell, s) if s in GROUP_AXES else None
+        if name is not None:
+            data = _deep_merge(raw[OPTIONS][s][name], raw.get(s) or {})
+        else:
+            data = raw.get(s)
+            if data is None and s == "objective":
+                data = {}  # a conf/ revision from before the objective key: faithful selection
+            if data is None:
+                raise MatrixError(f"the composed config has no {s!r} section")
+        for a, (sec, f) in FIELD_AXES.items():
+            if sec == s and getattr(cell, a) is not None:
+                data = {**data, f: getattr(cell, a)}
+        for k, v in cell.pin_sets:
+            if k.split(".")[0] == s:
+                data = _set_path(data, k.split(".")[1:], v)
+        if s == "platform" and data.get("name") == "auto":
+            from ..config.detect import auto_platform  # noqa: PLC0415 - torch only for auto
+
+            data = auto_platform(data, [f"{k}={hydra_value(v)}" for k, v in cell.pin_sets], self.conf_dir)
+        try:
+            return SECTION_MODELS[s].model_validate(data)
+        except ValidationError as e:
+            raise MatrixError(_not_valid(cell, format_validation_error(e, root=s))) from None
+
+    def _base_config(self, raw: dict, cell: Cell, sections: dict[str, BaseModel]) -> KSelectConfig:
+        """The first cell's whole config; later cells are copies of it with their own sections."""
+        data = {k: v for k, v in raw.items() if k not in SECTIONS and k != OPTIONS}
+        if "ruleset" not in data:  # a conf/ revision from before rules files declared what they model
+            name = next((x.split("=", 1)[1] for x in self.extra if x.startswith("rules=")), None)
+            data["ruleset"] = {"name": name or default_rules(self.conf_dir) or "undeclared",
+                               "models": "undeclared (a conf/ revision from before `ruleset:`)"}
+        data.update({s: m.model_dump() for s, m in sections.items()})
+        try:
+            return KSelectConfig.model_validate(data)
+        except ValidationError as e:
+            raise MatrixError(_not_valid(cell, format_validation_error(e))) from None
+
+
+def _section_keys(cell: Cell) -> tuple[tuple, ...]:
+    """What each section (SECTIONS order) depends on: its group option, its field axes and the pin."""
+    return (
+        ("platform", cell.platform, cell.pin),
+        ("model", cell.model, cell.dtype, cell.multimodal, cell.pin),
+        ("kv_cache", cell.kv_cache, cell.scales, cell.pin),
+        ("spec_decode", cell.spec_decode, cell.pin),
+        ("attention", cell.pin),
+        ("objective", cell.pin),
+    )
 
 
 def _not_valid(cell: Cell, msg: str) -> str:

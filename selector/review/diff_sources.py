@@ -7,14 +7,12 @@ import io
 import re
 import subprocess
 import tarfile
-import tempfile
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import KSelectError
 from ..review.configs import default_rules
-from ..review.matrix import parse_overlays
+
 
 @dataclass(frozen=True)
 class Source:
@@ -49,23 +47,6 @@ def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: 
     own = default_rules(conf_dir)
     return None, (f"diff: the {side} side ({label}) has no rules option {matrix_rules!r} (the matrix's); it runs its own "
                   f"default, rules={own} (name one with {side}.rules=..., one of {', '.join(opts) or 'none'})")
-
-
-def parse_source(text: str, default_overlays: tuple[str, ...], repo: Path, stack: ExitStack, conf_rel: str) -> Source:
-    t = text.strip()
-    if t.startswith("["):
-        return Source(t, repo / conf_rel, parse_overlays(t))
-    head, ov = t, default_overlays
-    m = re.match(r"^(.*?):(\[.*\])$", t)
-    if m:
-        head, ov = m[1], parse_overlays(m[2])
-    if head == "worktree":
-        return Source(t, repo / conf_rel, ov)
-    if head.startswith("git:"):
-        rev = head[4:]
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
-        return Source(t, git_conf(repo, rev, tmp, conf_rel), ov)
-    raise KSelectError(f"diff: bad source {text!r}; expected [overlays], worktree[:[overlays]] or git:<rev>[:[overlays]]")
 
 
 _REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./~^@{}+-]{0,199}$")

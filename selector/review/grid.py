@@ -11,8 +11,10 @@ from ..base import texts
 from ..review.diff import diff_cell
 from ..review.diff_render import change_line, warning_line
 from ..review.matrix import CellResult, MatrixSpec
-from ..config.vocab import GROUP_KINDS
+from ..config.vocab import GROUP_KINDS, kernel_label, parse_kernel_label
 
+# Every picture's palette: a color per backend; where a picture names FlashAttention versions (a diff's
+# chips), FlashAttention 4 takes its own shade.
 BACKEND_COLORS = {
     "FLASH_ATTN": "#1f77b4",
     "FLASHINFER": "#2ca02c",
@@ -21,12 +23,19 @@ BACKEND_COLORS = {
     "TORCH_REFERENCE": "#8c564b",
     "TURBOQUANT": "#e377c2",
 }
+VERSION_COLORS = {kernel_label("FLASH_ATTN", 4): "#6baed6"}
+INVALID = "invalid"  # a cell no backend serves
 INVALID_COLOR = "#bdbdbd"
+UNKNOWN_COLOR = "#7f7f7f"
 INNER_AXES = ("spec_decode", "multimodal", "dtype", "pin")
 
 
-def color(backend: str) -> str:
-    return BACKEND_COLORS.get(backend, "#7f7f7f")
+def color(label: str) -> str:
+    """The color of a backend or a kernel label (`FLASH_ATTN v4`, `FLASH_ATTN v3+upstream`), or of INVALID."""
+    if label == INVALID:
+        return INVALID_COLOR
+    backend, version, _ = parse_kernel_label(label)
+    return VERSION_COLORS.get(kernel_label(backend, version)) or BACKEND_COLORS.get(backend, UNKNOWN_COLOR)
 
 
 def kv_label(kv, scales) -> str:

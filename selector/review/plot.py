@@ -51,7 +51,6 @@ def render_png(grid: Grid, title: str) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    from matplotlib.patches import Patch, Rectangle  # noqa: PLC0415
 
     ncols, nrows = len(grid.columns), len(grid.platforms)
     cell_w, cell_h = 0.55 * grid.sub_cols + 0.25, 0.5 * grid.sub_rows + 0.2
@@ -60,50 +59,84 @@ def render_png(grid: Grid, title: str) -> bytes:
     fig_h = 1.6 + panel_h * len(grid.models)
     fig, axes = plt.subplots(len(grid.models), 1, figsize=(fig_w, fig_h), squeeze=False)
     for ax, model in zip(axes[:, 0], grid.models):
-        ax.set_xlim(0, ncols)
-        ax.set_ylim(nrows, 0)
-        ax.set_xticks([i + 0.5 for i in range(ncols)])
-        ax.set_xticklabels([kv_label(*c) for c in grid.columns], fontsize=9)
-        ax.xaxis.tick_top()
-        ax.set_yticks([i + 0.5 for i in range(nrows)])
-        ax.set_yticklabels(grid.platforms, fontsize=10)
-        ax.tick_params(length=0)
-        for s in ax.spines.values():
-            s.set_visible(False)
-        ax.set_title(model, fontsize=12, fontweight="bold", loc="left", pad=18)
-        pad = 0.06
-        sw, sh = (1 - 2 * pad) / grid.sub_cols, (1 - 2 * pad) / grid.sub_rows
-        for pi, platform in enumerate(grid.platforms):
-            for ci, col in enumerate(grid.columns):
-                ax.add_patch(Rectangle((ci, pi), 1, 1, fill=False, edgecolor="#444", lw=1.0))
-                for k, inner in enumerate(grid.inner or [()]):
-                    r = grid.get(model, platform, col, inner)
-                    x0 = ci + pad + (k % grid.sub_cols) * sw
-                    y0 = pi + pad + (k // grid.sub_cols) * sh
-                    if r is None:
-                        continue
-                    ch = grid.change(r)
-                    faded = grid.base is not None and (ch is None or not ch.changed)
-                    alpha = 0.28 if faded else 1.0
-                    groups = target_groups(r)
-                    if not groups:
-                        ax.add_patch(Rectangle((x0, y0), sw, sh, facecolor=INVALID_COLOR, edgecolor="white", hatch="xx", lw=0.5, alpha=alpha))
-                    for gi, g in enumerate(groups):
-                        h = sh / len(groups)
-                        ax.add_patch(Rectangle((x0, y0 + gi * h), sw, h, facecolor=color(g.backend), edgecolor="white", lw=0.5, alpha=alpha))
-                        label = (f"v{g.flash_attn_version} " if g.flash_attn_version else "") + str(g.kv_block_size)
-                        ax.text(x0 + sw / 2, y0 + gi * h + h / 2, label, ha="center", va="center", fontsize=6.5,
-                                color="white" if not faded else "#555")  # fmt: skip
-                    label = "/".join(inner_label(a, v) for a, v in zip(grid.inner_axes, inner))
-                    if pi == 0 and ci == 0 and grid.inner_axes and len(label) * 0.016 < sw:  # name the sub-cells once
-                        ax.text(x0 + 0.01, y0 + 0.01, label, ha="left", va="top", fontsize=5.5, color="black", alpha=0.9)
-                    if ch is not None and ch.changed:
-                        ax.add_patch(Rectangle((x0, y0), sw, sh, fill=False, edgecolor="black", lw=2.0))
-                    marks = cell_marks(ch, r) if grid.base is None or (ch is not None and ch.changed) else ""
-                    if marks:
-                        ax.text(x0 + sw - 0.01, y0 + 0.01, marks, ha="right", va="top", fontsize=6.5, fontweight="bold",
-                                color="#c00000" if "R" in marks else "black",
-                                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85))  # fmt: skip
+        _draw_model(ax, grid, model)
+    _draw_legend(fig, grid, title, fig_h)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _draw_model(ax, grid: Grid, model: str) -> None:
+    """One model's panel: platforms down, KV-cache columns across, a sub-cell per inner combination."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    ncols, nrows = len(grid.columns), len(grid.platforms)
+    ax.set_xlim(0, ncols)
+    ax.set_ylim(nrows, 0)
+    ax.set_xticks([i + 0.5 for i in range(ncols)])
+    ax.set_xticklabels([kv_label(*c) for c in grid.columns], fontsize=9)
+    ax.xaxis.tick_top()
+    ax.set_yticks([i + 0.5 for i in range(nrows)])
+    ax.set_yticklabels(grid.platforms, fontsize=10)
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_title(model, fontsize=12, fontweight="bold", loc="left", pad=18)
+    pad = 0.06
+    sw, sh = (1 - 2 * pad) / grid.sub_cols, (1 - 2 * pad) / grid.sub_rows
+    for pi, platform in enumerate(grid.platforms):
+        for ci, col in enumerate(grid.columns):
+            ax.add_patch(Rectangle((ci, pi), 1, 1, fill=False, edgecolor="#444", lw=1.0))
+            for k, inner in enumerate(grid.inner or [()]):
+                r = grid.get(model, platform, col, inner)
+                box = (ci + pad + (k % grid.sub_cols) * sw, pi + pad + (k // grid.sub_cols) * sh, sw, sh)
+                if r is None:
+                    continue
+                _draw_sub_cell(ax, grid, r, box)
+                label = "/".join(inner_label(a, v) for a, v in zip(grid.inner_axes, inner))
+                if pi == 0 and ci == 0 and grid.inner_axes and len(label) * 0.016 < sw:  # name the sub-cells once
+                    ax.text(box[0] + 0.01, box[1] + 0.01, label, ha="left", va="top", fontsize=5.5, color="black", alpha=0.9)
+                _draw_change(ax, grid, r, box)
+
+
+def _draw_sub_cell(ax, grid: Grid, r, box: tuple[float, float, float, float]) -> None:
+    """A result's groups stacked in its sub-cell, colored by backend (grey with a cross: invalid)."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    x0, y0, sw, sh = box
+    ch = grid.change(r)
+    faded = grid.base is not None and (ch is None or not ch.changed)
+    alpha = 0.28 if faded else 1.0
+    groups = target_groups(r)
+    if not groups:
+        ax.add_patch(Rectangle((x0, y0), sw, sh, facecolor=INVALID_COLOR, edgecolor="white", hatch="xx", lw=0.5, alpha=alpha))
+    for gi, g in enumerate(groups):
+        h = sh / len(groups)
+        ax.add_patch(Rectangle((x0, y0 + gi * h), sw, h, facecolor=color(g.backend), edgecolor="white", lw=0.5, alpha=alpha))
+        label = (f"v{g.flash_attn_version} " if g.flash_attn_version else "") + str(g.kv_block_size)
+        ax.text(x0 + sw / 2, y0 + gi * h + h / 2, label, ha="center", va="center", fontsize=6.5,
+                color="white" if not faded else "#555")  # fmt: skip
+
+
+def _draw_change(ax, grid: Grid, r, box: tuple[float, float, float, float]) -> None:
+    """A changed sub-cell's frame, and its marks (B, Q, S, R, !)."""
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    x0, y0, sw, sh = box
+    ch = grid.change(r)
+    if ch is not None and ch.changed:
+        ax.add_patch(Rectangle((x0, y0), sw, sh, fill=False, edgecolor="black", lw=2.0))
+    marks = cell_marks(ch, r) if grid.base is None or (ch is not None and ch.changed) else ""
+    if marks:
+        ax.text(x0 + sw - 0.01, y0 + 0.01, marks, ha="right", va="top", fontsize=6.5, fontweight="bold",
+                color="#c00000" if "R" in marks else "black",
+                bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85))  # fmt: skip
+
+
+def _draw_legend(fig, grid: Grid, title: str, fig_h: float) -> None:
+    from matplotlib.patches import Patch  # noqa: PLC0415
+
     used = sorted({g.backend for r in grid.results for g in target_groups(r)})
     handles = [Patch(facecolor=color(b), label=b) for b in used] + [Patch(facecolor=INVALID_COLOR, hatch="xx", label="invalid")]
     if grid.base is not None:
@@ -117,10 +150,6 @@ def render_png(grid: Grid, title: str) -> bytes:
     fig.text(0.5, (0.25 + 0.2 * legend_rows) / fig_h, "top half: sliding_window · bottom half: full_attention · label: FA version, kv block\n"
              + grid.inner_key_text(), ha="center", va="bottom", fontsize=7, wrap=True)  # fmt: skip
     fig.tight_layout(rect=(0, (0.75 + 0.2 * legend_rows) / fig_h, 1, 1 - 0.55 / fig_h))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 # ---------------------------------------------------------------- HTML

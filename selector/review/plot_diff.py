@@ -21,24 +21,13 @@ from ..base import texts
 from ..review.diff import Block, MatrixDiff
 from ..review.diff_render import detail, rule_change
 from ..review.matrix import CellResult
+from ..config.vocab import kernel_label
 from ..export.render import group_name
+from ..review.grid import BACKEND_COLORS, INVALID, VERSION_COLORS, color
 
-BACKEND_COLORS = {
-    "FLASH_ATTN v3": "#1f77b4",
-    "FLASH_ATTN v4": "#6baed6",
-    "FLASHINFER": "#2ca02c",
-    "TRITON_ATTN": "#ff7f0e",
-    "FLEX_ATTENTION": "#9467bd",
-    "TORCH_REFERENCE": "#8c564b",
-    "TURBOQUANT": "#e377c2",
-}
-INVALID = "invalid"
-INVALID_COLOR = "#bdbdbd"
 MAX_ROWS = 48  # a picture of more rows stops being read; the HTML table lists every block
-
-
-def color(backend: str) -> str:
-    return INVALID_COLOR if backend == INVALID else BACKEND_COLORS.get(backend, "#7f7f7f")
+# the chips name FlashAttention versions: the legend shows FA3 (the backend's color) and FA4 (its own shade)
+LEGEND = [kernel_label("FLASH_ATTN", 3), *VERSION_COLORS, *(b for b in BACKEND_COLORS if b != "FLASH_ATTN")]
 
 
 def backends(r: CellResult) -> dict[str, str]:
@@ -152,7 +141,7 @@ def render_html(d: MatrixDiff, title: str, png: bytes, summary: str) -> str:
         rows.append(f"<tr{warn}><td>{html.escape(_kind(b))}</td><td>{groups}</td><td class='n'>{len(b.cells)}</td>"
                     f"<td>{pats}</td><td>{html.escape(b.title) if b.kind != 'selection' else ''}"
                     f"{'<br>' if det and b.kind != 'selection' else ''}{det}</td><td>{rules}</td></tr>")
-    legend = " ".join(_chip(k, True) for k in BACKEND_COLORS) + " " + _chip(INVALID, True)
+    legend = " ".join(_chip(k, True) for k in LEGEND) + " " + _chip(INVALID, True)
     body = "\n".join(rows) or "<tr><td colspan='6'>no cell changed</td></tr>"
     return f"""<!doctype html>
 <html><head><meta charset='utf-8'><title>{html.escape(title)}</title>

@@ -15,16 +15,19 @@ type. How they get their backend is a `draft` rule (default `target`):
 from __future__ import annotations
 
 from . import blocks as blk
-from ..rules.candidates import Choice, Group, choose_backend, fa_version, group_facts, validate
 from ..base.errors import SelectionError
-from ..outputs.records import Failure
-from ..rules.rulebook import RuleBook
 from ..config.vocab import LAYER_TYPE
+from ..outputs.records import Failure
+from ..outputs.selection import GroupSelection
+from .candidates import Choice, choose_backend, validate, with_fa_versions
+from .facts import Facts
+from .groups import Group
+from .rulebook import RuleBook
 
 TARGET, OWN = "target", "own_selection"
 
 
-def draft_policy(book: RuleBook, facts: dict, trace: list[str]) -> str:
+def draft_policy(book: RuleBook, facts: Facts, trace: list[str]) -> str:
     policy = TARGET
     for c in book.matching("draft", facts):
         policy = c.rule.draft_backend
@@ -48,7 +51,7 @@ def draft_layer_groups(cfg, targets: list[Group]) -> list[Group]:
     return out
 
 
-def own_choices(cfg, book: RuleBook, facts: dict, drafts: list[Group]) -> list[Choice]:
+def own_choices(cfg, book: RuleBook, facts: Facts, drafts: list[Group]) -> list[Choice]:
     """Policy `own_selection`: each draft group chooses like a text-only target group would."""
     out = []
     for g in drafts:
@@ -60,20 +63,19 @@ def own_choices(cfg, book: RuleBook, facts: dict, drafts: list[Group]) -> list[C
     return out
 
 
-def target_choice(cfg, book: RuleBook, facts: dict, g: Group, target_backend: str, target_version) -> Choice:
+def target_choice(book: RuleBook, facts: Facts, g: Group, target: GroupSelection) -> Choice:
     """Policy `target`: the target group's backend, validated for the draft layers."""
-    f = group_facts(facts, g)
-    comp = book.capabilities[target_backend].composite
-    backend = comp.causal if comp else target_backend  # a composite's image-span route never serves drafts
+    f = facts.for_group(g)
+    comp = book.capabilities[target.backend].composite
+    backend = comp.causal if comp else target.backend  # a composite's image-span route never serves drafts
     if book.capabilities[backend].flash_attn:
-        f["fa.version"], _ = fa_version(book, f, g.head_size)
-        f["fa.version_default"], _ = fa_version(book, f, None)
-        f["fa.version_model_head"], _ = fa_version(book, f, f["model.head_size"])
-    reasons, kblocks, ktrace, cf, mblocks = validate(book, f, backend)
-    if reasons:
-        raise SelectionError(Failure(code="draft_backend_invalid", group=g.kind, backend=backend), {backend: reasons})
+        f, _ = with_fa_versions(book, f, g.head_size)
+    v = validate(book, f, backend)
+    if v.rejections:
+        raise SelectionError(Failure(code="draft_backend_invalid", group=g.kind, backend=backend), {backend: v.rejections})
     why = [f"draft layers {list(g.layers)} read target layer {g.reads_from[0]}'s cache on the target's backend"]
-    return Choice(backend, target_version, kblocks, cf, ["builtin.draft_uses_target_backend"] + ktrace, why, {}, [], mblocks)
+    return Choice(backend, target.flash_attn_version, v.kernel_blocks, v.facts, ["builtin.draft_uses_target_backend"] + v.trace, why,
+                  model_kernel_blocks=v.model_kernel_blocks)
 
 
 def shared_kernel_block(kv_block: int, target: Choice, draft: Choice) -> int | None:

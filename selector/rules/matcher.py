@@ -18,8 +18,7 @@ from typing import Any
 
 from ..base.errors import ConfigError
 from ..config.vocab import FACTS
-
-# Every fact a rule may read, with a one-line meaning (printed when a rule names an unknown one).
+from .facts import Facts, fact_reader
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "eq": operator.eq,
@@ -34,7 +33,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _LIST_OPS = {"in", "not_in"}
 
-Pred = Callable[[dict], bool]
+Pred = Callable[[Facts], bool]
 
 
 def compile_when(when: Any, key: str) -> Pred:
@@ -75,6 +74,7 @@ def _compile_item(name: str, cond: Any, key: str) -> Pred:
         return lambda f: not sub(f)
     if name not in FACTS:
         raise ConfigError(key, name, sorted(FACTS) + ["any", "all", "not"], what="fact")
+    read = fact_reader(name)
     if isinstance(cond, dict):
         checks = []
         for op, val in cond.items():
@@ -89,11 +89,11 @@ def _compile_item(name: str, cond: Any, key: str) -> Pred:
             checks.append((_OPS[op], val))
         if not checks:
             raise ConfigError(key, cond, f"at least one operator of {sorted(_OPS)}")
-        return lambda f: all(_safe(fn, f.get(name), v) for fn, v in checks)
+        return lambda f: all(_safe(fn, read(f), v) for fn, v in checks)
     if isinstance(cond, list):
         allowed = list(cond)
-        return lambda f: f.get(name) in allowed
-    return lambda f: f.get(name) == cond
+        return lambda f: read(f) in allowed
+    return lambda f: read(f) == cond
 
 
 def _safe(fn: Callable[[Any, Any], bool], a: Any, b: Any) -> bool:

@@ -13,126 +13,166 @@ Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from . import blocks as blk
 from . import drafts as dr
+from ..base.errors import SelectionError
+from ..config.schema import KSelectConfig
+from ..config.vocab import FIXED_KINDS, KV_BYTES, MODEL_GROUP, group_id, is_fp8, token_bytes
 from ..evidence.conformance_data import ConformanceFile, claim_checks
 from ..evidence.evidence import Evidence
-from ..rules.candidates import Choice, Group, choose_backend
-from ..base.errors import SelectionError
 from ..outputs.records import Failure, OrphanRule, RuleWarning, SettingIgnored, rejection
-from ..rules.rulebook import RuleBook, rulebook
-from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
-from ..rules.facts import base_facts, resolved_kv_dtype, target_groups  # noqa: F401 - resolve's public names
-from ..config.vocab import FIXED_KINDS, GROUP_KINDS, KV_BYTES, LAYER_TYPE, MODEL_GROUP, group_id, is_fp8, token_bytes
+from .candidates import Choice, choose_backend
+from .checkpoint import checkpoint_kv_checks, kv_dtype_source, kv_scales
+from .facts import Facts, base_facts, resolved_kv_dtype  # noqa: F401 - resolve's public names
+from .groups import Group, target_groups
+from .rulebook import RuleBook, rulebook
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What every step of one resolution reads: the config, its rules, the model-level facts (after the
+    model forcing and the `spec` stage), the resolved KV dtype and the GPU's conformance records."""
+
+    cfg: KSelectConfig
+    book: RuleBook
+    facts: Facts
+    kv_dtype: str
+    conformance: ConformanceFile | None
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """The MTP drafter's layer groups, and their own backends under policy `own_selection` (none: each
+    runs its target group's backend)."""
+
+    groups: tuple[Group, ...] = ()
+    own_choices: tuple[Choice, ...] = ()
+
 
 def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """vLLM's selection under `book` (the config's objective is not read here)."""
+    _check_architecture(cfg)
+    trace: list[str] = []
+    facts = _spec_facts(cfg, book, _forced_facts(book, base_facts(cfg), trace), trace)
+    ctx = Resolution(cfg, book, facts, resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model))
+    groups = target_groups(cfg)
+    ckv_warnings = checkpoint_kv_checks(cfg, [g.kind for g in groups], trace)
+    choices = [choose_backend(cfg, book, facts, g) for g in groups]
+    for g, ch in zip(groups, choices):
+        layer_init_checks(book, g, ch)
+    drafts = _plan_drafts(ctx, groups, trace)
+    block_size = _cache_block_size(ctx, groups, choices, drafts, trace)
+    kv_blocks = unify_pages(groups, _kv_blocks(book, groups, choices, block_size), KV_BYTES[ctx.kv_dtype], choices)
+    out = [finish_group(ctx, g, ch, kv_block) for g, ch, kv_block in zip(groups, choices, kv_blocks)]
+    if drafts.groups:
+        out.extend(draft_groups(ctx, groups, choices, out, drafts))
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out) + ckv_warnings
+    return Selection(environment=environment_summary(cfg, facts), block_size=block_size, groups=tuple(out),
+                     warnings=tuple(warnings), trace=tuple(trace))
+
+
+def _check_architecture(cfg: KSelectConfig) -> None:
+    """A release proven for other architectures only: refused, never guessed."""
     arch = cfg.model.hf_architecture
-    if arch not in cfg.architectures:  # a release proven for other architectures only: refused, never guessed
+    if arch not in cfg.architectures:
         raise SelectionError(Failure(code="architecture_not_modelled", model=cfg.model.name, architecture=arch,
                                      rules=cfg.ruleset.name, allowed=", ".join(cfg.architectures)))
-    conf = evidence.conformance(cfg.platform.gpu_model)
-    facts = base_facts(cfg)
-    model_trace: list[str] = []
 
-    # 1. Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins.
+
+def _forced_facts(book: RuleBook, facts: Facts, trace: list[str]) -> Facts:
+    """Model-level forcing (Gemma-4 mixed head sizes), written into the effective pins."""
+    pin = facts.pin
     for c in book.matching("model", facts):
         if c.rule.set.flash_attn_version is not None:
-            facts["pin.flash_attn_version"] = c.rule.set.flash_attn_version
+            pin = replace(pin, flash_attn_version=c.rule.set.flash_attn_version)
         if c.rule.set.backend is not None:
-            facts["pin.backend"] = c.rule.set.backend
-        model_trace.append(c.id)
+            pin = replace(pin, backend=c.rule.set.backend)
+        trace.append(c.id)
+    return replace(facts, pin=pin)
 
-    # 2. MTP: do draft layers dequantize with the target's K/V scales?
+
+def _spec_facts(cfg: KSelectConfig, book: RuleBook, facts: Facts, trace: list[str]) -> Facts:
+    """MTP: whether draft layers dequantize with the target's K/V scales (the `spec` stage, then the user's)."""
     copy = False
     if cfg.spec_decode.method == "mtp":
         for c in book.matching("spec", facts):
             copy = c.rule.copy_target_kv_scales
-            model_trace.append(c.id)
+            trace.append(c.id)
         if cfg.spec_decode.copy_target_kv_scales is not None:
             copy = cfg.spec_decode.copy_target_kv_scales
-            model_trace.append("pin.spec_decode.copy_target_kv_scales")
-    facts["spec.copy_target_kv_scales"] = copy
+            trace.append("pin.spec_decode.copy_target_kv_scales")
+    return replace(facts, spec=replace(facts.spec, copy_target_kv_scales=copy))
 
-    groups = target_groups(cfg)
-    choices = [choose_backend(cfg, book, facts, g) for g in groups]
-    for g, ch in zip(groups, choices):
-        layer_init_checks(book, g, ch)
-    # MTP draft layers: the target's backend, or (rule stage draft) their own selection, which
-    # then counts among the model's backends for the cache block, as vLLM's does
-    drafts: list[Group] = []
-    draft_choices: list[Choice] = []
-    policy = None
-    if cfg.spec_decode.method == "mtp":
-        policy = dr.draft_policy(book, facts, model_trace)
-        drafts = dr.draft_layer_groups(cfg, groups)
-        if policy == dr.OWN:
-            draft_choices = dr.own_choices(cfg, book, facts, drafts)
-            for g, ch in zip(drafts, draft_choices):
-                layer_init_checks(book, g, ch)
 
-    # 3. Cache block size: user's, else the preferred size of the first layer's backend, or
-    #    (rule stage cache_block) one size every distinct backend of the model accepts.
-    if cfg.kv_cache.block_size is not None:
-        block_size = cfg.kv_cache.block_size
-        model_trace.append("pin.kv_cache.block_size")
+def _plan_drafts(ctx: Resolution, groups: list[Group], trace: list[str]) -> DraftPlan:
+    """MTP draft layers: the target's backend, or (rule stage draft) their own selection, which then
+    counts among the model's backends for the cache block, as vLLM's does."""
+    if ctx.cfg.spec_decode.method != "mtp":
+        return DraftPlan()
+    policy = dr.draft_policy(ctx.book, ctx.facts, trace)
+    drafts = tuple(dr.draft_layer_groups(ctx.cfg, groups))
+    if policy != dr.OWN:
+        return DraftPlan(drafts)
+    own = tuple(dr.own_choices(ctx.cfg, ctx.book, ctx.facts, list(drafts)))
+    for g, ch in zip(drafts, own):
+        layer_init_checks(ctx.book, g, ch)
+    return DraftPlan(drafts, own)
+
+
+def _cache_block_size(ctx: Resolution, groups: list[Group], choices: list[Choice], drafts: DraftPlan,
+                      trace: list[str]) -> int:
+    """Cache block size: the user's, else the preferred size of the first layer's backend, or (rule stage
+    cache_block) one size every distinct backend of the model accepts; a hybrid model's grows to hold a
+    mamba state."""
+    if ctx.cfg.kv_cache.block_size is not None:
+        block_size = ctx.cfg.kv_cache.block_size
+        trace.append("pin.kv_cache.block_size")
     else:
-        default_block(book, facts, model_trace)
-        cache_policy = "first_layer"
-        for c in book.matching("cache_block", facts):
-            cache_policy = c.rule.cache_block
-            model_trace.append(c.id)
-        att = [i for i, g in enumerate(groups) if g.kind not in FIXED_KINDS]  # vLLM's _find_non_ssm_backends
-        block_size = model_cache_block(book, [groups[i] for i in att] + drafts[: len(draft_choices)],
-                                       [choices[i] for i in att] + draft_choices, cache_policy, model_trace)
-
+        default_block(ctx.book, ctx.facts, trace)
+        policy = "first_layer"
+        for c in ctx.book.matching("cache_block", ctx.facts):
+            policy = c.rule.cache_block
+            trace.append(c.id)
+        attention = [i for i, g in enumerate(groups) if g.kind not in FIXED_KINDS]  # vLLM's _find_non_ssm_backends
+        block_size = model_cache_block(ctx.book, [groups[i] for i in attention] + list(drafts.groups[: len(drafts.own_choices)]),
+                                       [choices[i] for i in attention] + list(drafts.own_choices), policy, trace)
     if any(g.kind == "mamba" for g in groups):
-        block_size = hybrid_block(cfg, groups, choices, block_size, model_trace)
+        block_size = hybrid_block(ctx.cfg, groups, choices, block_size, trace)
+    return block_size
 
-    # 4. KV block per group: full layers take the cache block; sliding-window layers pick their
-    #    own from their backend's kernel blocks (vLLM's _largest_kernel_block_within; rule stage
-    #    swa_block: the smallest, or the largest whose page fits the cache block's page).
-    kv_blocks = []
+
+def _kv_blocks(book: RuleBook, groups: list[Group], choices: list[Choice], block_size: int) -> list[int]:
+    """KV block per group: full layers take the cache block; sliding-window layers pick their own from
+    their backend's kernel blocks."""
+    out = []
     for g, ch in zip(groups, choices):
         if g.kind in FIXED_KINDS:
             # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
             # mode); the indexer's key cache takes the cache block
-            kv_blocks.append(block_size)
+            out.append(block_size)
             ch.trace.append("builtin.fixed_kind_takes_cache_block")
         elif g.window is not None:
-            swa = "smallest"
-            for c in book.matching("swa_block", ch.facts):
-                swa = c.rule.swa_block
-                ch.trace.append(c.id)
-            if swa == "smallest":
-                kv_blocks.append(blk.smallest(ch.kernel_blocks))
-                ch.trace.append("builtin.swa_smallest_kernel_block")
-            else:
-                kv_blocks.append(blk.largest_within(ch.kernel_blocks, block_size))
-                ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
+            out.append(_window_block(book, ch, block_size))
         else:
-            kv_blocks.append(block_size)
-    kv_dtype = resolved_kv_dtype(cfg)
-    kv_blocks = unify_pages(groups, kv_blocks, KV_BYTES[kv_dtype], choices)
+            out.append(block_size)
+    return out
 
-    out: list[GroupSelection] = []
-    for g, ch, kvb in zip(groups, choices, kv_blocks):
-        out.append(finish_group(cfg, book, g, ch, kvb, kv_dtype, conf))
-    if drafts:
-        out.extend(draft_groups(cfg, book, facts, groups, choices, out, drafts, draft_choices, kv_dtype, copy, conf))
 
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
-    env = environment_summary(cfg, facts)
-    sel = Selection(
-        environment=env,
-        block_size=block_size,
-        groups=tuple(out),
-        warnings=tuple(warnings),
-        trace=tuple(model_trace),
-    )
-    return sel
+def _window_block(book: RuleBook, ch: Choice, block_size: int) -> int:
+    """vLLM's _largest_kernel_block_within; rule stage swa_block: the smallest kernel block, or the largest
+    whose page fits the cache block's page."""
+    policy = "smallest"
+    for c in book.matching("swa_block", ch.facts):
+        policy = c.rule.swa_block
+        ch.trace.append(c.id)
+    if policy == "smallest":
+        ch.trace.append("builtin.swa_smallest_kernel_block")
+        return blk.smallest(ch.kernel_blocks)
+    ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
+    return blk.largest_within(ch.kernel_blocks, block_size)
 
 
 def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:
@@ -201,9 +241,8 @@ def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
     names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
     failed = {}
     for name in names:
-        f = dict(ch.facts)
-        f["candidate.backend"] = name
-        hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason) for c in book.matching("init", f)]
+        hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason)
+                for c in book.matching("init", ch.facts.for_candidate(name))]
         if hits:
             failed[name] = hits
     if failed:
@@ -218,7 +257,7 @@ def cache_block(cfg: KSelectConfig, book: RuleBook, ch: Choice, trace: list[str]
     return preferred_block(book, ch, trace)
 
 
-def default_block(book: RuleBook, facts: dict, trace: list[str] | None) -> int:
+def default_block(book: RuleBook, facts: Facts, trace: list[str] | None) -> int:
     """The engine's default cache block (vLLM's CacheConfig.DEFAULT_BLOCK_SIZE): 16, or what
     the last matching `default_block` rule says (vLLM 0.34.0: 64)."""
     size = 16
@@ -247,13 +286,14 @@ def resolve_path(cfg: KSelectConfig, kind: str, head_size: int, num_kv_heads: in
     book = rulebook(cfg)
     window = cfg.model.sliding_window if kind == "sliding_window" else None
     g = Group(kind, (0,), head_size, num_kv_heads, window)
-    ch = choose_backend(cfg, book, base_facts(cfg), g)
-    kvb = blk.smallest(ch.kernel_blocks) if window and cfg.kv_cache.block_size is None else cache_block(cfg, book, ch, [])
-    conf = (evidence or Evidence.none()).conformance(cfg.platform.gpu_model)
-    return finish_group(cfg, book, g, ch, kvb, resolved_kv_dtype(cfg), conf)
+    facts = base_facts(cfg)
+    ch = choose_backend(cfg, book, facts, g)
+    kv_block = blk.smallest(ch.kernel_blocks) if window and cfg.kv_cache.block_size is None else cache_block(cfg, book, ch, [])
+    conformance = (evidence or Evidence.none()).conformance(cfg.platform.gpu_model)
+    return finish_group(Resolution(cfg, book, facts, resolved_kv_dtype(cfg), conformance), g, ch, kv_block)
 
 
-# ---------------------------------------------------------------- facts
+# ---------------------------------------------------------------- pages, kernel blocks, quantization
 
 
 def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, choices: list[Choice]) -> list[int]:
@@ -275,28 +315,55 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
     return out
 
 
-def finish_group(cfg: KSelectConfig, book: RuleBook, g: Group, ch: Choice, kvb: int, kv_dtype: str,
-                 conf: ConformanceFile | None) -> GroupSelection:
-    kb = blk.kernel_block_for(kvb, ch.kernel_blocks)
-    if kb is None:
-        raise SelectionError(Failure(code="no_common_block", kv_block=kvb, backend=ch.backend, kernel_blocks=tuple(ch.kernel_blocks)))
-    if kb != kvb:
-        ch.trace.append("builtin.kernel_block_divides_kv_block")
-        ch.reasons.append(f"kernel block {kb} divides the kv block {kvb}")
-    quantized = is_fp8(kv_dtype)
-    qq = quant_query(book, ch, ch.backend, quantized)
-    descale = ("q_k_v" if qq else "k_v") if quantized else "none"
-    cap = book.capabilities[ch.backend]
-    df = dict(ch.facts, **{"candidate.backend": cap.composite.causal}) if cap.composite else ch.facts
-    if quantized:
-        for c in book.matching("descale", df):
-            descale = c.rule.descale
-            ch.trace.append(c.id)
-            ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
-    for c in book.matching("warning", ch.facts):
+def finish_group(ctx: Resolution, g: Group, ch: Choice, kv_block: int) -> GroupSelection:
+    """A group's selection on its KV block: the kernel block, quantization, rule warnings and claims."""
+    kernel_block = _kernel_block(ch, kv_block)
+    quantization = _kv_quantization(ctx, ch)
+    for c in ctx.book.matching("warning", ch.facts):
         ch.warnings.append(RuleWarning(group=group_id(g.kind, g.draft), rule=c.id, reason=c.rule.reason))
-    scales = cfg.kv_cache.scales if quantized else "none"
-    return _group_selection(cfg, g, ch, kb, kvb, kv_dtype, qq, descale, scales, conf)
+    fields = dict(kind=g.kind, draft=g.draft, layers=g.layers, reads_from=g.reads_from, head_size=g.head_size,
+                  num_kv_heads=g.num_kv_heads, sliding_window=g.window, backend=ch.backend,
+                  flash_attn_version=ch.version, kernel_block_size=kernel_block, kv_block_size=kv_block,
+                  **quantization, mm_prefix=ctx.cfg.model.multimodal and not g.draft)
+    claims, claim_warnings = claim_checks(ctx.conformance, ctx.cfg.platform, fields, ctx.cfg.model.dtype,
+                                          group_id(g.kind, g.draft))
+    return GroupSelection(**fields, rejected={k: tuple(v) for k, v in ch.rejected.items()}, trace=tuple(ch.trace),
+                          reasons=tuple(ch.reasons + g.notes), warnings=tuple(ch.warnings) + claim_warnings,
+                          claims=claims)
+
+
+def _kernel_block(ch: Choice, kv_block: int) -> int:
+    """The kernel block the backend runs on `kv_block`: the block itself, or a kernel block dividing it."""
+    kernel_block = blk.kernel_block_for(kv_block, ch.kernel_blocks)
+    if kernel_block is None:
+        raise SelectionError(Failure(code="no_common_block", kv_block=kv_block, backend=ch.backend,
+                                     kernel_blocks=tuple(ch.kernel_blocks)))
+    if kernel_block != kv_block:
+        ch.trace.append("builtin.kernel_block_divides_kv_block")
+        ch.reasons.append(f"kernel block {kernel_block} divides the kv block {kv_block}")
+    return kernel_block
+
+
+def _kv_quantization(ctx: Resolution, ch: Choice) -> dict:
+    """The group's KV dtype, quant-query, descale mode and scales."""
+    quantized = is_fp8(ctx.kv_dtype)
+    quantizes_query = quant_query(ctx.book, ch, ch.backend, quantized)
+    return dict(kv_cache_dtype=ctx.kv_dtype, quant_query=quantizes_query,
+                descale=_descale(ctx.book, ch, quantizes_query) if quantized else "none",
+                kv_scales=kv_scales(ctx.cfg) if quantized else "none")
+
+
+def _descale(book: RuleBook, ch: Choice, quantizes_query: bool) -> str:
+    """The FP8 descale mode: q, k and v when the query is quantized too, else k and v; `descale` rules (on a
+    composite's causal child) override."""
+    descale = "q_k_v" if quantizes_query else "k_v"
+    cap = book.capabilities[ch.backend]
+    facts = ch.facts.for_candidate(cap.composite.causal) if cap.composite else ch.facts
+    for c in book.matching("descale", facts):
+        descale = c.rule.descale
+        ch.trace.append(c.id)
+        ch.reasons.append(f"descale={descale}: {c.rule.reason} [{c.id}]")
+    return descale
 
 
 def quant_query(book: RuleBook, ch: Choice, name: str, quantized: bool) -> bool:
@@ -304,82 +371,64 @@ def quant_query(book: RuleBook, ch: Choice, name: str, quantized: bool) -> bool:
     cap = book.capabilities[name]
     if cap.composite is not None:
         return all(quant_query(book, ch, child, quantized) for child in (cap.composite.general, cap.composite.causal))
-    f = dict(ch.facts, **{"candidate.backend": name})
-    qq = quantized and cap.quant_query
-    for c in book.matching("quant_query", f):
-        qq = quantized and c.rule.quant_query
+    quantizes = quantized and cap.quant_query
+    for c in book.matching("quant_query", ch.facts.for_candidate(name)):
+        quantizes = quantized and c.rule.quant_query
         ch.trace.append(c.id)
-        ch.reasons.append(f"quant_query={qq}{'' if name == ch.backend else ' (' + name + ')'}: {c.rule.reason} [{c.id}]")
-    return qq
-
-
-def _group_selection(cfg, g: Group, ch: Choice, kb, kvb, kv_dtype, qq, descale, scales, conf) -> GroupSelection:
-    fields = dict(
-        kind=g.kind,
-        draft=g.draft,
-        layers=g.layers,
-        reads_from=g.reads_from,
-        head_size=g.head_size,
-        num_kv_heads=g.num_kv_heads,
-        sliding_window=g.window,
-        backend=ch.backend,
-        flash_attn_version=ch.version,
-        kernel_block_size=kb,
-        kv_block_size=kvb,
-        kv_cache_dtype=kv_dtype,
-        quant_query=qq,
-        descale=descale,
-        kv_scales=scales,
-        mm_prefix=cfg.model.multimodal and not g.draft,
-    )
-    claims, claim_warnings = claim_checks(conf, cfg.platform, fields, cfg.model.dtype, group_id(g.kind, g.draft))
-    return GroupSelection(
-        **fields,
-        rejected={k: tuple(v) for k, v in ch.rejected.items()},
-        trace=tuple(ch.trace),
-        reasons=tuple(ch.reasons + g.notes),
-        warnings=tuple(ch.warnings) + claim_warnings,
-        claims=claims,
-    )
+        ch.reasons.append(f"quant_query={quantizes}{'' if name == ch.backend else ' (' + name + ')'}: {c.rule.reason} [{c.id}]")
+    return quantizes
 
 
 # ---------------------------------------------------------------- MTP drafter
 
 
-def draft_groups(cfg, book, facts, groups, choices, targets, drafts, draft_choices, kv_dtype, copy, conf) -> list[GroupSelection]:
+def draft_groups(ctx: Resolution, groups: list[Group], choices: list[Choice], targets: list[GroupSelection],
+                 drafts: DraftPlan) -> list[GroupSelection]:
     """The draft layers' groups, finished on the target group's KV block (they share its cache).
-    With their own selection (draft_choices), the kernel block is one both backends of the
-    shared KV-cache group take; where vLLM keeps the kind in one group, the target's changes too."""
-    first_shared = cfg.model.num_hidden_layers - cfg.model.num_kv_shared_layers
-    scales = ("copied_from_target" if copy else "unit") if is_fp8(kv_dtype) else "none"
+    With their own selection, the kernel block is one both backends of the shared KV-cache group
+    take; where vLLM keeps the kind in one group, the target's (in `targets`) changes too."""
+    copy = ctx.facts.spec.copy_target_kv_scales
+    scales = ("copied_from_target" if copy else "unit") if is_fp8(ctx.kv_dtype) else "none"
     out = []
-    for j, g in enumerate(drafts):
+    for j, g in enumerate(drafts.groups):
         i = next(i for i, t in enumerate(targets) if t.kind == g.kind)
         target = targets[i]
-        if not draft_choices:
-            ch = dr.target_choice(cfg, book, facts, g, target.backend, target.flash_attn_version)
-            gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype, conf)
-            out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": target.kernel_block_size}))
-            continue
-        ch = draft_choices[j]
-        kb = dr.shared_kernel_block(target.kv_block_size, choices[i], ch)
-        if kb is None:
-            raise SelectionError(Failure(code="no_common_block", kv_block=target.kv_block_size, backend=f"{target.backend}+{ch.backend}",
-                                         kernel_blocks=tuple(choices[i].kernel_blocks) + tuple(ch.kernel_blocks)))
-        if kb != target.kernel_block_size:
-            note = f"kernel block {kb}: shared with the draft layers' {ch.backend} (one KV-cache group)"
-            if dr.one_vllm_group(g.kind, groups, first_shared):
-                targets[i] = target.model_copy(update={"kernel_block_size": kb, "reasons": target.reasons + (note,),
-                                                       "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
-            else:
-                targets[i] = target.model_copy(update={"draft_shared_kernel_block": kb,
-                                                       "reasons": target.reasons + (dr.draft_note(kb, group_id(g.kind, True)),)})
-        gs = finish_group(cfg, book, g, ch, target.kv_block_size, kv_dtype, conf)
-        out.append(gs.model_copy(update={"kv_scales": scales, "kernel_block_size": kb}))
+        if drafts.own_choices:
+            ch = drafts.own_choices[j]
+            kernel_block = _shared_kernel_block(target, choices[i], ch)
+            if kernel_block != target.kernel_block_size:
+                targets[i] = _target_sharing_kernel_block(ctx.cfg, groups, target, g, ch.backend, kernel_block)
+        else:
+            ch = dr.target_choice(ctx.book, ctx.facts, g, target)
+            kernel_block = target.kernel_block_size
+        finished = finish_group(ctx, g, ch, target.kv_block_size)
+        out.append(finished.model_copy(update={"kv_scales": scales, "kernel_block_size": kernel_block}))
     return out
 
 
-def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
+def _shared_kernel_block(target: GroupSelection, target_choice: Choice, draft_choice: Choice) -> int:
+    kernel_block = dr.shared_kernel_block(target.kv_block_size, target_choice, draft_choice)
+    if kernel_block is None:
+        raise SelectionError(Failure(code="no_common_block", kv_block=target.kv_block_size,
+                                     backend=f"{target.backend}+{draft_choice.backend}",
+                                     kernel_blocks=tuple(target_choice.kernel_blocks) + tuple(draft_choice.kernel_blocks)))
+    return kernel_block
+
+
+def _target_sharing_kernel_block(cfg: KSelectConfig, groups: list[Group], target: GroupSelection, draft: Group,
+                                 draft_backend: str, kernel_block: int) -> GroupSelection:
+    """The target group after its draft layers' backend moved the shared kernel block: its own kernel block
+    where vLLM keeps the kind in one KV-cache group, else a note on the split-off group that shares it."""
+    first_shared = cfg.model.num_hidden_layers - cfg.model.num_kv_shared_layers
+    if dr.one_vllm_group(draft.kind, groups, first_shared):
+        note = f"kernel block {kernel_block}: shared with the draft layers' {draft_backend} (one KV-cache group)"
+        return target.model_copy(update={"kernel_block_size": kernel_block, "reasons": target.reasons + (note,),
+                                         "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
+    return target.model_copy(update={"draft_shared_kernel_block": kernel_block,
+                                     "reasons": target.reasons + (dr.draft_note(kernel_block, group_id(draft.kind, True)),)})
+
+
+def environment_summary(cfg: KSelectConfig, facts: Facts) -> dict:
     p = cfg.platform
     return {
         "platform": p.name,
@@ -391,17 +440,19 @@ def environment_summary(cfg: KSelectConfig, facts: dict) -> dict:
         "dtype": cfg.model.dtype,
         "multimodal": cfg.model.multimodal,
         "kv_cache_dtype": cfg.kv_cache.dtype,
-        "kv_scales": cfg.kv_cache.scales,
+        "kv_cache_dtype_resolved": resolved_kv_dtype(cfg),
+        "kv_cache_dtype_source": kv_dtype_source(cfg),
+        "kv_scales": kv_scales(cfg),
         "user_block_size": cfg.kv_cache.block_size,
         "spec_decode": cfg.spec_decode.method,
         "num_speculative_tokens": cfg.spec_decode.num_speculative_tokens,
-        "copy_target_kv_scales": facts["spec.copy_target_kv_scales"] if cfg.spec_decode.method == "mtp" else None,
+        "copy_target_kv_scales": facts.spec.copy_target_kv_scales if cfg.spec_decode.method == "mtp" else None,
         "pins": {
             "backend": cfg.attention.backend,
             "flash_attn_version": cfg.attention.flash_attn_version,
             "backend_per_kind": dict(cfg.attention.backend_per_kind),
         },
-        "effective_pins": {"backend": facts["pin.backend"], "flash_attn_version": facts["pin.flash_attn_version"]},
+        "effective_pins": {"backend": facts.pin.backend, "flash_attn_version": facts.pin.flash_attn_version},
         "overlays": list(cfg.overlays),
         "rules": cfg.ruleset.name,
     }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..rules.matcher import Pred, compile_when, facts_read
+from .facts import Facts, fact_reader
+from .matcher import Pred, compile_when, facts_read
 from ..config.schema import KSelectConfig, Rule, Stage
 
 
@@ -26,7 +27,7 @@ class RuleBook:
         self._stages = {s: tuple(c for _, _, c in sorted(lst, key=lambda t: t[:2])) for s, lst in staged.items()}
         # Matching depends only on the facts a stage's rules read: memoize on those (a matrix
         # sweep evaluates the same few combinations thousands of times).
-        self._reads: dict[str, tuple[str, ...]] = {}
+        self._readers = {}
         for s, rules in self._stages.items():
             keys: set[str] = set()
             for c in rules:
@@ -34,15 +35,15 @@ class RuleBook:
                 src = getattr(c.rule.flash_attn_version, "from_", None)
                 if src:
                     keys.add(src)
-            self._reads[s] = tuple(sorted(keys))
+            self._readers[s] = fact_reader(*sorted(keys))
         self._memo: dict[tuple, object] = {}
 
     def stage(self, name: Stage) -> tuple[CompiledRule, ...]:
         return self._stages.get(name, ())
 
-    def reads(self, name: Stage) -> tuple[str, ...]:
-        """The facts the rules of a stage read."""
-        return self._reads.get(name, ())
+    def read(self, name: Stage, facts: Facts):
+        """The values of the facts the rules of a stage read: what the stage's outcome depends on."""
+        return self._readers.get(name, _NO_READS)(facts)
 
     def memo(self, key: tuple, compute):
         """A value cached for this book (keys must name the stage and the facts it read)."""
@@ -53,8 +54,8 @@ class RuleBook:
             hit = self._memo[key] = compute()
         return hit
 
-    def matching(self, name: Stage, facts: dict) -> list[CompiledRule]:
-        key = (name, tuple(map(facts.get, self._reads.get(name, ()))))
+    def matching(self, name: Stage, facts: Facts) -> list[CompiledRule]:
+        key = (name, self.read(name, facts))
         hit = self._memo.get(key)
         if hit is None:
             hit = self.memo(key, lambda: tuple(c for c in self.stage(name) if c.pred(facts)))
@@ -62,6 +63,7 @@ class RuleBook:
 
 
 _MISS = object()
+_NO_READS = fact_reader()
 
 
 _CACHE: dict[int, tuple[KSelectConfig, RuleBook]] = {}

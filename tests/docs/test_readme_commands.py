@@ -70,6 +70,15 @@ COMMANDS: dict[str, Run | Skip] = {
         shows=(r"cache block 1088", r"(?m)^mamba\s.*MAMBA2_ATTN\s")),
     "kselect select platform=sm90 model=llama4_scout": Run(
         "kselect select platform=sm90 model=llama4_scout", shows=(r"(?m)^chunked_local\s", r"(?m)^full_attention\s")),
+    "kselect select platform=sm90 model=llama3_1_8b_fp8_modelopt": Run(
+        "kselect select platform=sm90 model=llama3_1_8b_fp8_modelopt",
+        shows=(r"kv cache auto -> fp8_e4m3 \(from the checkpoint's quantization_config: modelopt",
+               r"(?m)^full_attention\s.*FLASH_ATTN\s+3\s.*fp8_e4m3\s+yes\s")),
+    # an empty cache here: the model is not in it, so kselect names the folder searched and the download (exit 2)
+    "kselect select platform=sm90 model=hf model.hf_config=Qwen/Qwen2.5-7B-Instruct": Run(
+        "HF_HUB_CACHE=$PWD/hub kselect select platform=sm90 model=hf model.hf_config=Qwen/Qwen2.5-7B-Instruct",
+        shows=(r"models--Qwen--Qwen2\.5-7B-Instruct", r"huggingface-cli download Qwen/Qwen2\.5-7B-Instruct config\.json"),
+        rc=2),
 }
 
 

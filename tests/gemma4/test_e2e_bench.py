@@ -240,7 +240,7 @@ def test_graph_decode_on_device_matches_eager(models, prompts, fake_cuda_graphs,
     want = eager.generate(prompts, 20, return_logits=True, stop_at_eos=False)
     for _ in range(2):  # the second run reuses the captured graph after reset()
         got = g.generate(prompts, 20, return_logits=True, stop_at_eos=False)
-        assert got.cuda_graphs and not got.notes and len(g._graphs) == 1
+        assert got.cuda_graphs and not got.notes and len(g.decode_graphs.graphs) == 1
         assert got.tokens == want.tokens and got.steps == want.steps
         assert got.decode_tokens == want.decode_tokens
         assert max_rel_error(torch.stack(got.logits), torch.stack(want.logits)) < 1e-5
@@ -272,7 +272,7 @@ def test_graph_decode_advances_positions_inside_the_graph(models, prompts, fake_
     g = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=4, max_seq_len=64, cuda_graphs=False))
     g.use_graphs = True
     g.generate(prompts, 4, stop_at_eos=False)
-    dg = g._graphs[len(prompts)]
+    dg = g.decode_graphs.graphs[len(prompts)]
     pos, used = dg.pos.clone(), {k: m.seqused_k.clone() for k, m in dg.metas.items()}
     dg.replay = lambda: dg.out  # a replay that runs nothing: what advance itself does shows
     with torch.inference_mode():  # as the engine's steps run

@@ -69,7 +69,7 @@ def test_timed_wraps_time_each_call_between_syncs_and_restore_what_they_wrapped(
 def test_host_clock_times_the_fill_and_its_parts_and_unwraps_them():
     from kselect.gemma4.block_manager import GroupBlocks
     from kselect.gemma4.model_runner import ModelRunner
-    from kselect.gemma4.prefill_graph import PrefillGraph
+    from kselect.gemma4.graphs import PrefillGraph
 
     before = (PrefillGraph.fill, GroupBlocks.block_table, GroupBlocks.slot_mapping, ModelRunner.prepare_replay)
     g = GroupBlocks("full_attention", 4, 16)

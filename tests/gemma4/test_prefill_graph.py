@@ -1,4 +1,4 @@
-"""Prefill steps replayed from CUDA graphs per token bucket (gemma4/prefill_graph.py).
+"""Prefill steps replayed from CUDA graphs per token bucket (gemma4/graphs.py).
 
 On CPU the graphs are emulated (conftest.py `fake_cuda_graphs`: a replay re-runs the captured step from
 its static buffers), so a stale buffer, a pad row that writes the cache or sees a real row's future, or a
@@ -12,7 +12,7 @@ import torch
 
 from g4_helpers import simple_selection
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
-from kselect.gemma4.prefill_graph import BUCKETS, PrefillGraph, bucket_for
+from kselect.gemma4.graphs import BUCKETS, PrefillGraph, bucket_for
 
 
 def test_bucket_is_the_smallest_that_holds_the_step():

@@ -1,4 +1,4 @@
-"""Speculative decoding as captured draft + verify steps (gemma4/spec_graphs.py).
+"""Speculative decoding as captured draft + verify steps (gemma4/graphs.py).
 
 On CPU the CUDA graphs are emulated (conftest.py `fake_cuda_graphs`: a replay re-runs the captured
 step from its static buffers), so stale buffers, a wrong device-side token hand-off or block tables
@@ -67,12 +67,12 @@ def test_failed_capture_falls_back_to_eager_rounds(pair, fake_cuda_graphs, monke
     plain = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=48)).generate(prompts, max_new_tokens=12)
     eng = Engine(target, sel, EngineConfig(max_seqs=2, max_seq_len=48))
     eng.use_graphs = True
-    from kselect.gemma4 import spec_graphs
+    from kselect.gemma4 import graphs
 
     def broken(self):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(spec_graphs.VerifyGraph, "_run", broken)
+    monkeypatch.setattr(graphs.VerifyGraph, "_run", broken)
     sd = SpeculativeDecoder(eng, drafter, sel, num_speculative_tokens=3)
     with pytest.warns(UserWarning, match="CUDA graph speculative decoding disabled"):
         got = sd.generate(prompts, max_new_tokens=12)

@@ -166,12 +166,12 @@ def test_draft_positions_refused():
 
 
 def test_step_profile_files_vllms_kernels_under_attention():
-    """The step profile's categories (kselect/benchmarks/step_profile.py) put every kernel vLLM's
+    """The step profile's categories (kselect/measurement/step_profile.py) put every kernel vLLM's
     unified_attention launches -- the module's own public Triton functions, read from the release's
     source -- under attention, not elementwise or norm."""
     import sys
 
-    from kselect.benchmarks.step_profile import category
+    from kselect.measurement.step_profile import category
 
     mod = sys.modules[KERNEL.unified_attention.__module__]
     launched = [n for n, f in vars(mod).items()

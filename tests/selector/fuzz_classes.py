@@ -326,9 +326,10 @@ def hf_config(draw, cli: str) -> Case:
     preset = draw(st.sampled_from(sorted(HF_REQUIRED)))
     cfg = json.loads(json.dumps(HF_PRESETS[preset]))
     text = cfg.get("text_config", cfg)
-    shape = draw(st.sampled_from(["junk", "array", "oversized", "architecture", "missing", "bad_value", "inconsistent"]))
-    if shape == "inconsistent" and preset == "deepseek_v3":  # MLA reads no KV head count (one latent head)
-        shape = "bad_value"
+    shape = draw(st.sampled_from(["junk", "array", "oversized", "architecture", "missing", "bad_value", "inconsistent",
+                                  "quantization"]))
+    if shape in ("inconsistent", "quantization") and preset == "deepseek_v3":  # MLA reads no KV head count (one
+        shape = "bad_value"  # latent head) and no compressed-tensors KV scheme
     names: tuple[str, ...] = ("model.hf_config",)
     if shape == "junk":
         body = draw(st.sampled_from(["{", "not json", "\x00\xff", "[1,"]))
@@ -341,6 +342,12 @@ def hf_config(draw, cli: str) -> Case:
             arch = "Fz" + draw(IDENT).capitalize() + "ForCausalLM"
             cfg["architectures"] = [arch]
             names = (arch,)
+        elif shape == "quantization":  # a KV scheme vLLM refuses or kselect does not model (#47)
+            scheme = {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True}
+            scheme.update(draw(st.sampled_from([{"num_bits": 4}, {"type": "int"}, {"symmetric": False},
+                                                {"strategy": "channel"}, {"strategy": "attn_head"}])))
+            cfg["quantization_config"] = {"quant_method": "compressed-tensors", "kv_cache_scheme": scheme}
+            names = ("kv_cache_scheme",)
         elif shape in ("missing", "bad_value"):
             key = draw(st.sampled_from(HF_REQUIRED[preset]))
             if shape == "missing":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kselect.selector.api import compose
-from kselect.selector.rules.facts import target_groups
+from kselect.selector.rules.groups import target_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench/results/vllm/oracle_models_0_34_0.jsonl.gz"

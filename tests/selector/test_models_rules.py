@@ -35,6 +35,7 @@ FAMILY = {
     "deepseek_v3": "mla", "kimi_k2": "mla", "deepseek_v3_2": "mla_sparse",
     "qwen3_next_80b_a3b": "hybrid", "nemotron_h_8b": "hybrid", "jamba_mini_1_7": "hybrid",
     "llama4_scout": "chunked_local",
+    "llama3_1_8b_fp8_modelopt": "quantized", "llama3_1_8b_fp8_kv_ct": "quantized", "qwen2_5_7b_awq": "quantized",
 }
 
 RECORDS = load_records(FIXTURE)
@@ -80,3 +81,24 @@ def test_kselect_selects_what_vllm_does(kselect, rec):
             if not same_field(f, vg, kg):
                 bad.append(f"{gname}.{f}: vLLM {vg.get(f)!r} vs kselect {kg.get(f)!r}")
     assert not bad, "; ".join(bad)
+
+
+CACHE_DTYPED = [r for r in RECORDS if "cache_dtype" in r]
+
+
+def test_the_quantized_presets_resolve_auto_as_vllm_does():
+    """Quantized checkpoints (#47): vLLM's own chain resolved `auto` to the checkpoint's FP8 cache for the ModelOpt
+    and compressed-tensors presets and kept it for the AWQ one, in every recorded cell."""
+    auto = {r["cell"]["model"]: r["cache_dtype"] for r in CACHE_DTYPED if r["cell"]["kv_cache"] == "auto"}
+    assert auto == {"llama3_1_8b_fp8_modelopt": "fp8_e4m3", "llama3_1_8b_fp8_kv_ct": "fp8", "qwen2_5_7b_awq": "auto"}
+
+
+def test_kselect_takes_the_kv_dtype_vllms_engine_took():
+    """The KV dtype kselect's rules see (fact kv.dtype: the checkpoint's for auto) is the engine's cache_dtype."""
+    from kselect.oracle.compare import _matrix_cell, _RulesBuilder
+    from kselect.selector.rules.facts import kv_dtype_setting
+
+    cells = [_matrix_cell(Cell.from_dict(r["cell"])) for r in CACHE_DTYPED]
+    got = [kv_dtype_setting(cfg) for _, cfg in _RulesBuilder(RULES, None).configs(cells)]
+    assert len(got) == len(CACHE_DTYPED) >= 20
+    assert got == [r["cache_dtype"] for r in CACHE_DTYPED]

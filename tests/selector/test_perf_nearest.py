@@ -3,7 +3,7 @@ contexts covers every context in its range; equally near, a fenced bucket beats 
 
 from __future__ import annotations
 
-from kselect.selector.evidence.perf_data import PerfFile, nearest
+from kselect.selector.evidence.perf_data import KernelShape, PerfFile, nearest
 
 from perf_fakes import GPU, entry as E
 
@@ -13,7 +13,7 @@ def data(*entries) -> PerfFile:
 
 
 def pick(d: PerfFile, context: int, batch: int = 1):
-    e = nearest(d, "TRITON_ATTN", "bf16", 256, 1024, "decode", batch, context, 16, 16)
+    e = nearest(d, KernelShape("TRITON_ATTN", "bf16", 256, 1024, 16, 16), "decode", batch, context)
     return e and (e.context, e.fence)
 
 

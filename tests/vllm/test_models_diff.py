@@ -39,7 +39,7 @@ def diff() -> dict:
 
 def test_the_models_diff_renders():
     md = _kselect(*DIFF, "format=markdown")
-    assert "over matrix models (560 cells)" in md, md[:500]
+    assert "over matrix models (680 cells)" in md, md[:500]
     assert "vllm_0_34_0_models" in md  # the release overlay that brings the architectures in, named in the steps
 
 
@@ -49,6 +49,6 @@ def test_it_reports_what_vllms_own_code_selects(diff):
     ids = {matrix_id(Cell.from_dict(r["cell"])): r for r in records}
     valid = {c for b in diff["blocks"] if b["kind"] == "became_valid" for c in b["cells"]}
     refused = {c for b in diff["blocks"] if b["kind"] == "error_changed" for c in b["cells"]}
-    assert diff["summary"]["cells"] == 560
+    assert diff["summary"]["cells"] == 680
     assert {i for i, r in ids.items() if not r.get("error")} == valid & set(ids)
     assert {i for i, r in ids.items() if r.get("error")} == refused & set(ids)

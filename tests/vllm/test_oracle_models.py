@@ -60,7 +60,8 @@ def test_the_presets_in_conf_write_their_architecture(tmp_path):
             "deepseek_v3": "DeepseekV3ForCausalLM", "kimi_k2": "DeepseekV3ForCausalLM",
             "deepseek_v3_2": "DeepseekV32ForCausalLM", "qwen3_next_80b_a3b": "Qwen3NextForCausalLM",
             "nemotron_h_8b": "NemotronHForCausalLM", "jamba_mini_1_7": "JambaForCausalLM",
-            "llama4_scout": "Llama4ForConditionalGeneration"}
+            "llama4_scout": "Llama4ForConditionalGeneration", "llama3_1_8b_fp8_modelopt": "LlamaForCausalLM",
+            "llama3_1_8b_fp8_kv_ct": "LlamaForCausalLM", "qwen2_5_7b_awq": "Qwen2ForCausalLM"}
     assert set(want) == set(HF_MODELS)
     present = [m for m in HF_MODELS if (CONF / f"{m}.yaml").is_file()]
     if not present:
@@ -70,6 +71,19 @@ def test_the_presets_in_conf_write_their_architecture(tmp_path):
         target, drafter = write_model_dirs(p, tmp_path)
         cfg = json.loads((target / "config.json").read_text())
         assert drafter is None and cfg["architectures"] == [want[m]] and cfg["dtype"] == p["dtype"], m
+
+
+def test_a_quantized_presets_quantization_config_reaches_vllm_as_published(tmp_path):
+    """vLLM reads the KV-cache dtype of `auto` from the checkpoint's quantization_config: the oracle's config.json
+    carries it unchanged (a ModelOpt hf_quant_config.json's layout, compressed-tensors' kv_cache_scheme)."""
+    from kselect.oracle.models import preset
+
+    for m in ("llama3_1_8b_fp8_modelopt", "llama3_1_8b_fp8_kv_ct", "qwen2_5_7b_awq"):
+        p = preset(m)
+        target, _ = write_model_dirs(p, tmp_path)
+        written = json.loads((target / "config.json").read_text())["quantization_config"]
+        assert written == json.loads(json.dumps(dict(p["hf_config"]["quantization_config"]))), m
+    assert written["quant_method"] == "awq"
 
 
 # ------------------------------------------------------------------------- group kinds
@@ -160,7 +174,7 @@ KEY = re.compile(r"^cc=(8\.0|8\.9|9\.0|10\.0|12\.0)\|model=(\w+)\|kv=(auto|fp8)\
 
 def test_the_models_grid():
     cells = models_grid()
-    assert len(cells) == 5 * 2 * (10 * 4 + 2 * 6 + 1 * 4) == 560
+    assert len(cells) == 5 * 2 * (13 * 4 + 2 * 6 + 1 * 4) == 680
     assert len({c.key for c in cells}) == len(cells)
     assert {c.model for c in cells} == set(HF_MODELS) and not set(HF_MODELS) & set(MODELS)
     for c in cells:
@@ -199,7 +213,7 @@ def test_the_cli_runs_the_models_grid_on_request(tmp_path, capsys, monkeypatch):
     tree = _tree(tmp_path / "src")
     assert cli.main([str(tree), "--grid", "models", "--dry-run"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["grid"] == "models" and plan["cells"] == 560 and plan["out"] == "oracle_models_9_9_9.jsonl.gz"
+    assert plan["grid"] == "models" and plan["cells"] == 680 and plan["out"] == "oracle_models_9_9_9.jsonl.gz"
     assert cli.main([str(tree), "--grid", "models", "--cc", "9.0", "--model", "deepseek_v3_2", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["cells"] == 2 * 4
     assert cli.main([str(tree), "--dry-run"]) == 0  # the Gemma-4 grid stays the default

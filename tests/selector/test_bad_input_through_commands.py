@@ -1,5 +1,7 @@
-"""Issue #40: the ten inputs that still ended in a traceback or were accepted silently, each through the real
-`kselect <command>` entry point (its Hydra app included). Each test failed on the code before its fix."""
+"""Bad input through the real `kselect <command>` entry point (its Hydra app included): a group overridden to
+null, an unknown Hydra key, a rule reading an unknown fact, a missing extra, a prompt past the context, a
+drafter folder without a config, a boolean for a number (issue #40's ten inputs, which once ended in a
+traceback or were accepted silently) each exit 2 with one paragraph."""
 
 from __future__ import annotations
 

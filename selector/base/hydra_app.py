@@ -264,12 +264,14 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         if code and HydraConfig.get().mode == RunMode.RUN:
             sys.exit(code)
 
-    _run_reporting_compose_errors(_app, overrides, status)
+    _run_reporting_compose_errors(_app, overrides, status, (config_dir, config_name))
     sys.exit(status["code"])
 
 
-def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict) -> None:
-    """Run the Hydra app; an error composing its config is the command line's fault: one paragraph, exit 2."""
+def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict,
+                                  config: tuple[Path | None, str]) -> None:
+    """Run the Hydra app; an error composing its config is the command line's fault: one paragraph, exit 2, naming
+    the near key where it is a typo (config: the app's config dir and name)."""
     ours = "HYDRA_FULL_ERROR" not in os.environ
     if ours:  # Hydra then raises instead of printing its own multi-paragraph report and exit 1
         os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -278,7 +280,7 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
             raise
-        report_error(KSelectError(with_hint(compose_error(e, overrides), overrides, config_dir, config_name)))
+        report_error(KSelectError(with_hint(compose_error(e, overrides), overrides, *config)))
         sys.exit(2)
     except (ValueError, TypeError) as e:  # raised by Hydra while composing, before any job ran: the command line's
         if not ours or status["started"]:  # fault; from a job it is a bug and keeps its traceback

@@ -90,6 +90,12 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
         "kselect select platform=sm90 model=nemotron_h_8b": Skip("run by test_readme_commands.py"),
         "kselect select platform=sm90 model=hf model.hf_config=/models/my-model": Skip(
             "a placeholder: your own config.json; tests/selector/test_export_paste.py and test_cli_conventions.py run it on one"),
+        "kselect select platform=sm90 model=hf model.hf_config=Qwen/Qwen2.5-7B-Instruct": Skip(
+            "needs that model in the local Hugging Face cache; tests/selector cover hub ids on a written cache"),
+        "kselect select platform=sm90 model=llama3_1_8b_fp8_modelopt": Run(
+            "kselect select platform=sm90 model=llama3_1_8b_fp8_modelopt", shows=(r"(?m)^full_attention\s",)),
+        "kselect select platform=sm80 model=llama3_1_8b_fp8_kv_ct output=json": Run(
+            "kselect select platform=sm80 model=llama3_1_8b_fp8_kv_ct output=json", shows=(r'"schema_version": 1',)),
         "kselect oracle 0.34.0 --grid models --out bench/results/vllm/oracle_models_0_34_0.jsonl.gz": Skip(
             "downloads and runs vLLM 0.34.0 over 560 cells; tests/vllm check its committed record"),
         "kselect diff matrix=models a.conf=git:main format=markdown": Skip(WHOLE_MATRIX),

@@ -34,7 +34,7 @@ import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
-DEFAULT_RELEASE = "0.33.0"
+DEFAULT_RELEASE = "0.34.0"
 RELEASE_ENV = "KSELECT_VLLM_RELEASE"
 SRC_ENV = "KSELECT_VLLM_TRITON_SRC"
 OPS = "vllm/v1/attention/ops/"

@@ -1,6 +1,6 @@
 """Fetch the files kernels/vllm_triton.py runs from a vLLM release wheel into the cache, verified.
 
-    python -m kselect.kernels.vllm_triton_fetch [--release 0.33.0] [--wheel PATH]
+    python -m kselect.kernels.vllm_triton_fetch [--release 0.34.0] [--wheel PATH]
 
 Downloads `vllm==<release>` (the wheel only, no dependencies) with pip and its hash pinned
 (`--require-hashes`), unless --wheel names a downloaded one; extracts only FILES into

@@ -5,8 +5,10 @@
 #   bench/review/conf_diff.sh [BASE] [extra kselect diff overrides...]
 #
 # BASE: a git revision, the first argument unless it is an override (default: origin/$GITHUB_BASE_REF in a GitHub pull request, else HEAD, i.e.
-# the uncommitted/staged change, which is what a pre-commit hook sees). Runs
-#   kselect diff a.conf=git:<merge-base of BASE and HEAD> check=true format=markdown repo=<this repository>
+# the uncommitted/staged change, which is what a pre-commit hook sees). Runs the review check
+#   kselect diff a.conf=git:<merge-base of BASE and HEAD> review=true check=true format=markdown repo=<this repository>
+# (one diff per rules option the changed conf/ files reach - each release over the Gemma-4 `default` and the
+# `models` matrices, the seed story over `seed` with each overlay set it declares; selector/review/touched.py)
 # in the repository that holds the working directory, prints the Markdown, appends it to
 # $GITHUB_STEP_SUMMARY when set (the job summary, ready to paste into the PR) and exits with the
 # diff's status: 0 nothing moved, 1 some cell changed (or became invalid), 2 a bad config.
@@ -26,7 +28,7 @@ rev=$(git -C "$repo" merge-base "$base" HEAD 2>/dev/null || git -C "$repo" rev-p
 kselect_cmd=${KSELECT:-kselect}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-$kselect_cmd diff "a.conf=git:$rev" check=true format=markdown "repo=$repo" "$@" >"$out"
+$kselect_cmd diff "a.conf=git:$rev" review=true check=true format=markdown "repo=$repo" "$@" >"$out"
 status=$?
 cat "$out"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -s "$out" ]; then

@@ -21,6 +21,7 @@ from kselect.selector.review.diff import run_diff
 from kselect.selector.review.diff_render import render
 from kselect.selector.review.diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
 from kselect.selector.review.matrix import load_matrix
+from kselect.selector.review.review_check import review
 
 
 def source(side: str, args: SideArgs, repo: Path, stack: ExitStack, conf_rel: str, name_conf: bool = False) -> Source:
@@ -48,13 +49,15 @@ class DiffArgs:
     a: SideArgs = field(default_factory=SideArgs)
     # b follows a's overlays and objective, never a's rules (a.rules is for a revision that names them differently)
     b: SideArgs = field(default_factory=lambda: SideArgs(overlay="${a.overlay}", objective="${a.objective}"))  # type: ignore[arg-type]
-    matrix: str = "default"
+    matrix: str = ""  # "": `default` (review=true: every matrix declaring `review: true`)
     format: str = "table"  # table | markdown | json
     check: bool = False
     limit: int = 8
     repo: str | None = None  # the git repository of git:<rev> sources; default this checkout
     conf_path: str = "conf"  # conf/ inside that repository
     rules: str = ""  # both sides under this rules option; "": the one the matrix declares
+    verbose: bool = False  # every warning block; default: notes about the evidence as one line (json: all)
+    review: bool = False  # the review check: a diff per rules option the conf/ change reaches (selector/review/touched.py)
 
 
 ConfigStore.instance().store(name="kselect_diff", node=DiffArgs)
@@ -83,7 +86,9 @@ def task(cfg) -> int:
         two = cfg.a.conf != cfg.b.conf
         a = source("a", cfg.a, repo, stack, cfg.conf_path, two)
         b = source("b", cfg.b, repo, stack, cfg.conf_path, two)
-        spec = load_matrix(cfg.matrix, repo / cfg.conf_path)
+        if cfg.review:
+            return _review(cfg, a, b)
+        spec = load_matrix(cfg.matrix or "default", repo / cfg.conf_path)
         sides = []
         for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
             rules, note = side_rules(name, src.label, src.conf_dir, args.rules or cfg.rules, spec.rules)
@@ -99,8 +104,17 @@ def task(cfg) -> int:
     head = render_steps(steps, cfg.format)
     if head:
         print(head)
-    print(render(d, cfg.format, cfg.limit))
+    print(render(d, cfg.format, cfg.limit, cfg.verbose))
     return 1 if cfg.check and d.changed else 0
+
+
+def _review(cfg, a: Source, b: Source) -> int:
+    if cfg.rules or cfg.a.rules or cfg.b.rules or a.overlays or b.overlays or cfg.a.objective or cfg.b.objective:
+        raise KSelectError("diff: review=true picks the rules options and overlay sets the conf/ change reaches; "
+                           "allowed with it: a.conf, b.conf, matrix, format, check, limit, verbose, repo, conf_path")
+    text, moved = review(a, b, cfg.matrix, cfg.format, cfg.limit, cfg.verbose)
+    print(text, end="")
+    return 1 if cfg.check and moved else 0
 
 
 def default_repo(uses_git: bool, conf_rel: str) -> Path:

@@ -21,12 +21,20 @@ class SelectionError(KSelectError):
     `records.Failure` and the candidates' `records.Rejection`s, rendered as the message."""
 
     def __init__(self, failure: Any, rejected: dict[str, list[Any]] | None = None):
-        self.failure = failure
         self.rejected = {k: tuple(v) for k, v in (rejected or {}).items()}
         lines = [failure.text]
         for name, reasons in self.rejected.items():
             lines.append(f"  {name}: {'; '.join(r.text for r in reasons)}")
+        if self.rejected and hasattr(failure, "reasons") and failure.reasons is None:
+            # the failure's own text carries its reasons wherever it is shown alone (diff, sweep, gather, matrix)
+            failure = failure.model_copy(update={"reasons": tuple(x.strip() for x in lines[1:])})
+        self.failure = failure
         super().__init__("\n".join(lines))
+
+
+def one_line(message: str) -> str:
+    """A multi-line error (a SelectionError's failure and its reasons) as one line: nothing cut."""
+    return " ".join(x.strip() for x in message.splitlines() if x.strip())
 
 
 def format_validation_error(err: Any, root: str = "") -> str:

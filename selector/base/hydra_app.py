@@ -238,10 +238,11 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         check_group_values(overrides, config_dir)  # before Hydra: its ValueError for `model=null` names no key
         check_plugins(overrides)
         check_hydra_additions(overrides, lead, config_name, config_dir)
+        hydra_overrides = _spell_release(overrides, config_dir) if config_name == "config" and config_dir else overrides
     except KSelectError as e:
         report_error(e)
         sys.exit(2)
-    sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(overrides)]
+    sys.argv[:] = [f"kselect {command}", *flags, *lead, *quote_values(hydra_overrides)]
     status = {"code": 0, "started": False}
 
     @hydra.main(config_path=str(config_dir) if config_dir else None, config_name=config_name, version_base="1.3")
@@ -292,9 +293,42 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
             os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
+# A release (rules=vllm_0_34_0) is its base plus overlays (selector/config/releases.py): Hydra's own compose
+# gets the chain spelled out, so `rules.<id>.enabled=false` finds the rule; the job sees the user's spelling.
+_SPELLED: dict[str, str | None] = {}
+
+
+def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
+    """Only where the command line reaches into the rules (`rules.<id>...=`): nothing else needs the chain."""
+    from ..config.releases import expand  # noqa: PLC0415
+
+    if not any(o.lstrip("+~").startswith("rules.") for o in overrides):
+        return overrides
+    try:
+        spelled, _ = expand(overrides, config_dir)
+    except KSelectError:
+        return overrides  # e.g. a sweep over overlay lists (-m overlay=[a],[b]): each job composes its own
+    for k, o in enumerate(spelled):
+        user = overrides[k] if k < len(overrides) else None
+        if o != user:
+            _SPELLED[o] = user
+    return spelled
+
+
+def spelled_release() -> bool:
+    """Whether Hydra composed a release's chain spelled out (its config then lacks the release's name)."""
+    return bool(_SPELLED)
+
+
 def task_overrides() -> list[str]:
-    """The overrides of this job as the user wrote them (without kselect's leading hydra.* ones)."""
-    return list(HydraConfig.get().overrides.task)
+    """The overrides of this job as the user wrote them (without kselect's leading hydra.* ones, and with a
+    release's chain as the user named it)."""
+    out = []
+    for o in HydraConfig.get().overrides.task:
+        o = _SPELLED.get(o, o)
+        if o is not None:
+            out.append(o)
+    return out
 
 
 def compose_args(command: str, config_name: str, argv: list[str], renamed: dict[str, str] | None = None) -> DictConfig:

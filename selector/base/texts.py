@@ -113,12 +113,15 @@ def render(r: Any) -> str:
         fields = {k: getattr(r, k) for k in type(r).model_fields}
         fields["kernel_blocks"] = describe_blocks(r.kernel_blocks or ())
         fields["warnings"] = " | ".join(r.warnings or ())
-        return FAILURE_PHRASE[code].format(**fields)
+        text = FAILURE_PHRASE[code].format(**fields)
+        return f"{text} {' | '.join(r.reasons)}" if r.reasons else text  # never a phrase cut at its ':'
     kb = describe_blocks(r.kernel_blocks) if r.kernel_blocks is not None else ""
     return REJECT_PHRASE[code].format(value=r.value, kernel_blocks=kb) + SOURCE_TAG.format(source=r.source)
 
 
 # ---------------------------------------------------------------- review diffs
+
+NOTE_LABEL = {"claims_unverified": "claims unverified on hardware", "kernel_data_version": "data from other kernel versions"}
 
 DIFF_KIND = {
     "became_invalid": "became invalid",

@@ -35,6 +35,7 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
         raise KSelectError(f"invalid config: conf directory {conf_dir} does not exist")
     check_overrides(overrides, conf_dir)
     check_conf_tree(conf_dir)
+    user = list(overrides)
     overrides, manifests = releases.expand(overrides, Path(conf_dir))  # a release = its base + overlays
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base="1.3"):
@@ -46,7 +47,7 @@ def compose_raw(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | st
         if missing and (Path(conf_dir) / missing[1]).is_dir():
             opts = sorted(p.stem for p in (Path(conf_dir) / missing[1]).glob("*.yaml"))
             msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
-        bad = [o for o in overrides if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or list(overrides)
+        bad = [o for o in user if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or user  # as the user wrote them
         raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
     if not isinstance(data, dict):
         raise ConfigError("<root>", data, "a mapping")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..outputs import notes
 from ..outputs.selection import GroupSelection, Selection
 from ..base.texts import layer_ranges
 
@@ -53,6 +54,7 @@ def table(sel: Selection, verbose: bool = False) -> str:
         out.append(f"model rules: {', '.join(sel.trace)}")
     for g in sel.groups:
         out.append(f"{group_name(g)}:")
+        out.append(f"  layer facts: {layer_facts(g)}")
         out += [f"  why: {r}" for r in g.reasons]
         if g.prefill:
             out.append(f"  prefill on: {phase_line(g)}")
@@ -61,9 +63,21 @@ def table(sel: Selection, verbose: bool = False) -> str:
         if verbose:
             out.append(f"  trace: {' -> '.join(g.trace)}")
             out += [f"  claim {c.text}" for c in g.claims]
-        out += [f"  WARNING: {w.text}" for w in g.warnings]
-    out += [f"WARNING: {w.text}" for w in sel.warnings]
-    return "\n".join(out)
+        out += [f"  WARNING: {w.text}" for w in notes.shown(g.warnings, verbose)]
+    out += [f"WARNING: {w.text}" for w in notes.shown(sel.warnings, verbose)]
+    note = "" if verbose else notes.summary(sel.all_warnings())
+    return "\n".join(out + ([note] if note else []))
+
+
+def layer_facts(g: GroupSelection) -> str:
+    """What the rules read of the group's layers (head, KV heads, window, sinks, sparsity, layer type)."""
+    parts = [f"head {g.head_size}", f"{g.num_kv_heads} kv heads",
+             f"sliding window {g.sliding_window}" if g.sliding_window else "no sliding window",
+             "attention sinks" if g.sinks else "no sinks"]
+    parts += ["sparse (indexer)"] if g.sparse else []
+    parts += [f"layer type {g.mamba_type}"] if g.mamba_type else []
+    parts += ["mm-prefix (bidirectional image spans)"] if g.mm_prefix else []
+    return ", ".join(parts)
 
 
 def phase_line(g: GroupSelection) -> str:

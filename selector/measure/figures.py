@@ -65,3 +65,15 @@ def step_figure(data, cfg: KSelectConfig) -> StepFigure | None:
 def point(cfg: KSelectConfig, phase: str) -> str:
     pt = getattr(cfg.objective, phase)
     return f"B{pt.batch} x {pt.context}"
+
+
+def noise_why(cfg, chosen: Figure, fastest: Figure, decides: str) -> str:
+    """Why a phase runs a kernel slower than the fastest measured one: within the declared noise band
+    (objective.tie, conf/objective/<name>.yaml; docs/objective.md) `decides`; beyond it, the request as a whole."""
+    gap = chosen.ms / fastest.ms - 1 if fastest.ms > 0 else 0.0
+    band = f"objective.tie {cfg.objective.tie:.0%}, conf/objective/{cfg.objective.name}.yaml"
+    if gap <= cfg.objective.tie + 1e-9:
+        return (f"within the noise band of the fastest, {fastest.backend} {fastest.ms:.4g} ms ({gap:.1%} faster; "
+                f"noise band: {band}): {decides}")
+    return (f"{fastest.backend} is {gap:.1%} faster in this phase alone, beyond the noise band ({band}): the request "
+            "as a whole (prefill + decode steps over one cache block) is faster with this choice")

@@ -15,7 +15,7 @@ from ..evidence import perf_data as perf
 from ..evidence.evidence import Evidence
 from ..measure.builds import BUILD_RANK, group_builds
 from ..base.errors import SelectionError
-from ..measure.figures import figure, kv_tag, point, step_figure, verified
+from ..measure.figures import figure, kv_tag, noise_why, point, step_figure, verified
 from ..evidence.kernel_versions import release_of
 from ..outputs.measured import Figure, PhaseEvidence
 from ..measure.pins import choices, pinned, rank
@@ -129,8 +129,9 @@ def prefill_over_layout(cfg, book, s: Search, chosen: Selection, g: GroupSelecti
     ms, _, p, f = min(near, key=lambda c: c[1])  # ties: the decode backend (one kernel), then priority
     others = sorted((c[3] for c in cands if c[2].label != p.label), key=lambda x: x.ms)
     vf = figure(s.data, fg, cfg, "prefill") if fg.label != p.label else None
+    fastest = min((c[3] for c in cands), key=lambda x: x.ms)
     why = "fastest verified over the decode cache layout" if ms == best else \
-        f"within {cfg.objective.tie:.0%} of the fastest: the decode backend / priority order decides"
+        noise_why(cfg, f, fastest, "the decode backend / priority order decides")
     ev = PhaseEvidence(phase="prefill", objective=obj, point=point(cfg, "prefill"), backend=p.label, chosen=f,
                        runner_up=others[0] if others else None, vllm=vf, others=tuple(others), why=why,
                        step=step_figure(s.data, cfg))

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ..evidence.evidence import Evidence
 from ..measure.builds import build_rank, selection_builds
 from ..base.errors import SelectionError
-from ..measure.figures import figure, point, verified
+from ..measure.figures import figure, noise_why, point, verified
 from ..measure.layout import Scored, Search, prefill_over_layout, prefill_total
 from ..outputs.measured import Figure, PhaseEvidence
 from ..measure.pins import priority_of, resolutions, with_objective
@@ -169,11 +169,11 @@ def finish(cfg: KSelectConfig, book: RuleBook, s: Search, faithful: Selection, n
         warns = [*s.unmeasured.get(g.kind, {}).values(), *s.mixed_timing(g.kind), *s.other_version(g.kind)]
         refused = [f"objective {obj}: {k} {why}" for k, why in s.left_out.get("prefill:" + g.kind, {}).items()]
         trace = [f"objective.{obj}:decode", f"objective.{obj}:prefill"]
-        not_chosen = [f"objective {obj}: {k} not chosen: {why}" for k, why in s.left_out.get(g.kind, {}).items()
-                      if k != g.label]
+        not_chosen = [f"objective {obj}: {_other_build(k, g)} not chosen: {why}"
+                      for k, why in s.left_out.get(g.kind, {}).items() if k != g.label]
         reasons = [*notes, dec.text(), pre.text(), *refused, *not_chosen]
         own_pin = f"{g.backend} pinned by attention.backend_per_kind.{g.kind}"
-        base = tuple(f"{g.backend} chosen by objective {obj} among the valid, verified, measured candidates "
+        base = tuple(f"{g.label} chosen by objective {obj} among the valid, verified, measured candidates "
                      f"(resolved as a per-group pin: validated alone)" if r.startswith(own_pin) else r for r in g.reasons)
         groups.append(g.model_copy(update={
             "trace": g.trace + tuple(trace), "reasons": base + tuple(reasons),
@@ -193,6 +193,11 @@ def _vllm_kernels(cfg: KSelectConfig, s: Search, chosen: Selection) -> dict:
     alt = next((c for c in s.scored if not any(g.build for g in c.sel.groups if not g.draft)), None)
     return {"request_ms": s.scored[0].request(n),
             "vllm_kernels": alt.sel.model_copy(update={"request_ms": alt.request(n)}) if alt else None}
+
+
+def _other_build(label: str, g: GroupSelection) -> str:
+    """A left-out candidate named so it cannot read as the chosen kernel: vLLM's own build of the chosen backend."""
+    return f"{label} (vLLM's build; this group runs {g.label})" if label == g.backend and g.label != label else label
 
 
 def _layout_note(s: Search) -> str:
@@ -245,7 +250,7 @@ def _decode_evidence(cfg, s: Search, g: GroupSelection, fg: GroupSelection) -> P
     if f is None:
         why = "kept vLLM's choice: no valid, verified, measured alternative"
     elif others and others[0].ms < f.ms:
-        why = f"within {cfg.objective.tie:.0%} of the fastest: vLLM's priority order decides"
+        why = noise_why(cfg, f, others[0], "vLLM's priority order decides")
     else:
         why = "fastest verified candidate"
     return PhaseEvidence(phase="decode", objective=obj, point=point(cfg, "decode"), backend=g.label, chosen=f,

@@ -197,6 +197,7 @@ class Failure(Record):
     rules: str | None = None
     allowed: str | None = None
     reason: str | None = None  # checkpoint_kv_refused: why vLLM refuses the KV dtype for this checkpoint
+    reasons: tuple[str, ...] | None = None  # the rejections behind a phrase that ends in ':' ("NAME: why; why")
 
 
 # ---------------------------------------------------------------- conformance runs

@@ -33,6 +33,10 @@ class GroupSelection(Frozen):
     head_size: int
     num_kv_heads: int
     sliding_window: int | None
+    # the other per-group facts the rules read (selector/rules/candidates.py group_facts), shown in every output
+    sinks: bool = False  # attention sinks (gpt-oss)
+    sparse: bool = False  # sparse MLA: an indexer picks the keys (DeepSeek-V3.2)
+    mamba_type: str | None = None  # a fixed-backend group's layer type (mamba1 / mamba2 / gdn / linear / short_conv)
     backend: str
     flash_attn_version: int | None
     # a kernel build other than the one vLLM ships (vocab.ALT_BUILDS, e.g. FA3 "upstream"); only an objective sets it

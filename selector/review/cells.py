@@ -54,6 +54,7 @@ class MatrixSpec(_Strict):
     skip: list[SkipRule] = []
     overlays: list[list[str]] = [[]]  # the overlay sets tools use when none are given
     rules: str | None = None  # the rules option (conf/rules/) cells compose with; null: config.yaml's default
+    review: bool = False  # the review check (`kselect diff review=true`) diffs this matrix (selector/review/touched.py)
 
     @field_validator("axes")
     @classmethod

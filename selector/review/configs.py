@@ -183,7 +183,11 @@ class Builder:
         try:
             return KSelectConfig.model_validate(data)
         except ValidationError as e:
-            raise MatrixError(_not_valid(cell, format_validation_error(e))) from None
+            msg = format_validation_error(e)
+            if "was written for rules=" in msg:  # the overlay set, not this cell: every cell would say so
+                raise MatrixError(f"{msg.removeprefix('invalid config: ')}; a matrix runs one rules option "
+                                  "(rules=<name>; the seed story's overlays: matrix=seed or seed_smoke)") from None
+            raise MatrixError(_not_valid(cell, msg)) from None
 
 
 def _section_keys(cell: Cell) -> tuple[tuple, ...]:

@@ -1,17 +1,20 @@
 """Review diff: what an overlay (or a change to conf/) does to every cell of the matrix.
 
-    kselect diff b.overlay=[pr48666]                          # what #48666 changes
-    kselect diff a.overlay=[pr48666] b.overlay=[pr48666,pr52987] check=true   # its revert
+    kselect diff matrix=seed b.overlay=[pr48666]              # what #48666 changes
+    kselect diff matrix=seed a.overlay=[pr48666] b.overlay=[pr48666,pr52987] check=true   # its revert
     kselect diff a.conf=git:HEAD format=markdown               # your uncommitted conf/ change
-    kselect diff a.conf=git:main a.overlay=[pr48666] b.overlay=[pr53175] matrix=smoke
+    kselect diff a.conf=git:main a.overlay=[pr48666] b.overlay=[pr53175] matrix=seed_smoke
 
 A Hydra app (structured config `kselect_diff`): a and b are the two sides, each a `conf`
 (`worktree`, or `git:<rev>`: conf/ at that revision) and an `overlay` list (b.overlay follows
 a.overlay unless given); matrix (a file of conf/matrix/, default `default`), format (table |
 markdown | json), check (true: exit 1 when any cell changed), repo (the git repository,
 default this checkout), conf_path (conf/ inside it), limit (patterns shown per block, default
-8; json lists every cell), rules (both sides under this rules option; default: the one the matrix
-declares, e.g. `rules: post_pr52987`), a.rules / b.rules (one side's; never follows the other: a
+8; json lists every cell), verbose (true: every warning block; default: notes about the evidence -
+claims never run on the GPU, data from other kernel versions - as one line), rules (both sides under this rules option; default: the one the matrix
+declares, e.g. `rules: post_pr52987`, else conf/config.yaml's default release), review (true: the review
+check, one diff per rules option a conf/ change reaches over each matrix declaring `review: true`,
+selector/review/touched.py), a.rules / b.rules (one side's; never follows the other: a
 revision from before a rules option existed names its rules differently). A side whose conf tree
 lacks the matrix's rules runs its own tree's default and says so on stderr and in its label; a
 rules option named for a side it lacks is an exit-2 error naming `a.rules=` / `b.rules=`. `-m b.overlay=[pr48666],[pr53175]` runs one diff per value. a.objective / b.objective
@@ -180,6 +183,7 @@ def diff_cell(a: CellResult, b: CellResult) -> CellDiff:
         outcome = "error_changed"
     backend, lines = change_lines(state(a), state(b)) if a.outcome == b.outcome == "ok" else ((), ())
     wa, wb = set(a.warnings), set(b.warnings)
+    wa, wb = _same_notes_moved(wa, wb)
     rules: list[RuleChange] = []
     if outcome or backend or lines or wa != wb:
         ia, ib = _rule_ids(a), _rule_ids(b)
@@ -198,6 +202,15 @@ def diff_cell(a: CellResult, b: CellResult) -> CellDiff:
         warnings_removed=warning_order(wa - wb),
         rules=tuple(rules),
     )
+
+
+def _same_notes_moved(wa: set, wb: set) -> tuple[set, set]:
+    """An unverified-claims note of the same group and GPU on both sides whose claims differ (the kernel
+    or page moved, which the selection lines show) is neither new nor gone: both sides keep it."""
+    key = lambda w: (w.group, w.gpu) if isinstance(w, ClaimsWarning) and w.code == "claims_unverified" else None  # noqa: E731
+    moved = {key(w) for w in wb - wa} & {key(w) for w in wa - wb} - {None}
+    keep = lambda ws, other: {w for w in ws if w in other or key(w) not in moved}  # noqa: E731
+    return keep(wa, wb), keep(wb, wa)
 
 
 # ---------------------------------------------------------------- the matrix diff

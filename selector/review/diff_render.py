@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 
 from ..base import texts
+from ..outputs import notes
 from ..review.diff_records import PREFILL_AS_DECODE
 
 # ---------------------------------------------------------------- pieces
@@ -80,22 +81,44 @@ def block_title(b) -> str:
 # ---------------------------------------------------------------- outputs
 
 
-def _head(d) -> str:
+def _is_note(b) -> bool:
+    return b.warning and b.key[0] in notes.NOTE_CODES
+
+
+def _head(d, verbose: bool = True) -> str:
     s = d.summary()
+    new = s["new_warnings"] if verbose else sum(any(not notes.is_note(w) for w in c.warnings_added) for c in d.changed)
     return (
         f"kselect diff {d.a_label} -> {d.b_label} over matrix {d.spec.name} ({s['cells']} cells): "
         f"{s['changed']} changed ({s['selection_changed']} selection, {s['became_invalid']} became invalid, "
-        f"{s['new_warnings']} with new warnings), {s['unchanged']} unchanged"
+        f"{new} with new warnings), {s['unchanged']} unchanged"
     )
 
 
-def to_table(d, limit: int = 8) -> str:
-    out = [_head(d)]
+def note_line(d) -> str:
+    """The notes (warnings about the evidence: selector/outputs/notes.py) as one line; '' when none moved."""
+    parts = []
+    for kind, attr in (("new", "warnings_added"), ("gone", "warnings_removed")):
+        n = sum(any(notes.is_note(w) for w in getattr(c, attr)) for c in d.changed)
+        if n:
+            codes = sorted({w.code for c in d.changed for w in getattr(c, attr) if notes.is_note(w)})
+            parts.append(f"{n} cells with {kind} notes ({', '.join(texts.NOTE_LABEL[x] for x in codes)})")
+    return f"note: {'; '.join(parts)} ({notes.VERBOSE_HINT})" if parts else ""
+
+
+def _blocks(d, verbose: bool) -> list:
+    return [b for b in d.blocks if verbose or not _is_note(b)]
+
+
+def to_table(d, limit: int = 8, verbose: bool = True) -> str:
+    out = [_head(d, verbose)]
+    note = "" if verbose else note_line(d)
+    out += [note] if note else []
     if not d.blocks:
         out.append("no cell changed")
         return "\n".join(out)
     kind = None
-    for i, b in enumerate(d.blocks, 1):
+    for i, b in enumerate(_blocks(d, verbose), 1):
         if b.kind != kind:
             kind = b.kind
             out += ["", f"== {texts.DIFF_KIND[kind].upper()} =="]
@@ -120,12 +143,14 @@ def _md(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(d, limit: int = 8) -> str:
-    out = [f"**{_md(_head(d))}**"]
+def to_markdown(d, limit: int = 8, verbose: bool = True) -> str:
+    out = [f"**{_md(_head(d, verbose))}**"]
+    note = "" if verbose else note_line(d)
+    out += ["", _md(note)] if note else []
     if not d.blocks:
-        return out[0] + "\n\nNo cell changed."
+        return "\n".join(out) + "\n\nNo cell changed."
     kind = None
-    for b in d.blocks:
+    for b in _blocks(d, verbose):
         warn = b.warning
         if b.kind != kind:
             kind = b.kind
@@ -166,13 +191,14 @@ def to_json(d) -> str:
     )
 
 
-def render(d, fmt: str, limit: int = 8) -> str:
+def render(d, fmt: str, limit: int = 8, verbose: bool = True) -> str:
+    """verbose=False: notes (selector/outputs/notes.py) as one line; json always lists everything."""
     from ..base.errors import KSelectError  # noqa: PLC0415
 
     if fmt == "json":
         return to_json(d)
     if fmt == "markdown":
-        return to_markdown(d, limit)
+        return to_markdown(d, limit, verbose)
     if fmt == "table":
-        return to_table(d, limit)
+        return to_table(d, limit, verbose)
     raise KSelectError(f"diff: format={fmt!r}; allowed: table, markdown, json")

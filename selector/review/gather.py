@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from ..base.errors import KSelectError, format_validation_error
+from ..base.errors import KSelectError, format_validation_error, one_line
 from ..base.files import FileError, read_text
 from ..config.vocab import group_id
 
@@ -102,7 +102,7 @@ def rows(jobs: list[dict]) -> tuple[list[str], list[list[str]], list[tuple[str, 
         num = str(j.get("job", {}).get("num", j["_dir"]))
         notes += [(num, f"{w['group']}: {w['text']}") for w in warns]  # a record's text, rendered when it was written
         if j["outcome"] != "ok":
-            notes.append((num, f"{j['outcome']}: {j.get('error', '').splitlines()[0] if j.get('error') else ''}"))
+            notes.append((num, f"{j['outcome']}: {one_line(j.get('error') or '')}"))
         out.append(
             [num, " ".join(j.get("overrides", [])), j["outcome"], str(sel.get("block_size", "-"))]
             + [_group_cell(groups[k]) if k in groups else "-" for k in kinds]

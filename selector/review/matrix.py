@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.compose import CONF_DIR
+from ..config.releases import default_rules
 from ..review.cells import AXES, Cell, MatrixError, MatrixSpec, expand, load_matrix, skipped
 from ..review.configs import Builder
 from ..base.errors import KSelectError, SelectionError
@@ -210,5 +211,6 @@ def matrix_task(cfg) -> int:
                  "selection": as_dict(r.selection) if r.selection else None} for r in res]  # fmt: skip
         print(json.dumps(rows, indent=2))
     else:
-        print(matrix_text(res, f"matrix {spec.name}, rules {spec.rules or 'default'}, overlays {list(ov)}"), end="")
+        rules = spec.rules or f"{default_rules(CONF_DIR)} (the default release)"
+        print(matrix_text(res, f"matrix {spec.name}, rules {rules}, overlays {list(ov)}"), end="")
     return 0

@@ -1,11 +1,11 @@
 """A picture of the resolved matrix, or of a diff of two overlay sets: a self-contained HTML page
 and a PNG (matplotlib, Agg).
 
-    kselect plot                                        # smoke matrix, base rules
+    kselect plot                                        # smoke matrix, the default release
     kselect plot matrix=golden overlay=[pr53175] out=plots/pr53175
-    kselect plot b.overlay=[pr48666] out=plots/pr48666   # what #48666 changes
+    kselect plot matrix=seed b.overlay=[pr48666] out=plots/pr48666   # what #48666 changes
     kselect plot a.rules=vllm_0_33_0 b.rules=vllm_0_34_0 out=plots/vllm_0_34_0   # a release upgrade
-    kselect plot matrix=default where.pin=auto where.dtype=bfloat16 b.overlay=[pr48666]
+    kselect plot matrix=seed where.pin=auto where.dtype=bfloat16 b.overlay=[pr48666]
 
 A Hydra app (structured config `kselect_plot`): matrix (a diff: `default`, the matrix `kselect
 diff` covers; one overlay set: `smoke`), overlay (one overlay set), a.overlay and b.overlay (a

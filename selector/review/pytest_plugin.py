@@ -1,6 +1,6 @@
 """pytest plugin: run any test over the cells of a kselect matrix.
 
-    @pytest.mark.kselect_matrix("smoke", overlays=[[], ["pr48666"]], where={"platform": "sm90"})
+    @pytest.mark.kselect_matrix("smoke", rules="post_pr52987", overlays=[[], ["pr48666"]], where={"platform": "sm90"})
     def test_fp8_paths(kselect_cell):
         cell, cfg, selection = kselect_cell          # Cell, KSelectConfig, Selection
         ...
@@ -10,7 +10,9 @@ Each cell becomes one test with a readable id, e.g.
 not pr48666"` select cells. Marker arguments (all optional):
 
 - name (first positional): a file of conf/matrix/ (default `smoke`);
-- overlays: a list of overlay sets (default `[[]]`, the base rules);
+- overlays: a list of overlay sets (default `[[]]`, no overlay);
+- rules: a rules option for every cell (default: the one the matrix declares, else conf/config.yaml's
+  default release, the one `kselect select` runs); the seed story's overlays need `rules="post_pr52987"`;
 - where: {axis: value or [values]} keeps only matching cells (axes: platform, model, dtype,
   kv_cache, scales, spec_decode, multimodal, pin);
 - invalid: "skip" (default: a cell whose resolution raises SelectionError is skipped with the
@@ -19,7 +21,7 @@ not pr48666"` select cells. Marker arguments (all optional):
 
 Command line: `--kselect-matrix=NAME` runs every marked test over another matrix (e.g.
 `--kselect-matrix=default` for the big sweep). A test that asks for `kselect_cell` without the
-marker runs over `smoke` with the base rules.
+marker runs over `smoke` under the default release.
 
 Registered by tests/conftest.py (`pytest_plugins`) and, for an installed kselect, by the
 `pytest11` entry point `selector.pytest_plugin`; `-p selector.pytest_plugin` works anywhere.
@@ -74,14 +76,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(name='{DEFAULT_MATRIX}', overlays=[[]], where={{}}, invalid='skip'): "
+        f"{MARKER}(name='{DEFAULT_MATRIX}', overlays=[[]], rules=None, where={{}}, invalid='skip'): "
         "parametrize the kselect_cell fixture over the cells of a kselect matrix (see selector/review/pytest_plugin.py)",
     )
 
 
 def _marker_args(metafunc: pytest.Metafunc) -> dict[str, Any]:
     m = metafunc.definition.get_closest_marker(MARKER)
-    args = {"name": DEFAULT_MATRIX, "overlays": [[]], "where": {}, "invalid": "skip"}
+    args = {"name": DEFAULT_MATRIX, "overlays": [[]], "rules": None, "where": {}, "invalid": "skip"}
     if m is not None:
         if m.args:
             args["name"] = m.args[0]
@@ -113,8 +115,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except MatrixError as e:
         raise pytest.UsageError(str(e)) from None
     overlays = [tuple(o) for o in args["overlays"]]
-    cells = [c.with_overlays(ov) for c in expand(spec) if _matches(c, args["where"]) for ov in overlays]
-    params = [pytest.param((str(args["name"]), c, args["invalid"]), id=c.id) for c in cells]
+    cells = [c.with_overlays(ov) for c in expand(spec, (), args["rules"]) if _matches(c, args["where"]) for ov in overlays]
+    params = [pytest.param((str(args["name"]), c, args["invalid"], args["rules"]), id=c.id) for c in cells]
     if not params:
         params = [pytest.param(None, id="no-cells", marks=pytest.mark.skip(reason=f"no cell of {spec.name} matches {args['where']}"))]
     metafunc.parametrize("kselect_cell", params, indirect=True)
@@ -126,18 +128,14 @@ def kselect_cell(request: pytest.FixtureRequest) -> CellCase:
     param = getattr(request, "param", None)
     if param is None:
         pytest.skip("kselect_cell is parametrized by the kselect_matrix marker")
-    name, cell, invalid = param
-    res = _result(name, cell)
+    name, cell, invalid, rules = param
+    res = _by_cell(name, cell.overlays, rules)[cell]
     case = CellCase(cell, res.config, res.selection, res.error)
     if res.selection is None and invalid == "skip":
         pytest.skip(f"invalid cell {cell.id}: {res.error}")
     return case
 
 
-def _result(name: str, cell: Cell) -> CellResult:
-    return _by_cell(name, cell.overlays)[cell]
-
-
 @functools.lru_cache(maxsize=16)
-def _by_cell(name: str, overlays: tuple[str, ...]) -> dict[Cell, CellResult]:
-    return {r.cell: r for r in resolve_named(name, overlays)}
+def _by_cell(name: str, overlays: tuple[str, ...], rules: str | None) -> dict[Cell, CellResult]:
+    return {r.cell: r for r in resolve_named(name, overlays, rules)}

@@ -2,7 +2,7 @@
 
     kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8                       # basic launcher
     kselect sweep -m platform=sm80,sm90 kv_cache=auto,fp8 hydra/launcher=joblib  # local processes
-    kselect sweep -m matrix=smoke overlay=[pr48666]     # the axes (and rules) of conf/matrix/smoke.yaml
+    kselect sweep -m matrix=seed_smoke overlay=[pr48666]   # the axes (and rules) of conf/matrix/seed_smoke.yaml
     kselect gather multirun/<date>/<time>                # one table of every job
 
 Every job composes the normal kselect config (conf/config.yaml plus its overrides), resolves
@@ -45,9 +45,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.compose import CONF_DIR, validate
-from ..base.hydra_app import task_overrides
-from ..base.errors import KSelectError, SelectionError
+from ..config.compose import CONF_DIR, compose_raw, validate
+from ..base.hydra_app import spelled_release, task_overrides
+from ..base.errors import KSelectError, SelectionError, one_line
 from ..base.files import atomic_write
 from ..config.guard import SWEEP_HYDRA_KEYS, check_conf_tree, check_overrides
 from ..review.matrix import load_matrix
@@ -84,7 +84,8 @@ def run_job(cfg: DictConfig, overrides: list[str]) -> dict:
     """Resolve one composed config; never raises for a bad cell."""
     record: dict = {"overrides": list(overrides)}
     try:
-        kcfg = validate(OmegaConf.to_container(cfg, resolve=True), overrides)
+        data = compose_raw(overrides) if spelled_release() else OmegaConf.to_container(cfg, resolve=True)
+        kcfg = validate(data, overrides)
         sel = select(kcfg, Evidence.load(CONF_DIR))  # the evidence of the conf tree the job composed from
         record.update(outcome="ok", selection=as_dict(sel))
     except SelectionError as e:
@@ -121,7 +122,7 @@ def job(cfg: DictConfig) -> int:
         raise KSelectError(f"sweep: {prev} already exists (another sweep wrote there); allowed: a new hydra.sweep.dir")
     atomic_write(prev, json.dumps(record, indent=2) + "\n")
     groups = record.get("selection", {}).get("groups", [])
-    summary = ", ".join(f"{g['kind']}={g['backend']}" for g in groups if not g["draft"]) or record.get("error", "").split("\n")[0]
+    summary = ", ".join(f"{g['kind']}={g['backend']}" for g in groups if not g["draft"]) or one_line(record.get("error", ""))
     print(f"[kselect job {num}] {' '.join(record['overrides'])}: {record['outcome']}: {summary}")
     return 0
 

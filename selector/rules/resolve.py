@@ -327,7 +327,8 @@ def finish_group(ctx: Resolution, g: Group, ch: Choice, kv_block: int) -> GroupS
                   **quantization, mm_prefix=ctx.cfg.model.multimodal and not g.draft)
     claims, claim_warnings = claim_checks(ctx.conformance, ctx.cfg.platform, fields, ctx.cfg.model.dtype,
                                           group_id(g.kind, g.draft))
-    return GroupSelection(**fields, rejected={k: tuple(v) for k, v in ch.rejected.items()}, trace=tuple(ch.trace),
+    return GroupSelection(**fields, sinks=g.sinks, sparse=g.sparse, mamba_type=g.mamba_type,
+                          rejected={k: tuple(v) for k, v in ch.rejected.items()}, trace=tuple(ch.trace),
                           reasons=tuple(ch.reasons + g.notes), warnings=tuple(ch.warnings) + claim_warnings,
                           claims=claims)
 

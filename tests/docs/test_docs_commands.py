@@ -28,7 +28,7 @@ from kselect.selector.base.cli_errors import call_main  # noqa: E402
 
 TABLE = (r"(?m)^sliding_window\s", r"(?m)^full_attention\s", r"why: ")
 MATRIX_BLOCKS = r"(?m)^\S+-pr53175: cache block \d+\n(  \S+ +\S+ +kernel \d+ .*\n)+"
-REVIEW_DIFF = "kselect diff b.overlay=[pr48666] format=markdown"
+REVIEW_DIFF = "kselect diff matrix=seed b.overlay=[pr48666] format=markdown"
 GPU = "needs CUDA and the kernels (docs/gpu-tests.md); the GPU tests run it on an H100/H200"
 WHOLE_MATRIX = "a diff of the whole matrix, twice over (minutes on 2 cores); tests/selector/test_diff*.py cover diff on small matrices"
 RUNS_MODEL = ("runs the bundled model (tens of seconds each on CPU); README's `kselect run` is run by test_readme_commands.py "
@@ -82,7 +82,7 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
     "matrix.md": {
         "kselect matrix matrix=golden overlay=[pr53175]": Run("kselect matrix matrix=golden overlay=[pr53175]",
                                                              shows=(MATRIX_BLOCKS,)),
-        "kselect plot b.overlay=[pr48666] out=plots/pr48666": Skip(
+        "kselect plot matrix=seed b.overlay=[pr48666] out=plots/pr48666": Skip(
             "the diff of the whole matrix, drawn; tests/selector/test_plot.py draws the same blocks on small matrices"),
     },
     "models.md": {
@@ -114,12 +114,12 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
             "that it refuses a folder holding files"),
     },
     "reviewing.md": {
-        REVIEW_DIFF: Run(REVIEW_DIFF, shows=(r"\*\*kselect diff \[\] -> \[pr48666\] over matrix default",)),
-        "kselect diff a.overlay=[pr48666] b.overlay=[pr48666,pr52987]": Skip(WHOLE_MATRIX),
+        REVIEW_DIFF: Run(REVIEW_DIFF, shows=(r"\*\*kselect diff \[\] -> \[pr48666\] over matrix seed",)),
+        "kselect diff matrix=seed a.overlay=[pr48666] b.overlay=[pr48666,pr52987]": Skip(WHOLE_MATRIX),
         "kselect diff a.conf=git:HEAD check=true": Skip(WHOLE_MATRIX),
         "kselect diff a.conf=git:HEAD~1 check=true": Skip(WHOLE_MATRIX),
         "kselect diff a.conf=git:bb8f2a6 a.rules=base b.rules=vllm_0_33_0": Skip(WHOLE_MATRIX),
-        "kselect plot b.overlay=[pr48666] out=plots/pr48666": Skip("shown in matrix.md too; skipped there"),
+        "kselect plot matrix=seed b.overlay=[pr48666] out=plots/pr48666": Skip("shown in matrix.md too; skipped there"),
         "kselect matrix matrix=golden overlay=[pr53175]": Skip("shown in matrix.md too; run there"),
         "python -m pytest tests/selector/test_golden.py --snapshot-update": Skip("rewrites the golden files: a reviewer's step"),
     },

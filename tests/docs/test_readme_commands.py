@@ -56,7 +56,7 @@ COMMANDS: dict[str, Run | Skip] = {
         "kselect select platform=sm90 model=gemma4_31b kv_cache=fp8 objective=latency",
         shows=(r"chosen by objective latency", r"runner-up", r"vLLM's choice")),
     # the same command opens reviewing.md: test_docs_commands.py runs it once, and checks that page's excerpt of it
-    "kselect diff b.overlay=[pr48666] format=markdown": Skip("run by test_docs_commands.py (reviewing.md)"),
+    "kselect diff matrix=seed b.overlay=[pr48666] format=markdown": Skip("run by test_docs_commands.py (reviewing.md)"),
     # Any model: each family's line shows what the README's comment says (the oracle holds it to vLLM's own code)
     "kselect select platform=sm90 model=llama3_1_8b": Run(
         "kselect select platform=sm90 model=llama3_1_8b", shows=(r"(?m)^full_attention\s.*FLASH_ATTN\s+3\s+64\s+64\s",)),

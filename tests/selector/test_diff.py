@@ -25,7 +25,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kselect.commands.diff", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def _diff(a, b, matrix="default"):
+def _diff(a, b, matrix="seed"):
     spec = load_matrix(matrix)
     return diff_results(spec, list(resolve_named(matrix, a)), list(resolve_named(matrix, b)), f"{list(a)}", f"{list(b)}")
 
@@ -99,7 +99,7 @@ def _invert(lines):
 
 
 def test_no_change_is_empty_and_check_passes():
-    d = _diff(("pr48666", "pr52987"), (), "smoke")
+    d = _diff(("pr48666", "pr52987"), (), "seed_smoke")
     assert d.changed == [] and d.blocks == []
     assert "no cell changed" in render(d, "table")
 
@@ -125,15 +125,15 @@ def cli(capsys, *args: str) -> tuple[int, str]:
 
 
 def test_cli_markdown_json_and_check(capsys):
-    code, out = cli(capsys, "b.overlay=[pr48666]", "matrix=smoke", "format=markdown", "check=true")
+    code, out = cli(capsys, "b.overlay=[pr48666]", "matrix=seed_smoke", "format=markdown", "check=true")
     assert code == 1
-    assert out.startswith("**kselect diff [] -> [pr48666] over matrix smoke")
+    assert out.startswith("**kselect diff [] -> [pr48666] over matrix seed_smoke")
     assert "**all groups: TRITON_ATTN -> FLASH_ATTN v4**" in out
     assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=true`" in out
-    code, out = cli(capsys, "a.overlay=[pr48666]", "b.overlay=[pr48666,pr52987]", "matrix=smoke", "format=json")
+    code, out = cli(capsys, "a.overlay=[pr48666]", "b.overlay=[pr48666,pr52987]", "matrix=seed_smoke", "format=json")
     d = json.loads(out)
     assert code == 0 and d["summary"]["changed"] > 0 and d["blocks"][0]["cells"]
-    code, out = cli(capsys, "b.overlay=[pr48666,pr52987]", "matrix=smoke", "check=true")
+    code, out = cli(capsys, "b.overlay=[pr48666,pr52987]", "matrix=seed_smoke", "check=true")
     assert code == 0 and "no cell changed" in out
     bad = run("frob=1")  # the CLI's exit status for a bad argument
     assert bad.returncode == 2 and "frob" in bad.stderr and "Traceback" not in bad.stderr
@@ -156,14 +156,14 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     repo = f"repo={conf_repo}"
     rules = conf_repo / "conf" / "rules" / "post_pr52987.yaml"
     rules.write_text(rules.read_text() + "# a comment changes nothing\n")
-    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=smoke", repo, "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=seed_smoke", repo, "check=true")
     assert code == 0 and "no cell changed" in out, out
     caps = conf_repo / "conf" / "capabilities" / "default.yaml"
     text = caps.read_text()
     fi_blocks = "  kernel_block_sizes: [16, 32, 64]"  # FLASHINFER's
     assert text.count(fi_blocks) == 1
     caps.write_text(text.replace(fi_blocks, "  kernel_block_sizes: [32, 64]", 1))
-    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=smoke", repo, "format=json", "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "matrix=seed_smoke", repo, "format=json", "check=true")
     assert code == 1
     d = json.loads(out)
     [block] = [b for b in d["blocks"] if b["kind"] == "selection"]
@@ -171,9 +171,9 @@ def test_git_revision_against_worktree(conf_repo, capsys):
     assert block["details"][0] == {"change": "sliding_window: kernel block 16 -> 32, kv block 16 -> 32", "where": None}
     # git:<rev>:[overlays] and worktree:[overlays]
     # (under pr48666 those cells run FA4, so FLASHINFER's block sizes no longer matter)
-    code, out = cli(capsys, "a.conf=git:HEAD", "a.overlay=[pr48666]", repo, "matrix=smoke", "check=true")
+    code, out = cli(capsys, "a.conf=git:HEAD", "a.overlay=[pr48666]", repo, "matrix=seed_smoke", "check=true")
     assert code == 0 and "no cell changed" in out, out
-    code, out = cli(capsys, "a.conf=git:HEAD", "b.overlay=[pr48666]", repo, "matrix=smoke")
+    code, out = cli(capsys, "a.conf=git:HEAD", "b.overlay=[pr48666]", repo, "matrix=seed_smoke")
     assert code == 0 and "all groups: TRITON_ATTN -> FLASH_ATTN v4" in out
     with pytest.raises(KSelectError, match="nope: not a commit"):
         diff_main(["a.conf=git:nope", repo])
@@ -212,16 +212,16 @@ def test_git_revision_from_before_the_rules_options(old_conf_repo, capsys):
     """The matrix declares rules=post_pr52987, which the old revision lacks (it had `base`, the same
     rules): that side composes its own default and says so; the seed's rules did not move."""
     repo = f"repo={old_conf_repo}"
-    code = diff_main(["a.conf=git:HEAD", "matrix=smoke", repo, "check=true"])
+    code = diff_main(["a.conf=git:HEAD", "matrix=seed_smoke", repo, "check=true"])
     out, err = capsys.readouterr()
     assert code == 0 and "no cell changed" in out, out
     assert "rules=base -> worktree:[] rules=post_pr52987" in out
     assert "has no rules option 'post_pr52987'" in err and "a.rules=" in err
     # a rules option named for both sides must exist on both: exit 2 naming the per-side key
     with pytest.raises(KSelectError, match=r"a.rules=vllm_0_33_0: the a side .* has no rules option .* e.g. a.rules=base"):
-        diff_main(["a.conf=git:HEAD", "matrix=smoke", repo, "rules=vllm_0_33_0"])
+        diff_main(["a.conf=git:HEAD", "matrix=seed_smoke", repo, "rules=vllm_0_33_0"])
     # per side: the old seed rules against vLLM 0.33.0's, example commands under b's rules
-    code = diff_main(["a.conf=git:HEAD", "a.rules=base", "b.rules=vllm_0_33_0", "matrix=smoke", repo, "format=json"])
+    code = diff_main(["a.conf=git:HEAD", "a.rules=base", "b.rules=vllm_0_33_0", "matrix=seed_smoke", repo, "format=json"])
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and d["summary"]["changed"] > 0
     assert all("rules=vllm_0_33_0" in b["example"] for b in d["blocks"] if b["example"])

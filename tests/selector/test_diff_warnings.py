@@ -48,6 +48,9 @@ def _selection(case: str):
 def test_selection_formats_show_the_warning(case, fmt):
     needle = CASES[case][1]
     text = render(_selection(case), fmt, cfg=_config(case))
+    if fmt == "table" and case == "unverified":  # a note: one summary line, in full under verbose=true
+        assert "note: claims of the selected kernels unverified on sm100 (2 groups)" in text and needle not in text
+        text = render(_selection(case), fmt, True, cfg=_config(case))
     if fmt == "json":
         text = json.dumps([w for g in json.loads(text)["groups"] for w in g["warnings"]])
     assert needle in text

@@ -80,7 +80,7 @@ def test_multirun_two_values_and_run_dir(tmp_path):
 
 
 def test_diff_multirun_one_diff_per_value(tmp_path):
-    p = kselect("diff", "-m", "b.overlay=[pr48666],[pr53175]", "matrix=smoke", f"hydra.sweep.dir={tmp_path / 'm'}", cwd=tmp_path)
+    p = kselect("diff", "-m", "b.overlay=[pr48666],[pr53175]", "matrix=seed_smoke", f"hydra.sweep.dir={tmp_path / 'm'}", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     heads = [x for x in p.stdout.splitlines() if x.startswith("kselect diff")]
     assert [h.split(" over ")[0] for h in heads] == ["kselect diff [] -> [pr48666]", "kselect diff [] -> [pr53175]"]

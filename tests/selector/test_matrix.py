@@ -98,7 +98,7 @@ SAMPLE = [
 def test_fast_path_equals_hydra_compose(cid, overlays):
     """The matrix's fast path (one compose, model_copy) and `kselect select <overrides>`
     give the same selection, or the same error."""
-    cell = next(c for c in expand(load_matrix("default")) if c.id == cid).with_overlays(overlays)
+    cell = next(c for c in expand(load_matrix("seed")) if c.id == cid).with_overlays(overlays)
     [fast] = resolve_cells([cell])
     cfg = compose(cell.overrides())
     assert fast.config == cfg
@@ -134,7 +134,7 @@ def test_one_compose_per_overlay_set(monkeypatch):
     real = m.compose_raw
     monkeypatch.setattr(m, "compose_raw", lambda *a, **k: calls.append(a) or real(*a, **k))
     monkeypatch.setattr(m, "_COMPOSED", {})  # composes are shared per process: start from none
-    cells = expand(load_matrix("smoke"))
+    cells = expand(load_matrix("seed_smoke"))
     b = Builder()
     resolve_cells([c.with_overlays(ov) for ov in ((), ("pr48666",)) for c in cells], builder=b)
     resolve_cells(cells, builder=b)
@@ -143,7 +143,7 @@ def test_one_compose_per_overlay_set(monkeypatch):
 
 def test_default_matrix_resolves_every_cell():
     """5,000+ cells, each a result (its time is bench/selector/bench_selector.py's, not a test's)."""
-    res = resolve_named("default", ("pr53175",))
+    res = resolve_named("seed", ("pr53175",))
     assert len(res) > 5000
     assert all(r.selection is not None or r.failure is not None for r in res)
 

@@ -179,10 +179,10 @@ def test_explain_answers_the_fp8_question(fake_gpu):
     assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
     dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
     assert dec["best"] == {"backend": "FLASHINFER", "ms": 0.05, "bucket": "FLASHINFER:fp8:d256:w1024:decode:b1:c8192:h32x16:p16",
-                           "kernel_ms": 0.05, "host_ms": None}  # no host time or plan in this figure: ms is the kernels
+                           "kernel_ms": 0.05, "host_ms": None, "page": 16}  # no host time or plan in this figure: ms is the kernels
     assert dec["best_err"] == 0.02
     text = to_text(d)
-    assert "1.60x faster" in text and "decode step, all layers (fastest verified): bfloat16 6.5 ms, fp8 4.5 ms" in text
+    assert "1.60x faster" in text and "decode step, all layers (latency's choice): bfloat16 6.5 ms, fp8 4.5 ms" in text
     assert "2.0x the tokens" in text and "prefill step: not every group is measured (no guess)" in text
 
 
@@ -198,7 +198,7 @@ def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake
     h = d["caches"]["bfloat16"]["prefill_headroom"]  # the record the text is rendered from (JSON output)
     assert (h["vllm_ms"], h["best_ms"], h["step_ms"]) == (40.0, 37.0, 400.0) and h["share"] == pytest.approx(0.0075)
     # sliding: FA4 0.5 ms either way (50 layers); full: vLLM's FA4 1.5 ms vs FLASHINFER 1.2 ms (10 layers)
-    assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, fastest verified 37 ms: 3 ms saved = 0.75% " \
+    assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, latency's choice 37 ms: 3 ms saved = 0.75% " \
         "of the model's measured prefill step (400 ms wall, gemma4_31b:prefill:b1:c4096" in to_text(d)
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0, context=2048)])
     text = to_text(explain(compose(BASE), evidence()))

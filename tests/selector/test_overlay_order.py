@@ -47,8 +47,8 @@ def test_the_refused_lists_are_the_ones_that_contradict(capsys):
 
 def test_history_composes_to_the_re_land_alone():
     """[pr48666, pr52987, pr53175] (merge, revert, re-land) selects exactly what [pr53175] does."""
-    history = resolve_named("smoke", ("pr48666", "pr52987", "pr53175"))
-    reland = resolve_named("smoke", ("pr53175",))
+    history = resolve_named("seed_smoke", ("pr48666", "pr52987", "pr53175"))
+    reland = resolve_named("seed_smoke", ("pr53175",))
     assert len(history) == len(reland) > 10
     def without_overlays(rows):  # the selections, with the environment's own record of the overlays left out
         return [(r.selection and r.selection.model_dump(exclude={"environment": {"overlays"}}), r.error) for r in rows]

@@ -18,7 +18,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
 
 def test_diff_grid_picture(tmp_path, capsys):
     out = tmp_path / "pr48666"
-    assert main(["b.overlay=[pr48666]", "style=grid", "matrix=smoke", f"out={out}"]) == 0
+    assert main(["b.overlay=[pr48666]", "style=grid", "matrix=seed_smoke", f"out={out}"]) == 0
     assert "20 of 48 cells changed" in capsys.readouterr().out
     w, h = _png_size(out.with_suffix(".png").read_bytes())
     assert 600 < w < 3000 and 600 < h < 4000
@@ -54,8 +54,8 @@ def test_diff_blocks_picture_is_the_diff(tmp_path, capsys):
     from kselect.selector.review.diff import diff_overlays
 
     out = tmp_path / "blocks"
-    assert main(["b.overlay=[pr48666]", "matrix=smoke", f"out={out}"]) == 0
-    d = diff_overlays((), ("pr48666",), "smoke")
+    assert main(["b.overlay=[pr48666]", "matrix=seed_smoke", f"out={out}"]) == 0
+    d = diff_overlays((), ("pr48666",), "seed_smoke")
     assert f"{len(d.blocks)} blocks" in capsys.readouterr().out
     page = out.with_suffix(".html").read_text()
     assert page.count("<tr") == len(d.blocks) + 1  # a header and one row per block
@@ -70,7 +70,7 @@ def test_diff_blocks_picture_is_the_diff(tmp_path, capsys):
 @pytest.mark.slow
 def test_diff_picture_of_the_default_matrix_opens_comfortably(tmp_path, capsys):
     out = tmp_path / "default"
-    assert main(["b.overlay=[pr48666]", f"out={out}"]) == 0  # matrix default, as kselect diff
+    assert main(["b.overlay=[pr48666]", "matrix=seed", f"out={out}"]) == 0  # the seed story: its matrix
     assert "5376 cells: " in capsys.readouterr().out
     assert out.with_suffix(".html").stat().st_size < 1_000_000 and out.with_suffix(".png").stat().st_size < 500_000
     w, h = _png_size(out.with_suffix(".png").read_bytes())

@@ -10,7 +10,7 @@ from kselect.selector.review.pytest_plugin import CellCase
 # ---------------------------------------------------------------- a real test over the smoke matrix
 
 
-@pytest.mark.kselect_matrix("smoke", overlays=[[], ["pr48666"]])
+@pytest.mark.kselect_matrix("smoke", rules="post_pr52987", overlays=[[], ["pr48666"]])
 def test_selection_invariants(kselect_cell):
     cell, cfg, sel = kselect_cell
     assert isinstance(kselect_cell, CellCase) and kselect_cell.error is None
@@ -48,7 +48,7 @@ PLUGIN = ("-p", "kselect.selector.review.pytest_plugin", "-p", "no:hypothesispyt
 TEST_FILE = """
 import pytest
 
-@pytest.mark.kselect_matrix("smoke", overlays=[[], ["pr48666"]])
+@pytest.mark.kselect_matrix("smoke", rules="post_pr52987", overlays=[[], ["pr48666"]])
 def test_cell(kselect_cell):
     cell, cfg, sel = kselect_cell
     assert sel.environment["model"] == cell.model

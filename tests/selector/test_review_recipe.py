@@ -50,7 +50,10 @@ def test_conf_change_against_its_base(tmp_path):
     summary = tmp_path / "summary.md"
     p = recipe(repo, "main", summary=summary)
     assert p.returncode == 1, p.stderr  # check=true: something moved
-    assert p.stdout.startswith("**kselect diff git:")
+    # a capability reaches every rules option: one diff each (the seed story's included)
+    assert p.stdout.startswith("**kselect review: conf/ files changed: capabilities/default.yaml; rules options they "
+                               "reach: post_pr52987, vllm_0_32_0, vllm_0_33_0, vllm_0_34_0; 4 diffs, cells changed**")
+    assert "#### rules=post_pr52987 over matrix smoke" in p.stdout and "**kselect diff git:" in p.stdout
     assert "sliding_window: kernel block 16 -> 32, kv block 16 -> 32" in p.stdout
     assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=false`" in p.stdout
     published = summary.read_text()
@@ -72,3 +75,25 @@ def test_workflow_and_hook_call_the_script():
     assert any("bench/review/conf_diff.sh" in s.get("run", "") for s in steps)
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["entry"] == "bench/review/conf_diff.sh" and hook["files"] == "^conf/" and os.access(SCRIPT, os.X_OK)
+
+
+def test_an_overlay_of_the_default_release_fails_the_review(tmp_path):
+    """The reviewer's journey (#51): `default_block_size: 64 -> 32` in the default release's overlay. The review
+    check reaches that release (and no other) and lists the cells that moved; exit 1."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CONF_DIR, repo / "conf", ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "conf")
+    git(repo, "commit", "-qm", "conf")
+    ov = repo / "conf" / "overlay" / "vllm_0_34_0.yaml"
+    text = ov.read_text()
+    assert text.count("    default_block_size: 64\n") == 1
+    ov.write_text(text.replace("    default_block_size: 64\n", "    default_block_size: 32\n"))
+    p = recipe(repo)  # the pre-commit hook's call: the uncommitted change against HEAD
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.startswith("**kselect review: conf/ files changed: overlay/vllm_0_34_0.yaml; rules options they "
+                               "reach: vllm_0_34_0; 1 diffs, cells changed**"), p.stdout[:400]
+    assert "#### rules=vllm_0_34_0 over matrix smoke" in p.stdout
+    assert "over matrix smoke (48 cells): 16 changed (16 selection" in p.stdout
+    assert "| 16 | `sm90 × gemma4_tiny`<br>`sm90 × kv=auto` | all groups: kernel block 64 -> 32, kv block 64 -> 32" in p.stdout
+    assert "cache block 64 -> 32" in p.stdout

@@ -71,14 +71,17 @@ def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple
 
 
 def _worker(task) -> list[dict]:
-    src, cc, items, root = task
+    src, cc, items, root, configs = task
     from kselect.oracle import vllm_chain
 
     vllm_chain.boot(src, tuple(int(x) for x in cc.split(".")))
     from kselect.oracle.models import preset as _preset, write_model_dirs
+    from kselect.oracle.registry import write_model_dirs as registry_dirs
 
     dirs, out = {}, []
     for item in items:
+        if item["model"] not in dirs and configs and item["model"] in configs:  # a registry-grid architecture
+            dirs[item["model"]] = registry_dirs(configs, Path(root), [item["model"]])[item["model"]]
         if item["model"] not in dirs:
             dirs[item["model"]] = write_model_dirs(_preset(item["model"]), Path(root))
         target, drafter = dirs[item["model"]]
@@ -120,20 +123,30 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--chunk", type=int, default=150, help="commands per worker process (each boots vLLM once)")
-    p.add_argument("--grid", choices=("gemma4", "models"), default="gemma4",
-                   help="the oracle grid whose cells are exported (kselect/oracle/cells.py: grid or models_grid)")
+    p.add_argument("--grid", choices=("gemma4", "models", "registry"), default="gemma4",
+                   help="the oracle grid whose cells are exported (kselect/oracle/cells.py: grid or models_grid; "
+                        "registry: kselect/oracle/registry.py, its configs from --configs)")
+    p.add_argument("--configs", default=None, help="--grid registry: the record's .configs.json")
     p.add_argument("--cc", nargs="*", default=None)
     p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
     p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
     a = p.parse_args(argv)
-    cells = [c for c in (models_grid() if a.grid == "models" else grid()) if a.cc is None or c.cc in a.cc]
+    configs = None
+    if a.grid == "registry":
+        from kselect.oracle.registry import load_configs, registry_grid
+
+        configs = load_configs(Path(a.configs))["configs"]
+        every = registry_grid(configs)
+    else:
+        every = models_grid() if a.grid == "models" else grid()
+    cells = [c for c in every if a.cc is None or c.cc in a.cc]
     if a.cells_from:
         from kselect.oracle.compare import load_records
 
         have = {r["key"] for r in load_records(a.cells_from)}
         cells = [c for c in cells if c.key in have]
     t0 = time.perf_counter()
-    exports = kselect_exports(cells, a.rules)
+    exports = kselect_exports(cells, a.rules, None, configs)
     # one run per distinct (capability, model, command)
     uniq: dict[tuple, dict] = {}
     members: dict[tuple, list[str]] = {}
@@ -159,7 +172,7 @@ def main(argv=None) -> int:
     for k, item in uniq.items():
         by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
     root = tempfile.mkdtemp(prefix="kselect_export_models_")
-    tasks = [(a.src, cc, items[i:i + a.chunk], root) for cc, items in by_cc.items() for i in range(0, len(items), a.chunk)]
+    tasks = [(a.src, cc, items[i:i + a.chunk], root, configs) for cc, items in by_cc.items() for i in range(0, len(items), a.chunk)]
     print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules}); "
           f"{len(uniq)} distinct commands in {len(tasks)} chunks", file=sys.stderr, flush=True)
     results = []

@@ -66,9 +66,12 @@ def parser() -> argparse.ArgumentParser:
                         "config's default)")
     p.add_argument("--grid", choices=GRIDS, default="gemma4",
                    help="gemma4 (default): the Gemma-4 grid; models: the other families' presets x capability x "
-                        "KV auto/fp8 x auto and each family's backend pins (no vision, MTP or FA pin)")
+                        "KV auto/fp8 x auto and each family's backend pins (no vision, MTP or FA pin); registry: "
+                        "the same for every text-generation architecture of the release's registry whose config "
+                        "class ships with transformers (a config made from the class's defaults, a few layers)")
     p.add_argument("--out", default=None, help="the record (default: oracle_<version>.jsonl.gz here, "
-                                               "oracle_models_<version>.jsonl.gz for --grid models)")
+                                               "oracle_models_<version>.jsonl.gz for --grid models, oracle_registry_... "
+                                               "for --grid registry, its configs beside it as .configs.json)")
     p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
                    help="exit 1 when any field agrees on less than this percentage (default 99.5)")
     p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")
@@ -99,7 +102,11 @@ GRID_AXES = {
                "backend": BACKEND_PINS, "spec": SPEC},
     "models": {"cc": PLATFORMS, "model": HF_MODELS, "kv": MODELS_KV_DTYPES, "mm": ("0",), "fa": ("-",),
                "backend": MODELS_BACKEND_PINS, "spec": ("none",)},
+    # the registry's architectures are known once the release's configs are made (kselect/oracle/registry.py)
+    "registry": {"cc": PLATFORMS, "model": None, "kv": MODELS_KV_DTYPES, "mm": ("0",), "fa": ("-",),
+                 "backend": MODELS_BACKEND_PINS, "spec": ("none",)},
 }
+STEMS = {"gemma4": "oracle_", "models": "oracle_models_", "registry": "oracle_registry_"}
 
 
 def _check_filter(name: str, values: list[str], allowed, grid_name: str = "gemma4") -> None:
@@ -109,12 +116,18 @@ def _check_filter(name: str, values: list[str], allowed, grid_name: str = "gemma
                        f"allowed: {', '.join(allowed)}.")
 
 
-def _cells(a):
-    axes = GRID_AXES[a.grid]
+def _cells(a, configs: dict | None = None):
+    axes = dict(GRID_AXES[a.grid])
+    if a.grid == "registry":
+        axes["model"] = tuple(sorted(configs or ()))
     for name, allowed in axes.items():
         if getattr(a, name) is None:
             setattr(a, name, list(allowed))
         _check_filter(name, getattr(a, name), list(allowed), a.grid)
+    if a.grid == "registry":
+        from kselect.oracle.registry import registry_grid
+
+        return registry_grid(configs or {}, ccs=a.cc, models=a.model, kv_dtypes=a.kv, backends=a.backend)
     if a.grid == "models":
         return models_grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, backends=a.backend)
     return grid(ccs=a.cc, models=a.model, kv_dtypes=a.kv, multimodal=[m == "1" for m in a.mm],
@@ -160,31 +173,43 @@ def main(argv: list[str] | None = None) -> int:
     a = out = None
     try:
         a = parser().parse_args(argv)
-        cells = _cells(a)
+        cells = _cells(a) if a.grid != "registry" else None
         if a.ray_address:
             _ray_available(a.ray_address)
         release = envmod.resolve(a.source)
         rules = None if a.no_compare else _rules_for(a, release.version)
-        stem = "oracle_models_" if a.grid == "models" else "oracle_"
-        out = Path(a.out or f"{stem}{release.version.replace('.', '_')}.jsonl.gz")
+        out = Path(a.out or f"{STEMS[a.grid]}{release.version.replace('.', '_')}.jsonl.gz")
         if a.out and not out.parent.is_dir():
             raise BadInput(f"kselect oracle: --out {a.out}: the folder {out.parent} does not exist.")
         for flag, path in (("--out", a.out), ("--report", a.report), ("--json", a.json_out)):  # refused before any work
             if path and (Path(path).is_dir() or not Path(path).parent.is_dir()):
                 raise BadInput(f"kselect oracle: {flag} {path}: not a file in an existing folder; allowed: a file path "
                                "whose folder exists.")
+        configs = model_dirs = None
+        if a.grid == "registry":
+            from kselect.oracle import registry
+
+            cpath = registry.configs_path(out)
+            if a.dry_run and not cpath.is_file():
+                raise BadInput(f"kselect oracle: --grid registry --dry-run: {cpath} is not made yet (a run makes it "
+                               "in the release's venv first).")
+            configs = (registry.load_configs(cpath) if a.dry_run else registry.make_configs(envmod.ensure(release), cpath))["configs"]
+            cells = _cells(a, configs)
+
+            def model_dirs(root, models):
+                return registry.write_model_dirs(configs, root, models)
         if a.dry_run:
             return _dry_run(release, cells, out, rules, a)
         env = envmod.ensure(release)
         from kselect.oracle.run import run_grid
 
         res = run_grid(cells, out, worker_cmd(env), jobs=a.jobs, batch_size=a.batch_size,
-                       ray_address=a.ray_address)
+                       ray_address=a.ray_address, model_dirs=model_dirs)
         print(f"oracle: vLLM {release.version}: {res.cells} cells in {out} ({res.ran} run in {res.seconds:.0f} s)",
               file=sys.stderr)
         if a.no_compare:
             return 0
-        return _compare(out, rules, release.version, a)
+        return _compare(out, rules, release.version, a, configs)
     except BadInput as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -216,14 +241,23 @@ def _dry_run(release, cells, out, rules, a) -> int:
     return 0
 
 
-def _compare(out: Path, rules: str | None, version: str, a) -> int:
+def _compare(out: Path, rules: str | None, version: str, a, configs: dict | None = None) -> int:
     from kselect.oracle.cells import FIELDS
     from kselect.oracle.compare import compare, load_records, render, to_json
     from kselect.selector.base.files import atomic_write
 
-    rep = compare(load_records(out), rules=rules)
+    from kselect.oracle.cells import Cell
+    from kselect.oracle.compare import kselect_records
+
+    records = load_records(out)
+    ks = kselect_records([Cell.from_dict(r["cell"]) for r in records], rules, None, configs)
+    rep = compare(records, rules=rules, kselect=ks)
     head = f"# kselect `rules={rules or '(config default)'}` against vLLM {version}'s own chain\n\n"
     text = render(rep, a.limit, examples=a.examples)
+    if configs is not None:  # the registry grid: per architecture, and its two figures
+        from kselect.oracle.registry import summarize
+
+        text += "\n" + summarize(records, rep, ks, rules, out)
     low = [f for f in FIELDS if 100 * rep.rate(f) < a.min_agreement]
     verdict = (f"\nbelow --min-agreement {a.min_agreement}%: {', '.join(low)}" if low
                else f"\nevery field at or above --min-agreement {a.min_agreement}%")

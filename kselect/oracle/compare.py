@@ -37,8 +37,10 @@ def load_records(path: str | Path) -> list[dict]:
 # ------------------------------------------------------------------------- kselect's side
 
 
-def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
-    """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}."""
+def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
+                    hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
+    """kselect's selection per cell in the oracle's record shape: {key: {"groups", "error"}}. A cell whose model
+    is a key of `hf_configs` (the registry grid: an architecture's name) selects `model=hf` with that config."""
     from kselect.selector.base.errors import KSelectError, SelectionError
     from kselect.selector.api import resolve
 
@@ -55,7 +57,8 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
+                                               else _matrix_cell(c)]))
             sel = resolve(cfg)
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
@@ -77,17 +80,18 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     return out
 
 
-def _matrix_cell(c: Cell):
-    """The oracle cell as a kselect matrix cell (pins as dotted overrides)."""
+def _matrix_cell(c: Cell, hf_config: dict | None = None):
+    """The oracle cell as a kselect matrix cell (pins as dotted overrides; a registry config as model.hf_config)."""
     from kselect.selector.review.matrix import Cell as MatrixCell
 
-    pins = []
+    pins = [] if hf_config is None else [("model.hf_config", hf_config)]
     if c.fa is not None:
         pins.append(("attention.flash_attn_version", c.fa))
     if c.backend != "auto":
         pins.append(("attention.backend", c.backend))
-    return MatrixCell(platform=c.platform, model=c.model, kv_cache=c.kv_cache, spec_decode=c.spec,
-                      multimodal=c.multimodal, pin="+".join(f"{k}={v}" for k, v in pins) or "auto",
+    return MatrixCell(platform=c.platform, model=c.model if hf_config is None else "hf", kv_cache=c.kv_cache,
+                      spec_decode=c.spec, multimodal=c.multimodal,
+                      pin="+".join(f"{k}={c.model if k == 'model.hf_config' else v}" for k, v in pins) or "auto",
                       pin_sets=tuple(pins))
 
 
@@ -158,11 +162,11 @@ class Report:
 
 
 def compare(records: list[dict], rules: str | None = None, kselect: dict[str, dict] | None = None,
-            conf_dir=None) -> Report:
+            conf_dir=None, hf_configs: dict[str, dict] | None = None) -> Report:
     """Compare oracle records with kselect (resolved here unless `kselect` is given)."""
     cells = [Cell.from_dict(r["cell"]) for r in records]
     if kselect is None:
-        kselect = kselect_records(cells, rules, conf_dir)
+        kselect = kselect_records(cells, rules, conf_dir, hf_configs)
     rep = Report(rules=rules, cells=len(records))
     for r, c in zip(records, cells):
         _compare_one(rep, r, kselect[c.key], c)

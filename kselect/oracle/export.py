@@ -8,9 +8,10 @@ import shlex
 from kselect.oracle.cells import Cell
 
 
-def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) -> dict[str, dict]:
+def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
+                    hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
-    cell kselect selects (a command, or the export's one-line refusal)."""
+    cell kselect selects (a command, or the export's one-line refusal); `hf_configs`: the registry grid's configs."""
     from kselect.oracle.compare import _RulesBuilder, _matrix_cell
     from kselect.selector.base.errors import KSelectError
     from kselect.selector.api import resolve
@@ -24,7 +25,8 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None) 
     out = {}
     for c in cells:
         try:
-            ((_, cfg),) = list(builder.configs([_matrix_cell(c)]))
+            ((_, cfg),) = list(builder.configs([_matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {})
+                                               else _matrix_cell(c)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

@@ -101,6 +101,7 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     # construction: a stand-in that layers keep and never use here (modules import the function)
     torch_utils._aux_stream = _NoStream()
     torch.cuda.Event = _NoStream  # and the events that sync with it (made beside it, never recorded)
+    torch.cuda.Stream = _NoStream  # a layer that makes a stream of its own (Cohere2-MoE's shared experts)
     # FlashInfer's impl allocates its multi-CTA KV counter on the CUDA device at layer init
     import vllm.v1.attention.backends.flashinfer as fi_backend
 
@@ -110,6 +111,21 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     import vllm.model_executor.model_loader.utils as loader_utils
 
     loader_utils.record_metadata_for_reloading = lambda model: None
+    # an MoE router with fp32 weights registers a CuTeDSL kernel's JIT warmup on SM90 at construction (importing
+    # the CUTLASS DSL, which a CPU venv lacks): a warmup, never part of selection
+    from vllm.model_executor.layers.fused_moe.router import gate_linear
+
+    for cls in vars(gate_linear).values():
+        if isinstance(cls, type) and hasattr(cls, "_register_sm90_bf16x3_warmup"):
+            cls._register_sm90_bf16x3_warmup = lambda self: None
+    # Flint imports its CuTeDSL decode kernel at construction on SM10x: which decode kernel runs beside
+    # FlashInfer is not part of selection (the layer's backend is)
+    try:
+        import vllm.models.flint.model as flint_model
+
+        flint_model._flint_kernels = lambda quant_config, parallel=None: False
+    except ImportError:  # a release without Flint
+        pass
     _record_selection(cuda.CudaPlatformBase)
 
 
@@ -488,6 +504,10 @@ class _CudaToMeta:
                 kwargs = dict(kwargs or {})
                 if is_cuda(kwargs.get("device")):
                     kwargs["device"] = torch.device("meta")
+                if func is torch.tensor and args and isinstance(args[0], (int, float)):
+                    # a constant from a Python number (XIELU's alpha and beta): a layer reads it back at
+                    # construction (.item()), which a meta tensor cannot give
+                    kwargs["device"] = torch.device("cpu")
                 if func in (torch.Tensor.to, torch.Tensor.cuda):
                     if func is torch.Tensor.cuda:
                         return args[0]

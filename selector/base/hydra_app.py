@@ -296,16 +296,17 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
 # A release (rules=vllm_0_34_0) is its base plus overlays (selector/config/releases.py): Hydra's own compose
 # gets the chain spelled out, so `rules.<id>.enabled=false` finds the rule; the job sees the user's spelling.
 _SPELLED: dict[str, str | None] = {}
+# selector/config/compose.py registers releases.expand here when imported (every config command imports it):
+# base sits below config and may not import it.
+release_expander: Callable[[list[str], Path], tuple[list[str], list]] | None = None
 
 
 def _spell_release(overrides: list[str], config_dir: Path) -> list[str]:
     """Only where the command line reaches into the rules (`rules.<id>...=`): nothing else needs the chain."""
-    from ..config.releases import expand  # noqa: PLC0415
-
-    if not any(o.lstrip("+~").startswith("rules.") for o in overrides):
+    if release_expander is None or not any(o.lstrip("+~").startswith("rules.") for o in overrides):
         return overrides
     try:
-        spelled, _ = expand(overrides, config_dir)
+        spelled, _ = release_expander(overrides, config_dir)
     except KSelectError:
         return overrides  # e.g. a sweep over overlay lists (-m overlay=[a],[b]): each job composes its own
     for k, o in enumerate(spelled):

@@ -15,10 +15,13 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import ValidationError
 
+from ..base import hydra_app
 from ..base.errors import ConfigError, KSelectError, format_validation_error
 from ..config.guard import check_conf_tree, check_overrides
 from ..config.schema import KSelectConfig
 from ..config import releases
+
+hydra_app.release_expander = releases.expand  # the Hydra apps spell a release's chain where overrides reach its rules
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # a checkout's conf/, or the wheel's kselect/conf
 

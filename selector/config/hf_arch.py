@@ -1,30 +1,20 @@
-"""A Hugging Face config.json -> the layers vLLM gives a cache, the way vLLM 0.34.0's model classes build them
-(vllm/model_executor/models/<family>.py). The architectures kselect models are the table `ARCHITECTURES`;
-anything else is refused by name. Only JSON values are read: no code from a config ever runs.
+"""A Hugging Face config.json -> the layers vLLM gives a cache, the way vLLM 0.34.0's model classes build them.
 
-Each family reads the fields its vLLM model class reads; a missing or wrong-typed field is a ValueError naming
-`model.hf_config.<field>` (exit 2 at the edges)."""
+One generic derivation from the config's standard fields (layer count, heads, head_dim, `layer_types`,
+`sliding_window` / `use_sliding_window` / `max_window_layers`, the MLA fields, hybrid patterns), and a table of what
+each architecture does differently (conf/architectures/vllm_0_34_0.yaml, each row naming the vLLM model file it
+mirrors; selector/config/hf_table.py). An architecture not in the table is refused by name. Only JSON values are
+read (selector/config/hf_fields.py): no code from a config ever runs. A missing or wrong field is a ValueError
+naming `model.hf_config.<field>` (exit 2 at the edges)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from ..config.hf_fields import MAX_LAYERS, TextFields, read_fields
+from ..config.hf_fields import need as _need
+from ..config.hf_state import mamba_state
+from ..config.hf_table import Arch, table
 from ..config.layers import LayerSpec
 from ..config.vocab import FIXED_KINDS
-
-MAX_LAYERS, MAX_DIM = 512, 1 << 20
-
-
-def _get(c: dict, key: str, default=..., *, lo: int = 1, hi: int = MAX_DIM, where: str = "model.hf_config"):
-    """An integer field of the config, bounded; `default` when absent (no default: required)."""
-    v = c.get(key, default)
-    if v is ...:
-        raise ValueError(f"{where}.{key} is missing; allowed: an integer {lo}..{hi} (the architecture needs it)")
-    if v is None and default is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ValueError(f"{where}.{key}: got {v!r}; allowed: an integer {lo}..{hi}")
-    return v
 
 
 def text_config(c: dict) -> tuple[dict, str]:
@@ -37,208 +27,227 @@ def text_config(c: dict) -> tuple[dict, str]:
     return t, "model.hf_config.text_config"
 
 
-def _heads(t: dict, w: str) -> tuple[int, int, int]:
-    heads = _get(t, "num_attention_heads", where=w, hi=4096)
-    kv = _get(t, "num_key_value_heads", None, where=w, hi=4096) or heads
-    if heads % kv:
-        raise ValueError(f"{w}.num_attention_heads={heads} is not a multiple of {w}.num_key_value_heads={kv}")
-    head = _get(t, "head_dim", None, where=w, hi=4096)
+def need(f: TextFields, w: str, key: str, row: Arch | None = None) -> int:
+    """A field the architecture needs (its name in the config where the row renames it)."""
+    return _need(f, w, key, row.fields if row else None)
+
+
+def heads(f: TextFields, w: str, row: Arch) -> tuple[int, int, int]:
+    """(query heads, KV heads, head size): vLLM's num_key_value_heads (default: the query heads) and head_dim
+    (default, or where the class ignores it: hidden_size / heads)."""
+    q = need(f, w, "num_attention_heads", row)
+    kv = f.num_key_value_heads or q
+    if row.kv_heads == "falcon" and not f.new_decoder_architecture:
+        kv = 1 if f.multi_query else q
+    if q % kv:
+        raise ValueError(f"{w}.num_attention_heads={q} is not a multiple of {w}.num_key_value_heads={kv}")
+    head = f.head_dim if row.head_dim == "config" else None
+    if row.head_dim == "qk":
+        head = need(f, w, "qk_nope_head_dim", row) + need(f, w, "qk_rope_head_dim", row)
     if head is None:
-        hidden = _get(t, "hidden_size", where=w)
-        if hidden % heads:
-            raise ValueError(f"{w}.hidden_size={hidden} is not a multiple of {w}.num_attention_heads={heads} "
+        hidden = need(f, w, "hidden_size", row)
+        if hidden % q:
+            raise ValueError(f"{w}.hidden_size={hidden} is not a multiple of {w}.num_attention_heads={q} "
                              f"(no head_dim given)")
-        head = hidden // heads
-    return heads, kv, head
+        head = hidden // q
+    return q, kv, head
 
 
-def _n_layers(t: dict, w: str) -> int:
-    return _get(t, "num_hidden_layers", where=w, hi=MAX_LAYERS)
+# ---------------------------------------------------------------- the layer pattern
 
 
-def _layer_types(t: dict, w: str, n: int, allowed: tuple[str, ...]) -> list[str] | None:
-    lt = t.get("layer_types")
-    if lt is None:
+def _every(f: TextFields, row: Arch, n: int) -> list[str] | None:
+    if row.every is None:
         return None
-    if not isinstance(lt, list) or len(lt) != n or any(x not in allowed for x in lt):
-        raise ValueError(f"{w}.layer_types: want {n} entries (num_hidden_layers), each one of {list(allowed)}; "
-                         f"got {str(lt)[:120]}")
-    return lt
+    k = getattr(f, row.every.field, None) or row.every.default
+    return [row.every.token if (i + 1) % k == 0 else row.every.rest for i in range(n)]
 
 
-def _window(t: dict, w: str) -> int | None:
-    return _get(t, "sliding_window", None, where=w, hi=1 << 24)
+def _pattern_field(f: TextFields, row: Arch) -> str | None:
+    """The first of the row's patterns the config states (None: the row's fallback applies)."""
+    for p in row.pattern:
+        if p in ("even_layers_slide", "none", "attn_layer_period"):
+            return p
+        v = getattr(f, p)
+        if v is not None and v != []:
+            return p
+    return None
 
 
-# ---------------------------------------------------------------- families
+def tokens(f: TextFields, w: str, row: Arch) -> tuple[list[str] | None, str]:
+    """Each layer's pattern token and the field it came from; (None, "") where the config states no pattern and
+    the architecture's layers are all alike (the window decides)."""
+    p = _pattern_field(f, row)
+    if p == "hybrid_override_pattern":
+        return list(f.hybrid_override_pattern), p
+    if p == "layers_block_type" and f.num_hidden_layers is None:  # the list is the layer count (NemotronH)
+        return list(f.layers_block_type), p
+    n = need(f, w, "num_hidden_layers", row)
+    if p in ("layer_types", "layers_block_type", "no_rope_layers"):
+        v = [str(x) for x in getattr(f, p)]
+        if len(v) != n:
+            raise ValueError(f"{w}.{p}: want {n} entries (num_hidden_layers); got {len(v)}")
+        return v, p
+    if p == "attn_layer_period":
+        period, offset = f.attn_layer_period or row.defaults.get("attn_layer_period", 8), f.attn_layer_offset
+        offset = row.defaults.get("attn_layer_offset", 4) if offset is None else offset
+        return ["attention" if i % period == offset else "mamba" for i in range(n)], p
+    if p == "attn_layer_indices":
+        return ["attention" if i in set(f.attn_layer_indices) else "mamba" for i in range(n)], p
+    if p == "even_layers_slide":
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)], p
+    if p == "none":
+        return ["full_attention"] * n, p
+    made = _every(f, row, n)
+    return (made, row.every.field) if made else (None, "")
 
 
-def dense(t: dict, w: str) -> list[LayerSpec]:
-    """Llama, Qwen3, Mistral (llama.py / qwen3.py): `layer_types` marks sliding layers; without it a config
-    sliding window applies to every layer (vLLM's cache_config.sliding_window) unless use_sliding_window is off."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
-    window = _window(t, w)
-    types = _layer_types(t, w, n, ("full_attention", "sliding_attention"))
-    if types is None:
-        on = window is not None and t.get("use_sliding_window", True) is not False
-        types = ["sliding_attention" if on else "full_attention"] * n
-    if "sliding_attention" in types and window is None:
-        raise ValueError(f"{w}.sliding_window is missing but layer_types has sliding_attention layers")
-    return [LayerSpec(i, "sliding_window" if x == "sliding_attention" else "full_attention", head, kv,
-                      window if x == "sliding_attention" else None) for i, x in enumerate(types)]
+def kinds_of(toks: list[str], where: str, row: Arch) -> list[str]:
+    bad = [x for x in toks if x not in row.kinds]
+    if bad:
+        raise ValueError(f"{where}: got {bad[0]!r}; allowed: one of {sorted(row.kinds)} per layer")
+    return [row.kinds[x] for x in toks]
 
 
-def gemma3(t: dict, w: str) -> list[LayerSpec]:
-    """gemma3.py: layer_types (transformers fills it from sliding_window_pattern: every 6th layer full)."""
-    n = _n_layers(t, w)
-    if t.get("layer_types") is None:
-        every = _get(t, "sliding_window_pattern", 6, where=w, hi=MAX_LAYERS)
-        t = dict(t, layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)])
-    return dense(t, w)
+# ---------------------------------------------------------------- windows
 
 
-def gpt_oss(t: dict, w: str) -> list[LayerSpec]:
-    """gpt_oss.py: even layers slide (`layer_idx % 2 == 0`, not layer_types); every layer has sinks."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
-    window = _get(t, "sliding_window", where=w, hi=1 << 24)
-    return [LayerSpec(i, "sliding_window" if i % 2 == 0 else "full_attention", head, kv,
-                      window if i % 2 == 0 else None, sinks=True) for i in range(n)]
+def _config_window(f: TextFields, n: int) -> tuple[list[str] | None, int | None]:
+    """A config without layer types: transformers' Qwen2/Qwen3 fill them from use_sliding_window and
+    max_window_layers (sliding from that layer on); use_sliding_window false drops the window."""
+    if f.use_sliding_window is False or not f.sliding_window:
+        return None, None
+    if f.use_sliding_window and f.max_window_layers is not None and f.max_window_layers < n:
+        return ["full_attention" if i < f.max_window_layers else "sliding_window" for i in range(n)], f.sliding_window
+    return None, f.sliding_window
 
 
-def mla(t: dict, w: str) -> list[LayerSpec]:
-    """deepseek_v2.py (DeepSeek-V3, Kimi K2): every layer MLA, one latent head of kv_lora_rank + qk_rope_head_dim;
-    `index_topk` (DeepSeek-V3.2) makes it sparse."""
-    n = _n_layers(t, w)
-    _get(t, "num_attention_heads", where=w, hi=4096)  # the MLA priority lists read the query heads
-    head = _get(t, "kv_lora_rank", where=w, hi=8192) + _get(t, "qk_rope_head_dim", where=w, hi=4096)
-    sparse = t.get("index_topk") is not None
-    out = [LayerSpec(i, "mla", head, 1, sparse=sparse) for i in range(n)]
-    if sparse:  # each layer's indexer keeps its keys in a cache of its own (DeepseekV32IndexerCache)
-        _get(t, "index_topk", where=w, hi=1 << 20)
-        idx = _get(t, "index_head_dim", where=w, hi=4096)
-        out += [LayerSpec(i, "mla_indexer", idx, 1, mamba_type="deepseek_v32_indexer") for i in range(n)]
-    return out
+def windows(f: TextFields, w: str, row: Arch, kinds: list[str] | None) -> tuple[list[str], int | None]:
+    """The layer kinds with vLLM's windows applied, and the window."""
+    n = len(kinds) if kinds is not None else need(f, w, "num_hidden_layers", row)
+    window = None if row.window == "none" else f.sliding_window
+    if kinds is None:
+        kinds, window = _config_window(f, n) if row.window != "none" else (None, None)
+        kinds = kinds or ["sliding_window" if window else "full_attention"] * n
+    att = [k for k in kinds if k in ("full_attention", "sliding_window")]
+    partial = "sliding_window" in att and "full_attention" in att
+    if partial and row.uniform_window:
+        raise ValueError(f"{w}.max_window_layers: sliding window for some but not all layers; vLLM's {row.file} "
+                         f"refuses it (\"Sliding window for some but all layers is not supported\"); allowed: "
+                         f"max_window_layers = num_hidden_layers, or use_sliding_window false")
+    if row.window == "global" and partial:  # no per-layer window: vLLM sets none when layer types mix
+        kinds = ["full_attention" if k == "sliding_window" else k for k in kinds]
+    if "sliding_window" in kinds and not window:
+        raise ValueError(f"{w}.sliding_window is missing but the layer pattern has sliding layers; allowed: an "
+                         f"integer 1..{1 << 24}")
+    return kinds, (window + row.window_offset if window else None)
 
 
-def mamba2_state(t: dict, w: str) -> tuple:
-    """MambaStateShapeCalculator.mamba2_state_shape (tp 1, no speculative tokens)."""
-    heads, hdim = _get(t, "mamba_num_heads", where=w), _get(t, "mamba_head_dim", where=w)
-    groups, state, conv = _get(t, "n_groups", where=w), _get(t, "ssm_state_size", where=w), _get(t, "conv_kernel", where=w)
-    conv_dim = heads * hdim + 2 * groups * state
-    # NemotronH's temporal state is float32 unless its config says otherwise (vLLM's
-    # NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, models/config.py)
-    ssm = t.get("mamba_ssm_cache_dtype") or "float32"
-    if ssm not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"{w}.mamba_ssm_cache_dtype: got {ssm!r}; allowed: float32, bfloat16, float16")
-    return (((conv - 1, conv_dim), "model"), ((heads, hdim, state), ssm))
+# ---------------------------------------------------------------- layers
 
 
-def nemotron_h(t: dict, w: str) -> list[LayerSpec]:
-    """nemotron_h.py: hybrid_override_pattern, one letter a layer: M mamba2, * attention, - MLP, E MoE."""
-    pat = t.get("hybrid_override_pattern")
-    if not isinstance(pat, str) or not pat or len(pat) > MAX_LAYERS or set(pat) - set("M*-E"):
-        raise ValueError(f"{w}.hybrid_override_pattern: got {str(pat)[:80]!r}; allowed: a string of M, *, -, E")
-    _, kv, head = _heads(t, w)
-    state = mamba2_state(t, w)
+def _sinks(f: TextFields, row: Arch, kind: str) -> bool:
+    if row.sinks == "none" or (row.sinks == "sliding" and kind != "sliding_window"):
+        return False
+    if row.sinks_if is None:
+        return True
+    flag = getattr(f, row.sinks_if)
+    if flag is None:
+        return f.layer_types is not None if row.sinks_if_absent == "layer_types" else row.sinks_if_absent == "on"
+    return flag
+
+
+def _attention(f: TextFields, w: str, row: Arch, i: int, kind: str, window: int | None) -> LayerSpec:
+    if row.attention == "mla":
+        need(f, w, "num_attention_heads", row)  # the MLA priority lists read the query heads
+        head = need(f, w, "kv_lora_rank", row) + need(f, w, "qk_rope_head_dim", row)
+        return LayerSpec(i, "mla", head, 1, sparse=f.index_topk is not None)
+    _, kv, head = heads(f, w, row)
+    if kind == "chunked_local" and f.attention_chunk_size is None:
+        kind = "full_attention"
+    win = window if kind == "sliding_window" else f.attention_chunk_size if kind == "chunked_local" else None
+    return LayerSpec(i, kind, head, kv, win, sinks=_sinks(f, row, kind))
+
+
+def build(f: TextFields, w: str, row: Arch) -> list[LayerSpec]:
+    toks, src = tokens(f, w, row)
+    kinds = kinds_of(toks, f"{w}.{src}", row) if toks is not None else None
+    kinds, window = windows(f, w, row, kinds)
+    if len(kinds) > MAX_LAYERS:
+        raise ValueError(f"{w}: {len(kinds)} layers; allowed: at most {MAX_LAYERS}")
+    state = mamba_state(f, w, row) if {"mamba", "parallel"} & set(kinds) else ()
     out = []
-    for i, ch in enumerate(pat):
-        if ch == "*":
-            out.append(LayerSpec(i, "full_attention", head, kv))
-        elif ch == "M":
-            out.append(LayerSpec(i, "mamba", 0, 0, mamba_type="mamba2", mamba_state=state))
+    for i, k in enumerate(kinds):
+        if k in ("full_attention", "sliding_window", "chunked_local", "parallel"):
+            out.append(_attention(f, w, row, i, "full_attention" if k == "parallel" else k, window))
+        if k in ("mamba", "parallel"):
+            out.append(LayerSpec(i, "mamba", 0, 0, mamba_type=row.mamba, mamba_state=state))
+    if row.attention == "mla" and f.index_topk is not None:  # each layer's indexer keeps its keys in a cache
+        idx = need(f, w, "index_head_dim", row)  # of its own (DeepseekV32IndexerCache)
+        out += [LayerSpec(x.index, "mla_indexer", idx, 1, mamba_type="deepseek_v32_indexer") for x in out if x.kind == "mla"]
     return out
-
-
-def jamba(t: dict, w: str) -> list[LayerSpec]:
-    """jamba.py: layers_block_type (transformers: attention where i % attn_layer_period == attn_layer_offset,
-    else mamba1); mamba1_state_shape with intermediate = mamba_expand * hidden_size."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
-    period, offset = _get(t, "attn_layer_period", 8, where=w, hi=MAX_LAYERS), _get(t, "attn_layer_offset", 4, lo=0, where=w, hi=MAX_LAYERS)
-    inner = _get(t, "mamba_expand", 2, where=w, hi=64) * _get(t, "hidden_size", where=w)
-    state = (((_get(t, "mamba_d_conv", 4, where=w, hi=64) - 1, inner), "model"),
-             ((inner, _get(t, "mamba_d_state", 16, where=w, hi=4096)), "model"))
-    return [LayerSpec(i, "full_attention", head, kv) if i % period == offset
-            else LayerSpec(i, "mamba", 0, 0, mamba_type="mamba1", mamba_state=state) for i in range(n)]
-
-
-def qwen3_next(t: dict, w: str) -> list[LayerSpec]:
-    """qwen3_next.py: layer_types (transformers: every full_attention_interval-th layer full, the rest
-    linear_attention = gated delta net); gated_delta_net_state_shape. The GDN layer's mamba_type is
-    MambaAttentionBackendEnum.GDN_ATTN (layers/mamba/gdn/base.py), recorded by the oracle as `gdn`."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
-    types = _layer_types(t, w, n, ("full_attention", "linear_attention"))
-    if types is None:
-        every = _get(t, "full_attention_interval", 4, where=w, hi=MAX_LAYERS)
-        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
-    kh, vh = _get(t, "linear_num_key_heads", where=w), _get(t, "linear_num_value_heads", where=w)
-    kd, vd = _get(t, "linear_key_head_dim", where=w), _get(t, "linear_value_head_dim", where=w)
-    conv = _get(t, "linear_conv_kernel_dim", where=w, hi=64)
-    state = (((conv - 1, kd * kh * 2 + vd * vh), "model"), ((vh, vd, kd), "model"))
-    return [LayerSpec(i, "full_attention", head, kv) if x == "full_attention"
-            else LayerSpec(i, "mamba", 0, 0, mamba_type="gdn", mamba_state=state) for i, x in enumerate(types)]
-
-
-def llama4(t: dict, w: str) -> list[LayerSpec]:
-    """llama4.py: a layer with RoPE (no_rope_layers[i] != 0) is chunked local when attention_chunk_size is set;
-    NoPE layers are full (transformers' default no_rope_layers: every no_rope_layer_interval-th layer NoPE)."""
-    n, (_, kv, head) = _n_layers(t, w), _heads(t, w)
-    rope = t.get("no_rope_layers")
-    if not rope:  # null or [] (as published for Scout): transformers' Llama4TextConfig fills the default
-        every = _get(t, "no_rope_layer_interval", 4, where=w, hi=MAX_LAYERS)
-        rope = [int((i + 1) % every != 0) for i in range(n)]
-    if not isinstance(rope, list) or len(rope) != n or any(x not in (0, 1) for x in rope):
-        raise ValueError(f"{w}.no_rope_layers: want {n} entries of 0/1; got {str(rope)[:120]}")
-    chunk = _get(t, "attention_chunk_size", None, where=w, hi=1 << 24)
-    return [LayerSpec(i, "chunked_local", head, kv, chunk) if r and chunk else LayerSpec(i, "full_attention", head, kv)
-            for i, r in enumerate(rope)]
-
-
-# architecture (config.json `architectures[0]`) -> (family, how its layers are built)
-ARCHITECTURES: dict[str, tuple[str, Callable]] = {
-    "LlamaForCausalLM": ("dense", dense),
-    "MistralForCausalLM": ("dense", dense),
-    "Qwen2ForCausalLM": ("dense", dense),
-    "Qwen3ForCausalLM": ("dense", dense),
-    "Qwen3MoeForCausalLM": ("dense", dense),
-    "Gemma3ForCausalLM": ("sliding", gemma3),
-    "GptOssForCausalLM": ("sliding", gpt_oss),
-    "DeepseekV3ForCausalLM": ("mla", mla),
-    "DeepseekV32ForCausalLM": ("mla", mla),
-    "KimiK2ForCausalLM": ("mla", mla),
-    "Qwen3NextForCausalLM": ("hybrid_mamba", qwen3_next),
-    "NemotronHForCausalLM": ("hybrid_mamba", nemotron_h),
-    "JambaForCausalLM": ("hybrid_mamba", jamba),
-    "Llama4ForConditionalGeneration": ("chunked_local", llama4),
-    "Llama4ForCausalLM": ("chunked_local", llama4),
-}
 
 
 def architecture(c: dict) -> str:
     archs = c.get("architectures")
+    known = table().architectures
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
         raise ValueError(f"model.hf_config.architectures: got {str(archs)[:80]}; allowed: a list naming one of "
-                         f"{sorted(ARCHITECTURES)}")
-    if archs[0] not in ARCHITECTURES:
+                         f"{sorted(known)}")
+    if archs[0] not in known:
         raise ValueError(f"model.hf_config.architectures: {archs[0]!r} is not an architecture kselect models; allowed: "
-                         f"{', '.join(sorted(ARCHITECTURES))}")
+                         f"{', '.join(sorted(known))}")
     return archs[0]
+
+
+def fields_of(c: dict, row: Arch) -> tuple[TextFields, str]:
+    t, w = text_config(c)
+    f = read_fields(t, w, row.fields)
+    unset = {k: v for k, v in row.defaults.items() if getattr(f, k, 0) is None}
+    return (f.model_copy(update=unset) if unset else f), w
 
 
 def derive_layers(c: dict) -> tuple[str, str, tuple[LayerSpec, ...]]:
     """(architecture, family, layers) of a config.json object."""
     arch = architecture(c)
-    family, build = ARCHITECTURES[arch]
-    t, w = text_config(c)
-    layers = tuple(build(t, w))
-    if all(x.kind in FIXED_KINDS for x in layers):
+    row = table().architectures[arch]
+    f, w = fields_of(c, row)
+    layers = tuple(build(f, w, row))
+    if all(x.kind in FIXED_KINDS for x in layers) and not (row.attention_free and layers):
         raise ValueError(f"{w}: no attention layer (num_hidden_layers / the layer pattern); kselect selects attention")
-    return arch, family, layers
+    return arch, row.family, layers
 
 
 def model_head_size(c: dict, layers: tuple[LayerSpec, ...]) -> int:
     """vLLM's ModelConfig.get_head_size: the MLA latent width, else head_dim (or hidden / heads)."""
     att = [x for x in layers if x.kind not in FIXED_KINDS]
+    if not att:  # an attention-free (Mamba) model: no head
+        return 0
     if att[0].kind == "mla":
         return att[0].head_size
+    row = table().architectures[architecture(c)]
+    f, w = fields_of(c, row)
+    return heads(f, w, row)[2]
+
+
+def query_heads(c: dict) -> int:
+    """vLLM's get_num_attention_heads (the field under the architecture's name for it)."""
+    row = table().architectures[architecture(c)]
+    f, w = fields_of(c, row)
+    if row.attention_free:
+        return f.num_attention_heads or 0
+    return need(f, w, "num_attention_heads", row)
+
+
+# vLLM's derive_max_model_len_and_key (transformers_utils/model_arch_config_convertor.py): the smallest of these
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def max_model_len(c: dict) -> int:
+    """The default max_model_len vLLM derives from the config (2048 where no key states one; model_max_length wins)."""
     t, w = text_config(c)
-    return _heads(t, w)[2]
+    lens = {k: t[k] for k in MAX_LEN_KEYS if isinstance(t.get(k), int) and not isinstance(t.get(k), bool)}
+    if lens.get("model_max_length"):
+        return lens["model_max_length"]
+    return min(lens.values(), default=2048)

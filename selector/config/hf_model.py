@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from pydantic import PrivateAttr, model_validator
 
-from ..config.hf_arch import derive_layers, model_head_size, text_config
+from ..config.hf_arch import derive_layers, fields_of, max_model_len, model_head_size, query_heads, text_config
 from ..config.hf_hub import HubId, cached_file, hub_config_path, looks_like_hub_id
 from ..config.hf_quant import CheckpointKV, checkpoint_kv
+from ..config.hf_table import table
 from ..config.layers import LayerSpec
 from ..config.schema_types import ModelDtype, Name, Strict
 from ..config.vocab import DTYPE_OF_SHORT, FIXED_KINDS, MODEL_DTYPES
@@ -164,15 +165,39 @@ class HFModelConfig(Strict):
     def model_head_size(self) -> int:
         return model_head_size(self.hf_config, self._layers)
 
+    def text_fields(self):
+        """The config's fields as the derivation read them (hf_fields.TextFields)."""
+        return fields_of(self.hf_config, table().architectures[self._arch])[0]
+
+    def kv_cache_dtype_ignored(self) -> str | None:
+        """Why vLLM keeps this model's KV cache in the model dtype whatever --kv-cache-dtype says (None: it does not)."""
+        row = table().architectures[self._arch]
+        if not row.kv_dtype_ignored_unless_false:
+            return None
+        f = self.text_fields()
+        on = [k for k in row.kv_dtype_ignored_unless_false if getattr(f, k) is not False]
+        if not on:
+            return None
+        return (f"{row.file} builds its {'/'.join(on)} attention without the cache config: the KV cache keeps the "
+                f"model dtype ({self.dtype})")
+
+    def attention_free_block(self) -> int | None:
+        """An attention-free model's state block (vLLM: max_model_len without prefix caching); None otherwise."""
+        if not table().architectures[self._arch].attention_free:
+            return None
+        return max_model_len(self.hf_config)
+
+    def kv_auto_dtype(self, cc_major: int | None) -> str | None:
+        """The KV dtype the model's engine hook gives `--kv-cache-dtype auto` on this GPU family (None: the model's)."""
+        return table().architectures[self._arch].kv_auto_by_cc_major.get(cc_major) if cc_major else None
+
     def num_query_heads(self) -> int:
-        t, _ = text_config(self.hf_config)
-        return t["num_attention_heads"]
+        return query_heads(self.hf_config)
 
     def gqa(self) -> bool:
-        t, _ = text_config(self.hf_config)
-        heads = t.get("num_attention_heads") or 1
+        heads = query_heads(self.hf_config) or 1
         att = [x for x in self._layers if x.kind not in FIXED_KINDS]
-        return att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
+        return bool(att) and att[0].kind != "mla" and heads // max(1, att[0].num_kv_heads) > 1
 
 
 def _name_from(path: str) -> str:

@@ -69,7 +69,7 @@ def explain(cfg: KSelectConfig, evidence: Evidence) -> dict:
         out.setdefault("steps", {"prefill": measured_step(c, "prefill", evidence)})
         out["caches"][resolved_kv_dtype(c)] = dict(rows=rows, bytes_per_token=bpt,
                                                     prefill_headroom=headroom(rows, "prefill", out["steps"]["prefill"]),
-                                                    tokens=BUDGET_GIB * 2**30 // bpt,
+                                                    tokens=BUDGET_GIB * 2**30 // bpt if bpt else None,
                                                     warnings=[w.text for w in notes.shown(_all(chosen), cfg.verbose)],
                                                     note="" if cfg.verbose else notes.summary(_all(chosen)))
     return out
@@ -164,8 +164,11 @@ def to_text(d: dict, markdown: bool = False) -> str:
                         f"not the GPU, paces those calls, the saving does not appear")
     tail.append(f"{mine}: per group, the valid, verified kernels that serve the whole request ({d['objective']}: "
                 "prefill + decode steps) fastest over one cache block; each figure at the page it reads (pN)")
-    tail.append(f"capacity: {mdt} {a['bytes_per_token']:,} B/token, fp8 {b['bytes_per_token']:,} B/token -> "
-                f"{a['bytes_per_token'] / b['bytes_per_token']:.1f}x the tokens ({a['tokens']:,} vs {b['tokens']:,} in {BUDGET_GIB} GiB)")
+    if b["bytes_per_token"]:
+        tail.append(f"capacity: {mdt} {a['bytes_per_token']:,} B/token, fp8 {b['bytes_per_token']:,} B/token -> "
+                    f"{a['bytes_per_token'] / b['bytes_per_token']:.1f}x the tokens ({a['tokens']:,} vs {b['tokens']:,} in {BUDGET_GIB} GiB)")
+    else:  # an attention-free model: a state per sequence, no per-token cache
+        tail.append("capacity: no per-token KV cache (an attention-free model keeps one state per sequence)")
     errs = lambda rows: max((r["best_err"] for r in rows if r["best_err"] is not None), default=None)  # noqa: E731
     ea, eb = errs(a["rows"]), errs(b["rows"])
     tail.append(f"numerics (max rel err vs the fp32 reference, conformance): {mdt} {_g(ea)}, fp8 {_g(eb)}")

@@ -39,6 +39,12 @@ class ModelFacts:
     mixed_head_sizes: bool
     gqa: bool
     num_heads: int
+    softcap: bool = False  # the config sets attn_logit_softcapping (FA4's head-256 kernel takes none)
+    # an MLA config's fields, which MLA backends' supports_combination checks (null: absent)
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    kv_lora_rank: int | None = None
+    index_topk: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class GroupFacts:
     sinks: bool | None = None
     sparse: bool | None = None
     mamba_type: str | None = None
+    kv_block: int | None = None  # the group's KV block, once the blocks are known (init rules only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,10 @@ class Facts:
 
     def for_candidate(self, backend: str) -> Facts:
         return self._but(candidate=CandidateFacts(backend, self.candidate.mm_prefix))
+
+    def with_kv_block(self, kv_block: int | None) -> Facts:
+        """The group's KV block, once the blocks are known (the init rules run again with it)."""
+        return self if kv_block is None else self._but(group=replace(self.group, kv_block=kv_block))
 
     def without_mm_prefix(self) -> Facts:
         return self._but(candidate=CandidateFacts(self.candidate.backend, False))
@@ -189,13 +200,29 @@ def base_facts(cfg: KSelectConfig) -> Facts:
                                cc_minor=cc[1] if cc else None, gpu_model=p.gpu_model, packages=p.packages),
         model=ModelFacts(name=m.name, architecture=m.hf_architecture, family=m.family, dtype=m.dtype,
                          multimodal=m.multimodal, head_size=m.model_head_size(), mixed_head_sizes=len(heads) > 1,
-                         gqa=m.gqa(), num_heads=m.num_query_heads()),
+                         gqa=m.gqa(), num_heads=m.num_query_heads(), softcap=softcap(m), **mla_fields(m)),
         kv=KvFacts(dtype=kv_dtype_setting(cfg), quantized=is_fp8(kv_dtype_setting(cfg)), scales=kv.scales,
                    block_size=kv.block_size),
         spec=SpecFacts(method=cfg.spec_decode.method),
         pin=PinFacts(backend=None if pins.backend == "auto" else pins.backend,
                      flash_attn_version=pins.flash_attn_version),
     )
+
+
+MLA_FIELDS = ("qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank", "index_topk")
+
+
+def mla_fields(m) -> dict:
+    """The MLA fields of the config vLLM's MLA backends read in supports_combination (null where absent or not a
+    config.json model)."""
+    f = m.text_fields() if hasattr(m, "text_fields") else None
+    return {k: getattr(f, k, None) for k in MLA_FIELDS}
+
+
+def softcap(m) -> bool:
+    """The config sets attn_logit_softcapping (a config.json model; Gemma-4 presets do not)."""
+    f = m.text_fields() if hasattr(m, "text_fields") else None
+    return bool(getattr(f, "attn_logit_softcapping", None))
 
 
 def resolved_kv_dtype(cfg: KSelectConfig) -> str:

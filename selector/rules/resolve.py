@@ -55,7 +55,8 @@ class DraftPlan:
 def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """vLLM's selection under `book` (the config's objective is not read here)."""
     _check_architecture(cfg)
-    trace: list[str] = []
+    cfg, kv_ignored = _kv_dtype_ignored(cfg)
+    cfg, trace = _kv_dtype_forced(cfg)
     facts = _spec_facts(cfg, book, _forced_facts(book, base_facts(cfg), trace), trace)
     ctx = Resolution(cfg, book, facts, resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model))
     groups = target_groups(cfg)
@@ -65,11 +66,17 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
         layer_init_checks(book, g, ch)
     drafts = _plan_drafts(ctx, groups, trace)
     block_size = _cache_block_size(ctx, groups, choices, drafts, trace)
-    kv_blocks = unify_pages(groups, _kv_blocks(book, groups, choices, block_size), KV_BYTES[ctx.kv_dtype], choices)
+    state_block = getattr(cfg.model, "attention_free_block", lambda: None)()
+    kv_blocks = unify_pages(groups, _kv_blocks(book, groups, choices, block_size, state_block), KV_BYTES[ctx.kv_dtype],
+                            choices)
+    for g, ch, kv_block in zip(groups, choices, kv_blocks):  # the metadata builders' checks, blocks known
+        if g.kind not in FIXED_KINDS:
+            layer_init_checks(book, g, ch, kv_block)
     out = [finish_group(ctx, g, ch, kv_block) for g, ch, kv_block in zip(groups, choices, kv_blocks)]
     if drafts.groups:
         out.extend(draft_groups(ctx, groups, choices, out, drafts))
-    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out) + ckv_warnings
+    warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
+    warnings += ckv_warnings + kv_ignored
     return Selection(environment=environment_summary(cfg, facts), block_size=block_size, groups=tuple(out),
                      warnings=tuple(warnings), trace=tuple(trace))
 
@@ -138,18 +145,24 @@ def _cache_block_size(ctx: Resolution, groups: list[Group], choices: list[Choice
             trace.append(c.id)
         attention = [i for i, g in enumerate(groups) if g.kind not in FIXED_KINDS]  # vLLM's _find_non_ssm_backends
         block_size = model_cache_block(ctx.book, [groups[i] for i in attention] + list(drafts.groups[: len(drafts.own_choices)]),
-                                       [choices[i] for i in attention] + list(drafts.own_choices), policy, trace)
-    if any(g.kind == "mamba" for g in groups):
+                                       [choices[i] for i in attention] + list(drafts.own_choices), policy, trace) \
+            if attention else default_block(ctx.book, ctx.facts, None)
+    attention_free = getattr(ctx.cfg.model, "attention_free_block", lambda: None)() is not None
+    if any(g.kind == "mamba" for g in groups) and not attention_free:
         block_size = hybrid_block(ctx.cfg, groups, choices, block_size, trace)
     return block_size
 
 
-def _kv_blocks(book: RuleBook, groups: list[Group], choices: list[Choice], block_size: int) -> list[int]:
+def _kv_blocks(book: RuleBook, groups: list[Group], choices: list[Choice], block_size: int,
+               state_block: int | None = None) -> list[int]:
     """KV block per group: full layers take the cache block; sliding-window layers pick their own from
-    their backend's kernel blocks."""
+    their backend's kernel blocks; an attention-free model's state takes `state_block` (max_model_len)."""
     out = []
     for g, ch in zip(groups, choices):
-        if g.kind in FIXED_KINDS:
+        if g.kind in FIXED_KINDS and state_block is not None:
+            out.append(state_block)
+            ch.trace.append("builtin.attention_free_state_block")
+        elif g.kind in FIXED_KINDS:
             # a mamba state is padded to the attention page and kept in cache-block units (prefix caching's align
             # mode); the indexer's key cache takes the cache block
             out.append(block_size)
@@ -173,6 +186,26 @@ def _window_block(book: RuleBook, ch: Choice, block_size: int) -> int:
         return blk.smallest(ch.kernel_blocks)
     ch.trace.append("builtin.swa_largest_kernel_block_within_cache_block")
     return blk.largest_within(ch.kernel_blocks, block_size)
+
+
+def _kv_dtype_ignored(cfg: KSelectConfig) -> tuple[KSelectConfig, list[SettingIgnored]]:
+    """A model class that builds its attention without the cache config (Falcon's rotary and ALiBi layers) keeps its
+    KV cache in the model's dtype whatever --kv-cache-dtype says: kselect selects so and warns."""
+    why = getattr(cfg.model, "kv_cache_dtype_ignored", lambda: None)()
+    if why is None or cfg.kv_cache.dtype == "auto":
+        return cfg, []
+    kv = cfg.kv_cache.model_copy(update={"dtype": "auto", "scales": "unit"})
+    return cfg.model_copy(update={"kv_cache": kv}), [SettingIgnored(group=MODEL_GROUP, setting=f"kv_cache={cfg.kv_cache.dtype}", reason=why)]
+
+
+def _kv_dtype_forced(cfg: KSelectConfig) -> tuple[KSelectConfig, list[str]]:
+    """A model class whose engine hook resolves `--kv-cache-dtype auto` itself on some GPUs (GLM-MoE-DSA: FP8 on
+    SM10x, vLLM's models/config.py): kselect resolves it the same way (the table's kv_auto_by_cc_major)."""
+    cc = cfg.platform.compute_capability
+    forced = getattr(cfg.model, "kv_auto_dtype", lambda major: None)(cc[0] if cc else None)
+    if forced is None or cfg.kv_cache.dtype != "auto":
+        return cfg, []
+    return cfg.model_copy(update={"kv_cache": cfg.kv_cache.model_copy(update={"dtype": forced})}), ["model.kv_auto_dtype"]
 
 
 def _fa_pin_ignored(cfg: KSelectConfig, groups: list[GroupSelection]) -> list[SettingIgnored]:
@@ -233,16 +266,17 @@ def hybrid_block(cfg: KSelectConfig, groups: list[Group], choices: list[Choice],
     return block_size
 
 
-def layer_init_checks(book: RuleBook, g: Group, ch: Choice) -> None:
+def layer_init_checks(book: RuleBook, g: Group, ch: Choice, kv_block: int | None = None) -> None:
     """Failures vLLM raises after selection (layer init, block checks, metadata builders), as
     `init` rules on the chosen backend (and a composite's children): kselect refuses at
-    selection time with vLLM's text; there is no fallback, as in vLLM."""
+    selection time with vLLM's text; there is no fallback, as in vLLM. Checked once at layer init, and again
+    with the group's KV block (`group.kv_block`) once the blocks are known (the metadata builders')."""
     cap = book.capabilities[ch.backend]
     names = [ch.backend] + ([cap.composite.general, cap.composite.causal] if cap.composite else [])
     failed = {}
     for name in names:
         hits = [rejection("rule", name, rule=c.id, reason=c.rule.reason)
-                for c in book.matching("init", ch.facts.for_candidate(name))]
+                for c in book.matching("init", ch.facts.for_candidate(name).with_kv_block(kv_block))]
         if hits:
             failed[name] = hits
     if failed:
@@ -301,7 +335,7 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
     one latent vector per token; a mamba group's page is padded to the attention page, not unified."""
     per_token = [token_bytes(g.kind, g.num_kv_heads, g.head_size, dtype_bytes) for g in groups]
     pages = [b * t for b, t in zip(kv_blocks, per_token)]
-    largest = max(p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS)
+    largest = max((p for g, p in zip(groups, pages) if g.kind not in FIXED_KINDS), default=0)
     out = []
     for g, b, page, ch in zip(groups, kv_blocks, pages, choices):
         if page == largest or g.kind in FIXED_KINDS:

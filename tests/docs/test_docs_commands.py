@@ -98,6 +98,8 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
             "kselect select platform=sm80 model=llama3_1_8b_fp8_kv_ct output=json", shows=(r'"schema_version": 1',)),
         "kselect oracle 0.34.0 --grid models --out bench/results/vllm/oracle_models_0_34_0.jsonl.gz": Skip(
             "downloads and runs vLLM 0.34.0 over 560 cells; tests/vllm check its committed record"),
+        "kselect oracle 0.34.0 --grid registry --out bench/results/vllm/oracle_registry_0_34_0.jsonl.gz --jobs 1": Skip(
+            "downloads and runs vLLM 0.34.0 over the registry grid; tests/vllm check its committed fixture"),
         "kselect diff matrix=models a.conf=git:main format=markdown": Skip(WHOLE_MATRIX),
     },
     "objective.md": {

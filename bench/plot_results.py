@@ -1,6 +1,6 @@
 """Roofline plots and a README performance table from the benchmark results.
 
-    python bench/plot_results.py [--results bench/results] [--out bench/results/plots]
+    python bench/plot_results.py --results bench/results/h200 --out plots/h200   # a new or empty folder
 
 Reads every `bench.json` (bench/kernels/bench_attention.py: {meta: {gpu, copy_gbs, bf16_gemm_tflops,
 ...}, rows: [{kind, shape, b, L, path, status, ms, gbs, gbs_graph, tflops, rel_err, ...}]}) and every
@@ -277,9 +277,14 @@ def _png(fig) -> bytes:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--out", type=Path, default=None, help="default: <results>/plots")
+    ap.add_argument("--out", type=Path, required=True, help="a new or empty folder (never the committed plots)")
     opts = ap.parse_args(argv)
-    out = opts.out or opts.results / "plots"
+    out = opts.out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        from kselect.selector.base.errors import KSelectError  # noqa: PLC0415
+
+        raise KSelectError(f"--out {out}: {'not a folder' if not out.is_dir() else 'holds files already'}; allowed: a "
+                           "new or empty folder (the plots are written there, never over earlier or committed ones)")
     out.mkdir(parents=True, exist_ok=True)
     benches, e2es, notes = load(opts.results)
     pngs: list[Path] = []

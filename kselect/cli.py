@@ -15,7 +15,7 @@ import sys
 COMMANDS = {
     "select": ("select", "the selection per layer group (table, json, markdown, vllm)"),
     "diff": ("diff", "what an overlay or a conf/ change does over a matrix"),
-    "matrix": ("matrix", "the resolved matrix, one line per cell"),
+    "matrix": ("matrix", "the resolved matrix, a block per cell"),
     "plot": ("plot", "a diff as a PNG + HTML grid"),
     "sweep": ("sweep", "a Hydra multirun of selections"),
     "gather": ("gather", "one table of a sweep's outputs"),
@@ -37,11 +37,29 @@ def command(name: str):
 
 def usage() -> str:
     rows = "\n".join(f"  {name:<12} {help_}" for name, (_, help_) in COMMANDS.items())
-    return f"usage: kselect <command> [args]\n\ncommands:\n{rows}\n\n`kselect <command> --help` for each."
+    return (f"usage: kselect <command> [args]\n       kselect --version | -sc install=bash\n\ncommands:\n{rows}\n\n"
+            "`kselect <command> --help` for each (--help-all: every key).")
+
+
+def version() -> str:
+    """`kselect --version`: the package version and the commit it was built from (provenance.py)."""
+    from kselect import __version__  # noqa: PLC0415
+    from kselect.provenance import project_commit  # noqa: PLC0415
+
+    c = project_commit()
+    dirty = " with uncommitted changes" if c.get("dirty") else ""
+    return f"kselect {__version__} (commit {c['commit']}{dirty})"
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version())
+        sys.exit(0)
+    if argv[:1] in (["-sc"], ["--shell-completion"]):  # `kselect -sc install=bash`: one script for every command
+        from kselect.selector.base.completion import shell_completion  # noqa: PLC0415
+
+        sys.exit(shell_completion(argv[1:], list(COMMANDS)))
     if argv and argv[0] == "--debug":  # `kselect --debug <command> ...`: the command's own flag
         argv = [*argv[1:2], "--debug", *argv[2:]]
     if not argv or argv[0] in ("-h", "--help"):

@@ -41,7 +41,7 @@ def _run_command(tokens: list[str], target: Path, drafter: Path | None) -> tuple
     notes = {}
     argv = list(tokens)
     assert argv[:2] == ["vllm", "serve"], argv[:3]
-    argv = ["serve", str(target) if argv[2] == "<model>" else argv[2], *argv[3:]]
+    argv = ["serve", str(target), *argv[3:]]  # the model the export names (a repository, '<model>'): the local copy
     for i, a in enumerate(argv):
         if a == "--speculative-config" and i + 1 < len(argv):
             spec = json.loads(argv[i + 1])

@@ -55,7 +55,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kselect oracle", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # --help is a page: the summary and examples (the rest of the docstring is docs/vllm.md's)
+    summary = __doc__.strip().split("\n\n")[:2]
+    p = _Parser(prog="kselect oracle", description=summary[0] + " What it does: docs/vllm.md.\n\n" + summary[1],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="a vLLM version on the package registry (e.g. 0.34.0, or `latest`), a wheel "
                                   "(vllm-VERSION-*.whl) or an unpacked source folder")
     p.add_argument("--rules", default=None,

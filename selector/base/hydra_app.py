@@ -34,8 +34,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from . import completion, suggest
 from .cli_errors import (DEBUG_FLAG, INTERNAL_ERROR, check_printable, check_renamed, debug_enabled, internal_error,
                          report_error, strip_debug)
+from .short_help import short_help
 from ..base.errors import KSelectError
 from .extras import check_plugins
 from .group_values import check_group_values
@@ -73,7 +75,10 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
         a = argv[i]
         if a.startswith("-"):
             flags.append(a)
-            if a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
+            if a in ("-sc", "--shell-completion") and i + 1 < len(argv):  # its value is `install=bash`
+                flags.append(argv[i + 1])
+                i += 1
+            elif a in with_value and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
                 flags.append(argv[i + 1])
                 i += 1
             elif a in ("--info", "-i"):  # its value is optional: name Hydra's default, or our overrides become it
@@ -87,6 +92,19 @@ def _option_args(argv: list[str]) -> tuple[list[str], list[str]]:
 _MODES = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
           "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
           "--shell-completion": "--shell-completion"}
+
+
+def expand_home(overrides: list[str]) -> list[str]:
+    """`key=~/path` as a shell would have expanded it (Hydra's grammar refuses an unquoted `~`), quoted for Hydra."""
+    out = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and not key.startswith("~") and (value == "~" or value.startswith("~/")):
+            path = os.path.expanduser(value)
+            quote = "'" if "'" not in path else '"'
+            o = o if quote in path or "\\" in path else f"{key}={quote}{path}{quote}"
+        out.append(o)
+    return out
 
 
 def check_one_mode(command: str, flags: list[str]) -> None:
@@ -146,6 +164,14 @@ def _shown(override: str) -> str:
     return o if len(o) <= 120 else f"{o[:100]}...({len(o)} characters)"
 
 
+def with_hint(message: str, overrides: list[str], config_dir: Path | None, config_name: str) -> str:
+    """The message with the near key or option (suggest.py) in place of Hydra's offer to add the typo as a key."""
+    hint = suggest.near(message, overrides, config_dir, config_name)
+    if not hint:
+        return message
+    return re.sub(r"\s*To append to your config use \+\S+", "", message).rstrip(". ") + f"; {hint}"
+
+
 def _added_hydra_keys(overrides: list[str]) -> list[tuple[str, str]]:
     """(override, dotted key) of each `+hydra.x=...` / `++hydra.x=...` (a key added to Hydra's own config)."""
     out = []
@@ -195,7 +221,7 @@ def _register_help(command: str, doc: str) -> str:
         group="hydra/help", name=name,
         node={"app_name": f"kselect {command}", "header": doc.strip(),
               "footer": "Hydra flags: --cfg job|hydra|all, --info, -m/--multirun, -c, --shell-completion, "
-                        "hydra.* overrides (kselect --hydra-help).",
+                        f"hydra.* overrides (kselect {command} --hydra-help).",
               "template": _HELP_TEMPLATE},
     )  # fmt: skip
     return name
@@ -209,6 +235,16 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         argv = strip_debug(argv)
         os.environ["KSELECT_DEBUG"] = "1"
     flags, overrides = _option_args(argv)
+    overrides = expand_home(overrides)
+    if any(f in ("-h", "--help") for f in flags):  # a page; Hydra's whole help is --help-all
+        print(short_help(command, doc, config_dir, config_name))
+        sys.exit(0)
+    flags = ["--help" if f == "--help-all" else f for f in flags]
+    asked = completion.wants(flags)
+    if asked and not asked.startswith("query="):  # install/uninstall: kselect's script, for every command
+        sys.exit(completion.shell_completion([asked], []))
+    if asked:
+        completion.for_hydra()
     # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
     # flags go first (argparse takes the overrides as one positional list).
     lead = [f"hydra.job.name=kselect_{command}", f"hydra/help={_register_help(command, doc)}"]
@@ -259,12 +295,14 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         if code and HydraConfig.get().mode == RunMode.RUN:
             sys.exit(code)
 
-    _run_reporting_compose_errors(_app, overrides, status)
+    _run_reporting_compose_errors(_app, overrides, status, (config_dir, config_name))
     sys.exit(status["code"])
 
 
-def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict) -> None:
-    """Run the Hydra app; an error composing its config is the command line's fault: one paragraph, exit 2."""
+def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict,
+                                  config: tuple[Path | None, str]) -> None:
+    """Run the Hydra app; an error composing its config is the command line's fault: one paragraph, exit 2, naming
+    the near key where it is a typo (config: the app's config dir and name)."""
     ours = "HYDRA_FULL_ERROR" not in os.environ
     if ours:  # Hydra then raises instead of printing its own multi-paragraph report and exit 1
         os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -273,7 +311,7 @@ def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str],
     except (HydraException, OmegaConfBaseException) as e:
         if not ours:
             raise
-        report_error(KSelectError(compose_error(e, overrides)))
+        report_error(KSelectError(with_hint(compose_error(e, overrides), overrides, *config)))
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - `python -m <module>` reaches no other backstop (kselect/cli.py's)
         if not ours or debug_enabled():

@@ -23,13 +23,21 @@ MAX_CONFIG_BYTES = 1 << 20  # published config.json files are a few KiB
 _DTYPES = {**{d: d for d in MODEL_DTYPES}, **{s: d for s, d in DTYPE_OF_SHORT.items() if d in MODEL_DTYPES}}
 
 
+def config_file(path: str) -> Path:
+    """The config.json a model.hf_config path names (the file, or the one in the folder), absolute."""
+    p = Path(path).expanduser()
+    return (p / "config.json" if p.is_dir() else p).absolute()
+
+
 def read_hf_config(path: str) -> dict:
     """A config.json (or a folder holding one) as an object, read through the checked reader
     (selector/base/reading.py: no special file, bounded size, depth and integers); errors name model.hf_config. A
     ModelOpt checkpoint's hf_quant_config.json beside it is merged in as vLLM's config loader merges it."""
-    p = Path(path).expanduser()
-    if p.is_dir() and not is_special(p):
-        p = p / "config.json"
+    p = config_file(path)
+    if not p.is_file() and not p.is_symlink() and not is_special(p):
+        raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
+                         f"Hugging Face config.json or the folder holding it, or a model id <org>/<name> in the local "
+                         f"Hugging Face cache")
     try:
         obj = _read_json(p, path)
         quant = p.parent / "hf_quant_config.json"
@@ -119,6 +127,7 @@ class HFModelConfig(Strict):
             hc = data["hf_config"]
         elif isinstance(hc, str):
             data["hf_config"] = read_hf_config(hc)
+            data["source"] = str(config_file(hc))  # this config.json, not a preset's published one
             if data.get("name") in (None, "hf"):
                 data["name"] = _name_from(hc)
             hc = data["hf_config"]
@@ -148,6 +157,12 @@ class HFModelConfig(Strict):
             return self.hub_id
         m = re.match(r"https://huggingface\.co/([\w.-]+/[\w.-]+)(/|$)", self.source or "")
         return m[1] if m else None
+
+    @property
+    def local_folder(self) -> str | None:
+        """The folder of a config.json given by path (what `vllm serve` loads), else None."""
+        p = Path(self.source or "")
+        return str(p.parent) if p.is_absolute() and p.name == "config.json" else None
 
     @property
     def hf_architecture(self) -> str:

@@ -100,7 +100,10 @@ def as_dict(sel: Selection) -> dict:
 
 
 def to_json(sel: Selection) -> str:
-    return json.dumps(as_dict(sel), indent=2)
+    """`output=json`: the selection with its schema_version (docs/selection.schema.json, json_schema.py)."""
+    from .json_schema import SCHEMA_VERSION  # noqa: PLC0415
+
+    return json.dumps({"schema_version": SCHEMA_VERSION, **as_dict(sel)}, indent=2)
 
 
 def markdown(sel: Selection) -> str:

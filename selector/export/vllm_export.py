@@ -1,11 +1,12 @@
-"""`output=vllm`: the `vllm serve` arguments that make vLLM 0.33.0 run this selection.
+"""`output=vllm`: the `vllm serve` command that makes a vLLM release run this selection (the selection's own
+release, rules=vllm_X_Y_Z; VLLM_RULES for a rules option that is no release).
 
 vLLM's arguments cannot say everything a selection says (one flash_attn_version for all
 layers, one cache block, no per-group kernel block), and some pins change what vLLM does
 beyond the pinned field (Gemma4Config forces FA4 only while the backend is unset or
 FLASH_ATTN; `--block-size` marks the block as user-set and changes vLLM's block logic). So
 the export proposes the fewest arguments, from the user's own pins upward, and keeps the
-first set that kselect's model of vLLM 0.33.0 (`rules=vllm_0_33_0`) resolves to the same
+first set that kselect's model of that release (`rules=vllm_X_Y_Z`) resolves to the same
 per-group backend, FA version, kernel block and KV block. If none does, it refuses in one
 line naming what vLLM would run instead: it never prints a command that silently runs
 something else.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 from pathlib import Path
 
 from ..base.errors import KSelectError, SelectionError
@@ -43,7 +45,7 @@ def release_label(rules: str) -> str:
 
 
 class ExportError(KSelectError):
-    """The selection has no vLLM 0.33.0 command that reproduces it."""
+    """The selection has no vLLM command that reproduces it."""
 
 
 def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None = None) -> str:
@@ -54,6 +56,7 @@ def vllm_command(cfg: KSelectConfig, sel: Selection, conf_dir: Path | str | None
             "(vLLM's CPU backend is CPU_ATTN, a different kernel); there is no vLLM command that runs this selection"
         )
     want = vllm_kernels(sel)
+    _check_backends(want)
     targets = [g for g in want.groups if not g.draft]
     drafts = [g for g in want.groups if g.draft]
     target = target_rules(cfg)
@@ -117,10 +120,10 @@ def _candidate_pins(cfg: KSelectConfig, targets: list[GroupSelection]):
 
 def _describe(p: AttentionPins) -> str:
     d = _attention_config(p)
-    return f"--attention-config '{json.dumps(d, separators=(',', ':'))}'" if d else "no attention pins"
+    return shlex.join(_flag_json("--attention-config", d)) if d else "no attention pins"
 
 
-# ---------------------------------------------------------------- kselect's model of vLLM 0.33.0
+# ---------------------------------------------------------------- kselect's model of a vLLM release
 
 
 @functools.lru_cache(maxsize=8)
@@ -150,7 +153,7 @@ def _resolve_as_vllm(cfg: KSelectConfig, ref: dict, pins: AttentionPins, block: 
     except SelectionError as err:
         return f"vLLM refuses: {str(err).splitlines()[0]}"
     except ValueError as err:  # a pin the vLLM rules do not know
-        return f"not a vLLM 0.33.0 configuration: {str(err).splitlines()[0]}"
+        return f"not a {release_label(str((ref.get('ruleset') or {}).get('name')))} configuration: {str(err).splitlines()[0]}"
 
 
 def _differences(want: Selection, got: Selection) -> str:
@@ -183,45 +186,96 @@ def _attention_config(p: AttentionPins) -> dict:
     return d
 
 
-def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: list[GroupSelection],
-             chosen: Selection | None = None) -> str:
-    """sel: what the command runs; chosen: the selection asked for (its measured figures and warnings are noted)."""
-    chosen = chosen or sel
+# kselect's own kernels, which no vLLM release has (vLLM's CPU backend is CPU_ATTN, another kernel)
+NOT_IN_VLLM = {"TORCH_REFERENCE": "kselect's PyTorch reference kernel, kernels/reference.py"}
+
+
+def model_argument(cfg: KSelectConfig) -> tuple[str, list[str]]:
+    """What `vllm serve` loads, and a note where kselect cannot name it: the checkpoint the user gave, the folder
+    of the config.json given by path (model.hf_config=<folder>), the preset's Hugging Face repository."""
+    if cfg.model.checkpoint:
+        return cfg.model.checkpoint, []
+    folder = getattr(cfg.model, "local_folder", None)
+    if folder:
+        return folder, []
+    repo = getattr(cfg.model, "repo_id", None)
+    if repo:
+        return repo, []
+    return "<model>", ["# <model>: the model's folder or Hugging Face id (set model.checkpoint=... to name it here)"]
+
+
+def _needs_language_model_only(cfg: KSelectConfig, e: dict) -> bool:
+    """vLLM skips a multimodal architecture's vision tower only when told; a text-only model has none to skip."""
+    if e["multimodal"]:
+        return False
+    if cfg.model.architecture == "gemma4":  # Gemma4ForConditionalGeneration: always built with its vision tower
+        return True
+    return isinstance(getattr(cfg.model, "hf_config", None), dict) and "vision_config" in cfg.model.hf_config
+
+
+def _check_backends(sel: Selection) -> None:
+    lacking = sorted({(g.backend, NOT_IN_VLLM[g.backend]) for g in sel.groups if g.backend in NOT_IN_VLLM})
+    if lacking:
+        names = ", ".join(f"{b} ({why})" for b, why in lacking)
+        raise ExportError(f"output=vllm: the selection runs {names}; vLLM has no such backend, so there is no vLLM "
+                          "command that runs this selection (pin one of vLLM's backends, e.g. attention.backend=TRITON_ATTN)")
+
+
+def _flag_json(flag: str, value: dict) -> list[str]:
+    return [flag, json.dumps(value, separators=(",", ":"))]
+
+
+def vllm_argv(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: list[GroupSelection]) -> tuple[list[str], list[str]]:
+    """(the argv of the `vllm serve` command, comment lines about it) for a selection vLLM reproduces with `pins`."""
     e = sel.environment
-    model = cfg.model.checkpoint or "<model>"
-    args = [f"--dtype {e['dtype']}", f"--kv-cache-dtype {e['kv_cache_dtype']}"]
+    model, notes = model_argument(cfg)
+    argv = ["vllm", "serve", model, "--dtype", e["dtype"], "--kv-cache-dtype", e["kv_cache_dtype"]]
     if e["user_block_size"] is not None:  # only a user's: --block-size changes vLLM's block logic
-        args.append(f"--block-size {e['user_block_size']}")
+        argv += ["--block-size", str(e["user_block_size"])]
     ac = _attention_config(pins)
     if ac:
-        args.append(f"--attention-config '{json.dumps(ac, separators=(',', ':'))}'")
-    notes = []
-    repo = getattr(cfg.model, "repo_id", None)
-    if repo and model == "<model>":
-        notes.append(f"# <model>: {repo} (the Hugging Face repository of the preset's config), or its local folder")
+        argv += _flag_json("--attention-config", ac)
     if e["spec_decode"] == "mtp":
         if not cfg.model.drafter.checkpoint:
             raise ExportError(
                 f"output=vllm: model.drafter.checkpoint is not set for model {cfg.model.name!r}; vLLM needs the assistant "
                 "checkpoint as the draft `model` (without one it drafts with the target and refuses method 'mtp')"
             )
-        spec: dict = {"method": "mtp", "model": cfg.model.drafter.checkpoint, "num_speculative_tokens": e["num_speculative_tokens"]}
-        args.append(f"--speculative-config '{json.dumps(spec, separators=(',', ':'))}'")
-        # vLLM 0.33.0's Gemma-4 speculator builds the drafter from the target's attention config and
-        # never reads speculative_config.attention_backend: the draft backends are not an argument,
-        # they follow from the ones above (checked like the target's, in _differences)
+        spec = {"method": "mtp", "model": cfg.model.drafter.checkpoint, "num_speculative_tokens": e["num_speculative_tokens"]}
+        argv += _flag_json("--speculative-config", spec)
+        # vLLM's Gemma-4 speculator builds the drafter from the target's attention config and never reads
+        # speculative_config.attention_backend: the draft backends are not an argument, they follow from the ones
+        # above (checked like the target's, in _differences)
         notes.append("# MTP draft layers (selected by vLLM from the arguments above): " + ", ".join(
             f"{group_name(g)} {g.backend}{f' FA{g.flash_attn_version}' if g.flash_attn_version else ''}" for g in drafts))
         if cfg.spec_decode.copy_target_kv_scales is False and cfg.kv_cache.quantized:
-            notes.append("# NOTE: vLLM 0.33.0's drafts always copy the target's K/V scales (no switch to keep unit scales)")
-    if not e["multimodal"]:
-        args.append("--language-model-only")
-    # what vLLM cannot express and what was measured, then warnings: shell comments after the
-    # command, still copy-pasteable, never lost
+            notes.append("# NOTE: vLLM's drafts always copy the target's K/V scales (no switch to keep unit scales)")
+    if _needs_language_model_only(cfg, e):
+        argv.append("--language-model-only")
+    if any("\0" in a for a in argv):
+        raise ExportError("output=vllm: an argument holds a NUL character, which no command line can pass; "
+                          "allowed: model.checkpoint and model.drafter.checkpoint without NUL")
+    return argv, notes
+
+
+def _comment(line: str) -> str:
+    """A note as one inert shell comment line: a control character (a newline would end the comment) is escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m[0]):02x}", line)
+
+
+def _command(cfg: KSelectConfig, sel: Selection, pins: AttentionPins, drafts: list[GroupSelection],
+             chosen: Selection | None = None) -> str:
+    """sel: what the command runs; chosen: the selection asked for (its measured figures and warnings are noted).
+    One shell line, every argument `shlex`-quoted (the JSON of a flag is one argument): `shlex.split` of the text
+    (comments dropped) is the argv, and pasting it into a shell runs nothing else."""
+    chosen = chosen or sel
+    argv, notes = vllm_argv(cfg, sel, pins, drafts)
+    # what vLLM cannot express and what was measured, then warnings: shell comments after the command, still
+    # copy-pasteable, never lost
     notes += [f"# NOTE {group_name(g)}: vLLM runs kernel block {g.draft_shared_kernel_block} (not {g.kernel_block_size}) on the "
               "target layers sharing a KV-cache group with the MTP draft layers" for g in sel.groups if g.draft_shared_kernel_block]
     notes += [f"# NOT EXPRESSIBLE in vLLM: {n}" for n in per_phase_losses(chosen, sel)]
     notes += [f"# measured {group_name(g)}: {m.text()}" for g in chosen.groups if not g.draft for m in g.measured]
     notes += [f"# WARNING {group_name(g)}: {w.text}" for g in chosen.groups for w in g.warnings]
     notes += [f"# WARNING: {w.text}" for w in chosen.warnings]
-    return f"vllm serve {model} " + " \\\n  ".join(args) + "".join("\n" + n for n in notes)
+    return shlex.join(argv) + "".join("\n" + _comment(n) for n in notes)

@@ -11,7 +11,7 @@ A Hydra app (structured config `kselect_plot`): matrix (a diff: `default`, the m
 diff` covers; one overlay set: `smoke`), overlay (one overlay set), a.overlay and b.overlay (a
 diff; a.overlay defaults to []), style (a diff: `blocks`, the diff's collapsed rows with
 before -> after per group, selector/review/plot_diff.py; `grid`: the cell grid below), out (path without extension, default `kselect-matrix`; writes <out>.png and
-<out>.html), title, where.<axis>=value or =[v1,v2] (keep only these values of an axis: big
+<out>.html; an existing file is replaced only with overwrite=true), title, where.<axis>=value or =[v1,v2] (keep only these values of an axis: big
 matrices need it).
 
 Layout: one grid per model; rows are platforms, columns KV-cache dtypes (and scales). Inside a
@@ -218,6 +218,7 @@ class PlotArgs:
     a: PlotSide = field(default_factory=lambda: PlotSide(overlay=[]))
     b: PlotSide = field(default_factory=PlotSide)  # b.overlay given: a diff, b drawn, changes against a marked
     out: str = "kselect-matrix"
+    overwrite: bool = False  # true: replace an existing <out>.png / <out>.html (else exit 2 naming it)
     title: str = ""
     where: Where = field(default_factory=Where)
 
@@ -243,6 +244,9 @@ def task(cfg) -> int:
         raise KSelectError(f"plot: style={cfg.style!r}; allowed: blocks, grid")
     for suffix in (".png", ".html"):
         check_out_path(Path(cfg.out).with_suffix(suffix), "out")
+        if Path(cfg.out).with_suffix(suffix).exists() and not cfg.overwrite:
+            raise KSelectError(f"plot: out={cfg.out!r}: {Path(cfg.out).with_suffix(suffix)} exists; allowed: another "
+                               "out= path, or overwrite=true to replace it")
     require("matplotlib", "matplotlib", "kselect plot")  # before the matrix is resolved: the picture needs it
     spec = filter_spec(load_matrix(cfg.matrix or ("default" if diff else "smoke")), where)
     if diff and cfg.style == "blocks":

@@ -100,7 +100,7 @@ FLAGS = ("-m", "--multirun")
 # Hydra's flags that only print (they never read files or run code from elsewhere); --config-dir,
 # --config-path, --config-name, --experimental-rerun (a pickle), --package and --shell-completion
 # stay refused (selector/config/guard.py, tests/selector/test_fuzz.py).
-PRINT_FLAGS = ("--help", "-h", "--cfg", "-c", "--info", "-i", "--resolve", "job", "hydra", "all", "config", "defaults",
+PRINT_FLAGS = ("--help", "-h", "--help-all", "--cfg", "-c", "--info", "-i", "--resolve", "job", "hydra", "all", "config", "defaults",
                "defaults-tree", "plugins", "searchpath")
 
 

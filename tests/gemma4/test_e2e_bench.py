@@ -207,6 +207,18 @@ def test_plot_results_without_results(tmp_path):
     assert "No results found" in (tmp_path / "p" / "performance.md").read_text()
 
 
+def test_plot_results_never_writes_over_earlier_plots(tmp_path):
+    """#51: the documented command rewrote the committed performance.md and added PNGs beside it."""
+    plot = _load("bench/plot_results.py")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "performance.md").write_text("committed")
+    with pytest.raises(Exception, match="holds files already"):
+        plot.main(["--results", str(tmp_path / "missing"), "--out", str(tmp_path / "p")])
+    assert (tmp_path / "p" / "performance.md").read_text() == "committed"
+    with pytest.raises(SystemExit):  # --out is required: no default into the committed results
+        plot.main(["--results", str(tmp_path / "missing")])
+
+
 def test_decode_intensity_is_gqa_ratio():
     plot = _load("bench/plot_results.py")
     row = dict(kind="decode", shape="31b_sliding", b=4, L=4096, path="fa3_bf16")

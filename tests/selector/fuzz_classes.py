@@ -558,3 +558,24 @@ STRATEGIES = {"group_value": group_value, "hydra_key": hydra_key, "rule_fact": r
               "extra": extra, "schema_value": schema_value, "hf_config": hf_config, "hf_json": hf_json,
               "checkpoint_json": checkpoint_json, "special_path": special_path, "control_char": control_char,
               "script_path": script_path}
+
+
+# ---------------------------------------------------------------- shell metacharacters (issue #49 item 6, #51)
+# Valid input, not bad input: every string that reaches `output=vllm` (test_export_paste.py) is drawn from these
+# characters, and the export must hand it to `vllm` as exactly one argument, whatever a shell makes of the rest.
+
+SHELL_META = "$()`'\";|&*?~<>{}[]!#\\ \t\n%^=,:@"
+EXPORT_FIELDS = ("model.checkpoint", "model.drafter.checkpoint")  # the user's strings an export names (and a folder)
+SHELL_EXAMPLES = ("$(touch X)", "a'b", "`touch X`", "\"; touch X; \"", "~", "~/m", "*", "x\n# y\ntouch X", "-h",
+                  "--dtype", "a\\", "'$HOME'", "é\u2028ß")  # fmt: skip
+
+
+def _usable(s: str) -> bool:
+    """A checkpoint may be any non-blank string (schema_types.Checkpoint) but no NUL: no command line passes one."""
+    return bool(s.strip()) and "\0" not in s
+
+
+shell_string = st.one_of(
+    st.sampled_from(SHELL_EXAMPLES),
+    st.text(alphabet=SHELL_META + "ab/.-_é", min_size=1, max_size=24).filter(_usable),
+)

@@ -1,4 +1,4 @@
-"""Every `kselect <command>` that takes overrides is a real Hydra app: --cfg job, Hydra's --help,
+"""Every `kselect <command>` that takes overrides is a real Hydra app: --cfg job, Hydra's help (--help-all),
 -m with two values and hydra.run.dir=X behave as in any Hydra app; a plain run leaves nothing
 behind; old spellings of the overlay key exit 2 naming the new one."""
 
@@ -38,17 +38,17 @@ def test_every_override_command_is_a_hydra_app(tmp_path, command):
     p = kselect(command, "--cfg", "job", "platform=sm90", "model=gemma4_31b", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert yaml.safe_load(p.stdout)["platform"]["name"] == "sm90"
-    h = kselect(command, "--help", cwd=tmp_path)
+    h = kselect(command, "--help-all", cwd=tmp_path)  # Hydra's help (--help: a page, test_cli_conventions.py)
     assert h.returncode == 0 and f"kselect {command} [" in h.stdout.splitlines()[0] and "== Configuration groups ==" in h.stdout
     assert list(tmp_path.iterdir()) == []
 
 
 def test_help_is_hydras_with_the_commands_text(tmp_path):
-    p = kselect("claims", "--help", cwd=tmp_path)
+    p = kselect("claims", "--help-all", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("List the capability claims")
-    assert "== Configuration groups ==" in p.stdout and "platform: auto, cpu, sm100" in p.stdout
-    d = kselect("diff", "--help", cwd=tmp_path)
+    assert "== Configuration groups ==" in p.stdout and "platform: a100, auto, b200, cpu" in p.stdout
+    d = kselect("diff", "--help-all", cwd=tmp_path)
     assert d.returncode == 0 and "a:\n  conf: worktree\n  overlay: []" in d.stdout
 
 
@@ -120,7 +120,7 @@ def test_hydra_compose_errors_are_one_paragraph_exit_2(tmp_path):
 def test_a_reader_that_goes_away_is_no_traceback(tmp_path):
     """`kselect run --help | head -1`: the pipe closes early; kselect stops quietly (SIGPIPE: -13, a shell shows 141)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "kselect", "run", "--help"], cwd=tmp_path, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "kselect", "run", "--help-all"], cwd=tmp_path, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     p.stdout.read(16)
     p.stdout.close()

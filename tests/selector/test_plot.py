@@ -75,3 +75,14 @@ def test_diff_picture_of_the_default_matrix_opens_comfortably(tmp_path, capsys):
     assert out.with_suffix(".html").stat().st_size < 1_000_000 and out.with_suffix(".png").stat().st_size < 500_000
     w, h = _png_size(out.with_suffix(".png").read_bytes())
     assert w <= 1500 and h <= 2500
+
+
+def test_an_existing_picture_is_replaced_only_when_asked(tmp_path, capsys):
+    """#51: `kselect plot` overwrote kselect-matrix.png in the current folder without a word."""
+    out = tmp_path / "m"
+    out.with_suffix(".png").write_bytes(b"earlier")
+    with pytest.raises(KSelectError, match=r"m\.png exists; allowed: another out= path, or overwrite=true"):
+        main(["matrix=smoke", "where.platform=cpu", f"out={out}"])
+    assert out.with_suffix(".png").read_bytes() == b"earlier" and not out.with_suffix(".html").exists()
+    assert main(["matrix=smoke", "where.platform=cpu", f"out={out}", "overwrite=true"]) == 0
+    assert out.with_suffix(".png").read_bytes() != b"earlier" and "wrote " in capsys.readouterr().out

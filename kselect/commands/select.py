@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kselect.selector.base.cli_errors import check_renamed, report_error
+from kselect.selector.base.cli_errors import check_printable, check_renamed, debug_enabled, internal_error, report_error
 from kselect.selector.base.errors import KSelectError
 from kselect.selector.config.compose import CONF_DIR, compose
 from kselect.selector.evidence.evidence import Evidence
@@ -92,14 +92,29 @@ def _plain(argv: list[str]) -> bool:
     return all(not a.startswith("-") and not a.lstrip("+~").startswith("hydra") for a in argv)
 
 
+def fast_path(argv: list[str]) -> int | None:
+    """Bulk cells, or overrides alone composed here; None: the Hydra app's turn (flags, a compose error)."""
+    try:
+        check_printable(argv)
+    except KSelectError as e:
+        report_error(e)
+        return 2
+    if any(a.startswith("cells=") for a in argv):
+        return bulk(argv)
+    return plain_run(argv) if _plain(argv) else None
+
+
 def cli() -> None:
     argv = sys.argv[1:]
-    if any(a.startswith("cells=") for a in argv):
-        sys.exit(bulk(argv))
-    if _plain(argv):
-        code = plain_run(argv)
-        if code is not None:
-            sys.exit(code)
+    try:
+        code = fast_path(argv)
+    except Exception as e:  # noqa: BLE001 - the backstop kselect/cli.py gives every command: exit 3, one paragraph
+        if "--debug" in argv or debug_enabled():
+            raise
+        report_error(internal_error(e, ["kselect", "select", *argv]))
+        sys.exit(3)
+    if code is not None:
+        sys.exit(code)
     from kselect.selector.base.hydra_app import run_app  # noqa: PLC0415 - Hydra's app only for its flags, or to report an error
 
     run_app("select", task, doc=__doc__, config_name="config", config_dir=CONF_DIR, renamed=RENAMED)

@@ -34,7 +34,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from . import completion, suggest
+from . import completion, hooks, suggest
 from .cli_errors import (DEBUG_FLAG, INTERNAL_ERROR, check_printable, check_renamed, debug_enabled, internal_error,
                          report_error, strip_debug)
 from .short_help import short_help
@@ -230,21 +230,7 @@ def _register_help(command: str, doc: str) -> str:
 def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir: Path | None = None,
             renamed: dict[str, str] | None = None) -> None:
     """Run `task(cfg)` as the Hydra app `kselect <command>` on sys.argv; exits with its status."""
-    argv = sys.argv[1:]
-    if DEBUG_FLAG in argv:  # `kselect <command> --debug`: the traceback of a bug (Hydra's parser knows no such flag)
-        argv = strip_debug(argv)
-        os.environ["KSELECT_DEBUG"] = "1"
-    flags, overrides = _option_args(argv)
-    overrides = expand_home(overrides)
-    if any(f in ("-h", "--help") for f in flags):  # a page; Hydra's whole help is --help-all
-        print(short_help(command, doc, config_dir, config_name))
-        sys.exit(0)
-    flags = ["--help" if f == "--help-all" else f for f in flags]
-    asked = completion.wants(flags)
-    if asked and not asked.startswith("query="):  # install/uninstall: kselect's script, for every command
-        sys.exit(completion.shell_completion([asked], []))
-    if asked:
-        completion.for_hydra()
+    argv, flags, overrides = _own_flags(command, doc, config_dir, config_name)
     # kselect's defaults lead, the user's overrides follow (the later value of a key wins); Hydra's
     # flags go first (argparse takes the overrides as one positional list).
     lead = [f"hydra.job.name=kselect_{command}", f"hydra/help={_register_help(command, doc)}"]
@@ -270,11 +256,7 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
         # The task composes other configs with Hydra's compose API (the matrix, a selection per
         # cell), which refuses to start while this app holds GlobalHydra: lend it, then restore.
         status["started"] = True
-        hc = HydraConfig.get()
-        if hc.mode == RunMode.MULTIRUN and command != "sweep" and not status.get("said"):  # sweep's doc says where
-            status["said"] = True
-            print(f"kselect {command} -m: Hydra writes each job's record (.hydra/) under {os.path.abspath(hc.sweep.dir)}/ "
-                  "(multirun/ in the current folder unless hydra.sweep.dir=<dir> is given)", file=sys.stderr)
+        _say_multirun_dir(command, status)
         gh = GlobalHydra.instance()
         held, gh.hydra = gh.hydra, None
         try:
@@ -297,6 +279,35 @@ def run_app(command: str, task: Task, *, doc: str, config_name: str, config_dir:
 
     _run_reporting_compose_errors(_app, overrides, status, (config_dir, config_name))
     sys.exit(status["code"])
+
+
+def _own_flags(command: str, doc: str, config_dir: Path | None, config_name: str) -> tuple[list, list, list]:
+    """sys.argv's kselect flags, handled before Hydra: --debug (Hydra's parser knows no such flag), a help page (Hydra's
+    whole help is --help-all), completion install/uninstall. The rest: (argv, Hydra's flags, overrides)."""
+    argv = sys.argv[1:]
+    if DEBUG_FLAG in argv:  # `kselect <command> --debug`: the traceback of a bug
+        argv = strip_debug(argv)
+        os.environ["KSELECT_DEBUG"] = "1"
+    flags, overrides = _option_args(argv)
+    if any(f in ("-h", "--help") for f in flags):
+        print(short_help(command, doc, config_dir, config_name))
+        sys.exit(0)
+    flags = ["--help" if f == "--help-all" else f for f in flags]
+    asked = completion.wants(flags)
+    if asked and not asked.startswith("query="):  # install/uninstall: kselect's script, for every command
+        sys.exit(completion.shell_completion([asked], []))
+    if asked:
+        completion.for_hydra()
+    return argv, flags, expand_home(overrides)
+
+
+def _say_multirun_dir(command: str, status: dict) -> None:
+    """-m: where Hydra writes its jobs' records, once (sweep's own doc says where)."""
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN and command != "sweep" and not status.get("said"):
+        status["said"] = True
+        print(f"kselect {command} -m: Hydra writes each job's record (.hydra/) under {os.path.abspath(hc.sweep.dir)}/ "
+              "(multirun/ in the current folder unless hydra.sweep.dir=<dir> is given)", file=sys.stderr)
 
 
 def _run_reporting_compose_errors(app: Callable[[], None], overrides: list[str], status: dict,

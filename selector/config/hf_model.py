@@ -34,7 +34,7 @@ def read_hf_config(path: str) -> dict:
     (selector/base/reading.py: no special file, bounded size, depth and integers); errors name model.hf_config. A
     ModelOpt checkpoint's hf_quant_config.json beside it is merged in as vLLM's config loader merges it."""
     p = config_file(path)
-    if not p.is_file() and not p.is_symlink() and not is_special(p):
+    if not p.exists() and not p.is_symlink():  # a special file is the checked reader's to refuse, by name
         raise ValueError(f"model.hf_config={path!r}: no such file (or no config.json in that folder); allowed: a "
                          f"Hugging Face config.json or the folder holding it, or a model id <org>/<name> in the local "
                          f"Hugging Face cache")

@@ -99,11 +99,15 @@ def as_dict(sel: Selection) -> dict:
     return d
 
 
-def to_json(sel: Selection) -> str:
-    """`output=json`: the selection with its schema_version (docs/selection.schema.json, json_schema.py)."""
+def json_object(sel: Selection) -> dict:
+    """The `output=json` object: the selection with its schema_version (docs/selection.schema.json, json_schema.py)."""
     from .json_schema import SCHEMA_VERSION  # noqa: PLC0415
 
-    return json.dumps({"schema_version": SCHEMA_VERSION, **as_dict(sel)}, indent=2)
+    return {"schema_version": SCHEMA_VERSION, **as_dict(sel)}
+
+
+def to_json(sel: Selection) -> str:
+    return json.dumps(json_object(sel), indent=2)
 
 
 def markdown(sel: Selection) -> str:

@@ -26,7 +26,7 @@ from ..config.compose import CONF_DIR, compose
 from ..config.schema import KSelectConfig
 from ..evidence.evidence import Evidence
 from ..export.formats import render
-from ..export.render import as_dict
+from ..export.render import json_object
 from ..measure.select import select
 from ..outputs.selection import Selection
 from ..review.cells import SECTIONS, Cell, hydra_value
@@ -65,7 +65,7 @@ class Answer:
         assert self.selection is not None and self.config is not None
         fmt = output or self.config.output
         if fmt == "json":
-            out["selection"] = as_dict(self.selection)
+            out["selection"] = json_object(self.selection)
         else:
             out["text"] = render(self.selection, fmt, self.config.verbose, self.config)
         return out

@@ -65,13 +65,10 @@ def parser() -> argparse.ArgumentParser:
                    help="kselect's rules= option to compare with (default: vllm_<version> if it exists, else the "
                         "config's default)")
     p.add_argument("--grid", choices=GRIDS, default="gemma4",
-                   help="gemma4 (default): the Gemma-4 grid; models: the other families' presets x capability x "
-                        "KV auto/fp8 x auto and each family's backend pins (no vision, MTP or FA pin); registry: "
-                        "the same for every text-generation architecture of the release's registry whose config "
-                        "class ships with transformers (a config made from the class's defaults, a few layers)")
-    p.add_argument("--out", default=None, help="the record (default: oracle_<version>.jsonl.gz here, "
-                                               "oracle_models_<version>.jsonl.gz for --grid models, oracle_registry_... "
-                                               "for --grid registry, its configs beside it as .configs.json)")
+                   help="gemma4 (default); models: the other presets; registry: every text decoder of the "
+                        "release's registry with a transformers config class (docs/models.md)")
+    p.add_argument("--out", default=None, help="the record (default: oracle_[models_|registry_]<version>.jsonl.gz "
+                                               "here; the registry's configs beside it)")
     p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
                    help="exit 1 when any field agrees on less than this percentage (default 99.5)")
     p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")

@@ -96,9 +96,9 @@ def test_installed_wheel_runs_from_an_empty_directory(installed, tmp_path):
     p = run("select", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
     assert p.returncode == 0, p.stderr
     assert "FLASHINFER" in p.stdout
-    d = run("diff", "b.overlay=[pr48666]", "matrix=smoke", "format=markdown")
+    d = run("diff", "b.overlay=[pr48666]", "matrix=seed_smoke", "format=markdown")
     assert d.returncode == 0, d.stderr
-    assert d.stdout.startswith("**kselect diff [] -> [pr48666] over matrix smoke")
+    assert d.stdout.startswith("**kselect diff [] -> [pr48666] over matrix seed_smoke")
     where = subprocess.run([str(installed / "bin" / "python"), "-c", "import kselect.selector.api as a; print(a.CONF_DIR)"],
                            cwd=tmp_path, capture_output=True, text=True, env=_env())  # fmt: skip
     assert where.stdout.strip().startswith(str(installed)), where  # the wheel's copy, not the checkout
@@ -117,7 +117,7 @@ def test_installed_wheel_diffs_git_revisions_of_the_clone_it_runs_in(installed, 
     git("add", "conf")
     git("commit", "-qm", "conf")
     kselect = str(installed / "bin" / "kselect")
-    args = ["diff", "a.conf=git:HEAD", "check=true", "matrix=smoke"]
+    args = ["diff", "a.conf=git:HEAD", "check=true", "matrix=seed_smoke"]
     p = subprocess.run([kselect, *args], cwd=clone / "conf", capture_output=True, text=True, timeout=300, env=_env())
     assert p.returncode == 0 and "no cell changed" in p.stdout, p.stderr
     caps = clone / "conf" / "capabilities" / "default.yaml"

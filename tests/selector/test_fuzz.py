@@ -625,7 +625,7 @@ def test_generated_bad_input_exits_2_naming_the_key(cli, cls, capsys, monkeypatc
         case = Case(g.cli, g.argv, g.names, g.files, g.links, via_app=app, missing=g.missing)
         seen.append(case.id())
         why = check(case, tmp_path_factory.mktemp("case") / "c", capsys)
-        assert why is None, f"{case.id()}: {why}"
+        assert why is None, f"{case.id()}: {why}; files: {str(case.files)[:300]}"
 
     one()
     assert seen, "no case drawn"

@@ -95,10 +95,13 @@ def test_the_quantized_presets_resolve_auto_as_vllm_does():
 
 def test_kselect_takes_the_kv_dtype_vllms_engine_took():
     """The KV dtype kselect's rules see (fact kv.dtype: the checkpoint's for auto) is the engine's cache_dtype."""
-    from kselect.oracle.compare import _matrix_cell, _RulesBuilder
+    from dataclasses import replace
+
+    from kselect.oracle.compare import _matrix_cell
+    from kselect.selector.api import CONF_DIR, Builder
     from kselect.selector.rules.facts import kv_dtype_setting
 
-    cells = [_matrix_cell(Cell.from_dict(r["cell"])) for r in CACHE_DTYPED]
-    got = [kv_dtype_setting(cfg) for _, cfg in _RulesBuilder(RULES, None).configs(cells)]
+    cells = [replace(_matrix_cell(Cell.from_dict(r["cell"])), rules=RULES) for r in CACHE_DTYPED]
+    got = [kv_dtype_setting(cfg) for _, cfg in Builder(CONF_DIR).configs(cells)]
     assert len(got) == len(CACHE_DTYPED) >= 20
     assert got == [r["cache_dtype"] for r in CACHE_DTYPED]

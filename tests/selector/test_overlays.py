@@ -1,4 +1,4 @@
-"""The overlays over EVERY cell of the default matrix: the revert is the exact inverse of
+"""The overlays over EVERY cell of the seed matrix (the default matrix under rules=post_pr52987, the base the seed overlays patch): the revert is the exact inverse of
 #48666, #48666 changes exactly the SM90 FP8 cells (and the MTP draft scales), and the re-land
 #53175 routes multimodal FP8 on SM90 to Triton and keeps FA4 FP8 for head 512 only."""
 
@@ -25,7 +25,7 @@ def _targets(r):
 
 
 def test_revert_equals_base_in_every_cell():
-    base, rev = resolve_named("default", BASE), resolve_named("default", REVERT)
+    base, rev = resolve_named("seed", BASE), resolve_named("seed", REVERT)
     assert len(base) == len(rev) > 5000
     bad = [b.cell.id for b, r in zip(base, rev) if _strip(b.selection) != _strip(r.selection) or b.error != r.error]
     assert bad == []
@@ -36,7 +36,7 @@ def _sm90_fa4_cell(c) -> bool:
 
 
 def test_pr48666_changes_exactly_the_expected_cells():
-    base, pr = resolve_named("default", BASE), resolve_named("default", PR)
+    base, pr = resolve_named("seed", BASE), resolve_named("seed", PR)
     for b, p in zip(base, pr):
         c = b.cell
         if b.selection is None or p.selection is None:
@@ -69,7 +69,7 @@ def test_pr48666_changes_exactly_the_expected_cells():
 def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
     """The cause of the revert: Gemma-4 multimodal with an FP8 cache on SM90 used TRITON_ATTN;
     #48666 upgraded it to FA4, whose FP8-KV kernel lacks the bidirectional mm-prefix mask."""
-    base, pr = resolve_named("default", BASE), resolve_named("default", PR)
+    base, pr = resolve_named("seed", BASE), resolve_named("seed", PR)
     cells = [(b, p) for b, p in zip(base, pr) if b.cell.platform == "sm90" and b.cell.kv_cache in FA4_FP8
              and b.cell.multimodal and b.cell.pin == "auto"]  # fmt: skip
     assert len(cells) == 64
@@ -79,7 +79,7 @@ def test_pr48666_moves_multimodal_fp8_sm90_from_triton_to_fa4():
 
 
 def test_pr53175_routes_multimodal_to_triton_and_keeps_fa4_for_head_512_only():
-    for r in resolve_named("default", RELAND):
+    for r in resolve_named("seed", RELAND):
         c = r.cell
         if r.selection is None or c.platform != "sm90" or c.kv_cache not in ("fp8", "fp8_e4m3", "fp8_e5m2"):
             continue
@@ -92,14 +92,14 @@ def test_pr53175_routes_multimodal_to_triton_and_keeps_fa4_for_head_512_only():
     # and the head-512 FA4 path is taken somewhere (text-only SM90 FP8 with FA4 forcing)
     assert any(
         g.backend == "FLASH_ATTN" and g.flash_attn_version == 4 and g.head_size == 512 and g.kv_cache_dtype == "fp8_e4m3"
-        for r in resolve_named("default", RELAND) if r.selection for g in r.selection.groups
+        for r in resolve_named("seed", RELAND) if r.selection for g in r.selection.groups
     )  # fmt: skip
 
 
 @pytest.mark.parametrize("overlays", [PR, RELAND])
 def test_overlays_leave_other_platforms_alone(overlays):
     """Outside SM90 only the MTP draft scales may change."""
-    base, ov = resolve_named("default", BASE), resolve_named("default", overlays)
+    base, ov = resolve_named("seed", BASE), resolve_named("seed", overlays)
     for b, o in zip(base, ov):
         if b.cell.platform == "sm90":
             continue

@@ -11,12 +11,14 @@ from kselect.selector.base.errors import KSelectError
 from kselect.selector.review import gather
 from kselect.selector.review.gather import load_jobs, markdown, table
 from kselect.selector.review.matrix import cli_args
+from kselect.selector.base.reading import check_lengths, short
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(gather.__doc__.strip())
         return 0 if argv else 2
+    check_lengths(argv[0], f"gather: {short(argv[0])}")  # a name the file system cannot take: exit 2, not an OSError
     root = Path(argv[0])
     args = cli_args(argv[1:], {"format": "table"}, "kselect gather")
     if args["format"] not in ("table", "markdown", "json"):

@@ -144,17 +144,17 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
         "kselect select platform=sm90 model=gemma4_31b +attention.backend_per_kind.full_attention=TRITON_ATTN": Run(
             "kselect select platform=sm90 model=gemma4_31b +attention.backend_per_kind.full_attention=TRITON_ATTN",
             shows=(r"(?m)^full_attention\s.*TRITON_ATTN",)),
+        "printf '%s\\n' '{\"platform\": \"sm90\", \"model\": \"llama3_1_8b\"}' "
+        "'{\"platform\": \"sm100\", \"model\": \"gpt_oss_20b\"}' | kselect select cells=-": Run(
+            "printf '%s\\n' '{\"platform\": \"sm90\", \"model\": \"llama3_1_8b\"}' "
+            "'{\"platform\": \"sm100\", \"model\": \"gpt_oss_20b\"}' | kselect select cells=-",
+            shows=(r'(?m)^\{"overrides":\["platform=sm90","model=llama3_1_8b"\],"exit":0,"selection":\{"schema_version":1',)),
         "kselect select platform=h100 model=llama3_1_8b": Run(
             "kselect select platform=h100 model=llama3_1_8b", shows=(r"platform h100 \(cuda, cc 9\.0",)),
         'eval "$(kselect -sc install=bash)"': Run('eval "$(kselect -sc install=bash)" && complete -p kselect',
                                                   shows=(r"-F _kselect_completion kselect",)),
         "kselect select platform=sm90 kv_cache=fp8 rules.fa-kv_dtype_version_gate.enabled=false": Run(
             "kselect select platform=sm90 kv_cache=fp8 rules.fa-kv_dtype_version_gate.enabled=false", shows=TABLE),
-        "printf '%s\\n' '{\"platform\": \"sm90\", \"model\": \"llama3_1_8b\"}' "
-        "'{\"platform\": \"sm100\", \"model\": \"gpt_oss_20b\"}' | kselect select cells=-": Run(
-            "printf '%s\\n' '{\"platform\": \"sm90\", \"model\": \"llama3_1_8b\"}' "
-            "'{\"platform\": \"sm100\", \"model\": \"gpt_oss_20b\"}' | kselect select cells=-",
-            shows=(r'(?m)^\{"overrides":\["platform=sm90","model=llama3_1_8b"\],"exit":0,"selection":\{"schema_version":1',)),
     },
     "vllm.md": {
         "kselect oracle 0.34.0 --rules vllm_0_34_0": Skip("downloads and runs vLLM 0.34.0 over the grid; tests/vllm check its record"),

@@ -24,7 +24,7 @@ def test_diff_page_renders_in_headless_chromium(tmp_path):
     import matplotlib.image as mpimg
 
     out = tmp_path / "pr48666"
-    assert main(["b.overlay=[pr48666]", "matrix=smoke", f"out={out}"]) == 0
+    assert main(["b.overlay=[pr48666]", "matrix=seed_smoke", f"out={out}"]) == 0
     shot = tmp_path / "shot.png"
     cmd = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
            "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",

@@ -27,8 +27,7 @@ def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None, 
     att = {"backend_per_kind": {**cfg.attention.backend_per_kind, **kinds}}
     if fa_version is not None:
         att["flash_attn_version"] = fa_version
-    att = cfg.attention.model_copy(update=att)
-    upd = {"attention": att, "objective": cfg.objective.model_copy(update={"name": "vllm"})}
+    upd = {"attention": cfg.attention.model_copy(update=att)}  # the objective stays: resolve_rules never reads it
     if block is not None:
         upd["kv_cache"] = cfg.kv_cache.model_copy(update={"block_size": block})
     return cfg.model_copy(update=upd)

@@ -58,7 +58,7 @@ class Prelude:
     (`attention.backend_per_kind`), so an objective's search prepares it once per cache block and
     FlashAttention version and resolves every combination of per-group pins from it."""
 
-    kv_cache: object  # the KV section the steps read (vLLM may set the configured dtype aside)
+    kv_cache: object  # the KV section the steps read where vLLM sets the configured dtype aside (else None)
     kv_ignored: tuple
     trace: tuple[str, ...]
     facts: Facts
@@ -71,13 +71,14 @@ class Prelude:
 def prelude(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Prelude:
     """The model-level steps: architecture check, KV dtype ignored/forced, forcing, `spec` stage, checkpoint checks."""
     _check_architecture(cfg)
+    kv = cfg.kv_cache
     cfg, kv_ignored = _kv_dtype_ignored(cfg)
     cfg, trace = _kv_dtype_forced(cfg)
     facts = _spec_facts(cfg, book, _forced_facts(book, base_facts(cfg), trace), trace)
     kv_dtype, conformance = resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model)
     groups = target_groups(cfg)
     ckv_warnings = checkpoint_kv_checks(cfg, [g.kind for g in groups], trace)
-    return Prelude(cfg.kv_cache, tuple(kv_ignored), tuple(trace), facts, kv_dtype, conformance, tuple(groups),
+    return Prelude(None if cfg.kv_cache is kv else cfg.kv_cache, tuple(kv_ignored), tuple(trace), facts, kv_dtype, conformance, tuple(groups),
                    tuple(ckv_warnings))
 
 
@@ -85,7 +86,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, pre: P
     """vLLM's selection under `book` (the config's objective is not read here). `pre`: prelude(cfg, book,
     evidence) of a config that differs from cfg at most in its per-group pins."""
     pre = pre or prelude(cfg, book, evidence)
-    if pre.kv_cache is not cfg.kv_cache:
+    if pre.kv_cache is not None:
         cfg = cfg.model_copy(update={"kv_cache": pre.kv_cache})
     facts, trace, groups = pre.facts, list(pre.trace), list(pre.groups)
     ctx = Resolution(cfg, book, facts, pre.kv_dtype, pre.conformance)

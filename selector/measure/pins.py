@@ -46,12 +46,26 @@ def resolve_pinned(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, kinds
     memo = _memo_for(cfg, book, evidence)
     hit = memo.get(key)
     if hit is None:
-        cfg = pinned(cfg, kinds, block, fa_version=fa_version)
+        cfg = _pinned_kept(memo, cfg, key)
         pre, err = _kept(memo, ("prelude", *key[1:]), lambda: prelude(cfg, book, evidence))  # reads no per-group pin
         hit = memo[key] = (None, err) if err is not None else _kept(memo, key, lambda: resolve_rules(cfg, book, evidence, pre))
     if hit[1] is not None:
         raise hit[1].with_traceback(None)
     return hit[0]
+
+
+def _pinned_kept(memo: dict, cfg: KSelectConfig, key: tuple) -> KSelectConfig:
+    """pinned(cfg, ...) for the memo key (its per-group pins, cache block and FlashAttention version, as pinned()
+    sets them), its sections made once per content: five cache blocks share an attention section."""
+    pins, block, version = key
+    att = memo.get(("attention", pins, version))
+    if att is None:
+        att = memo[("attention", pins, version)] = cfg.attention.model_copy(
+            update={"backend_per_kind": dict(pins), "flash_attn_version": version})
+    kv = memo.get(("kv_cache", block))
+    if kv is None:
+        kv = memo[("kv_cache", block)] = cfg.kv_cache.model_copy(update={"block_size": block})
+    return cfg.model_copy(update={"attention": att, "kv_cache": kv})
 
 
 def _kept(memo: dict, key: tuple, compute) -> tuple:

@@ -29,9 +29,9 @@ def _load(rel: str):
 
 # ---------------------------------------------------------------------------- e2e smoke
 def test_e2e_smoke_writes_results(tmp_path):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     out = tmp_path / "e2e"
-    assert importlib.import_module("kselect.commands.e2e").main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
+    assert e2e.main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
     d = json.loads((out / "e2e.json").read_text())
     md = (out / "e2e.md").read_text()
     env = d["environment"]
@@ -623,9 +623,9 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
 
 
 def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     with pytest.raises(SystemExit) as ex:
-        importlib.import_module("kselect.commands.e2e").main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
+        e2e.main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
     assert ex.value.code == 2
     err = capsys.readouterr().err
     assert "--prefill-graph-tokens: prefill graph tokens 3000: not a bucket; allowed:" in err and "4096" in err

@@ -22,20 +22,8 @@ def text_args(d: dict[str, Any]) -> dict[str, Any]:
     layer_types = d.get("layer_types") or derive_layer_types(n, 6)
     rope = d.get("rope_parameters") or {}
     rs, rf = rope.get(SLIDING, {}) or {}, rope.get(FULL, {}) or {}
-    for rp, kind in ((rs, "default"), (rf, "proportional")):
-        if rp and rp.get("rope_type", kind) != kind:
-            raise ValueError(f"unsupported rope_type {rp.get('rope_type')!r} (expected {kind!r})")
-        if rp and rp.get("factor", 1.0) != 1.0:
-            raise ValueError("RoPE scaling factor != 1 is not supported")
-    global_head_dim = d.get("global_head_dim", 512)
-    num_global_kv = d.get("num_global_key_value_heads")
-    plc = d.get("per_layer_config") or {}
-    for idx, over in plc.items():
-        if layer_types[int(idx)] == FULL:
-            global_head_dim = over.get("head_dim", global_head_dim)
-            if "num_key_value_heads" in over:
-                num_global_kv = over["num_key_value_heads"]
-            break
+    _check_rope(rs, rf)
+    global_head_dim, num_global_kv = _full_layer_shapes(d, layer_types)
     if d.get("use_bidirectional_attention"):
         raise ValueError("use_bidirectional_attention is not supported by this text decoder")
     if d.get("attention_bias"):
@@ -80,6 +68,27 @@ def text_args(d: dict[str, Any]) -> dict[str, Any]:
         bos_token_id=d.get("bos_token_id", 2) if d.get("bos_token_id") is not None else 2,
         name=d.get("_name_or_path") or "gemma4",
     )
+
+
+def _check_rope(sliding: dict, full: dict) -> None:
+    for rp, kind in ((sliding, "default"), (full, "proportional")):
+        if rp and rp.get("rope_type", kind) != kind:
+            raise ValueError(f"unsupported rope_type {rp.get('rope_type')!r} (expected {kind!r})")
+        if rp and rp.get("factor", 1.0) != 1.0:
+            raise ValueError("RoPE scaling factor != 1 is not supported")
+
+
+def _full_layer_shapes(d: dict[str, Any], layer_types: list[str]) -> tuple[int, int | None]:
+    """(head dim, KV heads) of the full layers: the config's, or the first full layer's per_layer_config."""
+    global_head_dim = d.get("global_head_dim", 512)
+    num_global_kv = d.get("num_global_key_value_heads")
+    for idx, over in (d.get("per_layer_config") or {}).items():
+        if layer_types[int(idx)] == FULL:
+            global_head_dim = over.get("head_dim", global_head_dim)
+            if "num_key_value_heads" in over:
+                num_global_kv = over["num_key_value_heads"]
+            break
+    return global_head_dim, num_global_kv
 
 
 def text_config(a) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import torch
 from kselect.measurement.e2e.options import PROFILE_PREFILLS, PROFILE_STEPS
 from kselect.measurement.e2e.timing import first_line, measure, profile_attention, time_prefill
 from kselect.measurement.e2e_report import measured_as, sel_label
-from kselect.measurement.step_profile import free
+from kselect.measurement.step_profile import free, profile_prefill
 
 
 def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
@@ -44,8 +44,6 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                     lambda: profile_attention(model, groups, prompt, PROFILE_STEPS),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
             # the B1 run's prefill of --prompt-len tokens, where explain reads its prefill figures
-            from fusion import profile_prefill  # noqa: PLC0415 - fusion imports this module
-
             pprompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
             measure(rep, "prefill_profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
                     f"{preset} {sname} kv={row['kv']} prefill profile", log,

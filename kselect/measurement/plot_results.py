@@ -1,8 +1,8 @@
 """Roofline plots and a README performance table from the benchmark results.
 
-    python bench/plot_results.py --results bench/results/h200 --out plots/h200   # a new or empty folder
+    python -m kselect.measurement.plot_results --results bench/results/h200 --out plots/h200   # a new or empty folder
 
-Reads every `bench.json` (bench/kernels/bench_attention.py: {meta: {gpu, copy_gbs, bf16_gemm_tflops,
+Reads every `bench.json` (kselect/measurement/kernels/attention.py: {meta: {gpu, copy_gbs, bf16_gemm_tflops,
 ...}, rows: [{kind, shape, b, L, path, status, ms, gbs, gbs_graph, tflops, rel_err, ...}]}) and every
 `e2e.json` (kselect/measurement/e2e.py) under --results, and writes into --out:
 
@@ -23,10 +23,11 @@ import json
 import math
 import sys
 from pathlib import Path
+
+from kselect.provenance import CHECKOUT as ROOT
 from kselect.selector.base.files import atomic_write
 
-ROOT = Path(__file__).resolve().parents[1]
-# name: (Hq, Hkv, D, window) -- as bench/kernels/bench_attention.py SHAPES
+# name: (Hq, Hkv, D, window) -- as kselect.measurement.kernels.attention's SHAPES
 SHAPES = {
     "31b_sliding": (32, 16, 256, 1024),
     "31b_full": (32, 4, 512, None),
@@ -69,7 +70,7 @@ def intensity(row: dict) -> float | None:
     if row.get("kind") == "decode":
         read = min(L, window) if window else L
         flops = 4.0 * b * hq * d * read
-        moved = 2 * b * read * hkv * d * kv_elem  # K+V (what bench_attention's decode GB/s counts)
+        moved = 2 * b * read * hkv * d * kv_elem  # K+V (what kernels.attention's decode GB/s counts)
     else:
         s = L
         pairs = sum(min(i + 1, window) for i in range(s)) if window else s * (s + 1) // 2
@@ -220,7 +221,8 @@ def _f(x, fmt=",.0f"):
 def markdown(benches: list[dict], e2es: list[dict], notes: list[str], pngs: list[Path], out: Path) -> str:
     L = ["# Performance", ""]
     if not benches and not e2es:
-        L += ["No results found (run bench/kernels/bench_attention.py and kselect/measurement/e2e.py on the GPU).", ""]
+        L += ["No results found (run kselect.measurement.kernels.attention and kselect.measurement.e2e on the GPU).",
+              ""]
     for b in benches:
         m = b.get("meta", {})
         L += [f"## Attention kernels ({b['_source']}): {m.get('gpu', '?')}, torch {m.get('torch', '?')}, "

@@ -3,7 +3,7 @@
 # Gemma-4 needs from FA3 on SM90: head dim 256, bf16 and fp8 e4m3, paged KV, sliding window, varlen.
 # Everything else is compiled out to keep the build near 6 instantiation files (minutes, not an hour).
 #
-#   bash bench/h200/build_fa3_hopper.sh /path/to/flash-attention   # csrc/cutlass checked out
+#   bash kselect/measurement/builds/build_fa3_hopper.sh /path/to/flash-attention   # csrc/cutlass checked out
 #   export PYTHONPATH=/path/to/flash-attention/hopper:$PYTHONPATH   # flash_attn_interface, flash_attn_3._C
 #
 # Needs nvcc >= 12.3 (13.0 on the H200), torch >= 2.9 (the stable-ABI flash_api_stable.cpp), ninja.

@@ -4,7 +4,7 @@
 # would replace the torch of a GPU image. The FA3 library is built against torch's stable ABI, so it
 # loads on torch 2.11 (verified on the H200 with 0.33.0's: bench/results/h200/).
 #
-#   bench/h200/install_vllm_fa.sh [--release X.Y.Z] TARGET [VLLM_WHEEL]
+#   kselect/measurement/builds/install_vllm_fa.sh [--release X.Y.Z] TARGET [VLLM_WHEEL]
 #   export PYTHONPATH=TARGET:$PYTHONPATH        # then KSELECT_FA3_BUILD=vllm (or auto) finds it
 #
 # --release: the vLLM release whose FA build to install (default 0.34.0, the default rules'; kselect's
@@ -56,7 +56,7 @@ with zipfile.ZipFile(wheel) as z:
         sys.exit(f"install_vllm_fa: {wheel} has no compiled {prefix} library")
     for n in names:
         z.extract(n, stage)  # ZipFile.extract keeps paths inside stage
-(stage / "vllm" / "__init__.py").write_text("# only vllm.vllm_flash_attn is installed here (bench/h200/install_vllm_fa.sh)\n")
+(stage / "vllm" / "__init__.py").write_text("# only vllm.vllm_flash_attn is installed here (install_vllm_fa.sh)\n")
 print(f"extracted {len(names)} files of {prefix}", file=sys.stderr)
 PY
 rm -rf "$target/vllm.tmp" && mv "$tmp/stage/vllm" "$target/vllm.tmp"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Pack the FA3 source bench/h200/build_fa3_hopper.sh builds on the H200 (no network there) into .devkernels/c4/fa3src.tar.xz
+# Pack the FA3 source build_fa3_hopper.sh (beside this script) builds on the H200 (no network there) into
+# .devkernels/c4/fa3src.tar.xz
 # (~1.2 MB): flash-attention's hopper/ at FA_COMMIT and its cutlass submodule's include/ at CUTLASS_COMMIT, from
 # local git clones (bare or not) of github.com/Dao-AILab/flash-attention and github.com/NVIDIA/cutlass.
 #
-#   bash bench/h200/pack_fa3src.sh /path/to/flash-attention.git /path/to/cutlass.git
+#   bash kselect/measurement/builds/pack_fa3src.sh /path/to/flash-attention.git /path/to/cutlass.git
 set -euo pipefail
 fa=${1:?usage: pack_fa3src.sh FLASH_ATTENTION_GIT_DIR CUTLASS_GIT_DIR} cutlass=${2:?cutlass git dir}
 FA_COMMIT=${FA_COMMIT:-0251105a}           # the build behind conf/conformance's +upstream claims

@@ -1,8 +1,9 @@
 """One perf bucket beside one model step, kernel by kernel (#17: where explain's figures and the profiled
 decode step part).
 
-    python3 bench/gemma4/bucket_vs_step.py --out OUT --preset gemma4_31b --kv auto fp8 --selections vllm latency
-    python3 bench/gemma4/bucket_vs_step.py --phase prefill --max-seq-lens 520 4608 ...
+    python3 -m kselect.measurement.gemma4.bucket_vs_step --out OUT --preset gemma4_31b --kv auto fp8 \
+        --selections vllm latency
+    python3 -m kselect.measurement.gemma4.bucket_vs_step --phase prefill --max-seq-lens 520 4608 ...
 
 For each selection and KV dtype (resolved as kselect/measurement/e2e.py resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean

@@ -1,7 +1,7 @@
 """The fused decode step against the unfused modules, same run, same weights (issue #16).
 
-    python bench/gemma4/fusion.py --out $OUT/fusion --budget-s 540
-    python bench/gemma4/fusion.py --smoke --out /tmp/fusion      # CPU, gemma4_tiny, unfused only
+    python -m kselect.measurement.gemma4.fusion --out $OUT/fusion --budget-s 540
+    python -m kselect.measurement.gemma4.fusion --smoke --out /tmp/fusion      # CPU, gemma4_tiny, unfused only
 
 Per preset (seeded random bf16 weights built on the device, q/k/v and gate/up concatenated once):
   * decode tok/s at batch 1 and 16 (CUDA graphs, --new tokens after a 512-token prompt, median of
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--presets", nargs="+", default=["gemma4_e4b", "gemma4_31b"])
     ap.add_argument("--modes", nargs="+", default=["unfused", "triton"],
                     help="compute modes (gemma4/model.py set_compute); triton+<variant>: triton with a GEMV launch "
-                         "variant of bench/gemma4/gemv_variants.py")
+                         "variant of kselect/measurement/gemv_variants.py")
     ap.add_argument("--compile-presets", nargs="*", default=["gemma4_e4b"])
     ap.add_argument("--fp8-presets", nargs="*", default=["gemma4_31b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
     platform = "cpu" if o.smoke else "auto"
     sel_name = o.selection if o.selection != "auto" else ("base" if o.smoke or fa_available() else "pin_triton")
     sel_over = [] if sel_name == "base" else ["attention.backend=TRITON_ATTN"]
-    env = environment(argv, "bench/gemma4/fusion.py")
+    env = environment(argv, "-m kselect.measurement.gemma4.fusion")
     data = dict(environment=env, options={k: str(v) for k, v in vars(o).items()}, selection=sel_name,
                 ceilings={}, presets={}, runs=[], fp8=[], profiles=[], greedy=[], prefill=[], hf=[], errors=[],
                 skipped=[])

@@ -1,7 +1,7 @@
-"""Follow-ups to bench/gemma4/fusion.py on the H200: warps per row for the add-norm kernel, where the
+"""Follow-ups to kselect/measurement/gemma4/fusion.py on the H200: warps per row for the add-norm kernel, where the
 bf16 q/k differences against the unfused ops come from, and 31B batch-1 decode with the best warps.
 
-    python bench/gemma4/fusion_tune.py --out $OUT/tune
+    python -m kselect.measurement.gemma4.fusion_tune --out $OUT/tune
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main(argv):
     ap.add_argument("--no-decode", action="store_true", help="warps and diagnosis only")
     o = ap.parse_args(argv)
     o.out.mkdir(parents=True, exist_ok=True)
-    env = environment(argv, "bench/gemma4/fusion_tune.py")
+    env = environment(argv, "-m kselect.measurement.gemma4.fusion_tune")
     data = dict(environment=env, warps=warps_table(), diagnose=diagnose(), decode=[])
     print(json.dumps(data["warps"], indent=1), json.dumps(data["diagnose"], indent=1), flush=True)
     if o.no_decode:

@@ -1,6 +1,7 @@
 """Gemma-4 generation throughput on the selected backends: prefill and decode tokens/s.
 
-    python bench/gemma4/generate.py [hydra overrides] [--batch 1 4 16] [--prompt-len 128] [--new 64] [--json out.json]
+    python -m kselect.measurement.gemma4.generate [hydra overrides] [--batch 1 4 16] [--prompt-len 128] [--new 64] \
+        [--json out.json]
 
 Same selection and model as `kselect run` (bundled gemma4_tiny by default, or model.checkpoint);
 random prompts of `--prompt-len` tokens, greedy, one warm-up run per batch size.

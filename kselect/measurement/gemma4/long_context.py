@@ -1,6 +1,6 @@
 """One long sequence on a window-bounded sliding cache: its memory and the speed of chunked prefill.
 
-    python bench/gemma4/long_context.py [hydra overrides] --context 131072 --prefill-chunk 2048 [--new 64]
+    python -m kselect.measurement.gemma4.long_context [hydra overrides] --context 131072 --prefill-chunk 2048 [--new 64]
         [--check] [--json out.json]
 
 Same selection and model as `kselect run` (random weights for a preset). One engine for one

@@ -3,7 +3,7 @@ from a fixed list, so the run is reproducible. issue #14's checks (bench/results
 --prompt` to take the 31B past its 1,024-token sliding window (tests/gemma4/test_fp8_window_on_the_fa4_fork.py
 checks the count and that the FA4 fork's windowed FP8 path is reached).
 
-    python3 bench/h200/long_prompt.py [N]
+    python3 -m kselect.measurement.gemma4.long_prompt [N]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Gemma-4 MTP speculative decoding: tokens/s and acceptance, plain vs speculative, and copied vs
 unit draft KV scales on a calibrated FP8 cache.
 
-    python bench/gemma4/bench_mtp.py [hydra overrides] --out DIR [--batch 4] [--prompt-len 32] [--new 48]
+    python -m kselect.measurement.gemma4.mtp [hydra overrides] --out DIR [--batch 4] [--prompt-len 32] [--new 48]
         [--k 4] [--drafter HF_ASSISTANT_FOLDER] [--inits random,copy] [--repeats 3] [--temperature 0]
 
 Same selection and target as `kselect run` (bundled gemma4_tiny by default, or model.checkpoint;

@@ -2,7 +2,7 @@
 busy time by kernel category, the host calls that wait for the device, and the Python functions
 that cost the host the most (cProfile), per selection and prompt length, batch 1.
 
-    python bench/gemma4/prefill_profile.py --out DIR --platform auto --presets gemma4_e4b \
+    python -m kselect.measurement.gemma4.prefill_profile --out DIR --platform auto --presets gemma4_e4b \
         --selections vllm latency --lens 512 4096
 
 A step whose device busy time is far below its wall time is host-bound: a faster attention kernel
@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--platform", default="auto")
     opts = ap.parse_args(argv)
     opts.out.mkdir(parents=True, exist_ok=True)
-    d = dict(env=environment(argv, "bench/gemma4/prefill_profile.py"), cells=[])
+    d = dict(env=environment(argv, "-m kselect.measurement.gemma4.prefill_profile"), cells=[])
 
     def save():
         atomic_write(opts.out / "prefill_profile.json", json.dumps(d, indent=1))

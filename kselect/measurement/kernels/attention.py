@@ -8,7 +8,7 @@ removed), which is what a serving engine runs. Inputs are random normal, never z
 layers allocate only the pages inside the window (pages outside it map to one shared page that
 is never read), so long contexts fit. A path that raises is recorded with its first error line.
 
-  python bench/kernels/bench_attention.py --out $OUT/bench [--budget-s 540] [--paths triton_fp8,...]
+  python -m kselect.measurement.kernels.attention --out $OUT/bench [--budget-s 540] [--paths triton_fp8,...]
 
 Writes bench.json and bench.md into --out and prints one line per measurement.
 """

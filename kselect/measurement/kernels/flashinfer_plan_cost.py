@@ -1,7 +1,7 @@
 """Host cost of the FLASHINFER adapter per call: with the batch's plan reused (every layer after the
 first in a step) and with a fresh plan (the first layer of each group per step). CUDA, flashinfer.
 
-    python3 bench/kernels/flashinfer_plan_cost.py
+    python3 -m kselect.measurement.kernels.flashinfer_plan_cost
 """
 
 import time

@@ -1,10 +1,11 @@
 """Decode GEMVs of the bundled Gemma-4 shapes: cuBLAS (F.linear) against kernels/gemv.py per config (#16).
 
-    python3 bench/kernels/bench_gemv.py --out OUT [--rows 1] [--models e4b 31b]
+    python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b]
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
-(kernels plus the gaps between them), median of --reps replays (bench_attention.time_graph). Writes gemv.json and gemv.md with GB/s.
+(kernels plus the gaps between them), median of --reps replays (kernel_timing.time_graph).
+Writes gemv.json and gemv.md with GB/s.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Sweep our Triton split-KV decode configs (BLOCK_N, warps, stages, splits, fp8 widening path) on Gemma-4
 decode shapes and report GB/s of KV read under CUDA-graph replay, against measured copy bandwidth (H200).
 
-  python bench/kernels/tune_triton_decode.py --out $OUT/tune [--budget-s 140] [--dtypes fp8,bf16]
-  python bench/kernels/tune_triton_decode.py --out $OUT/splits --small --dtypes bf16,fp8   # B1 x 544
+  python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/tune [--budget-s 140] [--dtypes fp8,bf16]
+  python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/splits --small --dtypes bf16,fp8   # B1 x 544
 
 --small sweeps the split count at the model steps' batch-1 shapes (31B and E4B, 544 tokens), where few
 programs run (kv heads x splits) and each call is bound by latency, not bandwidth: splits of 1-4 BLOCK_N

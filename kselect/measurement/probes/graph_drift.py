@@ -6,7 +6,7 @@ relative logits error against the eager run, over all 24 steps and at the prefil
 other launch shapes (padded prefill rows, max_seqlen_k of the whole table), so in bf16, and more with an FP8
 cache, they round differently; the size of that drift is what tests/gemma4/test_prefill_graph.py bounds.
 
-    python bench/gemma4/graph_drift.py            # on a GPU (tiny preset, TRITON_ATTN)
+    python -m kselect.measurement.probes.graph_drift            # on a GPU (tiny preset, TRITON_ATTN)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Probe: do the padded (graph) and unpadded (eager) chunked prefills route each token to the same experts? Tiny model,
 bf16, FP8 cache, TRITON_ATTN, a 101-token prompt in chunks of 8; the padded step runs eagerly (its replays equal it,
-probe_prefill_replay.py) so the router hooks see it. `python3 bench/h200/probe_moe_routing.py`
+prefill_replay.py) so the router hooks see it. `python3 -m kselect.measurement.probes.moe_routing`
 (bench/results/h200/epilogues/D/router.log)."""
 import torch
 

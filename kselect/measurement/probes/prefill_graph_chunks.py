@@ -2,7 +2,7 @@
 prompt length, with the fused forward and the unfused modules, whole prefill, and the Triton kernel's small-batch path
 off (SMALL_BATCH = 0). Logits and every KV cache layer compared. From the checkout root, the device kit on PYTHONPATH:
 
-    python3 bench/h200/probe_prefill_graph_chunks.py   # bench/results/h200/epilogues/D/chunks.log
+    python3 -m kselect.measurement.probes.prefill_graph_chunks   # bench/results/h200/epilogues/D/chunks.log
 """
 import sys
 

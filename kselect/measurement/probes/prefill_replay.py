@@ -1,6 +1,6 @@
 """Probe: every replay of a prefill graph against the same padded step run eagerly, chunk by chunk (tiny model, bf16,
 FP8 cache, TRITON_ATTN, a 101-token prompt in chunks of 8), with the Triton kernel's small-batch path on and off, and
-the attention calls the graphs captured. `python3 bench/h200/probe_prefill_replay.py`
+the attention calls the graphs captured. `python3 -m kselect.measurement.probes.prefill_replay`
 (bench/results/h200/epilogues/D/replay.log)."""
 import torch
 

@@ -1,6 +1,6 @@
 """Probe: kernels/triton_paged.py at the tiny model's prefill-graph calls (16 padded rows or 8, FP8 cache, full d128
 and sliding d64 window 15, a 272-key table) against the fp32 reference, with the automatic config (small-batch path)
-and forced BLOCK_N / splits / FP8 widening. `python3 bench/h200/probe_triton_split_kernel.py [cuda|cpu]`
+and forced BLOCK_N / splits / FP8 widening. `python3 -m kselect.measurement.probes.triton_split_kernel [cuda|cpu]`
 (bench/results/h200/epilogues/D/split_kernel.log; on CPU under TRITON_INTERPRET=1, without the asm rows)."""
 import sys
 

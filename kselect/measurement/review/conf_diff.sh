@@ -2,7 +2,7 @@
 # The review recipe for a change to conf/: the matrix diff of the change against its base, as
 # Markdown, published where a reviewer reads it.
 #
-#   bench/review/conf_diff.sh [BASE] [extra kselect diff overrides...]
+#   kselect/measurement/review/conf_diff.sh [BASE] [extra kselect diff overrides...]
 #
 # BASE: a git revision, the first argument unless it is an override (default: origin/$GITHUB_BASE_REF in a GitHub pull request, else HEAD, i.e.
 # the uncommitted/staged change, which is what a pre-commit hook sees). Runs the review check

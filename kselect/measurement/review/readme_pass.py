@@ -4,7 +4,7 @@ this interpreter), then run every README command that runs on a CPU from an empt
 the repository (the commands that need the checkout, like `bench/...` or `a.conf=git:...`, from the
 clone), and record each one's exit status, time, whether a traceback appeared and what it left behind.
 
-    python bench/newcomer/readme_pass.py --out bench/results/newcomer/commands.md [--work /tmp/newcomer]
+    python -m kselect.measurement.review.readme_pass --out bench/results/newcomer/commands.md [--work /tmp/newcomer]
         [--only ID ...] [--with-tests]
 
 Reading the outputs against the README's statements is the reader's job (bench/results/newcomer/README.md);
@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from kselect.provenance import CHECKOUT as ROOT
 from kselect.selector.base.files import atomic_write
 
 H = "platform=sm90 model=gemma4_31b kv_cache=fp8"
@@ -65,7 +64,7 @@ COMMANDS = [
     Cmd("diff-head1", "kselect diff a.conf=git:HEAD~1 check=true", where="clone", want="0|1"),
     Cmd("plot", "kselect plot matrix=seed b.overlay=[pr48666] out=plots/pr48666"),
     Cmd("matrix", "kselect matrix matrix=golden overlay=[pr53175]"),
-    Cmd("review-script", "bench/review/conf_diff.sh main", where="clone", want="0|1"),
+    Cmd("review-script", "kselect/measurement/review/conf_diff.sh main", where="clone", want="0|1"),
     Cmd("golden-update", "python -m pytest -q -p no:cacheprovider tests/selector/test_golden.py --snapshot-update"
         " && git status --porcelain tests/selector/__snapshots__", where="clone"),
     Cmd("plugin", "printf '%s\\n' 'import pytest' '@pytest.mark.kselect_matrix(\"smoke\", overlays=[[], [\"pr48666\"]])'"
@@ -85,8 +84,8 @@ COMMANDS = [
     Cmd("diff-objective-head1", "kselect diff a.conf=git:HEAD~1 a.objective=latency", where="clone"),
     Cmd("diff-objective", "kselect diff b.objective=latency"),
     Cmd("perf-help", "kselect perf --help"),
-    Cmd("install-vllm-fa", "bench/h200/install_vllm_fa.sh $WORK/kselect-fa ~/.cache/kselect/vllm/wheels/vllm-0.33.0-*.whl",
-        where="clone", section="GPU tests"),
+    Cmd("install-vllm-fa", "kselect/measurement/builds/install_vllm_fa.sh $WORK/kselect-fa "
+        "~/.cache/kselect/vllm/wheels/vllm-0.33.0-*.whl", where="clone", section="GPU tests"),
     Cmd("gpu-tests-cpu", "python -m pytest -q -p no:cacheprovider -m gpu tests/kernels tests/gemma4", where="clone",
         want="0|5"),
     Cmd("run-fp8", "kselect run kv_cache=fp8 kv_cache.scales=calibrated", section="The bundled Gemma-4"),
@@ -100,8 +99,9 @@ COMMANDS = [
     Cmd("oracle-slice", "kselect oracle 0.33.0 --out $WORK/oracle.jsonl.gz --cc 9.0 --model gemma4_31b --no-compare",
         where="clone",
         section="Checking against vLLM itself"),
-    Cmd("agree-slice", "python bench/vllm/agree.py $WORK/oracle.jsonl.gz --rules vllm_0_33_0 --out $WORK/agree", where="clone"),
-    Cmd("plot-results", "python bench/plot_results.py --results bench/results/h200 --out $WORK/plots",
+    Cmd("agree-slice", "python -m kselect.measurement.vllm.agree $WORK/oracle.jsonl.gz --rules vllm_0_33_0 "
+        "--out $WORK/agree", where="clone"),
+    Cmd("plot-results", "python -m kselect.measurement.plot_results --results bench/results/h200 --out $WORK/plots",
         where="clone", section="Performance"),
     Cmd("tests", "python -m pytest -n auto -q -p no:cacheprovider", where="clone", section="Quick start: the tests"),
 ]
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'ok ' if ok else 'BAD'} {c.id:22s} exit {rc} ({secs:.1f} s) {note[:100]}", flush=True)
     lines = [f"Wheel `{whl.name}` built from a clean clone of `{branch}` at {commit}, installed into a fresh "
              f"`python3 -m venv --system-site-packages`; commands run from an empty directory outside the repository "
-             f"(`empty`) or the clone's root (`clone`). Command: `python bench/newcomer/readme_pass.py "
+             f"(`empty`) or the clone's root (`clone`). Command: `python -m kselect.measurement.review.readme_pass "
              f"--out {opts.out}{' --with-tests' if opts.with_tests else ''}`.", "",
              "| section | id | where | command | exit (expected) | s | left behind | first line / last error line |",
              "|---|---|---|---|---|---:|---|---|"]

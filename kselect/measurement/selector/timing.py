@@ -1,7 +1,7 @@
 """Selector benchmark: import time, per-resolution time, full default-matrix expansion and
 resolution, and the review diff over it.
 
-    python bench/selector/bench_selector.py [--repeat 5] [--out bench/results/selector]
+    python -m kselect.measurement.selector.timing [--repeat 5] [--out bench/results/selector]
 
 Writes bench_selector.json and bench_selector.md (the command, the commit, the machine) to the
 output directory. Everything runs on the CPU; numbers from a shared or loaded machine are
@@ -21,9 +21,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from kselect.provenance import CHECKOUT as ROOT
 from kselect.selector.base.files import atomic_write
-
-ROOT = Path(__file__).resolve().parents[2]
 
 IMPORT_SNIPPET = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 
@@ -101,7 +100,8 @@ def main() -> int:
 
     own = project_commit(ROOT)
     meta = {
-        "command": " ".join(shlex.quote(x) for x in [Path(sys.executable).name, *sys.argv]),
+        "command": shlex.join([Path(sys.executable).name, "-m", __spec__.name if __spec__ else sys.argv[0],
+                                *sys.argv[1:]]),
         "commit": own["commit"] + (" (+ uncommitted changes)" if own["dirty"] else ""),
         "commit_source": own["commit_source"],
         "versions": versions(),

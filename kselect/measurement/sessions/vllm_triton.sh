@@ -8,14 +8,15 @@
 # then on the H200, from the checkout root after the device-kernels activate step, parts in order on one warm
 # machine ($KEEP carries C's conformance file and the perf file between parts; commit $OUT's copies after):
 #
-#   bash bench/h200/vllm_triton.sh C    # ~4 min: the interpreter tests again on CUDA (bf16 included), then
-#                                       #   `kselect conformance` of every TRITON_ATTN claim TRITON_ATTN+kselect has,
-#                                       #   merged into conf/conformance/nvidia_h200.yaml ($OUT/conformance_*.yaml)
-#   bash bench/h200/vllm_triton.sh P    # ~6 min: `kselect perf --kernels TRITON_ATTN` over the buckets the
-#                                       #   +kselect build has, back to back (perf_objective.sh's grid)
-#   bash bench/h200/vllm_triton.sh E4   # ~9 min each: e2e with vllm, vllm_twin (the run's noise band), latency,
-#   bash bench/h200/vllm_triton.sh E31  #   latency_vllm (vLLM's kernels only) and every single-backend pin
-#                                       #   (pin_triton is now vLLM's kernel), bf16 and FP8, on the perf file of P/F
+#   S=kselect/measurement/sessions/vllm_triton.sh
+#   bash $S C    # ~4 min: the interpreter tests again on CUDA (bf16 included), then
+#                #   `kselect conformance` of every TRITON_ATTN claim TRITON_ATTN+kselect has,
+#                #   merged into conf/conformance/nvidia_h200.yaml ($OUT/conformance_*.yaml)
+#   bash $S P    # ~6 min: `kselect perf --kernels TRITON_ATTN` over the buckets the
+#                #   +kselect build has, back to back (perf_objective.sh's grid)
+#   bash $S E4   # ~9 min each: e2e with vllm, vllm_twin (the run's noise band), latency,
+#   bash $S E31  #   latency_vllm (vLLM's kernels only) and every single-backend pin
+#                #   (pin_triton is now vLLM's kernel), bf16 and FP8, on the perf file of P/F
 #
 # CPU=1 runs each part's CPU form (interpreter, tiny shapes, e2e --smoke): a check that the commands work, no figures.
 set -u
@@ -47,7 +48,7 @@ else
     timeout $((until - (SECONDS - START))) python3 -m kselect.measurement.e2e --out "$OUT/e2e_$m" --presets gemma4_$m \
       --budget-s $((until - 20 - (SECONDS - START))) "${E2E[@]}" 2>&1 | grep -v Warning | tail -70
     say "explain vs the run"
-    timeout 60 python3 bench/h200/explain_vs_e2e.py --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
+    timeout 60 python3 -m kselect.measurement.explain_vs_e2e --e2e "$OUT/e2e_$m/e2e.json" --model gemma4_$m \
       --out "$OUT/explain_$m.md" > /dev/null 2>&1 && sed -n '/^## Attention/,$p' "$OUT/explain_$m.md"
   }
   DEV=()

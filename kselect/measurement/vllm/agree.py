@@ -1,6 +1,6 @@
 """Agreement of kselect with the vLLM oracle, per field, with every disagreement by cause.
 
-    python bench/vllm/agree.py bench/results/vllm/oracle_0_33_0.jsonl.gz --rules base \
+    python -m kselect.measurement.vllm.agree bench/results/vllm/oracle_0_33_0.jsonl.gz --rules base \
         --out bench/results/vllm/agreement_base
 
 Runs in the project's env (kselect's selector; no torch, no vLLM). Writes OUT.md (the table and
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout
 
 
 def _commit() -> str:
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     records = load_records(path)
     rep = compare(records, rules=a.rules)
     versions = sorted({r.get("vllm_version", "0.33.0") for r in records})
-    head = (f"Command: `python bench/vllm/agree.py {path.as_posix()} --rules {a.rules}`  \n"
+    head = (f"Command: `python -m kselect.measurement.vllm.agree {path.as_posix()} --rules {a.rules}`  \n"
             f"kselect commit: {_commit()}; vLLM {', '.join(versions)} (oracle: kselect oracle)\n")
     text = render(rep, a.limit)
     print(text)

@@ -1,7 +1,7 @@
 """Export round trip: every cell kselect selects, its `output=vllm` command parsed by vLLM's own
 `vllm serve` argument parser and run through the same chain as the oracle.
 
-    ~/.cache/kselect/vllm/venv-0.33.0/bin/python bench/vllm/export_roundtrip.py \
+    ~/.cache/kselect/vllm/venv-0.33.0/bin/python -m kselect.measurement.vllm.export_roundtrip \
         --src ~/.cache/kselect/vllm/src-0.33.0 --rules base --out bench/results/vllm/export_base
 
 Per cell: accepted (the parser, EngineArgs and the chain ran) and reproduced (each group's
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
 
     ver = re.search(r"__version__ = version = '([^']+)'", (Path(a.src) / "vllm" / "_version.py").read_text())
     argv_text = " ".join(sys.argv[1:]).replace(str(Path.home()), "~")
-    lines = [f"Command: `python bench/vllm/export_roundtrip.py {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
+    lines = [f"Command: `python -m kselect.measurement.vllm.export_roundtrip {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
              f"EngineArgs and chain; kselect/oracle/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
              f"{time.perf_counter() - t0:.0f} s", "",
              f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "

@@ -2,7 +2,7 @@
 0.33.0 differs from (default post_pr52987, the rules the issue measured as `base`), a few cells
 each, then a seeded sample over capability x spec-decode x vision mode, 100-200 cells.
 
-    python bench/vllm/make_fixture.py bench/results/vllm/oracle_0_33_0.jsonl.gz \
+    python -m kselect.measurement.vllm.make_fixture bench/results/vllm/oracle_0_33_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_33_0_sample.jsonl --classes-of post_pr52987
 
 --classes-from AGREEMENT.json takes the classes an agree.py run wrote (no re-comparison);

@@ -2,7 +2,7 @@
 on SM80 and SM100 and a few cells with an FP8 cache or a backend pin (where vLLM selects and where it refuses), with the
 configs of the architectures picked.
 
-    python bench/vllm/make_registry_fixture.py bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
+    python -m kselect.measurement.vllm.make_registry_fixture bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_34_0_registry_sample.jsonl
 """
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up vLLM's own selection code on a CPU machine, for the export round trip (bench/vllm/export_roundtrip.py; `kselect oracle` builds its own venv).
+# Set up vLLM's own selection code on a CPU machine, for the export round trip (kselect.measurement.vllm.export_roundtrip;
+# `kselect oracle` builds its own venv).
 #
-#   bash bench/vllm/setup.sh [VERSION]        # default 0.33.0
+#   bash kselect/measurement/vllm/setup.sh [VERSION]        # default 0.33.0, from the checkout root
 #
 # vLLM pins differ from the project's test env (transformers>=5.16.1,<5.21, triton~=3.8), so it
 # gets a venv of its own under $KSELECT_VLLM_HOME (default ~/.cache/kselect/vllm):
@@ -12,7 +13,7 @@
 set -euo pipefail
 VERSION="${1:-0.33.0}"
 HOME_DIR="${KSELECT_VLLM_HOME:-$HOME/.cache/kselect/vllm}"
-CHECKOUT="$(cd "$(dirname "$0")/../.." && pwd)"
+CHECKOUT="${KSELECT_CHECKOUT:-$(cd "$(dirname "$0")/../../.." && pwd)}"  # the checkout holding this script
 WHEELS="$HOME_DIR/wheels"; SRC="$HOME_DIR/src-$VERSION"; VENV="$HOME_DIR/venv-$VERSION"
 mkdir -p "$WHEELS"
 

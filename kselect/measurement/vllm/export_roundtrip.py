@@ -1,21 +1,26 @@
 """Export round trip: every cell kselect selects, its `output=vllm` command parsed by vLLM's own
 `vllm serve` argument parser and run through the same chain as the oracle.
 
-    ~/.cache/kselect/vllm/venv-0.33.0/bin/python -m kselect.measurement.vllm.export_roundtrip \
-        --src ~/.cache/kselect/vllm/src-0.33.0 --rules base --out bench/results/vllm/export_base
+    <python with vLLM's deps and kselect> -m kselect.measurement.vllm.export_roundtrip \
+        --src ~/.cache/kselect/vllm/src-0.34.0 --rules vllm_0_34_0 --grid registry \
+        --configs bench/results/vllm/oracle_registry_0_34_0.configs.json --out bench/results/vllm/export_registry_vllm_0_34_0
 
 Per cell: accepted (the parser, EngineArgs and the chain ran) and reproduced (each group's
 backend, FA version and kernel block equal kselect's), accepted but different, or refused (by
 the parser, the engine config, layer init, ...; the reason recorded). The model folder stands
 for `<model>`; a drafter named in --speculative-config stands for the preset's assistant
 folder; `--skip-tokenizer-init --load-format dummy` are added (no tokenizer, no weights here).
-Cells whose commands are identical on one capability run once.
+Cells whose commands are identical on one capability run once. Commands run architecture by
+architecture in turn (each architecture's first command on every capability, then its second, ...), so a run
+stopped early has covered every architecture alike; each finished chunk is kept in OUT.parts.jsonl and a re-run
+resumes from it. Writes OUT.md (per outcome, per reason and per model) and OUT.jsonl.gz.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import multiprocessing as mp
@@ -112,6 +117,39 @@ def _outcome(item: dict) -> tuple[str, str]:
     return ("different", "; ".join(diffs)) if diffs else ("reproduced", "")
 
 
+def _interleaved(by_cc: dict[str, list[dict]], chunk: int) -> list[tuple[str, list[dict]]]:
+    """Chunks of one capability each: within a capability the models take turns (every model's first command, then
+    every model's second, ...), and the capabilities' chunks alternate, so any prefix of the run covers every model
+    on every capability alike."""
+    chunks_by_cc = {}
+    for cc, items in by_cc.items():
+        rank: Counter = Counter()
+        keyed = []
+        for item in items:  # grid order within a model
+            keyed.append(((rank[item["model"]], item["model"]), item))
+            rank[item["model"]] += 1
+        ordered = [item for _, item in sorted(keyed, key=lambda t: t[0])]
+        chunks_by_cc[cc] = [ordered[i:i + chunk] for i in range(0, len(ordered), chunk)]
+    out = []
+    for i in range(max((len(c) for c in chunks_by_cc.values()), default=0)):
+        out += [(cc, cs[i]) for cc, cs in chunks_by_cc.items() if i < len(cs)]
+    return out
+
+
+def _item_key(item: dict) -> str:
+    return json.dumps([item["cc"], item["model"], item["tokens"]])
+
+
+def _per_model(results: list[dict]) -> list[str]:
+    """The Markdown table of outcomes per model (cells)."""
+    per: dict[str, Counter] = {}
+    for item in results:
+        per.setdefault(item["model"], Counter())[item["outcome"]] += len(item["cells"])
+    lines = ["", "## By model", "", "| model | reproduced | different | refused by vLLM |", "|---|---:|---:|---:|"]
+    lines += [f"| {m} | {c['reproduced']} | {c['different']} | {c['refused']} |" for m, c in sorted(per.items())]
+    return lines
+
+
 def main(argv=None) -> int:
     from kselect.oracle.cells import grid, models_grid
     from kselect.oracle.export import command_tokens, kselect_exports
@@ -120,7 +158,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True)
     p.add_argument("--rules", default=None)
-    p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl")
+    p.add_argument("--out", required=True, help="writes OUT.md and OUT.jsonl.gz (OUT.parts.jsonl while it runs)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--chunk", type=int, default=150, help="commands per worker process (each boots vLLM once)")
     p.add_argument("--grid", choices=("gemma4", "models", "registry"), default="gemma4",
@@ -128,6 +166,7 @@ def main(argv=None) -> int:
                         "registry: kselect/oracle/registry.py, its configs from --configs)")
     p.add_argument("--configs", default=None, help="--grid registry: the record's .configs.json")
     p.add_argument("--cc", nargs="*", default=None)
+    p.add_argument("--model", nargs="*", default=None, help="only these models (presets or registry architectures)")
     p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
     p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
     a = p.parse_args(argv)
@@ -139,7 +178,7 @@ def main(argv=None) -> int:
         every = registry_grid(configs)
     else:
         every = models_grid() if a.grid == "models" else grid()
-    cells = [c for c in every if a.cc is None or c.cc in a.cc]
+    cells = [c for c in every if (a.cc is None or c.cc in a.cc) and (a.model is None or c.model in a.model)]
     if a.cells_from:
         from kselect.oracle.compare import load_records
 
@@ -171,15 +210,29 @@ def main(argv=None) -> int:
     by_cc: dict[str, list[dict]] = {}
     for k, item in uniq.items():
         by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = out.with_name(out.name + ".parts.jsonl")  # finished chunks, for a re-run to resume from
+    done = {}
+    if parts.is_file():
+        for line in parts.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                r = json.loads(line)
+                done[_item_key(r)] = r
+    by_cc = {cc: [it for it in items if _item_key(it) not in done] for cc, items in by_cc.items()}
     root = tempfile.mkdtemp(prefix="kselect_export_models_")
-    tasks = [(a.src, cc, items[i:i + a.chunk], root, configs) for cc, items in by_cc.items() for i in range(0, len(items), a.chunk)]
+    tasks = [(a.src, cc, items, root, configs) for cc, items in _interleaved(by_cc, a.chunk)]
     print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules}); "
-          f"{len(uniq)} distinct commands in {len(tasks)} chunks", file=sys.stderr, flush=True)
-    results = []
-    with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
+          f"{len(uniq)} distinct commands ({len(done)} done before) in {len(tasks)} chunks", file=sys.stderr, flush=True)
+    wanted = {_item_key(it) for it in uniq.values()}
+    results = [r for k, r in done.items() if k in wanted]
+    with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool, open(parts, "a") as kept:
         for rs in pool.imap_unordered(_worker, tasks):
             results += rs
+            kept.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rs))
+            kept.flush()
             print(f"{len(results)}/{len(uniq)} commands, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    results.sort(key=lambda r: (r["cells"][0]))
     per_cell = Counter()
     reasons: dict[tuple[str, str], list[str]] = {}
     for item in results:
@@ -187,8 +240,6 @@ def main(argv=None) -> int:
         item["outcome"], item["detail"] = outcome, detail
         per_cell[outcome] += len(item["cells"])
         reasons.setdefault((outcome, detail), []).extend(item["cells"])
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     from kselect.provenance import project_commit
 
     _commit = lambda: project_commit()["commit"]  # noqa: E731
@@ -209,9 +260,11 @@ def main(argv=None) -> int:
         lines.append(f"- **{outcome}** ({len(ks)} cells){': ' + detail if detail else ''}  \n  e.g. `{ks[0]}`")
     for reason, ks in sorted(export_refused.items(), key=lambda t: -len(t[1])):
         lines.append(f"- **export refused** ({len(ks)} cells): {reason}  \n  e.g. `{ks[0]}`")
-    for suffix, body in ((".md", "\n".join(lines) + "\n"),
-                         (".jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))):
-        atomic_write(out.with_name(out.name + suffix), body)
+    lines += _per_model(results)
+    body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results).encode()
+    atomic_write(out.with_name(out.name + ".jsonl.gz"), gzip.compress(body, compresslevel=9, mtime=0))
+    atomic_write(out.with_name(out.name + ".md"), "\n".join(lines) + "\n")
+    parts.unlink(missing_ok=True)
     print("\n".join(lines))
     return 0
 

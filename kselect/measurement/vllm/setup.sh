@@ -8,8 +8,9 @@
 # gets a venv of its own under $KSELECT_VLLM_HOME (default ~/.cache/kselect/vllm):
 #   wheels/vllm-VERSION-*.whl   the registry's wheel, downloaded once
 #   src-VERSION/                its Python sources only (no *.so, headers, CUDA sources, vllm-rs)
-#   venv-VERSION/               torch 2.13.0 CPU + the pins + the import-only deps + kselect (no deps)
-# Prints the two paths the oracle needs (--src, --python). Idempotent: re-runs skip what exists.
+#   venv-VERSION/               torch 2.13.0 CPU + the pins + the import-only deps (or the one `kselect oracle` built)
+#   roundtrip-VERSION-<checkout>/ that venv's packages + Hydra + this checkout (no deps): export_roundtrip.py's python
+# Prints the two paths the round trip needs (--src, its python). Idempotent: re-runs skip what exists.
 set -euo pipefail
 VERSION="${1:-0.33.0}"
 HOME_DIR="${KSELECT_VLLM_HOME:-$HOME/.cache/kselect/vllm}"
@@ -58,5 +59,16 @@ if [ ! -f "$VENV/.done" ]; then
   "$VENV/bin/pip" install -q --no-deps -e "$CHECKOUT"
   touch "$VENV/.done"
 fi
+# 4. the venv `kselect oracle` builds (same path) has no kselect: a thin venv over it for this checkout
+#    (the release venv's packages through a .pth, Hydra, and this checkout without deps)
+RT="$HOME_DIR/roundtrip-$VERSION-$(printf %s "$CHECKOUT" | cksum | cut -d' ' -f1)"
+if [ ! -f "$RT/.done" ]; then
+  "$VENV/bin/python" -m venv "$RT"
+  SITE="$("$VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
+  echo "$SITE" > "$("$RT/bin/python" -c 'import site; print(site.getsitepackages()[0])')/release_venv.pth"
+  PIP_CONSTRAINT="" "$RT/bin/pip" install -q 'hydra-core>=1.3.2,<1.4' 'omegaconf>=2.3,<2.5'
+  "$RT/bin/pip" install -q --no-deps -e "$CHECKOUT"
+  touch "$RT/.done"
+fi
 echo "src=$SRC"
-echo "python=$VENV/bin/python"
+echo "python=$RT/bin/python"

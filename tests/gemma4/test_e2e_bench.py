@@ -1,10 +1,9 @@
-"""kselect/measurement/e2e.py (CPU smoke mode), bench/plot_results.py (synthetic results), and the engine's
+"""kselect.measurement.e2e (CPU smoke mode), kselect.measurement.plot_results (synthetic results), and the engine's
 graph-decode bookkeeping (device-resident tokens, in-graph slots, graph reuse) emulated on CPU."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -16,20 +15,9 @@ import torch
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(rel: str):
-    path = ROOT / rel
-    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 # ---------------------------------------------------------------------------- e2e smoke
 def test_e2e_smoke_writes_results(tmp_path):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     out = tmp_path / "e2e"
     assert e2e.main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
     d = json.loads((out / "e2e.json").read_text())
@@ -71,9 +59,9 @@ def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
             out["verdict"] = e2e.WRONG
         return out
 
-    monkeypatch.setattr(e2e, "numerics_check", wrong_for_fp8)
+    monkeypatch.setattr("kselect.measurement.e2e.harness.numerics_check", wrong_for_fp8)
     out = tmp_path / "e2e"
-    rc = e2e.main(["--smoke", "--out", str(out), "--selections", "base", "--batches", "1", "--no-hf", "--budget-s", "120"])
+    rc = importlib.import_module("kselect.commands.e2e").main(["--smoke", "--out", str(out), "--selections", "base", "--batches", "1", "--no-hf", "--budget-s", "120"])
     log = capsys.readouterr().out
     assert rc == 1
     assert "numerics: WRONG (an attention call above its bar, or non-finite) for: gemma4_tiny base kv=fp8;" in log
@@ -183,7 +171,7 @@ def _synthetic(results: Path) -> None:
 
 
 def test_plot_results_on_synthetic_files(tmp_path):
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     results = tmp_path / "results"
     _synthetic(results)
     out = tmp_path / "plots"
@@ -202,14 +190,14 @@ def test_plot_results_on_synthetic_files(tmp_path):
 
 
 def test_plot_results_without_results(tmp_path):
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     assert plot.main(["--results", str(tmp_path / "missing"), "--out", str(tmp_path / "p")]) == 0
     assert "No results found" in (tmp_path / "p" / "performance.md").read_text()
 
 
 def test_plot_results_never_writes_over_earlier_plots(tmp_path):
     """#51: the documented command rewrote the committed performance.md and added PNGs beside it."""
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "performance.md").write_text("committed")
     with pytest.raises(Exception, match="holds files already"):
@@ -220,7 +208,7 @@ def test_plot_results_never_writes_over_earlier_plots(tmp_path):
 
 
 def test_decode_intensity_is_gqa_ratio():
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     row = dict(kind="decode", shape="31b_sliding", b=4, L=4096, path="fa3_bf16")
     assert plot.intensity(row) == pytest.approx(2.0)  # 2 * (32/16) / 2 bytes
     assert plot.intensity(dict(row, path="triton_fp8")) == pytest.approx(4.0)
@@ -423,7 +411,7 @@ def test_hf_is_timed_on_torchs_own_threads_not_the_engines(monkeypatch, tmp_path
     """An engine on a GPU shrinks torch's pool to one thread for the whole process (gemma4/host_threads.py); HF's
     baseline is timed on the count torch had before, and the engines' count comes back after."""
     e2e = importlib.import_module("kselect.measurement.e2e")
-    monkeypatch.setattr(e2e, "HF_THREADS", 2)
+    monkeypatch.setattr("kselect.measurement.e2e.hf.HF_THREADS", 2)
     seen = []
 
     class FakeHF:
@@ -483,9 +471,9 @@ def test_explain_vs_run_lists_the_runs_attention_kernels():
 
 
 def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bucket(tmp_path):
-    """bench/gemma4/bucket_vs_step.py --phase prefill (CPU smoke): one engine prefill per --max-seq-lens, each
+    """kselect.measurement.gemma4.bucket_vs_step --phase prefill (CPU smoke): one engine prefill per --max-seq-lens, each
     group's prefill bucket at the prompt's length, json and markdown that say which is which."""
-    bvs = _load("bench/gemma4/bucket_vs_step.py")
+    bvs = importlib.import_module("kselect.measurement.gemma4.bucket_vs_step")
     out = tmp_path / "bvs"
     assert bvs.main(["--out", str(out), "--preset", "gemma4_tiny", "--platform", "cpu", "--kv", "auto",
                      "--selections", "vllm", "--phase", "prefill", "--prompt-len", "20", "--steps", "1",
@@ -623,7 +611,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
 
 
 def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     with pytest.raises(SystemExit) as ex:
         e2e.main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
     assert ex.value.code == 2
@@ -660,7 +648,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
 
 
 def test_fusion_refuses_an_unknown_gemv_variant(capsys):
-    fusion = _load("bench/gemma4/fusion.py")
+    fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
     with pytest.raises(SystemExit) as e:
         fusion.main(["--out", "/tmp/never", "--modes", "triton+nope"])
     assert e.value.code == 2 and "GEMV variant 'nope'" in capsys.readouterr().err

@@ -1,12 +1,12 @@
 """The export round trip (#47) on a committed slice: per model of the registry grid and the quantized presets, one
 `output=vllm` command that vLLM 0.34.0's own `vllm serve` parser, EngineArgs and selection chain accepted
-(bench/vllm/export_roundtrip.py; the full records are bench/results/vllm/export_*_vllm_0_34_0.*).
+(kselect/measurement/vllm/export_roundtrip.py; the full records are bench/results/vllm/export_*_vllm_0_34_0.*).
 
 vLLM is not run here: the test checks that kselect still exports, for each cell, the very tokens vLLM was given and
 the groups it selected then (else the recorded answer is stale: re-run the round trip), and that vLLM's groups are
 kselect's, field by field. Made with
 
-    python bench/vllm/make_export_fixture.py bench/results/vllm/export_registry_vllm_0_34_0.jsonl.gz \
+    python -m kselect.measurement.vllm.make_export_fixture bench/results/vllm/export_registry_vllm_0_34_0.jsonl.gz \
         bench/results/vllm/export_quantized_vllm_0_34_0.jsonl.gz --out tests/vllm/fixtures/vllm_0_34_0_export_sample.jsonl
 """
 

@@ -29,6 +29,11 @@ class Choice:
     warnings: list = field(default_factory=list)
     model_kernel_blocks: list[BlockSpec] = field(default_factory=list)  # without a KV spec: model-level head size
 
+    def copy(self) -> Choice:
+        """A copy whose lists later steps may add to without touching this one."""
+        return Choice(self.backend, self.version, list(self.kernel_blocks), self.facts, list(self.trace), list(self.reasons),
+                      {k: list(v) for k, v in self.rejected.items()}, list(self.warnings), list(self.model_kernel_blocks))
+
 
 @dataclass(frozen=True)
 class Validation:
@@ -86,8 +91,7 @@ def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: Facts, g: Group) -
     hit = book.memo(key, lambda: _outcome(cfg, book, facts, g))
     if isinstance(hit, SelectionError):
         raise hit.with_traceback(None)
-    return Choice(hit.backend, hit.version, list(hit.kernel_blocks), hit.facts, list(hit.trace), list(hit.reasons),
-                  {k: list(v) for k, v in hit.rejected.items()}, list(hit.warnings), list(hit.model_kernel_blocks))
+    return hit.copy()
 
 
 def _outcome(cfg: KSelectConfig, book: RuleBook, facts: Facts, g: Group) -> Choice | SelectionError:

@@ -13,7 +13,8 @@ Steps that are engine mechanics (not rules) appear in traces as `builtin.*`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from . import blocks as blk
 from . import drafts as dr
@@ -28,6 +29,7 @@ from .candidates import Choice, choose_backend
 from .checkpoint import checkpoint_kv_checks, kv_dtype_source, kv_scales
 from .facts import Facts, base_facts, resolved_kv_dtype  # noqa: F401 - resolve's public names
 from .groups import Group, target_groups
+from .kept import Kept
 from .rulebook import RuleBook, rulebook
 
 
@@ -41,6 +43,7 @@ class Resolution:
     facts: Facts
     kv_dtype: str
     conformance: ConformanceFile | None
+    kept: Kept = field(default_factory=Kept, compare=False)  # the prelude's: what its combinations share
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Prelude:
     conformance: ConformanceFile | None
     groups: tuple[Group, ...]
     ckv_warnings: tuple
+    kept: Kept = field(default_factory=Kept, compare=False, repr=False)  # per-group steps its combinations share (kept.py)
 
 
 def prelude(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Prelude:
@@ -88,25 +92,28 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, pre: P
     pre = pre or prelude(cfg, book, evidence)
     if pre.kv_cache is not None:
         cfg = cfg.model_copy(update={"kv_cache": pre.kv_cache})
-    facts, trace, groups = pre.facts, list(pre.trace), list(pre.groups)
-    ctx = Resolution(cfg, book, facts, pre.kv_dtype, pre.conformance)
-    choices = [choose_backend(cfg, book, facts, g) for g in groups]
-    for g, ch in zip(groups, choices):
-        layer_init_checks(book, g, ch)
+    facts, trace, groups, kept = pre.facts, list(pre.trace), list(pre.groups), pre.kept
+    ctx = Resolution(cfg, book, facts, pre.kv_dtype, pre.conformance, kept)
+    pins = [cfg.attention.backend_per_kind.get(g.kind) for g in groups]  # what a group's own steps read of the pins
+    choices = [kept.choice(("choice", i, pin), partial(choose_backend, cfg, book, facts, g))
+               for i, (g, pin) in enumerate(zip(groups, pins))]
+    for i, (g, ch, pin) in enumerate(zip(groups, choices, pins)):
+        kept.value(("init", i, pin), partial(layer_init_checks, book, g, ch))
     drafts = _plan_drafts(ctx, groups, trace)
     block_size = _cache_block_size(ctx, groups, choices, drafts, trace)
     state_block = getattr(cfg.model, "attention_free_block", lambda: None)()
     kv_blocks = unify_pages(groups, _kv_blocks(book, groups, choices, block_size, state_block), KV_BYTES[ctx.kv_dtype],
                             choices)
-    for g, ch, kv_block in zip(groups, choices, kv_blocks):  # the metadata builders' checks, blocks known
+    for i, (g, ch, kv_block, pin) in enumerate(zip(groups, choices, kv_blocks, pins)):  # the metadata builders' checks
         if g.kind not in FIXED_KINDS:
-            layer_init_checks(book, g, ch, kv_block)
-    out = [finish_group(ctx, g, ch, kv_block) for g, ch, kv_block in zip(groups, choices, kv_blocks)]
+            kept.value(("init", i, pin, kv_block), partial(layer_init_checks, book, g, ch, kv_block))
+    out = [_finished(ctx, ("group", i, pin), g, ch, kv_block)
+           for i, (g, ch, kv_block, pin) in enumerate(zip(groups, choices, kv_blocks, pins))]
     if drafts.groups:
         out.extend(draft_groups(ctx, groups, choices, out, drafts))
     warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
     warnings += list(pre.ckv_warnings) + list(pre.kv_ignored)
-    return Selection(environment=environment_summary(cfg, facts), block_size=block_size, groups=tuple(out),
+    return Selection(environment=_environment(ctx), block_size=block_size, groups=tuple(out),
                      warnings=tuple(warnings), trace=tuple(trace))
 
 
@@ -148,14 +155,27 @@ def _plan_drafts(ctx: Resolution, groups: list[Group], trace: list[str]) -> Draf
     counts among the model's backends for the cache block, as vLLM's does."""
     if ctx.cfg.spec_decode.method != "mtp":
         return DraftPlan()
-    policy = dr.draft_policy(ctx.book, ctx.facts, trace)
-    drafts = tuple(dr.draft_layer_groups(ctx.cfg, groups))
+    policy, policy_trace = ctx.kept.value(("draft_policy",), partial(_draft_policy, ctx))
+    trace.extend(policy_trace)
+    drafts = ctx.kept.value(("drafts",), lambda: tuple(dr.draft_layer_groups(ctx.cfg, groups)))
     if policy != dr.OWN:
         return DraftPlan(drafts)
-    own = tuple(dr.own_choices(ctx.cfg, ctx.book, ctx.facts, list(drafts)))
-    for g, ch in zip(drafts, own):
-        layer_init_checks(ctx.book, g, ch)
+    pins = [ctx.cfg.attention.backend_per_kind.get(g.kind) for g in drafts]
+    own = tuple(ctx.kept.choice(("draft_choice", j, pin), partial(_own_choice, ctx, g))
+                for j, (g, pin) in enumerate(zip(drafts, pins)))
+    for j, (g, ch, pin) in enumerate(zip(drafts, own, pins)):
+        ctx.kept.value(("draft_init", j, pin), partial(layer_init_checks, ctx.book, g, ch))
     return DraftPlan(drafts, own)
+
+
+def _own_choice(ctx: Resolution, g: Group) -> Choice:
+    return dr.own_choices(ctx.cfg, ctx.book, ctx.facts, [g])[0]
+
+
+def _draft_policy(ctx: Resolution) -> tuple[str, tuple[str, ...]]:
+    """The draft policy and the trace its rules add."""
+    trace: list[str] = []
+    return dr.draft_policy(ctx.book, ctx.facts, trace), tuple(trace)
 
 
 def _cache_block_size(ctx: Resolution, groups: list[Group], choices: list[Choice], drafts: DraftPlan,
@@ -378,6 +398,13 @@ def unify_pages(groups: list[Group], kv_blocks: list[int], dtype_bytes: int, cho
     return out
 
 
+def _finished(ctx: Resolution, tag: tuple, g: Group, ch: Choice, kv_block: int) -> GroupSelection:
+    """finish_group, once per prelude for what it reads: the group (`tag`: its place and its kind's pin), the
+    choice with what the block steps added to it, and the KV block."""
+    key = (*tag, ch.backend, ch.version, kv_block, tuple(ch.trace), tuple(ch.reasons))
+    return ctx.kept.value(key, partial(finish_group, ctx, g, ch, kv_block))
+
+
 def finish_group(ctx: Resolution, g: Group, ch: Choice, kv_block: int) -> GroupSelection:
     """A group's selection on its KV block: the kernel block, quantization, rule warnings and claims."""
     kernel_block = _kernel_block(ch, kv_block)
@@ -463,9 +490,11 @@ def draft_groups(ctx: Resolution, groups: list[Group], choices: list[Choice], ta
             if kernel_block != target.kernel_block_size:
                 targets[i] = _target_sharing_kernel_block(ctx.cfg, groups, target, g, ch.backend, kernel_block)
         else:
-            ch = dr.target_choice(ctx.book, ctx.facts, g, target)
+            ch = ctx.kept.choice(("target_choice", j, target.backend, target.flash_attn_version),
+                                 partial(dr.target_choice, ctx.book, ctx.facts, g, target))
             kernel_block = target.kernel_block_size
-        finished = finish_group(ctx, g, ch, target.kv_block_size)
+        tag = ("draft", j, ctx.cfg.attention.backend_per_kind.get(g.kind))
+        finished = _finished(ctx, tag, g, ch, target.kv_block_size)
         out.append(finished.model_copy(update={"kv_scales": scales, "kernel_block_size": kernel_block}))
     return out
 
@@ -490,6 +519,15 @@ def _target_sharing_kernel_block(cfg: KSelectConfig, groups: list[Group], target
                                          "trace": target.trace + ("builtin.kernel_block_shared_with_draft",)})
     return target.model_copy(update={"draft_shared_kernel_block": kernel_block,
                                      "reasons": target.reasons + (dr.draft_note(kernel_block, group_id(draft.kind, True)),)})
+
+
+def _environment(ctx: Resolution) -> dict:
+    """environment_summary(cfg, facts), made once per prelude but for the per-group pins (all the prelude's
+    combinations differ in), its lists and dicts copied."""
+    base = ctx.kept.value(("environment",), partial(environment_summary, ctx.cfg, ctx.facts))
+    env = {k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    env["pins"]["backend_per_kind"] = dict(ctx.cfg.attention.backend_per_kind)
+    return env
 
 
 def environment_summary(cfg: KSelectConfig, facts: Facts) -> dict:

@@ -38,13 +38,13 @@ from ..base.errors import SelectionError
 from ..measure.figures import figure, noise_why, point, verified
 from ..measure.layout import Scored, Search, prefill_over_layout, prefill_total
 from ..outputs.measured import Figure, PhaseEvidence
-from ..measure.pins import priority_of, resolutions, with_objective
+from ..measure.pins import asks, priority_of, resolved, with_objective
 from ..outputs.records import ObjectiveWarning
 from ..rules.resolve import resolve_rules, resolved_kv_dtype
 from ..rules.rulebook import RuleBook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
-from ..config.vocab import KV_BYTES, MODEL_GROUP
+from ..config.vocab import FIXED_KINDS, KV_BYTES, MODEL_GROUP
 
 
 def apply_objective(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
@@ -81,9 +81,12 @@ def search(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Search:
     user_pinned = cfg.attention.backend != "auto"
     free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]
     s = Search(cfg, evidence.perf(cfg.platform.gpu_model), evidence, priority, kinds, free)
-    seen: set[tuple] = set()
+    seen = _Seen(cfg, book, evidence, lazy=_unscorable(s, faithful))
     raw: list[tuple[dict, tuple, bool, Selection]] = []  # (decode figures per kind, priority rank, own block, selection)
-    for pins, rk, block, sel in resolutions(cfg, book, free, priority, evidence):
+    for pins, rk, block, version in asks(cfg, free, priority):
+        if seen.deferred(pins, block, version):
+            continue
+        sel = resolved(cfg, book, evidence, pins, block, version)
         own = block is None  # the rules' own block for this combination: report what is missing
         if isinstance(sel, SelectionError):
             for k, n in pins.items() if own else ():
@@ -92,13 +95,9 @@ def search(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Search:
                     s.out(k, n, "not valid: " + "; ".join(why))
             continue
         for var in (sel, *selection_builds(cfg, sel, evidence)):  # and on other installed kernel builds (selector/measure/builds.py)
-            groups = [g for g in var.groups if not g.draft]
-            # an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose: a duplicate
-            key = (var.block_size, *((g.label, g.kernel_block_size, g.kv_block_size) for g in groups))
-            if key in seen:
+            if not seen.first(var):
                 continue
-            seen.add(key)
-            figs = _decode_figures(s, groups, report=own)
+            figs = _decode_figures(s, [g for g in var.groups if not g.draft], report=own)
             if figs is not None:
                 raw.append((figs, (*rk, build_rank(var)), own, var))
     # per group, every candidate within `tie` of that group's fastest counts as the fastest; then the
@@ -110,6 +109,54 @@ def search(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Search:
     n = cfg.objective.new_tokens
     s.scored.sort(key=lambda c: (round(c.request(n), 9), round(c.decode, 9), c.rank, not c.own_block))
     return s
+
+
+def _unscorable(s: Search, faithful: Selection) -> bool:
+    """No combination can be scored: the GPU has no perf data and every combination has a group to time. A pinned
+    block is then the resolution's cache block, unless a mamba state grows it (resolve._cache_block_size)."""
+    groups = [g for g in faithful.groups if not g.draft]
+    return s.data is None and bool(groups) and not any(g.kind in FIXED_KINDS for g in groups)
+
+
+class _Seen:
+    """The combinations already scored, by what scoring reads (cache block, each group's kernel and blocks): a
+    duplicate (an FA3 pin the rules upgrade to FA4 everywhere, or a block the rules already chose) is skipped.
+
+    `lazy` (nothing can be scored): a combination over another block than the rules' own one matters only as a
+    duplicate that hides a later own-block combination's report, so it is resolved only when an own-block
+    combination over that same cache block asks; the answer is the one resolving all in order gives."""
+
+    def __init__(self, cfg: KSelectConfig, book: RuleBook, evidence: Evidence, lazy: bool) -> None:
+        self.ask, self.lazy = (cfg, book, evidence), lazy
+        self.keys: set[tuple] = set()
+        self.pending: dict[int, list[tuple]] = {}  # block -> (pins, FlashAttention version) not yet resolved, in order
+
+    def deferred(self, pins: dict[str, str], block: int | None, version: int | None) -> bool:
+        if not self.lazy or block is None:
+            return False
+        self.pending.setdefault(block, []).append((pins, version))
+        return True
+
+    def first(self, var: Selection) -> bool:
+        """var is no duplicate of an earlier combination (and is now kept as seen)."""
+        key = _seen_key(var)
+        if self.lazy:
+            self._resolve_pending(key[0])
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
+
+    def _resolve_pending(self, block: int) -> None:
+        cfg, book, evidence = self.ask
+        for pins, version in self.pending.pop(block, ()):
+            sel = resolved(cfg, book, evidence, pins, block, version)
+            if not isinstance(sel, SelectionError):
+                self.keys.update(_seen_key(v) for v in (sel, *selection_builds(cfg, sel, evidence)))
+
+
+def _seen_key(var: Selection) -> tuple:
+    return (var.block_size, *((g.label, g.kernel_block_size, g.kv_block_size) for g in var.groups if not g.draft))
 
 
 def _decode_figures(s: Search, groups: list[GroupSelection], report: bool) -> dict | None:

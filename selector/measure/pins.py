@@ -156,6 +156,12 @@ def resolutions(cfg: KSelectConfig, book: RuleBook, kinds: list[str], priority: 
     """Every combination of per-group pins over `kinds` (choices(), one global FlashAttention version)
     resolved by the rules at every cache block in BLOCKS, the rules' own first. Yields (pins, priority
     rank, block, the Selection or the SelectionError that refused it)."""
+    for pins, rk, block, version in asks(cfg, kinds, priority):
+        yield pins, rk, block, resolved(cfg, book, evidence, pins, block, version)
+
+
+def asks(cfg: KSelectConfig, kinds: list[str], priority: list[str]):
+    """What resolutions() resolves, in its order: (pins, priority rank, block, FlashAttention version)."""
     for combo in itertools.product(*(choices(cfg, priority) for _ in kinds)):
         version = fa_pin(combo)
         if version == "mixed":
@@ -163,7 +169,13 @@ def resolutions(cfg: KSelectConfig, book: RuleBook, kinds: list[str], priority: 
         pins = {k: n for k, (n, _) in zip(kinds, combo)}
         rk = tuple(rank(priority, c) for c in combo)
         for block in BLOCKS:
-            try:
-                yield pins, rk, block, resolve_pinned(cfg, book, evidence, pins, block, version)
-            except SelectionError as e:
-                yield pins, rk, block, e
+            yield pins, rk, block, version
+
+
+def resolved(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, pins: dict[str, str], block: int | None,
+             version: int | None):
+    """resolve_pinned's Selection, or the SelectionError that refused it."""
+    try:
+        return resolve_pinned(cfg, book, evidence, pins, block, version)
+    except SelectionError as e:
+        return e

@@ -97,7 +97,7 @@ def render(r: Any) -> str:
         return claim_line(r)
     if code == "claim_run":
         return CLAIM_RUN.format(claim=r.claim, page=r.page, descale=r.descale, source=r.source)
-    if hasattr(r, "backends"):  # BlockSizePrecluded
+    if code == "block_size_precluded":
         return WARNING_PHRASE[code].format(block_size=r.block_size, backends=list(r.backends))
     if code in ("claims_refuted", "claims_unverified"):
         return WARNING_PHRASE[code].format(gpu=r.gpu, claims=claims_list(code, r.claims))

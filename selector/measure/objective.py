@@ -38,9 +38,9 @@ from ..base.errors import SelectionError
 from ..measure.figures import figure, noise_why, point, verified
 from ..measure.layout import Scored, Search, prefill_over_layout, prefill_total
 from ..outputs.measured import Figure, PhaseEvidence
-from ..measure.pins import asks, priority_of, resolved, with_objective
+from ..measure.pins import asks, priority_of, resolve_pinned, resolved
 from ..outputs.records import ObjectiveWarning
-from ..rules.resolve import resolve_rules, resolved_kv_dtype
+from ..rules.resolve import resolved_kv_dtype
 from ..rules.rulebook import RuleBook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import GroupSelection, Selection
@@ -50,7 +50,7 @@ from ..config.vocab import FIXED_KINDS, KV_BYTES, MODEL_GROUP
 def apply_objective(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
     """The objective's selection: vLLM's rules resolve every candidate combination (resolve_rules), the
     evidence says which are verified and how fast they ran."""
-    faithful = resolve_rules(with_objective(cfg, "vllm"), book, evidence)
+    faithful = resolve_pinned(cfg, book, evidence, {})  # vLLM's own: the objective is not read
     obj = cfg.objective.name
     notes: list[str] = []
     if obj == "capacity" and not cfg.kv_cache.quantized:
@@ -61,7 +61,7 @@ def apply_objective(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> S
             errs = _claim_errors(s8.scored[0].sel)
             notes.append(f"capacity: an fp8_e4m3 cache holds {gain:.1f}x the tokens of {resolved_kv_dtype(cfg)} "
                          f"(numerics cost, max rel err vs the fp32 reference in conformance: {errs})")
-            cfg, faithful = fp8_cfg, resolve_rules(with_objective(fp8_cfg, "vllm"), book, evidence)
+            cfg, faithful = fp8_cfg, resolve_pinned(fp8_cfg, book, evidence, {})
         else:
             notes.append(f"capacity: kept the {resolved_kv_dtype(cfg)} cache: no verified, measured FP8 path for every group "
                          f"on {cfg.platform.gpu_model or cfg.platform.name}")
@@ -76,7 +76,7 @@ def search(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Search:
     layout. Candidates the rules' own block leaves unverified or unmeasured are reported; other
     blocks are alternatives, tried quietly."""
     priority = priority_of(cfg, book)
-    faithful = resolve_rules(with_objective(cfg, "vllm"), book, evidence)
+    faithful = resolve_pinned(cfg, book, evidence, {})  # vLLM's own: the objective is not read
     kinds = [g.kind for g in faithful.groups if not g.draft]
     user_pinned = cfg.attention.backend != "auto"
     free = [] if user_pinned else [k for k in kinds if k not in cfg.attention.backend_per_kind]

@@ -59,18 +59,22 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
                   desc: str | None = None, evidence: Evidence | None = None) -> list[CellResult]:
     """desc: a progress line on a terminal (selector/review/progress.py). evidence: what the cells' conf tree
     measured (None: loaded once here from the builder's conf directory, the tree the cells are composed from)."""
-    from ..review.progress import progress  # noqa: PLC0415
-
     builder = builder or Builder(conf_dir)
     evidence = evidence if evidence is not None else Evidence.load(builder.conf_dir)
-    out = []
-    configs = builder.configs(cells)
-    if len(cells) >= parallel.MIN_CELLS:  # cells that search by measurement: on every core (review/parallel.py)
+    with parallel.paused_gc():
+        return _resolved(builder.configs(cells), len(cells), evidence, desc)
+
+
+def _resolved(configs: Iterable[tuple[Cell, KSelectConfig]], total: int, evidence: Evidence, desc: str | None) -> list[CellResult]:
+    from ..review.progress import progress  # noqa: PLC0415
+
+    if total >= parallel.MIN_CELLS:  # cells that search by measurement: on every core (review/parallel.py)
         configs = list(configs)
         if parallel.worth_it([cfg for _, cfg in configs]):
             got = parallel.outcomes([cfg for _, cfg in configs], evidence)
             return [CellResult(cell, sel, failure, rejected, cfg) for (cell, cfg), (sel, failure, rejected) in zip(configs, got)]
-    for cell, cfg in progress(configs, desc, total=len(cells)) if desc else configs:
+    out = []
+    for cell, cfg in progress(configs, desc, total=total) if desc else configs:
         try:
             out.append(CellResult(cell, select(cfg, evidence), config=cfg))
         except SelectionError as e:

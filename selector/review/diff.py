@@ -50,6 +50,7 @@ from ..review.diff_render import render, rendered_sorted, warning_order
 from ..review.diff_sources import Source
 from ..base.errors import KSelectError
 from ..evidence.evidence import Evidence
+from ..review.parallel import paused_gc
 from ..review.matrix import Builder, Cell, CellResult, MatrixSpec, expand, load_matrix, resolve_cells
 from ..review.patterns import collapse, render_rect
 from ..outputs.records import ClaimsWarning, Warning
@@ -346,7 +347,8 @@ def run_diff(a: Source, b: Source, spec: MatrixSpec) -> MatrixDiff:
     ra, rb = _resolve_side(a, spec), _resolve_side(b, spec)
     la = a.label + (f" objective={a.objective}" if a.objective else "")
     lb = b.label + (f" objective={b.objective}" if b.objective else "")
-    return diff_results(spec, ra, rb, la, lb)
+    with paused_gc():  # as while the sides resolved: no collector passes over their results
+        return diff_results(spec, ra, rb, la, lb)
 
 
 def _resolve_side(src: Source, spec: MatrixSpec) -> list[CellResult]:

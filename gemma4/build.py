@@ -1,5 +1,6 @@
 """Building blocks of a Gemma-4 run: compose and resolve the selection, build or load the model (and MTP
-drafters), encode prompts. Used by `kselect run` (kselect/run.py) and the bench scripts (bench/gemma4/)."""
+drafters), encode prompts. Used by `kselect run` (kselect/run.py) and the measurement drivers
+(kselect/measurement/gemma4/)."""
 
 from __future__ import annotations
 

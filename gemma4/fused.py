@@ -20,7 +20,7 @@ where PyTorch took 13.
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
 The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
-other in bench/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
+other in kselect/measurement/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.

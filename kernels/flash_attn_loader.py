@@ -6,7 +6,7 @@ a bad KSELECT_FA3_BUILD.
 FA3 has two builds of the same kernels: vLLM's (`vllm.vllm_flash_attn`, verified in
 conf/conformance/nvidia_h200.yaml) and upstream flash-attention's `hopper/` (package
 `flash_attn_3`, module `flash_attn_interface`; no wheel of it has paged KV for torch 2.11 /
-CUDA 13, so build it: bench/h200/build_fa3_hopper.sh). KSELECT_FA3_BUILD picks one; unset (or
+CUDA 13, so build it: kselect/measurement/builds/build_fa3_hopper.sh). KSELECT_FA3_BUILD picks one; unset (or
 "auto") takes vLLM's when importable, else upstream's. The backend reports which one runs.
 """
 
@@ -70,7 +70,8 @@ def _load_fa3_vllm() -> Fa3Build:
 
 
 def _load_fa3_upstream() -> Fa3Build:
-    mod = _load(UPSTREAM_FA3, "FLASH_ATTN v3 needs an FA3 build: flash-attention's hopper/ (bench/h200/build_fa3_hopper.sh)")
+    mod = _load(UPSTREAM_FA3, "FLASH_ATTN v3 needs an FA3 build: flash-attention's hopper/ "
+                              "(kselect/measurement/builds/build_fa3_hopper.sh)")
     return Fa3Build("upstream", mod, _compiled_out())
 
 
@@ -99,7 +100,8 @@ def load_fa3(choice: str | None = None) -> Fa3Build:
             return _load_fa3_upstream()
         except ImportError as e_up:
             raise ImportError(f"FLASH_ATTN v3 needs an FA3 build: vLLM's ({VLLM_PKG}) or flash-attention's hopper/ "
-                              f"({UPSTREAM_FA3}, bench/h200/build_fa3_hopper.sh); see README 'GPU kernels' "
+                              f"({UPSTREAM_FA3}, kselect/measurement/builds/build_fa3_hopper.sh); "
+                              "see README 'GPU kernels' "
                               f"[{VLLM_PKG}: {e_vllm.__cause__}; {UPSTREAM_FA3}: {e_up.__cause__}]") from e_up
 
 

@@ -121,7 +121,7 @@ def config(n: int, k: int) -> dict:
 @contextlib.contextmanager
 def configured(fn):
     """Launch parameters from fn(n, k) (a dict of config's keys to change, or None) for calls inside: benchmarks
-    compare variants this way (bench/gemma4/gemv_variants.py). A CUDA graph captured inside keeps them."""
+    compare variants this way (kselect/measurement/gemv_variants.py). A CUDA graph captured inside keeps them."""
     global _override
     was, _override = _override, fn
     try:

@@ -56,7 +56,7 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
 
 
 def row_warps(block: int) -> int:
-    """Warps per row program (bench/gemma4/fusion_tune.py measures the alternatives)."""
+    """Warps per row program (kselect/measurement/gemma4/fusion_tune.py measures the alternatives)."""
     return max(1, min(16, block // 512))
 
 

@@ -223,8 +223,8 @@ def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
     """(BLOCK_Q, BLOCK_N, num_warps, num_stages, KV_ASM). M = BLOCK_Q * G_PAD rows >= 16 (tl.dot minimum).
 
-    Decode values are the best of bench/kernels/tune_triton_decode.py on the H200 (bench/results/h200/kernels/
-    tune.json, tune_fp8.json): bf16 31B d512 B64 L8192 at 32/4/4 reads 98% of copy; FP8 peaks at the same
+    Decode values are the best of kselect.measurement.kernels.tune_triton_decode on the H200
+    (bench/results/h200/kernels/tune.json, tune_fp8.json): bf16 31B d512 B64 L8192 at 32/4/4 reads 98% of copy; FP8 peaks at the same
     tiles (d512 32/4/4, d256 64/4/2) but only ~48% of copy: the fp8->fp16 widening, not the bytes, bounds it."""
     if interpret:
         return max(1, 16 // g_pad), 16, 4, 1, False

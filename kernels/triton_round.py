@@ -2,7 +2,7 @@
 between operations.
 
 For bf16 the rounding (to nearest even) is done in integer arithmetic: measured on the H200
-(bench/gemma4/fusion_tune.py), a `.to(bfloat16).to(float32)` pair before an add was not kept as a
+(kselect/measurement/gemma4/fusion_tune.py), a `.to(bfloat16).to(float32)` pair before an add was not kept as a
 rounding (21% of rope outputs differed from PyTorch's by a bf16 step, none with the norm alone);
 and Triton's CPU interpreter truncates on `.to(bfloat16)`. With this helper the kernels' bf16 results
 equal PyTorch's op by op, up to the fp32 reduction order of the norms.

@@ -7,8 +7,10 @@ imports included:
 - the selector's sub-packages import only their own layer and the layers below it (LAYERS);
 - inside the four folders, imports of kselect's folders are relative (`from ..kernels import x`): the one spelling
   that names the same module on disk and installed, so tools that read imports by path see the real edges;
+- the measurement (kselect/measurement/) is a tool layer above: nothing in the four folders imports it, and
+  bench/ holds no code, only experiment configs and records;
 - no import cycle anywhere in the project: the strongly connected components of the module import graph
-  over kselect/, selector/, backends/, kernels/, gemma4/ and bench/ are single modules.
+  over kselect/, selector/, backends/, kernels/ and gemma4/ are single modules.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# folder -> the package it installs as (pyproject.toml's package-dir); bench/ runs as scripts
+# folder -> the package it installs as (pyproject.toml's package-dir)
 PACKAGES = {"kselect": "kselect", "selector": "kselect.selector", "backends": "kselect.backends",
-            "kernels": "kselect.kernels", "gemma4": "kselect.gemma4", "bench": "bench"}
+            "kernels": "kselect.kernels", "gemma4": "kselect.gemma4"}
 # the selector's sub-packages, lowest first; a module may import its own layer and those below it.
 # The selector's top-level module api.py (the facade) sits above them all; the commands are kselect/commands/.
 LAYERS = ("base", "config", "outputs", "evidence", "rules", "measure", "export", "review")
@@ -41,7 +43,7 @@ def _modules() -> dict[str, Path]:
     out = {}
     for folder in PACKAGES:
         for path in (ROOT / folder).rglob("*.py"):
-            if not {"results", "stubs"} & set(path.relative_to(ROOT).parts):  # recorded runs, vLLM's import stubs
+            if "stubs" not in path.relative_to(ROOT).parts:  # vLLM's import stubs, run in its own venv
                 out[_module_name(path)] = path
     return out
 
@@ -67,14 +69,10 @@ def _imports(path: Path) -> set[str]:
 
 def _edges(path: Path) -> set[str]:
     """The project modules a file imports. `from pkg import module` is an edge to the module (not to pkg's
-    __init__); a bench script's bare `import fusion` is its sibling file (the script's folder is on sys.path)."""
+    __init__)."""
     mods, me = _modules(), _module_name(path)
-    folder = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out = set()
     for n in _imports(path):
-        top = n.split(".")[0]
-        if top not in ("kselect", "bench") and (path.parent / f"{top}.py").is_file():
-            n = f"{folder}.{n}"
         if n in mods:  # `from module import name` adds the module itself, and no module named module.name
             out.add(n)
     return out - {me}
@@ -174,6 +172,19 @@ def test_the_folders_import_each_other_relatively(path):
         elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("kselect"):
             absolute.add(node.module)
     assert not absolute, f"absolute imports {sorted(absolute)}: write them relative (`from ..kernels import x`)"
+
+
+@pytest.mark.parametrize("path", [p for f in FOLDERS for p in sorted((ROOT / f).rglob("*.py"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_folders_never_import_the_measurement(path):
+    assert not {n for n in _imports(path) if n.startswith("kselect.measurement")}
+
+
+def test_bench_holds_only_experiment_configs_and_records():
+    """Measurement code is the package's (kselect/measurement/); bench/ keeps what it runs and what it recorded."""
+    assert {p.name for p in (ROOT / "bench").iterdir() if p.name != "__pycache__"} == {"conf", "results", "README.md"}
+    code = [p for p in (ROOT / "bench" / "conf").rglob("*") if p.is_file() and p.suffix != ".yaml"]
+    assert code == [], f"not configs: {code}; measurement programs go in kselect/measurement/"
 
 
 def test_no_import_cycle_in_the_project():

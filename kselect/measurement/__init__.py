@@ -7,5 +7,11 @@ selector's, selector/measure/):
 - end to end: `e2e` (the harness) with `e2e_report` (its report and objective table), `step_profile`, `paired`
   (round-by-round statistics), `prefill_rounds`, `prefill_clocks`, `explain_vs_e2e`;
 - recorded runs: `steps` (the project's own steps, each typed options and a function) and `runner` (`kselect bench`,
-  the experiments of bench/conf/experiment/).
+  the experiments of bench/conf/experiment/); `plot_results` (roofline plots and tables of the records).
+
+The measurement programs, one room a role (`python3 -m kselect.measurement.<room>.<name>`; shell scripts ship as
+package data): `gemma4/` model-level drivers, `kernels/` kernel-level timing, `probes/` one-off GPU diagnostics,
+`selector/` the selector's own speed, `vllm/` vLLM's own selection beside ours (the export round trip, agreement,
+the oracle fixtures), `review/` review recipes, `builds/` the kernel builds a GPU run needs, `sessions/` multi-part
+GPU sessions. bench/ holds only the experiment configs (bench/conf/) and the records (bench/results/).
 """

@@ -37,6 +37,7 @@ import sys
 import torch
 
 from kselect.measurement import measured_versions
+from kselect.selector.config.detect import gpu_model_key
 from kselect.kernels.dtypes import torch_dtype
 from kselect.selector.measure.claims import claim_runs
 from kselect.selector.outputs.records import ClaimRun
@@ -154,8 +155,7 @@ def device_model(device: str) -> str:
     """This machine's GPU model as conformance files name it (conf/conformance/<model>.yaml)."""
     if device == "cpu":
         return "cpu"
-    name = torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia_")
-    return re.sub(r"[^a-z0-9_]", "_", name).strip("_")
+    return gpu_model_key(torch.cuda.get_device_name())
 
 
 def check_gpu_name(gpu: str, device: str) -> None:

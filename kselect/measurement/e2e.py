@@ -39,7 +39,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from kselect.measurement.e2e_report import HF, OBJECTIVES, WRONG, Report, fnum, measured_as, objective_table, sel_label
-from kselect.measurement.step_profile import free, profile_decode
+from kselect.measurement.step_profile import free, profile_decode, profile_prefill
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups, reference_groups
 from kselect.gemma4.host_threads import serving_threads
@@ -483,8 +483,6 @@ def extras(opts, rep, preset, model, todo, args, gen, left, log) -> None:
                     lambda: profile_attention(model, groups, prompt, PROFILE_STEPS),  # noqa: B023 (called at once)
                     lambda p: f"attention {p['attention_ms_per_step']:.3f} ms/step of {p['kernel_ms_per_step']:.2f}")
             # the B1 run's prefill of --prompt-len tokens, where explain reads its prefill figures
-            from fusion import profile_prefill  # noqa: PLC0415 - fusion imports this module
-
             pprompt = torch.randint(3, args.vocab_size, (opts.prompt_len,), generator=gen).tolist()
             measure(rep, "prefill_profiles", dict(preset=preset, selection=sname, kv=row["kv"], point=point),
                     f"{preset} {sname} kv={row['kv']} prefill profile", log,

@@ -1,9 +1,9 @@
-"""Launch-parameter variants of kernels/gemv.py, compared inside the real decode step by bench/gemma4/fusion.py
-(`--modes triton+<variant>`, issue #16).
+"""Launch-parameter variants of kernels/gemv.py, compared inside the real decode step by
+kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
 for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's
-tail, which a standalone timing (bench/kernels/bench_gemv.py) cannot show. Each variant maps a projection's shape
+tail, which a standalone timing (kselect.measurement.kernels.gemv) cannot show. Each variant maps a projection's shape
 (N, K) to the config entries it changes (kernels/gemv.config), None elsewhere.
 """
 

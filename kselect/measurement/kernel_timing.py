@@ -1,5 +1,6 @@
-"""Paged attention inputs and CUDA-event timing shared by the kernel benchmarks (bench/kernels/bench_attention.py,
-bench_gemv.py, tune_triton_decode.py): the median of `reps` timings, eager or replayed from one CUDA graph."""
+"""Paged attention inputs and CUDA-event timing shared by the kernel benchmarks
+(kselect/measurement/kernels/: attention, gemv, tune_triton_decode): the median of `reps` timings, eager or replayed
+from one CUDA graph."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ The keys are the libraries the kernels run from, as the release manifests name t
 
 A run records a library only when one of its records ran it (a claim that was not `unavailable`, a timed
 perf entry), with the version installed here: distribution metadata, no imports (no CUDA start-up). vLLM's
-FA build has no distribution of its own where bench/h200/install_vllm_fa.sh put it beside the torch of a GPU
-image: that script writes `KERNEL_VERSIONS` next to the `vllm/` it installs, read here; a full vLLM install
+FA build has no distribution of its own where builds/install_vllm_fa.sh (this package's) put it beside the torch of a
+GPU image: that script writes `KERNEL_VERSIONS` next to the `vllm/` it installs, read here; a full vLLM install
 names its own version. What cannot be found is left out, never guessed, and never fails a run.
 
 Merging keeps every library the file named before. Where the records measured with it before remain in
@@ -55,7 +55,7 @@ def vllm_flash_attn() -> str | None:
         pkg = Path(loc)
         if not (pkg / "vllm_flash_attn").is_dir():
             continue
-        stamp = pkg.parent / "KERNEL_VERSIONS"  # bench/h200/install_vllm_fa.sh: `vllm_flash_attn: vllm-X.Y.Z`
+        stamp = pkg.parent / "KERNEL_VERSIONS"  # builds/install_vllm_fa.sh: `vllm_flash_attn: vllm-X.Y.Z`
         if stamp.is_file():
             for line in stamp.read_text().splitlines():
                 key, _, value = line.partition(":")

@@ -1,4 +1,4 @@
-"""Profiler helpers shared by `kselect perf-steps` and bench/gemma4: device time of the kernels a
+"""Profiler helpers shared by `kselect perf-steps` and kselect/measurement/gemma4/: device time of the kernels a
 range of host calls launched (the attention backends' forward calls, for instance)."""
 
 from __future__ import annotations

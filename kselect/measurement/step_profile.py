@@ -1,5 +1,5 @@
 """Kernels and device time of one model step, by kernel category (torch.profiler): the decode and prefill profiles
-that kselect/measurement/e2e.py and bench/gemma4/fusion.py report. The attention share is what `kselect explain`
+that kselect.measurement.e2e and kselect.measurement.gemma4.fusion report. The attention share is what `kselect explain`
 predicts from conf/perf."""
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")
     p.add_argument("--batch-size", type=_positive, default=48, help="cells per batch (default 48)")
     p.add_argument("--ray-address", default=None,
-                   help="run the batches as actors on this Ray cluster (`auto`, host:port; pip install 'kselect[ray]')")
+                   help="run the batches as Ray actors: `local` (start Ray here), `auto` or host:port (a running cluster); "
+                        "the record is byte-identical to a run without it (pip install 'kselect[ray]')")
     p.add_argument("--examples", type=_positive, default=3, help="example cells per disagreement class (default 3)")
     p.add_argument("--limit", type=_positive, default=None, help="print at most this many disagreement classes")
     p.add_argument("--report", default=None, help="also write the report as Markdown to this file (a CI summary)")
@@ -165,7 +166,7 @@ def _ray_available(address: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kselect.oracle import env as envmod
     from kselect.oracle.records import RecordError
-    from kselect.oracle.run import WorkerError
+    from kselect.oracle.run import RayUnavailable, WorkerError
     from kselect.selector.base.errors import KSelectError
 
     a = out = None
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecordError as e:
         print(f"kselect oracle: --out: not an oracle record this command can resume or compare: {e}; give a new path "
               "or the record `kselect oracle` wrote.", file=sys.stderr)
+        return 2
+    except RayUnavailable as e:
+        print(f"kselect oracle: {e}", file=sys.stderr)
         return 2
     except WorkerError as e:  # vLLM's worker died: finished batches are kept, a re-run resumes
         print(f"kselect oracle: {e}", file=sys.stderr)

@@ -29,7 +29,7 @@ from kselect.selector.base.errors import KSelectError
 # selection code runs the same on 2.13.0+cpu, bench/results/vllm/README.md)
 TORCH = "torch==2.13.0"
 TRITON = "triton~=3.8.0"
-# imported by vLLM's config and layer modules (never run); kept from bench/vllm/setup.sh
+# imported by vLLM's config and layer modules (never run); kept from kselect/measurement/vllm/setup.sh
 IMPORT_DEPS = ("regex", "cachetools", "psutil", "numpy", "requests", "tqdm", "py-cpuinfo", "msgspec", "cloudpickle",
                "einops", "pyzmq", "blake3", "sentencepiece", "protobuf", "cbor2", "aiohttp", "openai",
                "openai-harmony", "pillow", "pybase64", "uvloop", "prometheus_client", "xgrammar", "fastapi",

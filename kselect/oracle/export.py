@@ -1,5 +1,5 @@
 """kselect's `output=vllm` rendering per oracle cell, for the export round trip
-(bench/vllm/export_roundtrip.py parses each command with vLLM's own CLI parser). No torch."""
+(kselect.measurement.vllm.export_roundtrip parses each command with vLLM's own CLI parser). No torch."""
 
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ process). Each worker is a process of the release's python on kselect/oracle/wor
 alive from batch to batch (vLLM imported once); a worker takes the next batch of its own
 capability, or starts afresh on the capability with the most batches left. Local processes by
 default (`jobs`), or Ray actors (`ray_address`; the optional extra `kselect[ray]`), each actor
-owning one such process. Every finished batch is written at once to `<out>.parts/`, so a
-stopped run resumes where it was; the record is then written in grid order with a fixed
-serialization, byte-identical however the grid was run.
+owning one such process (`local` starts Ray on this machine; on other nodes the release's venv and the
+model folders must be at the driver's paths, e.g. a shared file system). Every finished batch is written at
+once to `<out>.parts/`, so a stopped run resumes where it was; the record is then written in grid order with
+a fixed serialization, byte-identical however the grid was run.
 """
 
 from __future__ import annotations
@@ -112,6 +113,27 @@ class Parts:
 
 class WorkerError(RuntimeError):
     """A worker process died or answered out of protocol (its log's tail in the message)."""
+
+
+class RayUnavailable(RuntimeError):
+    """--ray-address names no Ray cluster this process can join (or Ray could not start one here)."""
+
+
+def connect_ray(address: str):
+    """Join the Ray cluster at `address` (`auto`, host:port, ray://...) or, for `local`, start one on this machine.
+    Returns (the ray module, whether this call started Ray here); Ray is imported here only (kselect[ray])."""
+    import ray
+
+    started = address == "local" and not ray.is_initialized()
+    # a new local instance takes options a connection to a running cluster refuses
+    options = {"include_dashboard": False} if address == "local" else {}
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, **options)
+    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as e:
+        raise RayUnavailable(f"--ray-address {address}: Ray did not connect ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]}); allowed: `local` (start Ray on this machine), "
+                             "`auto` (a cluster started here with `ray start --head`) or a cluster's host:port.") from None
+    return ray, started
 
 
 class LocalWorker:
@@ -323,10 +345,9 @@ def run_grid(cells: Sequence[Cell], out: Path, worker_cmd: list[str], *, jobs: i
             prog.add(len(recs), quiet)
 
         log_dir = parts.dir / "logs"
+        ray, started = None, False
         if ray_address:
-            import ray
-
-            ray.init(address=ray_address, ignore_reinit_error=True, log_to_driver=False)
+            ray, started = connect_ray(ray_address)
 
             def start(cc: str):
                 return RayWorker(cmd, cc, log_dir, env)
@@ -339,6 +360,8 @@ def run_grid(cells: Sequence[Cell], out: Path, worker_cmd: list[str], *, jobs: i
             import shutil
 
             shutil.rmtree(models_root, ignore_errors=True)
+            if started:  # the instance this run started
+                ray.shutdown()
         have.update(parts.done())
     missing = [c.key for c in cells if c.key not in have]
     if missing:

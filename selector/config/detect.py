@@ -73,6 +73,13 @@ def _has(module: str) -> bool:
         return False
 
 
+def gpu_model_key(device_name: str) -> str:
+    """A device's name as conformance and perf files are keyed (conf/conformance/<key>.yaml; schema GpuModel):
+    "NVIDIA H100 80GB HBM3" -> nvidia_h100_80gb_hbm3, the key the h100 preset names."""
+    name = device_name.lower().replace("nvidia ", "nvidia_")
+    return re.sub(r"[^a-z0-9_]", "_", name).strip("_")[:64]
+
+
 def detect_platform() -> dict:
     """The preset matching this machine, with the kernel packages actually importable."""
     try:
@@ -86,8 +93,7 @@ def detect_platform() -> dict:
     major, minor = torch.cuda.get_device_capability()
     preset = {8: "sm80", 9: "sm90", 10: "sm100", 12: "sm120"}.get(major)
     base = yaml.safe_load((PLATFORM_DIR / f"{preset}.yaml").read_text()) if preset else {}
-    gpu = torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia_")
-    gpu = re.sub(r"[^a-z0-9_]", "_", gpu).strip("_")[:64]  # a file name in conf/conformance/ (schema GpuModel)
+    gpu = gpu_model_key(torch.cuda.get_device_name())
     return {
         "name": preset or f"sm{major}{minor}",
         "vendor": "nvidia",

@@ -84,7 +84,7 @@ _CLAIM = re.compile(rf"^{CLAIM_RE}$")
 
 # Kernel builds a backend can run besides the one vLLM ships, each with the platform package flag that says it is
 # installed (conf/platform `packages`). Only an objective chooses one (selector/measure/builds.py); vLLM cannot run it.
-# upstream: FA3 from flash-attention's hopper/ (bench/h200/build_fa3_hopper.sh), not vLLM's FA3 build.
+# upstream: FA3 from flash-attention's hopper/ (kselect/measurement/builds/build_fa3_hopper.sh), not vLLM's FA3 build.
 # kselect: kselect's own Triton paged kernel (kernels/triton_paged.py), not vLLM's unified_attention; it runs
 # wherever triton does (platform.packages.kselect_triton: on in every platform with triton, and where detected).
 ALT_BUILDS: dict[tuple[str, int | None], dict[str, str]] = {("FLASH_ATTN", 3): {"upstream": "fa3_upstream"},

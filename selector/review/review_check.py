@@ -1,4 +1,4 @@
-"""The review check (`kselect diff a.conf=git:<rev> review=true`, bench/review/conf_diff.sh): one diff per
+"""The review check (`kselect diff a.conf=git:<rev> review=true`, kselect/measurement/review/conf_diff.sh): one diff per
 rules option the change touches and matrix that reviews it (selector/review/touched.py), every changed
 cell listed, exit 1 when any cell moved."""
 

@@ -4,6 +4,7 @@ record kept in bench/results/ is listed there, so a new record cannot come witho
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import py_compile
 import shlex
@@ -71,16 +72,15 @@ def _check(cmd, out: Path, monkeypatch) -> None:
         paths = [a.split("::")[0] for a in args[2:] if a.startswith("tests/")]
         assert paths and all((ROOT / p).exists() for p in paths), paths
     elif prog in ("python", "python3") and args[0] == "-m":
-        check_argv(ROOT, args[1], args[2:], cmd)
-    elif prog in ("python", "python3"):
-        script = ROOT / args[0]
-        assert script.is_file(), f"{args[0]} does not exist"
-        if "argparse" in script.read_text() or args[1:]:
-            check_argv(ROOT, args[0], args[1:], cmd)
+        spec = importlib.util.find_spec(args[1])
+        assert spec is not None and spec.origin, f"{args[1]}: no such module"
+        if "argparse" in Path(spec.origin).read_text() or args[2:]:
+            check_argv(ROOT, args[1], args[2:], cmd)
         else:  # a probe without options: it compiles (what it imports is checked by its own GPU run)
-            py_compile.compile(str(script), cfile=str(out / "probe.pyc"), doraise=True)
-    else:
-        pytest.fail(f"{cmd!r}: no check for program {prog!r}; allowed: kselect, python3, bash, cpu:, compose:, heredoc:")
+            py_compile.compile(spec.origin, cfile=str(out / "probe.pyc"), doraise=True)
+    else:  # a script path (`python3 bench/...py`) included: the measurement programs are modules of the package
+        pytest.fail(f"{cmd!r}: no check for program {prog!r} {args[:1]}; allowed: kselect, python3 -m <module>, "
+                    "python3 -m pytest, bash, cpu:, compose:, heredoc:")
 
 
 @pytest.mark.parametrize("path,cmd", ENTRIES, ids=[f"{p.removeprefix('bench/results/')}:{i}" for i, (p, _) in enumerate(ENTRIES)])
@@ -102,14 +102,20 @@ def test_every_kept_record_is_listed():
 def test_results_readmes_name_no_missing_program():
     """A program a results README names is in the checkout, or it is a window script LOG.md lists as retired (read at
     the commit it names) or a script or module it lists as moved (within) the package, or a module that imports:
-    `python3 -m kernels.conformance` cannot come back."""
-    import importlib.util
+    `python3 -m kernels.conformance` cannot come back. A moved Python script is a module today, a moved shell script
+    a file of the package."""
     import re
 
     log = (RESULTS / "LOG.md").read_text()
     retired = set(re.findall(r"^\| `([a-z0-9_]+\.sh)` \|", log, flags=re.M))
-    moved = dict(re.findall(r"^\| `(bench/[\w/]+\.py|kselect\.[\w.]+)` \| `(kselect\.[\w.]+)` \|", log, flags=re.M))
-    assert len(retired) >= 19 and all(importlib.util.find_spec(m) for m in moved.values())
+    moved = dict(re.findall(r"^\| `(bench/[\w/]+\.(?:py|sh)|kselect\.[\w.]+)` \| `(kselect[\w./]+)` \|", log,
+                            flags=re.M))  # fmt: skip
+    assert len(retired) >= 19 and moved
+    for was, now in moved.items():
+        if was.endswith(".sh"):
+            assert now.endswith(".sh") and (ROOT / now).is_file(), f"LOG.md: {was} moved to {now}, which is missing"
+        else:
+            assert importlib.util.find_spec(now), f"LOG.md: {was} moved to {now}, which does not import"
     bad = []
     for md in RESULTS.rglob("*.md"):
         if md.is_relative_to(RESULTS / "vllm"):

@@ -73,7 +73,7 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
     "gpu-tests.md": {
         'pip install -e ".[gpu,test]"': Skip(INSTALLS),
         "pip install flashinfer-python==0.7.2.post1": Skip(INSTALLS),
-        "bench/h200/install_vllm_fa.sh --release 0.34.0 ~/kselect-fa": Skip("downloads vLLM's wheel; tests/packaging covers it"),
+        "kselect/measurement/builds/install_vllm_fa.sh --release 0.34.0 ~/kselect-fa": Skip("downloads vLLM's wheel; tests/packaging covers it"),
         "export PYTHONPATH=~/kselect-fa:$PYTHONPATH": Skip(GPU),
         "export FLASHINFER_CUDA_ARCH_LIST=9.0a": Skip(GPU),
         "export FLASHINFER_WORKSPACE_BASE=$HOME MAX_JOBS=16": Skip(GPU),
@@ -111,7 +111,7 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
         "kselect diff b.objective=latency": Skip(WHOLE_MATRIX),
     },
     "performance.md": {
-        "python bench/plot_results.py --results bench/results/h200 --out plots/h200": Skip(
+        "python -m kselect.measurement.plot_results --results bench/results/h200 --out plots/h200": Skip(
             "draws 41 PNGs (about half a minute); tests/gemma4/test_e2e_bench.py runs it on synthetic results and checks "
             "that it refuses a folder holding files"),
     },
@@ -159,10 +159,15 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
     "vllm.md": {
         "kselect oracle 0.34.0 --rules vllm_0_34_0": Skip("downloads and runs vLLM 0.34.0 over the grid; tests/vllm check its record"),
         "kselect oracle 0.34.0 --dry-run": Skip("asks the package registry for the release"),
-        "bash bench/vllm/setup.sh 0.34.0": Skip(INSTALLS),
-        "~/.cache/kselect/vllm/venv-0.34.0/bin/python bench/vllm/export_roundtrip.py --jobs 1 --chunk 100000 "
-        "--src ~/.cache/kselect/vllm/src-0.34.0 --rules vllm_0_34_0 --out bench/results/vllm/export_vllm_0_34_0": Skip(
-            "runs in vLLM's venv (bench/vllm/setup.sh); its report is committed"),
+        "kselect oracle 0.34.0 --cc 9.0 --model gemma4_31b --out r.jsonl.gz --ray-address local": Skip(
+            "starts Ray and runs vLLM 0.34.0; tests/vllm/test_oracle_cli.py runs --ray-address local on a fake release, "
+            "bench/results/vllm/ray_identity/ records it on vLLM's chain"),
+        "bash kselect/measurement/vllm/setup.sh 0.34.0": Skip(INSTALLS),
+        "~/.cache/kselect/vllm/roundtrip-0.34.0-*/bin/python -m kselect.measurement.vllm.export_roundtrip --src ~/.cache/kselect/vllm/src-0.34.0 "
+        "--rules vllm_0_34_0 --grid registry --configs bench/results/vllm/oracle_registry_0_34_0.configs.json "
+        "--out bench/results/vllm/export_registry_vllm_0_34_0": Skip(
+            "runs in vLLM's venv (kselect/measurement/vllm/setup.sh) for tens of minutes; its report is committed, "
+            "tests/vllm/test_export_roundtrip_fixture.py holds kselect to a slice of it"),
         "kselect diff a.rules=vllm_0_33_0 b.rules=vllm_0_34_0 format=markdown": Skip(WHOLE_MATRIX),
         "kselect plot a.rules=vllm_0_33_0 b.rules=vllm_0_34_0": Skip(WHOLE_MATRIX),
     },

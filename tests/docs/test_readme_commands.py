@@ -1,7 +1,8 @@
 """The README's commands still run. COMMANDS lists every command line of the README's code blocks with how it is
 checked; a README that shows a command not on the list, or drops one the list holds, fails here, so the list
 cannot go stale. The quick ones run on CPU from an empty directory: their exit status, no traceback, and the
-output the README describes. (A wider pass over the docs' commands from a wheel: bench/newcomer/readme_pass.py.)"""
+output the README describes. (A wider pass over the docs' commands from a wheel:
+kselect.measurement.review.readme_pass.)"""
 
 from __future__ import annotations
 

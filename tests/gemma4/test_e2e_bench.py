@@ -1,10 +1,9 @@
-"""kselect/measurement/e2e.py (CPU smoke mode), bench/plot_results.py (synthetic results), and the engine's
+"""kselect.measurement.e2e (CPU smoke mode), kselect.measurement.plot_results (synthetic results), and the engine's
 graph-decode bookkeeping (device-resident tokens, in-graph slots, graph reuse) emulated on CPU."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -15,17 +14,6 @@ import torch
 
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error
 from g4_helpers import simple_selection  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(rel: str):
-    path = ROOT / rel
-    spec = importlib.util.spec_from_file_location(path.stem + "_under_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 # ---------------------------------------------------------------------------- e2e smoke
 def test_e2e_smoke_writes_results(tmp_path):
@@ -183,7 +171,7 @@ def _synthetic(results: Path) -> None:
 
 
 def test_plot_results_on_synthetic_files(tmp_path):
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     results = tmp_path / "results"
     _synthetic(results)
     out = tmp_path / "plots"
@@ -202,14 +190,14 @@ def test_plot_results_on_synthetic_files(tmp_path):
 
 
 def test_plot_results_without_results(tmp_path):
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     assert plot.main(["--results", str(tmp_path / "missing"), "--out", str(tmp_path / "p")]) == 0
     assert "No results found" in (tmp_path / "p" / "performance.md").read_text()
 
 
 def test_plot_results_never_writes_over_earlier_plots(tmp_path):
     """#51: the documented command rewrote the committed performance.md and added PNGs beside it."""
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "performance.md").write_text("committed")
     with pytest.raises(Exception, match="holds files already"):
@@ -220,7 +208,7 @@ def test_plot_results_never_writes_over_earlier_plots(tmp_path):
 
 
 def test_decode_intensity_is_gqa_ratio():
-    plot = _load("bench/plot_results.py")
+    plot = importlib.import_module("kselect.measurement.plot_results")
     row = dict(kind="decode", shape="31b_sliding", b=4, L=4096, path="fa3_bf16")
     assert plot.intensity(row) == pytest.approx(2.0)  # 2 * (32/16) / 2 bytes
     assert plot.intensity(dict(row, path="triton_fp8")) == pytest.approx(4.0)
@@ -483,9 +471,9 @@ def test_explain_vs_run_lists_the_runs_attention_kernels():
 
 
 def test_bucket_vs_step_prefill_profiles_each_engine_bound_beside_each_groups_bucket(tmp_path):
-    """bench/gemma4/bucket_vs_step.py --phase prefill (CPU smoke): one engine prefill per --max-seq-lens, each
+    """kselect.measurement.gemma4.bucket_vs_step --phase prefill (CPU smoke): one engine prefill per --max-seq-lens, each
     group's prefill bucket at the prompt's length, json and markdown that say which is which."""
-    bvs = _load("bench/gemma4/bucket_vs_step.py")
+    bvs = importlib.import_module("kselect.measurement.gemma4.bucket_vs_step")
     out = tmp_path / "bvs"
     assert bvs.main(["--out", str(out), "--preset", "gemma4_tiny", "--platform", "cpu", "--kv", "auto",
                      "--selections", "vllm", "--phase", "prefill", "--prompt-len", "20", "--steps", "1",
@@ -660,7 +648,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
 
 
 def test_fusion_refuses_an_unknown_gemv_variant(capsys):
-    fusion = _load("bench/gemma4/fusion.py")
+    fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
     with pytest.raises(SystemExit) as e:
         fusion.main(["--out", "/tmp/never", "--modes", "triton+nope"])
     assert e.value.code == 2 and "GEMV variant 'nope'" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The H200 check of the refuted `pr48666` path (issue #14's checks, part b: bench/results/LOG.md) on CPU: the
 31B FP8 selection under `rules=post_pr52987 overlay=[pr48666]`, run by `kselect run`'s own main() with
-the script's long prompt (bench/h200/long_prompt.py), really calls vLLM's FA4 fork on an FP8 cache
+the long prompt of kselect.measurement.gemma4.long_prompt, really calls vLLM's FA4 fork on an FP8 cache
 with 64-token pages, a 1,024-token window and more keys than the window holds: the windowed
 FP8-KV case conformance refuted (`FLASH_ATTN_v4:fp8:d256:window`). The kernels are emulated on the
 reference (the adapter's call is what is checked, not the kernel) and the model is shrunk to six
@@ -8,21 +8,16 @@ layers and two heads with the 31B's head sizes and window; the selection is the 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
 OVERRIDES = ["platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "overlay=[pr48666]"]
 
 
 def _long_prompt(tokens: int) -> str:
-    spec = importlib.util.spec_from_file_location("long_prompt_under_test", ROOT / "bench/h200/long_prompt.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.long_prompt(tokens)
+    from kselect.measurement.gemma4.long_prompt import long_prompt
+
+    return long_prompt(tokens)
 
 
 @pytest.fixture

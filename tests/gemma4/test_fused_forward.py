@@ -1,7 +1,7 @@
 """gemma4/fused.py (concatenated projections + the kernels/ Triton ops) against the unfused modules
 and HF, on CPU: the Triton kernels run in the interpreter (fp32) on the CPU test models. On a CUDA machine
 the module skips (compiled Triton cannot read CPU tensors); there the fused path is checked by
-bench/gemma4/fusion.py (greedy tokens equal to the unfused modules', bench/results/h200/prefill_gemv/F) and
+kselect/measurement/gemma4/fusion.py (greedy tokens equal to the unfused modules', bench/results/h200/prefill_gemv/F) and
 the kernels by their GPU-marked tests."""
 
 import os

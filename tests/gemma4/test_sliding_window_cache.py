@@ -158,14 +158,12 @@ def test_main_job_prefill_chunk():
 
 
 def test_long_context_bench_smoke(tmp_path):
-    """bench/gemma4/long_context.py on the tiny preset: the sliding pool is the window's, not the
+    """kselect.measurement.gemma4.long_context on the tiny preset: the sliding pool is the window's, not the
     sequence's; chunked prefill agrees with a whole-prompt prefill."""
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("long_context", ROOT / "bench/gemma4/long_context.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from kselect.measurement.gemma4 import long_context as mod
+
     out = tmp_path / "lc.json"
     assert mod.main(["platform=cpu", "--context", "300", "--prefill-chunk", "32", "--new", "6", "--check",
                      "--json", str(out)]) == 0

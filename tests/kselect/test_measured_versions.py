@@ -71,7 +71,7 @@ def test_absent_packages_are_absent_and_never_fail(monkeypatch):
 
 
 def test_vllm_fa_build_is_read_from_the_install_scripts_stamp(tmp_path, monkeypatch):
-    """bench/h200/install_vllm_fa.sh puts vllm/vllm_flash_attn/ and KERNEL_VERSIONS in TARGET (on PYTHONPATH)."""
+    """kselect/measurement/builds/install_vllm_fa.sh puts vllm/vllm_flash_attn/ and KERNEL_VERSIONS in TARGET (on PYTHONPATH)."""
     (tmp_path / "vllm" / "vllm_flash_attn").mkdir(parents=True)
     (tmp_path / "vllm" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))

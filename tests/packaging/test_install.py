@@ -84,8 +84,13 @@ def test_wheel_has_one_top_level_name(wheel):
     assert {t for t in tops if not t.endswith(".dist-info")} == {"kselect"}
     for must in ("kselect/conf/config.yaml", "kselect/conf/model/gemma4_31b.yaml", "kselect/selector/api.py",
                  "kselect/kernels/reference.py", "kselect/run.py",
-                 "kselect/oracle/worker.py", "kselect/oracle/stubs/flashinfer/__init__.py"):  # run in vLLM's venv
+                 "kselect/oracle/worker.py", "kselect/oracle/stubs/flashinfer/__init__.py",  # run in vLLM's venv
+                 "kselect/measurement/gemma4/fusion.py", "kselect/measurement/vllm/agree.py"):
         assert must in files
+    # the measurement's shell scripts are package files: every one in the checkout is in the wheel
+    scripts = {p.relative_to(ROOT).as_posix() for p in (ROOT / "kselect" / "measurement").rglob("*.sh")}
+    assert scripts >= {"kselect/measurement/review/conf_diff.sh", "kselect/measurement/builds/install_vllm_fa.sh"}
+    assert scripts <= set(files)
 
 
 @pytest.mark.slow

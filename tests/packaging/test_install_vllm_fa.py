@@ -1,4 +1,4 @@
-"""bench/h200/install_vllm_fa.sh takes only vllm/vllm_flash_attn (FA3 library + FA4 fork, no FA2)
+"""kselect/measurement/builds/install_vllm_fa.sh takes only vllm/vllm_flash_attn (FA3 library + FA4 fork, no FA2)
 out of a vLLM wheel into a target directory."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "h200" / "install_vllm_fa.sh"
+SCRIPT = ROOT / "kselect" / "measurement" / "builds" / "install_vllm_fa.sh"
 
 
 def test_extracts_only_the_flash_attention_subpackage(tmp_path):

@@ -339,16 +339,16 @@ WRITES_IN_A_TEMP_FOLDER = {"kselect/oracle/env.py", "kselect/oracle/vllm_chain.p
 
 
 def test_no_writer_opens_its_output_for_writing_in_place():
-    """Every writer of results (conformance, plot, sweep, bench, bench/vllm's oracle scripts) goes
-    through files.atomic_write (bench/vllm imports it from the checkout inside vLLM's venv)."""
+    """Every writer of results (conformance, plot, sweep, the measurement programs, kselect/measurement/vllm's oracle
+    scripts) goes through files.atomic_write (kselect/measurement/vllm imports it inside vLLM's venv)."""
     offenders = []
-    paths = [*ROOT.glob("selector/**/*.py"), *ROOT.glob("kselect/**/*.py"), *ROOT.glob("gemma4/*.py"), *ROOT.glob("bench/**/*.py")]
+    paths = [*ROOT.glob("selector/**/*.py"), *ROOT.glob("kselect/**/*.py"), *ROOT.glob("gemma4/*.py")]
     assert {"agree.py", "export_roundtrip.py", "make_fixture.py"} <= {p.name for p in paths if "vllm" in p.parts}
     assert {"run.py", "env.py", "worker.py"} <= {p.name for p in paths if "oracle" in p.parts}
     for path in paths:
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("bench/results/") or rel in WRITES_IN_A_TEMP_FOLDER:
-            continue  # recorded material (e.g. the before/after shim standing in for old writers)
+        if rel in WRITES_IN_A_TEMP_FOLDER:
+            continue
         text = path.read_text()
         needles = ['.write_text(', '.write_bytes(', 'open(args.out, "w")', '"w") as f', '.savefig(p', '"wb") as f', '.open("w")']
         needles += [] if rel in APPEND_JOURNALS else ['.open("a")', '"a") as f']

@@ -142,7 +142,7 @@ def test_one_compose_per_overlay_set(monkeypatch):
 
 
 def test_default_matrix_resolves_every_cell():
-    """5,000+ cells, each a result (its time is bench/selector/bench_selector.py's, not a test's)."""
+    """5,000+ cells, each a result (its time is kselect/measurement/selector/timing.py's, not a test's)."""
     res = resolve_named("seed", ("pr53175",))
     assert len(res) > 5000
     assert all(r.selection is not None or r.failure is not None for r in res)

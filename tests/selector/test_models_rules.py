@@ -10,7 +10,7 @@ vLLM refuses), never with hard-coded expectations.
 The fixture (tests/vllm/fixtures/vllm_0_34_0_models_sample.jsonl) is a slice of the committed models-grid record,
 made (and refreshed after a newer record) with
 
-    python bench/vllm/make_fixture.py bench/results/vllm/oracle_models_0_34_0.jsonl.gz \
+    python -m kselect.measurement.vllm.make_fixture bench/results/vllm/oracle_models_0_34_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_34_0_models_sample.jsonl \
         --keys-from tests/vllm/fixtures/vllm_0_34_0_models_sample.jsonl --total 0
 

@@ -1,4 +1,4 @@
-"""The review recipe (bench/review/conf_diff.sh, called by .github/workflows/kselect-diff.yml and
+"""The review recipe (kselect/measurement/review/conf_diff.sh, called by .github/workflows/kselect-diff.yml and
 the pre-commit hook) on a throwaway git repository: a conf/ change against its base."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 from kselect.selector.api import CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "review" / "conf_diff.sh"
+SCRIPT = ROOT / "kselect" / "measurement" / "review" / "conf_diff.sh"
 
 
 def git(repo: Path, *args: str) -> None:
@@ -73,9 +73,10 @@ def test_workflow_and_hook_call_the_script():
     wf = yaml.safe_load((ROOT / ".github" / "workflows" / "kselect-diff.yml").read_text())
     assert wf[True]["pull_request"]["paths"] == ["conf/**"]  # YAML 1.1 reads the key `on` as True
     steps = wf["jobs"]["conf-diff"]["steps"]
-    assert any("bench/review/conf_diff.sh" in s.get("run", "") for s in steps)
+    assert any("kselect/measurement/review/conf_diff.sh" in s.get("run", "") for s in steps)
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
-    assert hook["entry"] == "bench/review/conf_diff.sh" and hook["files"] == "^conf/" and os.access(SCRIPT, os.X_OK)
+    assert hook["entry"] == "kselect/measurement/review/conf_diff.sh" and hook["files"] == "^conf/"
+    assert os.access(SCRIPT, os.X_OK)
 
 
 def test_an_overlay_of_the_default_release_fails_the_review(tmp_path):

@@ -1,7 +1,7 @@
 """rules=vllm_0_33_0 against vLLM 0.33.0's own code, one test per behaviour that
 differs from the seed's rules. Each asserts the fields and the rule id responsible. The figures
 come from reading 0.33.0's sources (conf/rules/vllm_0_33_0.yaml names the files) and agree with
-the oracle (bench/vllm/)."""
+the oracle (`kselect oracle`, kselect/oracle/)."""
 
 from __future__ import annotations
 

@@ -197,3 +197,25 @@ def test_a_foreign_out_file_is_bad_input(tmp_path, capsys):
     assert cli.main([str(tree), "--out", str(out), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert str(out) in err and "not an oracle record" in err and "\n\n" not in err.strip()
+
+
+def test_ray_address_without_ray_installed_is_bad_input(fake_release, tmp_path, monkeypatch, capsys):
+    tree, _, _ = fake_release
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as on an install without kselect[ray]
+    out = tmp_path / "r.jsonl.gz"
+    assert cli.main([str(tree), "--out", str(out), "--ray-address", "local", "--no-compare", *FILTERS]) == 2
+    err = capsys.readouterr().err
+    assert "--ray-address local" in err and "pip install 'kselect[ray]'" in err and not out.exists()
+
+
+@pytest.mark.slow
+def test_ray_address_local_writes_the_local_runs_bytes(fake_release, tmp_path, capsys):
+    """The command end to end: `--ray-address local` (Ray started here, the batches as actors) and a run without it
+    write the same record, byte for byte, and compare alike."""
+    pytest.importorskip("ray")
+    tree, _, _ = fake_release
+    one, other = tmp_path / "local.jsonl.gz", tmp_path / "ray.jsonl.gz"
+    assert cli.main([str(tree), "--rules", "vllm_0_33_0", "--out", str(one), "--jobs", "1", *FILTERS]) == 0
+    assert cli.main([str(tree), "--rules", "vllm_0_33_0", "--out", str(other), "--ray-address", "local",
+                     "--batch-size", "3", *FILTERS]) == 0
+    assert other.read_bytes() == one.read_bytes()

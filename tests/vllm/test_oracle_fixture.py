@@ -1,7 +1,7 @@
 """kselect's `rules=vllm_0_33_0` against a committed sample of vLLM 0.33.0's own selections.
 
 The fixture is a slice of the oracle's records (the oracle ran vLLM 0.33.0's Python
-sources; bench/vllm/make_fixture.py picked cells covering every disagreement class the base
+sources; kselect/measurement/vllm/make_fixture.py picked cells covering every disagreement class the base
 rules have), so CI checks agreement without downloading vLLM. Every field of every cell must
 agree: backend, FA version, kernel block (a per-layer "mixed" one as a set: kselect's
 draft_shared_kernel_block), KV block, quant-query, and whether vLLM refuses.

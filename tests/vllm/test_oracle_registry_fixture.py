@@ -6,7 +6,7 @@ Per cell, what kselect selects for the config is compared with vLLM's record, fi
 kselect's table (conf/architectures/vllm_0_34_0.yaml) agrees on every field, any other is refused by name, and no
 cell selects where vLLM refuses. Made (and refreshed after a newer record) with
 
-    python bench/vllm/make_registry_fixture.py bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
+    python -m kselect.measurement.vllm.make_registry_fixture bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_34_0_registry_sample.jsonl
 """
 

@@ -141,3 +141,28 @@ def test_ray_actors_write_the_same_record(tmp_path, monkeypatch):
     finally:
         ray.shutdown()
     assert out.read_bytes() == local.read_bytes()
+
+
+@pytest.mark.slow
+def test_ray_address_local_starts_ray_and_writes_the_same_record(tmp_path, monkeypatch):
+    """`--ray-address local`: the run starts a Ray instance on this machine, runs the batches as actors,
+    writes the local run's bytes and stops the instance it started."""
+    ray = pytest.importorskip("ray")
+    local = tmp_path / "local.jsonl"
+    _run(local, monkeypatch, jobs=1, batch_size=32)
+    out = tmp_path / "ray.jsonl"
+    monkeypatch.setenv("FAKE_ORACLE_JITTER", "1")
+    run_grid(CELLS, out, FAKE, jobs=2, batch_size=6, ray_address="local", quiet=True, model_dirs=_fake_dirs)
+    assert out.read_bytes() == local.read_bytes()
+    assert not ray.is_initialized()
+
+
+def test_ray_is_imported_only_when_asked():
+    """Ray is an optional extra: the oracle's command, runner and export never import it on their own."""
+    import subprocess
+
+    code = ("import sys; import kselect.oracle.cli as c, kselect.oracle.run, kselect.oracle.export; "
+            "c.parser().parse_args(['0.34.0', '--ray-address', 'local']); "
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

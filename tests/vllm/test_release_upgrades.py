@@ -3,7 +3,7 @@ upgrade diff against what changed between the two releases' records. No vLLM nee
 
 Fixtures (tests/vllm/fixtures/vllm_<release>_sample.jsonl) are slices of the oracle's records
 (kselect.oracle: the release's own Python selection chain on CPU), made by
-bench/vllm/make_fixture.py with --keys-from the 0.33.0 sample, so consecutive releases share
+kselect/measurement/vllm/make_fixture.py with --keys-from the 0.33.0 sample, so consecutive releases share
 their cells. Every cell counts: a pin vLLM ignores is selected as vLLM selects it (with a
 warning), and every cell vLLM refuses must be refused.
 """
@@ -25,7 +25,7 @@ UPGRADES = (("vllm_0_32_0", "vllm_0_33_0"), ("vllm_0_33_0", "vllm_0_34_0"))
 def fixture(rules: str) -> Path:
     path = FIXTURES / f"{rules}_sample.jsonl"
     if not path.is_file():
-        pytest.skip(f"no fixture {path.name} (bench/vllm/make_fixture.py writes it from the release's oracle record)")
+        pytest.skip(f"no fixture {path.name} (kselect/measurement/vllm/make_fixture.py writes it from the release's oracle record)")
     return path
 
 

@@ -1,0 +1,91 @@
+"""Decode GEMVs of the bundled Gemma-4 shapes: cuBLAS (F.linear) against kernels/gemv.py per config (#16).
+
+    python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b]
+
+Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
+as a model step streams every layer's weights from HBM; the figure is the graph's time per call
+(kernels plus the gaps between them), median of --reps replays (kernel_timing.time_graph).
+Writes gemv.json and gemv.md with GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kselect.measurement.kernel_timing import time_graph
+
+from kselect.kernels.gemv import gemv
+from kselect.selector.base.files import atomic_write
+
+# (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
+SHAPES = {
+    "e4b": [("qkv", 3072, 2560), ("o", 2560, 2048), ("gate_up", 20480, 2560), ("down", 2560, 10240),
+            ("ple_gate", 256, 2560), ("ple_proj", 2560, 256), ("lm_head", 262144, 2560)],
+    "31b": [("qkv", 16384, 5376), ("o", 5376, 8192), ("gate_up", 43008, 5376), ("down", 5376, 21504)],
+}
+CONFIGS = [dict(block_n=bn, block_k=bk, num_warps=nw) for bn, bk, nw in
+           itertools.product((2, 4, 8, 16), (256, 512, 1024), (4, 8))]
+L2 = 50 << 20
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--models", nargs="+", default=["e4b", "31b"], choices=sorted(SHAPES))
+    ap.add_argument("--rows", nargs="+", type=int, default=[1])
+    ap.add_argument("--reps", type=int, default=20)
+    o = ap.parse_args(argv)
+    dev = "cuda"
+    rows = []
+    for model, m in itertools.product(o.models, o.rows):
+        for name, n, k in SHAPES[model]:
+            nbytes = n * k * 2
+            copies = max(2, min(64, -(-4 * L2 // nbytes)))
+            ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            ref = (x.float() @ ws[0].float().T)
+            calls = lambda fn: [lambda w=w: fn(x, w) for w in ws]  # noqa: E731 - one graph over every copy
+            base = time_graph(calls(F.linear), o.reps)
+            best = None
+            for cfg in CONFIGS:
+                fn = lambda x, w, cfg=cfg: gemv(x, w, **cfg)  # noqa: E731
+                try:
+                    err = ((fn(x, ws[0]).float() - ref).abs().max() / ref.abs().max()).item()
+                    ms = time_graph(calls(fn), o.reps)
+                except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped, and said
+                    print(f"{model} {name} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+                    continue
+                if best is None or ms < best["ms"]:
+                    best = dict(ms=ms, cfg=cfg, err=err)
+            r = dict(model=model, rows=m, name=name, n=n, k=k, mb=nbytes / 1e6, copies=copies,
+                     cublas_ms=base, cublas_gbs=nbytes / base / 1e6, triton=best,
+                     triton_gbs=nbytes / best["ms"] / 1e6 if best else None)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+            del ws
+            torch.cuda.empty_cache()
+    o.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(o.out / "gemv.json", json.dumps(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                                                      rows=rows), indent=1))
+    lines = ["| model | rows | projection | N x K | MB | cuBLAS us | GB/s | Triton us | GB/s | speed-up | config | rel err |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        t = r["triton"] or {}
+        lines.append(f"| {r['model']} | {r['rows']} | {r['name']} | {r['n']} x {r['k']} | {r['mb']:.1f} | "
+                     f"{r['cublas_ms'] * 1e3:.2f} | {r['cublas_gbs']:.0f} | {t.get('ms', float('nan')) * 1e3:.2f} | "
+                     f"{r['triton_gbs'] or 0:.0f} | {r['cublas_ms'] / t['ms'] if t else 0:.2f}x | {t.get('cfg')} | "
+                     f"{t.get('err', float('nan')):.1e} |")
+    atomic_write(o.out / "gemv.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """rules=post_pr52987 (the seed story: vLLM main after the #52987 revert) against vLLM 0.28.0's own selection code, the
 first release after the revert, on a committed slice of its oracle record (bench/results/vllm/oracle_seed_0_28_0.jsonl.gz,
 1,024 cells; bench/results/vllm/README.md). The fixture holds a few cells of every class the rules disagreed on before
-#51 fixed them (bench/vllm/make_fixture.py --classes-from), then a sample over capability x MTP x vision mode. No vLLM
+#51 fixed them (python -m kselect.measurement.vllm.make_fixture --classes-from), then a sample over capability x MTP x vision mode. No vLLM
 needed: kselect's side runs in-process."""
 
 from __future__ import annotations

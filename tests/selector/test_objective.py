@@ -12,8 +12,8 @@ from kselect.selector.export.formats import render
 
 from perf_fakes import FEATURES, GPU, entry as E, step, write_conformance, write_perf
 
-# the seed's rules, without FlashInfer's SM90 builder check (vLLM 0.28.0 refuses FlashInfer's sliding-window layers
-# there): these rows measure the choice among kernels, FlashInfer's included (tests/selector/test_seed_era.py has the check)
+# the seed's rules, without FlashInfer's SM90 builder check (vLLM 0.28.0 refuses FlashInfer's sliding-window
+# layers there): these rows measure the choice among kernels, FlashInfer's included (test_seed_era.py has the check)
 BASE = ["rules=post_pr52987", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]
 NO_FI_SM90_SWA = "rules.flashinfer-sm90_sliding_window_builder.enabled=false"  # a rule of rules=post_pr52987 only
 # sliding decode: FLASHINFER and TRITON_ATTN within 3% (a tie); full decode: TRITON_ATTN fastest but unverified

@@ -1,8 +1,8 @@
-"""rules=post_pr52987 (the seed story: vLLM main after the #52987 revert) against vLLM 0.28.0's own selection code, the
-first release after the revert, on a committed slice of its oracle record (bench/results/vllm/oracle_seed_0_28_0.jsonl.gz,
-1,024 cells; bench/results/vllm/README.md). The fixture holds a few cells of every class the rules disagreed on before
-#51 fixed them (python -m kselect.measurement.vllm.make_fixture --classes-from), then a sample over capability x MTP x vision mode. No vLLM
-needed: kselect's side runs in-process."""
+"""rules=post_pr52987 (the seed story: vLLM main after the #52987 revert) against vLLM 0.28.0's own selection code,
+the first release after the revert, on a committed slice of its oracle record
+(bench/results/vllm/oracle_seed_0_28_0.jsonl.gz, 1,024 cells; bench/results/vllm/README.md). The fixture holds a few
+cells of every class the rules disagreed on before #51 fixed them (python -m kselect.measurement.vllm.make_fixture
+--classes-from), then a sample over capability x MTP x vision mode. No vLLM needed: kselect's side runs in-process."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def test_seed_rules_agree_with_the_era_code_on_every_field():
     recs = _records()
     rep = compare(recs, rules="post_pr52987")
     assert rep.cells == len(recs) >= 60  # every cell counted, nothing left out
-    msg = "\n".join(f"{f}: {len(ds)} x {cause}\n    where {where(ds)}\n    e.g. {ds[0].key}" for f, cause, ds in classes(rep))
+    msg = "\n".join(f"{f}: {len(ds)} x {cause}\n    where {where(ds)}\n    e.g. {ds[0].key}"
+                    for f, cause, ds in classes(rep))
     assert not rep.disagreements, f"{len(rep.disagreements)} disagreements with vLLM 0.28.0:\n{msg}"
     assert set(rep.checks) == set(FIELDS)
 

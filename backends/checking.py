@@ -1,7 +1,7 @@
 """A checking backend: every attention call runs the selected backend and TORCH_REFERENCE on the
 same inputs (q, the same paged cache, metadata, scales), returns the selected backend's output
 and records the relative error of that call (kernels/tolerances.py's rel_err: non-finite output
-is NaN and never passes). It is how the main job and kselect/measurement/e2e.py check numerics layer by
+is NaN and never passes). It is how the main job and kselect/measurement/e2e/ check numerics layer by
 layer: each kernel is held to its own bar, not to drift that compounds over 60 layers.
 """
 

@@ -1,7 +1,8 @@
-"""Model arguments for the Gemma-4 text decoder.
+"""Model arguments for the Gemma-4 text decoder and its MTP drafter.
 
 `Gemma4Args` mirrors the preset files in `conf/model/*.yaml` (field names follow Hugging Face's
-`Gemma4TextConfig`). It also reads a Hugging Face `config.json` and builds an HF config for tests.
+`Gemma4TextConfig`): its fields, their checks and the shapes derived from them. Its config.json form (read from a
+checkpoint, written for tests) is hf_config.py's; what both share is config_base.py's.
 """
 
 from __future__ import annotations
@@ -12,33 +13,11 @@ from typing import Any
 
 import torch
 
-from ..kernels.dtypes import TORCH_DTYPES, is_fp8
-from ..kernels.dtypes import torch_dtype as kernel_torch_dtype
-from ..selector.config.vocab import LAYER_TYPE
+from . import hf_config
+from .config_base import FULL, MODEL_DTYPES, SLIDING, DrafterError, derive_layer_types, torch_dtype
 
-SLIDING = LAYER_TYPE["sliding_window"]
-FULL = LAYER_TYPE["full_attention"]
-
-MODEL_DTYPES = frozenset(n for n, d in TORCH_DTYPES.items() if not is_fp8(d))  # names a model may use
-
-
-def torch_dtype(name: str | torch.dtype) -> torch.dtype:
-    """A model dtype (kernels/dtypes.py's names, FP8 excluded: FP8 is a cache dtype only)."""
-    dtype = kernel_torch_dtype(name)
-    if is_fp8(dtype):
-        raise ValueError(f"unsupported model dtype {name!r}; FP8 is a KV-cache dtype, not a model dtype")
-    return dtype
-
-
-def derive_layer_types(num_layers: int, full_every: int | None) -> list[str]:
-    """Layer i is full when (i+1) % full_every == 0; the last layer is always full."""
-    if not full_every or full_every <= 0:
-        types = [SLIDING] * num_layers
-    else:
-        types = [FULL if (i + 1) % full_every == 0 else SLIDING for i in range(num_layers)]
-    if types:
-        types[-1] = FULL
-    return types
+__all__ = ["FULL", "MODEL_DTYPES", "SLIDING", "DrafterArgs", "DrafterError", "Gemma4Args", "derive_layer_types",
+           "target_kv_layer", "torch_dtype"]
 
 
 @dataclass
@@ -119,119 +98,11 @@ class Gemma4Args:
     @classmethod
     def from_hf_config(cls, d: dict[str, Any]) -> "Gemma4Args":
         """From a Hugging Face config.json dict (gemma4_text, or gemma4 with a text_config)."""
-        if "text_config" in d and d.get("model_type") != "gemma4_text":
-            dtype = d.get("dtype") or d.get("torch_dtype")
-            d = dict(d["text_config"])
-            d.setdefault("dtype", dtype)
-        mt = d.get("model_type", "gemma4_text")
-        if mt not in ("gemma4_text", "gemma4"):
-            raise ValueError(f"config.json model_type {mt!r} is not a Gemma-4 text model")
-        n = d["num_hidden_layers"]
-        layer_types = d.get("layer_types") or derive_layer_types(n, 6)
-        rope = d.get("rope_parameters") or {}
-        rs, rf = rope.get(SLIDING, {}) or {}, rope.get(FULL, {}) or {}
-        for rp, kind in ((rs, "default"), (rf, "proportional")):
-            if rp and rp.get("rope_type", kind) != kind:
-                raise ValueError(f"unsupported rope_type {rp.get('rope_type')!r} (expected {kind!r})")
-            if rp and rp.get("factor", 1.0) != 1.0:
-                raise ValueError("RoPE scaling factor != 1 is not supported")
-        global_head_dim = d.get("global_head_dim", 512)
-        num_global_kv = d.get("num_global_key_value_heads")
-        plc = d.get("per_layer_config") or {}
-        for idx, over in plc.items():
-            if layer_types[int(idx)] == FULL:
-                global_head_dim = over.get("head_dim", global_head_dim)
-                if "num_key_value_heads" in over:
-                    num_global_kv = over["num_key_value_heads"]
-                break
-        if d.get("use_bidirectional_attention"):
-            raise ValueError("use_bidirectional_attention is not supported by this text decoder")
-        if d.get("attention_bias"):
-            raise ValueError("attention_bias=True is not supported (Gemma-4 has no attention biases)")
-        act = d.get("hidden_activation", "gelu_pytorch_tanh")
-        if act != "gelu_pytorch_tanh":
-            raise ValueError(f"unsupported hidden_activation {act!r}")
-        eos = d.get("eos_token_id", 1)
-        if isinstance(eos, list):
-            eos = eos[0]
-        dtype = str(d.get("dtype") or d.get("torch_dtype") or "bfloat16").removeprefix("torch.")
-        return cls(
-            vocab_size=d["vocab_size"],
-            hidden_size=d["hidden_size"],
-            intermediate_size=d["intermediate_size"],
-            num_hidden_layers=n,
-            num_attention_heads=d["num_attention_heads"],
-            num_key_value_heads=d["num_key_value_heads"],
-            num_global_key_value_heads=num_global_kv,
-            head_dim=d.get("head_dim", 256),
-            global_head_dim=global_head_dim,
-            sliding_window=d.get("sliding_window", 512),
-            layer_types=list(layer_types),
-            final_logit_softcapping=d.get("final_logit_softcapping"),
-            rms_norm_eps=d.get("rms_norm_eps", 1e-6),
-            max_position_embeddings=d.get("max_position_embeddings", 131072),
-            rope_theta_sliding=rs.get("rope_theta", 10_000.0),
-            rope_theta_full=rf.get("rope_theta", 1_000_000.0),
-            partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
-            hidden_size_per_layer_input=d.get("hidden_size_per_layer_input", 256) or 0,
-            vocab_size_per_layer_input=d.get("vocab_size_per_layer_input", 262144) or 0,
-            num_kv_shared_layers=d.get("num_kv_shared_layers", 0) or 0,
-            use_double_wide_mlp=bool(d.get("use_double_wide_mlp", False)),
-            attention_k_eq_v=bool(d.get("attention_k_eq_v", False)),
-            enable_moe_block=bool(d.get("enable_moe_block", False)),
-            num_experts=d.get("num_experts"),
-            top_k_experts=d.get("top_k_experts"),
-            moe_intermediate_size=d.get("moe_intermediate_size"),
-            dtype=dtype if dtype in MODEL_DTYPES else "bfloat16",
-            pad_token_id=d.get("pad_token_id", 0) if d.get("pad_token_id") is not None else 0,
-            eos_token_id=eos if eos is not None else 1,
-            bos_token_id=d.get("bos_token_id", 2) if d.get("bos_token_id") is not None else 2,
-            name=d.get("_name_or_path") or "gemma4",
-        )
+        return cls(**hf_config.text_args(d))
 
     def to_hf_config_dict(self) -> dict[str, Any]:
         """Kwargs for `transformers.Gemma4TextConfig` (and our config.json)."""
-        d: dict[str, Any] = dict(
-            vocab_size=self.vocab_size,
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            global_head_dim=self.global_head_dim,
-            layer_types=list(self.layer_types),
-            sliding_window=self.sliding_window,
-            final_logit_softcapping=self.final_logit_softcapping,
-            rms_norm_eps=self.rms_norm_eps,
-            max_position_embeddings=self.max_position_embeddings,
-            rope_parameters={
-                SLIDING: {"rope_type": "default", "rope_theta": self.rope_theta_sliding},
-                FULL: {
-                    "rope_type": "proportional",
-                    "partial_rotary_factor": self.partial_rotary_factor_full,
-                    "rope_theta": self.rope_theta_full,
-                },
-            },
-            hidden_size_per_layer_input=self.hidden_size_per_layer_input,
-            vocab_size_per_layer_input=self.vocab_size_per_layer_input,
-            num_kv_shared_layers=self.num_kv_shared_layers,
-            use_double_wide_mlp=self.use_double_wide_mlp,
-            attention_k_eq_v=self.attention_k_eq_v,
-            enable_moe_block=self.enable_moe_block,
-            num_experts=self.num_experts,
-            top_k_experts=self.top_k_experts,
-            moe_intermediate_size=self.moe_intermediate_size,
-            pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
-            bos_token_id=self.bos_token_id,
-            tie_word_embeddings=True,
-            hidden_activation="gelu_pytorch_tanh",
-            dtype=self.dtype,
-        )
-        if self.num_global_key_value_heads is not None:
-            d["num_global_key_value_heads"] = self.num_global_key_value_heads
-        return d
+        return hf_config.text_config(self)
 
     def to_hf_text_config(self):
         from transformers import Gemma4TextConfig
@@ -302,13 +173,6 @@ class Gemma4Args:
 
 
 # ---------------------------------------------------------------------------- the MTP drafter's arguments
-
-
-class DrafterError(ValueError):
-    """A drafter config or checkpoint that does not fit its target (or is not a Gemma-4 assistant)."""
-
-
-# ---------------------------------------------------------------------------- arguments
 
 
 @dataclass
@@ -386,47 +250,7 @@ class DrafterArgs:
     def from_hf_config(cls, d: dict[str, Any], target: Gemma4Args | None = None) -> "DrafterArgs":
         """From an assistant `config.json` (model_type gemma4_assistant). With `target`, its shapes
         are checked against the target's (they must agree: the draft layers read its cache)."""
-        mt = d.get("model_type")
-        if mt != "gemma4_assistant":
-            raise DrafterError(f"config.json model_type {mt!r} is not 'gemma4_assistant' (a Gemma-4 MTP drafter)")
-        tc = d.get("text_config")
-        if not isinstance(tc, dict):
-            raise DrafterError("gemma4_assistant config.json has no text_config")
-        for key in ("hidden_size_per_layer_input", "vocab_size_per_layer_input"):
-            if tc.get(key):
-                raise DrafterError(f"drafter text_config.{key}={tc[key]}: the assistant has no per-layer embeddings")
-        if tc.get("enable_moe_block"):
-            raise DrafterError("drafter text_config.enable_moe_block=true: the assistant has no MoE block")
-        n = tc["num_hidden_layers"]
-        shared = tc.get("num_kv_shared_layers") or n
-        if shared != n:
-            raise DrafterError(f"drafter: num_kv_shared_layers={shared} != num_hidden_layers={n} "
-                               "(every assistant layer reads the target's KV)")
-        global_head_dim = tc.get("global_head_dim", 512)
-        num_global_kv = tc.get("num_global_key_value_heads")
-        layer_types = tc.get("layer_types") or [SLIDING] * (n - 1) + [FULL]
-        for idx, over in (tc.get("per_layer_config") or {}).items():
-            if layer_types[int(idx)] == FULL:
-                global_head_dim = over.get("head_dim", global_head_dim)
-                num_global_kv = over.get("num_key_value_heads", num_global_kv)
-                break
-        rope = tc.get("rope_parameters") or {}
-        rs, rf = rope.get(SLIDING) or {}, rope.get(FULL) or {}
-        k_eq_v = bool(tc.get("attention_k_eq_v", False))
-        kv = tc.get("num_key_value_heads", 1)
-        dtype = str(d.get("dtype") or d.get("torch_dtype") or tc.get("dtype") or "bfloat16").removeprefix("torch.")
-        args = cls(
-            hidden_size=tc["hidden_size"], intermediate_size=tc["intermediate_size"], num_hidden_layers=n,
-            num_attention_heads=tc["num_attention_heads"], layer_types=list(layer_types),
-            backbone_hidden_size=d.get("backbone_hidden_size", 1536), vocab_size=tc["vocab_size"],
-            head_dim=tc.get("head_dim", 256), global_head_dim=global_head_dim, num_key_value_heads=kv,
-            num_global_key_value_heads=(num_global_kv if (k_eq_v and num_global_kv) else kv),
-            sliding_window=tc.get("sliding_window", 512), rms_norm_eps=tc.get("rms_norm_eps", 1e-6),
-            rope_theta_sliding=rs.get("rope_theta", 10_000.0), rope_theta_full=rf.get("rope_theta", 1_000_000.0),
-            partial_rotary_factor_full=rf.get("partial_rotary_factor", 0.25) if rf else 0.25,
-            use_ordered_embeddings=bool(d.get("use_ordered_embeddings", False)),
-            num_centroids=d.get("num_centroids", 2048), centroid_intermediate_top_k=d.get("centroid_intermediate_top_k", 32),
-            attention_k_eq_v=k_eq_v, dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "bfloat16")
+        args = cls(**hf_config.assistant_args(d))
         if target is not None:
             args.check_target(target)
         return args
@@ -448,26 +272,7 @@ class DrafterArgs:
 
     def to_hf_config_dict(self) -> dict[str, Any]:
         """An assistant config.json (model_type gemma4_assistant)."""
-        text = dict(
-            model_type="gemma4_text", vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim, global_head_dim=self.global_head_dim, layer_types=list(self.layer_types),
-            sliding_window=self.sliding_window, rms_norm_eps=self.rms_norm_eps, final_logit_softcapping=None,
-            rope_parameters={
-                SLIDING: {"rope_type": "default", "rope_theta": self.rope_theta_sliding},
-                FULL: {"rope_type": "proportional", "partial_rotary_factor": self.partial_rotary_factor_full,
-                       "rope_theta": self.rope_theta_full}},
-            hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
-            num_kv_shared_layers=self.num_hidden_layers, attention_k_eq_v=self.attention_k_eq_v,
-            enable_moe_block=False, use_double_wide_mlp=False, hidden_activation="gelu_pytorch_tanh")
-        if self.attention_k_eq_v:
-            text["num_global_key_value_heads"] = self.num_global_key_value_heads
-        return dict(
-            model_type="gemma4_assistant", architectures=["Gemma4AssistantForCausalLM"], dtype=self.dtype,
-            text_config=text, backbone_hidden_size=self.backbone_hidden_size,
-            use_ordered_embeddings=self.use_ordered_embeddings, num_centroids=self.num_centroids,
-            centroid_intermediate_top_k=self.centroid_intermediate_top_k, tie_word_embeddings=True)
+        return hf_config.assistant_config(self)
 
     def to_hf_config(self):
         """`transformers.Gemma4AssistantConfig` (tests)."""

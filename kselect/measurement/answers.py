@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -43,19 +44,33 @@ def _env(cache: Path) -> dict[str, str]:
     return {**env, "XDG_CACHE_HOME": str(cache)}
 
 
-def _wall(argv: list[str], cache: Path, stdout=subprocess.DEVNULL) -> float:
-    t = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _timed(argv: list[str], cache: Path, stdout=subprocess.DEVNULL) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run: CPU is user + sys of the process and the workers it waited for, the
+    figure other sessions' load changes least."""
+    cpu, t = _children_cpu(), time.perf_counter()
     p = subprocess.run(argv, env=_env(cache), stdout=stdout, stderr=subprocess.PIPE, text=True)
-    took = time.perf_counter() - t
+    took, cpu = time.perf_counter() - t, _children_cpu() - cpu
     if p.returncode:
         raise SystemExit(f"{shlex.join(argv)}: exit {p.returncode}: {p.stderr.strip()[:500]}")
-    return took
+    return took, cpu
 
 
-def _stats(times: list[float]) -> dict:
+def _wall(argv: list[str], cache: Path, stdout=subprocess.DEVNULL) -> float:
+    return _timed(argv, cache, stdout)[0]
+
+
+def _stats(runs: list[tuple[float, float]]) -> dict:
+    """p50/p90 of wall seconds, p50 of CPU seconds, and every run's (wall, CPU)."""
+    times = [w for w, _ in runs]
     q = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
-    return {"p50_s": round(statistics.median(times), 4), "p90_s": round(q[8], 4), "runs": len(times),
-            "all_s": [round(t, 4) for t in times]}
+    return {"p50_s": round(statistics.median(times), 4), "p90_s": round(q[8], 4),
+            "cpu_p50_s": round(statistics.median(c for _, c in runs), 4), "runs": len(runs),
+            "all_s": [round(w, 4) for w in times], "all_cpu_s": [round(c, 4) for _, c in runs]}
 
 
 def kselect(*args: str) -> list[str]:
@@ -64,7 +79,7 @@ def kselect(*args: str) -> list[str]:
 
 def repeated(argv: list[str], reps: int, cache_for) -> dict:
     """p50/p90 of `reps` runs; cache_for(i): the XDG_CACHE_HOME of run i."""
-    return {"command": shlex.join(argv), **_stats([_wall(argv, cache_for(i)) for i in range(reps)])}
+    return {"command": shlex.join(argv), **_stats([_timed(argv, cache_for(i)) for i in range(reps)])}
 
 
 def grid_file(path: Path) -> int:
@@ -96,13 +111,14 @@ def measure(reps: int, tmp: Path, heavy: bool) -> dict:
     cells = tmp / "grids.jsonl"
     n = grid_file(cells)
     for name, cache in (("bulk_cold", tmp / "bulk_cold"), ("bulk_warm", warm)):
-        took = _wall(kselect("select", f"cells={cells}"), cache)
+        took, cpu = _timed(kselect("select", f"cells={cells}"), cache)
         out[name] = {"command": f"kselect select cells=<{n} cells: Gemma-4 grid + models grid>", "cells": n,
-                     "wall_s": round(took, 3), "cells_per_s": round(n / took, 1)}
+                     "wall_s": round(took, 3), "cpu_s": round(cpu, 3), "cells_per_s": round(n / took, 1),
+                     "cells_per_cpu_s": round(n / cpu, 1)}
     if heavy:
         for name, args in (("diff_latency", ("diff", "b.objective=latency")), ("claims", ("claims", "platform=sm90"))):
             _wall(kselect(*args), warm)  # its composes cached: the figure is the warm one
-            out[name] = {"command": shlex.join(["kselect", *args]), **_stats([_wall(kselect(*args), warm)])}
+            out[name] = {"command": shlex.join(["kselect", *args]), **_stats([_timed(kselect(*args), warm)])}
     return out
 
 
@@ -112,24 +128,35 @@ def verdicts(figures: dict) -> dict:
     return out
 
 
+def load_note(meta: dict) -> str:
+    """Whether the machine was quiet: other processes' load stretches wall time, far less CPU time."""
+    peak = max(meta["load_before"][0], meta["load_after"][0])
+    if peak <= 0.5 * meta["cpus"]:
+        return f"- quiet: 1-minute load average at most {peak} on {meta['cpus']} CPUs"
+    return (f"- **made under load**: 1-minute load average up to {peak} on {meta['cpus']} CPUs (other processes); "
+            "wall figures are stretched by it, read them against the baselines of this run and the CPU column")
+
+
 def report(doc: dict) -> str:
     f, meta = doc["figures"], doc["meta"]
-    rows = [f"| {name} | `{v['command']}` | {v['p50_s']:.3f} s | {v['p90_s']:.3f} s |"
+    rows = [f"| {name} | `{v['command']}` | {v['p50_s']:.3f} s | {v['p90_s']:.3f} s | {v.get('cpu_p50_s', float('nan')):.3f} s |"
             for name, v in [*f["baselines"].items(), *((k, f[k]) for k in ("help", "select_first_run", "select_cold", "select_warm",
                                                                           "diff_latency", "claims") if k in f)]]
-    bulk = [f"| {k} | `{f[k]['command']}` | {f[k]['wall_s']} s | {f[k]['cells_per_s']} cells/s |"
+    bulk = [f"| {k} | `{f[k]['command']}` | {f[k]['wall_s']} s | {f[k].get('cpu_s', '')} s | {f[k]['cells_per_s']} cells/s |"
             for k in ("bulk_cold", "bulk_warm")]
     return "\n".join([
         "# How fast kselect answers (#50)", "",
         f"- command: `{meta['command']}`",
         f"- commit: `{meta['commit']}` (dirty: {meta['dirty']}); python {meta['python']}; "
         f"{meta['cpus']} CPUs; load average before {meta['load_before']}, after {meta['load_after']}",
+        load_note(meta),
         f"- date: {meta['date']}; versions: {json.dumps(meta['versions'])}",
-        "- wall clock of separate processes; first run = an empty user cache; cold = the question's composed entry "
-        "gone (conf checks and parsed data kept, as after editing a conf file); warm = the same question again", "",
-        "| figure | command | p50 | p90 |", "|---|---|---:|---:|", *rows, "",
-        "| bulk | command | wall | rate |", "|---|---|---:|---:|", *bulk, "",
-        f"targets (#50, p50): {json.dumps(TARGETS)}, bulk >= {BULK_TARGET} cells/s; met: {json.dumps(doc['met'])}", ""])
+        "- wall clock of separate processes, and their CPU time (user + sys, with the workers they waited for); "
+        "first run = an empty user cache; cold = the question's composed entry gone (conf checks and parsed data "
+        "kept, as after editing a conf file); warm = the same question again", "",
+        "| figure | command | p50 wall | p90 wall | p50 CPU |", "|---|---|---:|---:|---:|", *rows, "",
+        "| bulk | command | wall | CPU | rate |", "|---|---|---:|---:|---:|", *bulk, "",
+        f"targets (#50, p50 wall, quiet): {json.dumps(TARGETS)}, bulk >= {BULK_TARGET} cells/s; met: {json.dumps(doc['met'])}", ""])
 
 
 class Options(BaseModel):

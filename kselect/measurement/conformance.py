@@ -17,8 +17,8 @@ the one KSELECT_FA3_BUILD names; FA4: flash-attn-4 or the fork). kernel_versions
 library versions the claims ran with (vLLM's FA build, flash-attn-4, flashinfer, triton, the release of vLLM's
 Triton kernel), merged with what an existing file named (kselect/measurement/measured_versions.py).
 
-CLI: kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml [--jobs N] [--platform P]
-(FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
+CLI (kselect/commands/conformance.py): kselect conformance --claims FILE_OR_LIST --gpu-name NAME --out PATH.yaml
+[--jobs N] [--platform P] (FILE: a YAML list or one id per line; LIST: comma-separated ids). On CPU, TRITON_ATTN claims
 run in the Triton interpreter (keep heads small there). --jobs N runs kernel families (claims
 sharing backend, version, dtype and head size, hence one JIT-compiled kernel) in N processes:
 FlashInfer's and FA4's first-call compiles then overlap. A family whose process dies (a kernel
@@ -27,12 +27,11 @@ that aborts) is re-run claim by claim; a claim that still kills its process is r
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import math
 import os
 import re
-import sys
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -187,57 +186,66 @@ def merge_report(old: dict, results: dict) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    from kselect.selector.evidence.conformance_data import read_file
+@dataclass(frozen=True)
+class ConformanceRun:
+    """What `kselect conformance` runs (kselect/commands/conformance.py maps its flags to these fields)."""
+
+    claims: str  # a file of claim ids (read_claims) or a comma-separated list
+    out: str  # the conformance file; an existing one is merged into (re-run claims replaced)
+    gpu_name: str | None = None  # default: this device's (device_model)
+    device: str | None = None  # cuda | cpu; default: cuda where available
+    jobs: int = 1  # processes, one kernel family each at a time (1..64)
+    platform: str | None = None  # the selector's platform for descale/page; default: auto (cpu on device cpu)
+    missing: bool = False  # only the claims `out` does not hold yet
+
+
+def _checked(opts: ConformanceRun) -> ConformanceRun:
+    """The options with the device resolved; bad input raises KSelectError before any claim runs."""
     from kselect.selector.base.errors import KSelectError
+    from kselect.selector.base.files import check_out_path, safe_name
+
+    opts = replace(opts, device=opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if not 1 <= opts.jobs <= 64:
+        raise KSelectError(f"--jobs {opts.jobs}; allowed: 1 to 64")
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise KSelectError("--device cuda: this machine has no CUDA device; allowed: cpu")
+    if opts.platform is not None:
+        safe_name(opts.platform, "--platform")
+    if opts.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    gpu = opts.gpu_name or device_model(opts.device)
+    check_gpu_name(gpu, opts.device)
+    out_path = os.path.abspath(opts.out)
+    if os.path.isdir(out_path):
+        raise KSelectError(f"--out {opts.out}: a directory; expected a .yaml file")
+    check_out_path(out_path, "--out")  # under a file: refused before the claims run
+    return replace(opts, gpu_name=gpu)
+
+
+def run(opts: ConformanceRun, command: str) -> int:
+    """Run the claims and merge them into `opts.out` after each one (atomically); `command` is recorded in the file."""
+    from kselect.selector.evidence.conformance_data import read_file
     from kselect.selector.base.files import atomic_write
 
-    ap = argparse.ArgumentParser(prog="kselect conformance", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--claims", required=True, help="YAML/text file of claim ids, or a comma-separated list")
-    ap.add_argument("--gpu-name", default=None, help="the GPU model (default: this device's, e.g. nvidia_h200)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
-    ap.add_argument("--out", required=True, help="the conformance file; an existing one is merged into (re-run claims replaced)")
-    ap.add_argument("--jobs", type=int, default=1, help="processes, one kernel family each at a time (1..64)")
-    ap.add_argument("--platform", default=None, help="the selector's platform for descale/page (default: auto, cpu on --device cpu)")
-    ap.add_argument("--missing", action="store_true",
-                    help="run only the claims the --out file does not hold yet (the rest are kept as they are)")
-    args = ap.parse_args(argv)
-    if not 1 <= args.jobs <= 64:
-        raise KSelectError(f"--jobs {args.jobs}; allowed: 1 to 64")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise KSelectError("--device cuda: this machine has no CUDA device; allowed: cpu")
-    if args.platform is not None:
-        from kselect.selector.base.files import safe_name
-
-        safe_name(args.platform, "--platform")
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     import yaml
 
-    gpu = args.gpu_name or device_model(args.device)
-    check_gpu_name(gpu, args.device)
-    out_path = os.path.abspath(args.out)
-    if os.path.isdir(out_path):
-        raise KSelectError(f"--out {args.out}: a directory; expected a .yaml file")
-    from kselect.selector.base.files import check_out_path
-
-    check_out_path(out_path, "--out")  # under a file: refused before the claims run
-    ids = read_claims(args.claims)
+    opts = _checked(opts)
+    gpu, out_path = opts.gpu_name, os.path.abspath(opts.out)
+    ids = read_claims(opts.claims)
     old: dict = {}
     old_versions: dict = {}
     if os.path.exists(out_path) or os.path.islink(out_path):  # merge: never drop what was measured before
         prev = read_file(out_path, gpu=gpu)
         old = {cid: r.model_dump() for cid, r in prev.claims.items()}
         old_versions = dict(prev.kernel_versions)
-        if args.missing:
+        if opts.missing:
             ids = [cid for cid in ids if cid not in old]
-        print(f"merging into {args.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
-    platform = [f"platform={args.platform}"] if args.platform else _platform(args.device)
+        print(f"merging into {opts.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
+    platform = [f"platform={opts.platform}"] if opts.platform else _platform(opts.device)
     runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels
     results: dict = {}
     doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(), kernel_versions={},
-               commit=_git_commit(), command="kselect conformance " + " ".join(argv if argv is not None else sys.argv[1:]))
-
+               commit=_git_commit(), command=command)
     have = measured_versions.installed()  # the kernel libraries here (metadata only: no imports)
 
     def write(order: list[str]) -> None:
@@ -253,24 +261,29 @@ def main(argv=None) -> int:
         print(f"[{len(results)}/{len(ids)}] {cid:44s} {r['status']:11s} rel_err={r['rel_err']}  {r['detail']}", flush=True)
         write(list(results))  # after every claim, atomically: a timeout still leaves what was measured
 
-    if args.jobs <= 1:
-        for cid in ids:
-            record(cid, _check_one(cid, args.device, runs[cid]))
-    else:
-        import concurrent.futures as cf
-
-        with cf.ThreadPoolExecutor(args.jobs) as pool:  # each family in its own process (_isolated)
-            futures = [pool.submit(_isolated, fam, args.device, runs) for fam in families(ids)]
-            for fut in cf.as_completed(futures):
-                for cid, r in fut.result():
-                    record(cid, r)
+    for cid, r in _results(ids, opts.device, runs, opts.jobs):
+        record(cid, r)
     write(ids)  # input order, whatever finished first
     changes = merge_report(old, results) if old else []
-    print(f"wrote {args.out}: {len(old) + sum(c not in old for c in results)} claims ({merge_plan(old, ids) if old else f'{len(results)} new'})"
+    print(f"wrote {opts.out}: {len(old) + sum(c not in old for c in results)} claims ({merge_plan(old, ids) if old else f'{len(results)} new'})"
           + (":" if changes else "; no status changed"))
     for line in changes:
         print(line)
     return 0
+
+
+def _results(ids: list[str], device: str, runs: dict, jobs: int):
+    """(claim, result) as each finishes: in order in this process, or by family in `jobs` processes."""
+    if jobs <= 1:
+        for cid in ids:
+            yield cid, _check_one(cid, device, runs[cid])
+        return
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(jobs) as pool:  # each family in its own process (_isolated)
+        futures = [pool.submit(_isolated, fam, device, runs) for fam in families(ids)]
+        for fut in cf.as_completed(futures):
+            yield from fut.result()
 
 
 def _records(claims: dict) -> list[tuple[str, str, dict]]:

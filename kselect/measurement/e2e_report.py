@@ -1,4 +1,4 @@
-"""kselect/measurement/e2e.py's results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
+"""kselect/measurement/e2e/'s results: the record (e2e.json) and its Markdown (e2e.md), above all the objective table, which
 compares each objective's selection with vLLM's choice and the best single-backend pin in the same run."""
 
 from __future__ import annotations

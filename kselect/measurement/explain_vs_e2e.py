@@ -182,7 +182,7 @@ class Options(BaseModel):
     """The comparison's options, typed: an experiment's `steps.<name>.options` (kselect bench) or the command line."""
 
     model_config = ConfigDict(extra="forbid")
-    e2e: Path  # an e2e.json (kselect/measurement/e2e.py)
+    e2e: Path  # an e2e.json (kselect/measurement/e2e/)
     model: str
     platform: str = "auto"
     out: Path  # <out> (markdown) and <out>.json (the rows)

@@ -25,12 +25,12 @@ before (kselect/measurement/measured_versions.py).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.metadata as md
 import os
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kselect.measurement import measured_versions
@@ -82,7 +82,7 @@ def warm_up(ts: list[Target], device: str, jobs: int) -> None:
             print(f"warm {t.path}:{t.kv}:d{t.head}:{'w' + str(t.window) if t.window else 'full'}: {r}", flush=True)
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- the run
 
 
 def _lacking(e: perfdata.PerfEntry | None) -> str | None:
@@ -97,144 +97,171 @@ def _lacking(e: perfdata.PerfEntry | None) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kselect perf", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu-name", required=True, help="GPU model key, e.g. nvidia_h200 (conf/conformance/<name>.yaml)")
-    ap.add_argument("--conformance", default=None, help="conformance file (default conf/conformance/<gpu-name>.yaml)")
-    ap.add_argument("--out", default=None, help="perf file (default conf/perf/<gpu-name>.yaml); merged, atomic")
-    ap.add_argument("--models", default="gemma4_31b", help="comma-separated conf/model names whose shapes to time")
-    ap.add_argument("--decode", default="1x1024,1x8192,16x1024,16x8192,64x1024,64x8192", help="BxC buckets")
-    ap.add_argument("--prefill", default="1x512,1x4096", help="BxC buckets (C = prompt tokens)")
-    ap.add_argument("--kernels", default="", help="only these paths (e.g. FLASHINFER,FLASH_ATTN_v4)")
-    ap.add_argument("--kv", default="", help="only these KV dtypes (e.g. bf16,fp8)")
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--device", default=None, help="default: cuda where available, else cpu")
-    ap.add_argument("--warm-jobs", type=int, default=0, help="compile every target first in N processes")
-    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new targets after this many seconds")
-    ap.add_argument("--platform", default=None, help="the selector's platform for each claim's page/descale "
-                    "(default: auto, cpu on --device cpu), as `kselect conformance`")
-    ap.add_argument("--rules", default="", help="comma-separated conf/rules presets whose reachable pages to time "
-                    "(default: the config's own rules)")
-    ap.add_argument("--fence", default="",
-                    help="KIND:MIB: time each call after a fence (CUDA graphs): "
-                         "gemv:MIB reads MIB of bf16 weights as a layer's projections do (figure: the graph less the "
-                         "fences' own), layer:MIB adds the small kernel a model runs between them and attention "
-                         "(figure: the calls' kernels on the graph's profiled timeline), write:MIB zeroes MIB; "
-                         "no overlap with the next call and cold K/V, as inside a model step")
-    ap.add_argument("--context-spread", type=float, default=0.0,
-                    help="decode buckets: time contexts spread over +-this fraction of each bucket's context (mean "
-                    "over the range; 0: the one context)")
-    ap.add_argument("--max-page", type=int, default=128, help="time reachable pages up to this many tokens")
-    ap.add_argument("--missing", action="store_true", help="time only the buckets the --out file does not hold yet "
-                    "(a prefill bucket without host_ms, or a graph-timed one without plan_ms, counts as missing)")
-    ap.add_argument("--dry-run", action="store_true", help="list the buckets this command would time (with --missing: "
-                    "what the file lacks) and exit; times nothing, writes nothing, needs no GPU with --platform")
-    args = ap.parse_args(argv)
-    from kselect.selector.base.files import safe_name
+@dataclass(frozen=True)
+class PerfRun:
+    """What `kselect perf` times (kselect/commands/perf.py maps its flags, with their help, to these fields)."""
 
-    safe_name(args.gpu_name, "--gpu-name")  # it names files in conf/
-    try:
-        fence = parse_fence(args.fence)
-    except ValueError as e:
-        print(f"kselect perf: {e}", file=sys.stderr)
-        return 2
-    if args.device is None and not (args.dry_run and args.platform):
-        import torch
+    gpu_name: str  # GPU model key, e.g. nvidia_h200
+    conformance: str | None = None  # default conf/conformance/<gpu_name>.yaml
+    out: str | None = None  # default conf/perf/<gpu_name>.yaml; merged, atomic
+    models: str = "gemma4_31b"  # comma-separated conf/model names
+    decode: str = "1x1024,1x8192,16x1024,16x8192,64x1024,64x8192"  # BxC buckets
+    prefill: str = "1x512,1x4096"  # BxC buckets (C = prompt tokens)
+    kernels: str = ""  # only these paths
+    kv: str = ""  # only these KV dtypes
+    reps: int | None = None  # default 3 on CPU, 10 on CUDA
+    device: str | None = None  # default: cuda where available, else cpu
+    warm_jobs: int = 0
+    budget_s: float = 1e9
+    platform: str | None = None
+    rules: str = ""
+    fence: str = ""  # KIND:MIB (perf_timing.parse_fence)
+    context_spread: float = 0.0
+    max_page: int = 128
+    missing: bool = False
+    dry_run: bool = False
 
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if fence and args.device == "cpu":
-        print("kselect perf: --fence applies to CUDA-graph timing only; CPU entries are timed back to back (fence \"\")",
-              file=sys.stderr)
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    conf = Path(args.conformance) if args.conformance else CONFORMANCE_DIR / f"{args.gpu_name}.yaml"
-    if not conf.exists():
-        print(f"kselect perf: no conformance file {conf}: run `kselect conformance` first (only verified claims are timed)",
-              file=sys.stderr)
-        return 2
-    out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
-    split = lambda s: {x.strip() for x in s.split(",") if x.strip()} or None  # noqa: E731
-    platform = args.platform or ("cpu" if args.device == "cpu" else "auto")
+
+def _names(s: str) -> set[str] | None:
+    return {x.strip() for x in s.split(",") if x.strip()} or None
+
+
+@dataclass
+class _Plan:
+    conf: Path  # the conformance file whose verified claims are timed
+    out: Path  # the perf file
+    targets: list[Target]
+    todo: dict  # target -> its (phase, batch, context) buckets to time
+    lacks: dict  # bucket -> what the file lacks of it (absent, or a field a prefill entry needs)
+    grid: list[tuple[str, int, int]]
+
+
+def _plan(opts: PerfRun) -> _Plan:
+    """The targets and buckets to time: the verified claims' kernels, less what --missing finds in the file."""
+    conf = Path(opts.conformance) if opts.conformance else CONFORMANCE_DIR / f"{opts.gpu_name}.yaml"
+    out = Path(opts.out) if opts.out else perfdata.PERF_DIR / f"{opts.gpu_name}.yaml"
+    platform = opts.platform or ("cpu" if opts.device == "cpu" else "auto")
     verified = verified_claims(conf)
-    for flag, named, field in (("--kernels", split(args.kernels), 0), ("--kv", split(args.kv), 1)):
+    for flag, named, field in (("--kernels", _names(opts.kernels), 0), ("--kv", _names(opts.kv), 1)):
         known = {cid.split(":")[field] for cid in verified}
         if named and named - known:  # a typo would time nothing and still write the file
             raise KSelectError(f"{flag} {', '.join(sorted(named - known))}: no verified claim in {conf} has "
                                f"it; allowed: {', '.join(sorted(known))}")
-    ts = targets(verified, [m for m in args.models.split(",") if m], split(args.kernels), split(args.kv), platform,
-                 tuple(sorted(split(args.rules) or ())), args.max_page)
-    grid = [("decode", b, c) for b, c in parse_grid(args.decode)] + [("prefill", b, c) for b, c in parse_grid(args.prefill)]
-    reps = args.reps or (3 if args.device == "cpu" else 10)
-    old = perfdata.load(out.stem, out.parent) if args.missing and out.exists() else None
-    lacks = {}  # bucket -> what the file lacks of it (absent, or a field a prefill entry needs)
+    ts = targets(verified, [m for m in opts.models.split(",") if m], _names(opts.kernels), _names(opts.kv), platform,
+                 tuple(sorted(_names(opts.rules) or ())), opts.max_page)
+    grid = [("decode", b, c) for b, c in parse_grid(opts.decode)] + [("prefill", b, c) for b, c in parse_grid(opts.prefill)]
+    old = perfdata.load(out.stem, out.parent) if opts.missing and out.exists() else None
+    lacks = {}
     for t in ts:
         for ph, b, c in grid:
-            lack = _lacking(old.entries.get(bucket_of(t, ph, b, c)) if old else None) if args.missing else "absent"
+            lack = _lacking(old.entries.get(bucket_of(t, ph, b, c)) if old else None) if opts.missing else "absent"
             if lack:
                 lacks[bucket_of(t, ph, b, c)] = lack
     todo = {t: [(ph, b, c) for ph, b, c in grid if bucket_of(t, ph, b, c) in lacks] for t in ts}
-    ts = [t for t in ts if todo[t]]
-    if args.missing:
-        print(f"--missing: {sum(map(len, todo.values()))} buckets of {len(ts)} targets not in {out}", flush=True)
-    print(f"{len(ts)} targets x {len(grid)} buckets from {conf}", flush=True)
-    if args.dry_run:
-        for t in ts:
-            for phase, b, c in todo[t]:
-                print(f"would time {bucket_of(t, phase, b, c)}" + (f" ({lacks[bucket_of(t, phase, b, c)]})" if args.missing else ""))
+    return _Plan(conf, out, [t for t in ts if todo[t]], todo, lacks, grid)
+
+
+def run(opts: PerfRun, command: str) -> int:
+    """Time the plan's buckets and merge them into the perf file after each target; `command` is recorded there."""
+    from kselect.selector.base.files import safe_name
+
+    safe_name(opts.gpu_name, "--gpu-name")  # it names files in conf/
+    try:
+        fence = parse_fence(opts.fence)
+    except ValueError as e:
+        print(f"kselect perf: {e}", file=sys.stderr)
+        return 2
+    if opts.device is None and not (opts.dry_run and opts.platform):
+        import torch
+
+        opts = replace(opts, device="cuda" if torch.cuda.is_available() else "cpu")
+    if fence and opts.device == "cpu":
+        print("kselect perf: --fence applies to CUDA-graph timing only; CPU entries are timed back to back (fence \"\")",
+              file=sys.stderr)
+    if opts.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    conf = Path(opts.conformance) if opts.conformance else CONFORMANCE_DIR / f"{opts.gpu_name}.yaml"
+    if not conf.exists():
+        print(f"kselect perf: no conformance file {conf}: run `kselect conformance` first (only verified claims are timed)",
+              file=sys.stderr)
+        return 2
+    plan = _plan(opts)
+    if opts.missing:
+        print(f"--missing: {sum(map(len, plan.todo.values()))} buckets of {len(plan.targets)} targets not in {plan.out}",
+              flush=True)
+    print(f"{len(plan.targets)} targets x {len(plan.grid)} buckets from {plan.conf}", flush=True)
+    if opts.dry_run:
+        for t in plan.targets:
+            for phase, b, c in plan.todo[t]:
+                bucket = bucket_of(t, phase, b, c)
+                print(f"would time {bucket}" + (f" ({plan.lacks[bucket]})" if opts.missing else ""))
         return 0
+    _time_plan(opts, plan, fence, command)
+    return 0
+
+
+def _time_plan(opts: PerfRun, plan: _Plan, fence, command: str) -> None:
     import torch
 
     from kselect.gemma4.host_threads import use_serving_threads
 
     # host_ms and plan_ms on the intra-op threads an engine on this device serves with (one on a GPU)
-    print(f"intra-op CPU threads: {use_serving_threads(args.device)}", flush=True)
+    print(f"intra-op CPU threads: {use_serving_threads(opts.device)}", flush=True)
     t0 = time.monotonic()
-    if args.warm_jobs > 0 and args.device != "cpu":
-        warm_up(ts, args.device, args.warm_jobs)
+    if opts.warm_jobs > 0 and opts.device != "cpu":
+        warm_up(plan.targets, opts.device, opts.warm_jobs)
         print(f"warm-up {time.monotonic() - t0:.0f} s", flush=True)
-    header = dict(gpu=args.gpu_name, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
-                  commit=_git_commit(), command="kselect perf " + " ".join(sys.argv[1:] if argv is None else argv))
-    today = header["measured"]
+    header = dict(gpu=opts.gpu_name, torch=str(torch.__version__), measured=datetime.date.today().isoformat(),
+                  commit=_git_commit(), command=command)
+    out = plan.out
     before = perfdata.load(out.stem, out.parent) if out.exists() else None  # its kernel_versions are merged, not dropped
     have = measured_versions.installed()  # the kernel libraries here (metadata only: no imports)
     timed: dict[str, perfdata.PerfEntry] = {}  # this run's entries, across targets
-    for t in ts:
-        if time.monotonic() - t0 > args.budget_s:
+    for t in plan.targets:
+        if time.monotonic() - t0 > opts.budget_s:
             print(f"budget: skipped {t}", flush=True)
             continue
-        try:
-            be = make_target_backend(t)
-        except Exception as e:  # noqa: BLE001 - a verified claim whose kernel will not build here: say so
-            print(f"{t.path}:{t.kv}:d{t.head}:p{t.page}: cannot build: {type(e).__name__}: {e}", flush=True)
-            continue
-        build = be.kernel_build or t.path
-        entries = {}
-        for phase, b, c in todo[t]:
-            try:
-                ms, graph, host, plan = time_bucket(be, t, phase, b, c, args.device, reps, args.context_spread, fence)
-            except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
-                print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
-                if args.device != "cpu":
-                    torch.cuda.empty_cache()
-                continue
-            e = perfdata.PerfEntry(kernel=t.path, build=build, versions={**versions(t), **be.kernel_versions}, kv=t.kv, head=t.head, window=t.window,
-                                   phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
-                                   ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None,
-                                   plan_ms=float(f"{plan:.4g}") if plan is not None else None, graph=graph,
-                                   context_spread=args.context_spread if phase == "decode" else 0.0,
-                                   fence=f"{fence[0]}:{fence[1]}" if fence and graph else "",
-                                   gpu=args.gpu_name, date=today)
-            entries[e.bucket] = e
-            print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}"
-                  f"{f'  plan {plan:.4f} ms' if plan is not None else ''}", flush=True)
-            if args.device != "cpu":
-                torch.cuda.empty_cache()
+        entries = _time_target(opts, t, plan.todo[t], fence, header["measured"])
         if entries:
             timed.update(entries)
             header["kernel_versions"] = kernel_versions(before, timed, have)
             perfdata.merge_write(out, header, entries)
     print(f"wrote {out} ({time.monotonic() - t0:.0f} s)", flush=True)
-    return 0
+
+
+def _time_target(opts: PerfRun, t: Target, buckets: list, fence, today: str) -> dict[str, perfdata.PerfEntry]:
+    """One target's entries, by bucket; a bucket that fails is left out (recorded as missing, never guessed)."""
+    import torch
+
+    try:
+        be = make_target_backend(t)
+    except Exception as e:  # noqa: BLE001 - a verified claim whose kernel will not build here: say so
+        print(f"{t.path}:{t.kv}:d{t.head}:p{t.page}: cannot build: {type(e).__name__}: {e}", flush=True)
+        return {}
+    build = be.kernel_build or t.path
+    reps = opts.reps or (3 if opts.device == "cpu" else 10)
+    entries = {}
+    for phase, b, c in buckets:
+        try:
+            ms, graph, host, plan = time_bucket(be, t, phase, b, c, opts.device, reps, opts.context_spread, fence)
+        except Exception as e:  # noqa: BLE001 - recorded as missing (no entry), never guessed
+            print(f"{t.path}:{t.kv}:d{t.head}:p{t.page} {phase} b{b} c{c}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+            if opts.device != "cpu":
+                torch.cuda.empty_cache()
+            continue
+        e = perfdata.PerfEntry(kernel=t.path, build=build, versions={**versions(t), **be.kernel_versions}, kv=t.kv, head=t.head, window=t.window,
+                               phase=phase, batch=b, context=c, num_q_heads=t.hq, num_kv_heads=t.hkv, page=t.page,
+                               ms=float(f"{ms:.4g}"), host_ms=float(f"{host:.4g}") if host else None,
+                               plan_ms=float(f"{plan:.4g}") if plan is not None else None, graph=graph,
+                               context_spread=opts.context_spread if phase == "decode" else 0.0,
+                               fence=f"{fence[0]}:{fence[1]}" if fence and graph else "",
+                               gpu=opts.gpu_name, date=today)
+        entries[e.bucket] = e
+        print(f"{e.bucket:64s} {ms:9.4f} ms{' graph' if graph else ''}{f'  host {host:.4f} ms' if host else ''}"
+              f"{f'  plan {plan:.4f} ms' if plan is not None else ''}", flush=True)
+        if opts.device != "cpu":
+            torch.cuda.empty_cache()
+    return entries
 
 
 def _records(entries) -> list[tuple[str, str, dict]]:

@@ -12,11 +12,11 @@ attention call costs at least its host time (`kselect perf` host_ms), in a GPU-b
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kselect.selector.evidence import perf_data as perfdata
@@ -55,57 +55,69 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     return statistics.median(walls), kernels, attention, names, graphs
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class PerfStepsRun:
+    """What `kselect perf-steps` measures (kselect/commands/perf_steps.py maps its flags to these fields)."""
+
+    gpu_name: str  # GPU model key, e.g. nvidia_h200
+    out: str | None = None  # default conf/perf/<gpu_name>.yaml; merged, atomic
+    models: str = "gemma4_31b"  # comma-separated conf/model names
+    prefill: str = "512,4096"  # comma-separated prompt lengths (B1)
+    reps: int = 5
+    platform: str = "auto"
+
+
+def run(opts: PerfStepsRun, command: str) -> int:
+    """Each model's B1 prefill steps merged into the perf file's `steps`; `command` is recorded there."""
     import torch
 
-    from kselect.gemma4.build import build_model, select
-    from kselect.gemma4.engine import model_groups
     from kselect.measurement.perf import _git_commit
     from kselect.selector.base.files import safe_name
 
-    ap = argparse.ArgumentParser(prog="kselect perf-steps", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu-name", required=True, help="GPU model key, e.g. nvidia_h200")
-    ap.add_argument("--out", default=None, help="perf file (default conf/perf/<gpu-name>.yaml); merged, atomic")
-    ap.add_argument("--models", default="gemma4_31b", help="comma-separated conf/model names")
-    ap.add_argument("--prefill", default="512,4096", help="comma-separated prompt lengths (B1)")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--platform", default="auto")
-    args = ap.parse_args(argv)
-    safe_name(args.gpu_name, "--gpu-name")
+    safe_name(opts.gpu_name, "--gpu-name")
     if not torch.cuda.is_available():
         print("kselect perf-steps: needs a CUDA GPU (it times the model's steps on it)", file=sys.stderr)
         return 2
     try:
-        lens = [int(x) for x in args.prefill.split(",") if x.strip()]
+        lens = [int(x) for x in opts.prefill.split(",") if x.strip()]
     except ValueError:
-        print(f"kselect perf-steps: --prefill {args.prefill!r}: comma-separated prompt lengths, e.g. 512,4096",
+        print(f"kselect perf-steps: --prefill {opts.prefill!r}: comma-separated prompt lengths, e.g. 512,4096",
               file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else perfdata.PERF_DIR / f"{args.gpu_name}.yaml"
+    out = Path(opts.out) if opts.out else perfdata.PERF_DIR / f"{opts.gpu_name}.yaml"
     today = datetime.date.today().isoformat()
-    vers = {"torch": str(torch.__version__), "cuda": str(torch.version.cuda)}
-    header = dict(gpu=args.gpu_name, torch=str(torch.__version__), measured=today, commit=_git_commit(),
-                  command="kselect perf-steps " + " ".join(sys.argv[1:] if argv is None else argv))
+    header = dict(gpu=opts.gpu_name, torch=str(torch.__version__), measured=today, commit=_git_commit(), command=command)
     old = perfdata.load(out.stem, out.parent) if out.exists() else None
     if old:  # the header describes the kernel runner's pass; this run only adds steps (each dated, versioned)
         header.update(command=old.command, commit=old.commit, kernel_versions=old.kernel_versions)
     gen = torch.Generator().manual_seed(1)
-    for name in [m for m in args.models.split(",") if m]:
-        cfg, sel = select([f"platform={args.platform}", f"model={name}"])
-        model, _, _ = build_model(cfg, 0)
-        steps = {}
-        for n in lens:
-            prompt = torch.randint(3, model.args.vocab_size, (n,), generator=gen).tolist()
-            t0 = time.monotonic()
-            wall, kern, att, names, graphs = measure(model, model_groups(sel), prompt, args.reps)
-            st = perfdata.StepEntry(model=name, phase="prefill", batch=1, context=n, backends=names, graphs=graphs,
-                                    wall_ms=float(f"{wall:.4g}"), kernel_ms=float(f"{kern:.4g}"),
-                                    attention_ms=float(f"{att:.4g}"), versions=vers, gpu=args.gpu_name, date=today)
-            steps[st.key] = st
-            print(f"{st.key:32s} wall {wall:8.2f} ms  kernels {kern:8.2f} ms  attention {att:7.2f} ms  "
-                  f"{'HOST-BOUND' if st.host_bound else 'gpu-bound'}{' (graph)' if graphs else ''}  ({time.monotonic() - t0:.0f} s)", flush=True)
-        perfdata.merge_write(out, header, {}, steps)
-        del model
+    for name in [m for m in opts.models.split(",") if m]:
+        perfdata.merge_write(out, header, {}, _model_steps(opts, name, lens, gen, today))
         torch.cuda.empty_cache()
     print(f"wrote {out}", flush=True)
     return 0
+
+
+def _model_steps(opts: PerfStepsRun, name: str, lens: list[int], gen, today: str) -> dict:
+    """One model's step entries, by key: a B1 prefill step of each prompt length."""
+    import torch
+
+    from kselect.gemma4.build import build_model, select
+    from kselect.gemma4.engine import model_groups
+
+    vers = {"torch": str(torch.__version__), "cuda": str(torch.version.cuda)}
+    cfg, sel = select([f"platform={opts.platform}", f"model={name}"])
+    model, _, _ = build_model(cfg, 0)
+    steps = {}
+    for n in lens:
+        prompt = torch.randint(3, model.args.vocab_size, (n,), generator=gen).tolist()
+        t0 = time.monotonic()
+        wall, kern, att, names, graphs = measure(model, model_groups(sel), prompt, opts.reps)
+        st = perfdata.StepEntry(model=name, phase="prefill", batch=1, context=n, backends=names, graphs=graphs,
+                                wall_ms=float(f"{wall:.4g}"), kernel_ms=float(f"{kern:.4g}"),
+                                attention_ms=float(f"{att:.4g}"), versions=vers, gpu=opts.gpu_name, date=today)
+        steps[st.key] = st
+        print(f"{st.key:32s} wall {wall:8.2f} ms  kernels {kern:8.2f} ms  attention {att:7.2f} ms  "
+              f"{'HOST-BOUND' if st.host_bound else 'gpu-bound'}{' (graph)' if graphs else ''}  ({time.monotonic() - t0:.0f} s)", flush=True)
+    del model
+    return steps

@@ -181,7 +181,7 @@ def time_bucket(be, t: Target, phase: str, batch: int, context: int, device: str
 def calls_timeline_ms(events, fence_kernels: set[str], calls: int) -> float:
     """ms per call that the kernels other than the fence's hold on a fenced graph's timeline: their durations
     plus the launch gap before each (kselect.measurement.profiling.timeline_ms), the measure the model step's profile in
-    kselect/measurement/e2e.py takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
+    kselect/measurement/e2e/ takes. A difference of two graph times (the gemv fence) carries the GEMV's jitter:
     1% of a 1 GiB read is 2.5 us, and FA3's B1 call (16 us of kernels in the model step) came out between
     12.7 and 18.8 us so in five timings (bench/results/h200/hf_mtp/D, L, R)."""
     import torch

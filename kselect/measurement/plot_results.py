@@ -4,7 +4,7 @@
 
 Reads every `bench.json` (kselect/measurement/kernels/attention.py: {meta: {gpu, copy_gbs, bf16_gemm_tflops,
 ...}, rows: [{kind, shape, b, L, path, status, ms, gbs, gbs_graph, tflops, rel_err, ...}]}) and every
-`e2e.json` (kselect/measurement/e2e.py) under --results, and writes into --out:
+`e2e.json` (kselect/measurement/e2e/) under --results, and writes into --out:
 
   roofline_<shape>.png   per shape family (31b_sliding, 31b_full, e4b_sliding, e4b_full): achieved
                          TFLOP/s vs arithmetic intensity (FLOP per byte of q/k/v/o moved), decode

@@ -1,4 +1,4 @@
-"""Prefill of one prompt on several selections, timed in interleaved rounds (kselect/measurement/e2e.py --prefill-rounds).
+"""Prefill of one prompt on several selections, timed in interleaved rounds (kselect/measurement/e2e/ --prefill-rounds).
 
 Why: e2e.py times each selection's prefill in its own block of reps, one selection after another. Over a run the
 GPU drifts (clocks, temperature) by more than the 1-3% that separates two prefill selections: in

@@ -18,18 +18,31 @@ class ConfigError(KSelectError):
 
 class SelectionError(KSelectError):
     """No valid backend, an invalid pin, or block sizes that cannot be unified: a
-    `records.Failure` and the candidates' `records.Rejection`s, rendered as the message."""
+    `records.Failure` and the candidates' `records.Rejection`s, rendered as the message. The text is
+    rendered when read: an objective's search refuses most of the combinations it asks about and
+    shows few of those refusals."""
 
     def __init__(self, failure: Any, rejected: dict[str, list[Any]] | None = None):
         self.rejected = {k: tuple(v) for k, v in (rejected or {}).items()}
-        lines = [failure.text]
-        for name, reasons in self.rejected.items():
-            lines.append(f"  {name}: {'; '.join(r.text for r in reasons)}")
-        if self.rejected and hasattr(failure, "reasons") and failure.reasons is None:
+        self._failure, self._lines = failure, None
+        super().__init__()
+
+    def _text_lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = [self._failure.text] + [f"  {name}: {'; '.join(r.text for r in reasons)}"
+                                                  for name, reasons in self.rejected.items()]
+        return self._lines
+
+    @property
+    def failure(self) -> Any:
+        f = self._failure
+        if self.rejected and hasattr(f, "reasons") and f.reasons is None:
             # the failure's own text carries its reasons wherever it is shown alone (diff, sweep, gather, matrix)
-            failure = failure.model_copy(update={"reasons": tuple(x.strip() for x in lines[1:])})
-        self.failure = failure
-        super().__init__("\n".join(lines))
+            f = self._failure = f.model_copy(update={"reasons": tuple(x.strip() for x in self._text_lines()[1:])})
+        return f
+
+    def __str__(self) -> str:
+        return "\n".join(self._text_lines())
 
 
 def one_line(message: str) -> str:

@@ -8,7 +8,7 @@ import itertools
 from ..base.errors import SelectionError
 from ..rules.groups import target_groups
 from ..evidence.evidence import Evidence
-from ..rules.resolve import base_facts, resolve_rules
+from ..rules.resolve import base_facts, prelude, resolve_rules
 from ..rules.rulebook import RuleBook
 from ..config.schema import KSelectConfig
 
@@ -27,8 +27,7 @@ def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None, 
     att = {"backend_per_kind": {**cfg.attention.backend_per_kind, **kinds}}
     if fa_version is not None:
         att["flash_attn_version"] = fa_version
-    att = cfg.attention.model_copy(update=att)
-    upd = {"attention": att, "objective": cfg.objective.model_copy(update={"name": "vllm"})}
+    upd = {"attention": cfg.attention.model_copy(update=att)}  # the objective stays: resolve_rules never reads it
     if block is not None:
         upd["kv_cache"] = cfg.kv_cache.model_copy(update={"block_size": block})
     return cfg.model_copy(update=upd)
@@ -37,24 +36,86 @@ def pinned(cfg: KSelectConfig, kinds: dict[str, str], block: int | None = None, 
 def resolve_pinned(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, kinds: dict[str, str], block: int | None = None,
                    fa_version: int | None = None):
     """resolve_rules(pinned(cfg, kinds, block, fa_version), book, evidence), or raise its SelectionError. A search
-    asks the same combination again and again (over 60% repeats): kept while the same (cfg, book, evidence) asks."""
-    owner = (cfg, book, evidence)
-    if _MEMO.get("owner") is None or any(a is not b for a, b in zip(_MEMO["owner"], owner)):
-        _MEMO.clear()
-        _MEMO["owner"] = owner
-    key = (tuple(sorted(kinds.items())), block, fa_version)
-    hit = _MEMO.get(key)
+    asks the same combination again and again (over 60% repeats), and the matrix's neighbouring cells (pins
+    fa3 and bs16 of one environment) ask what the `auto` cell asked: kept by what the resolution reads, the
+    config's content with the pinned settings as pinned() sets them (see _content_key)."""
+    att = cfg.attention
+    key = (tuple({**att.backend_per_kind, **kinds}.items()),  # in pinned()'s order: the environment lists them so
+           cfg.kv_cache.block_size if block is None else block,
+           att.flash_attn_version if fa_version is None else fa_version)
+    memo = _memo_for(cfg, book, evidence)
+    hit = memo.get(key)
     if hit is None:
-        try:
-            hit = _MEMO[key] = (resolve_rules(pinned(cfg, kinds, block, fa_version=fa_version), book, evidence), None)
-        except SelectionError as e:
-            hit = _MEMO[key] = (None, e)
+        cfg = _pinned_kept(memo, cfg, key)
+        pre, err = _kept(memo, ("prelude", *key[1:]), lambda: prelude(cfg, book, evidence))  # reads no per-group pin
+        hit = memo[key] = (None, err) if err is not None else _kept(memo, key, lambda: resolve_rules(cfg, book, evidence, pre))
     if hit[1] is not None:
         raise hit[1].with_traceback(None)
     return hit[0]
 
 
-_MEMO: dict = {}  # the (cfg, book, evidence) it is for, kept and compared by identity; then key -> (selection, error)
+def _pinned_kept(memo: dict, cfg: KSelectConfig, key: tuple) -> KSelectConfig:
+    """pinned(cfg, ...) for the memo key (its per-group pins, cache block and FlashAttention version, as pinned()
+    sets them), its sections made once per content: five cache blocks share an attention section."""
+    pins, block, version = key
+    att = memo.get(("attention", pins, version))
+    if att is None:
+        att = memo[("attention", pins, version)] = cfg.attention.model_copy(
+            update={"backend_per_kind": dict(pins), "flash_attn_version": version})
+    kv = memo.get(("kv_cache", block))
+    if kv is None:
+        kv = memo[("kv_cache", block)] = cfg.kv_cache.model_copy(update={"block_size": block})
+    return cfg.model_copy(update={"attention": att, "kv_cache": kv})
+
+
+def _kept(memo: dict, key: tuple, compute) -> tuple:
+    """memo[key] = (compute(), None), or (None, the SelectionError it raised)."""
+    hit = memo.get(key)
+    if hit is None:
+        try:
+            hit = memo[key] = (compute(), None)
+        except SelectionError as e:
+            hit = memo[key] = (None, e)
+    return hit
+
+
+def _memo_for(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> dict:
+    """The resolutions kept for configs of cfg's content (the pinned settings aside) under this book and
+    evidence; one content at a time (a matrix lists an environment's pins next to each other)."""
+    asker = _MEMO.get("asker", ())
+    if len(asker) != 3 or any(x is not y for x, y in zip(asker, (cfg, book, evidence))):
+        content = _content_key(cfg)
+        if _MEMO.get("content") != content or asker[1] is not book or asker[2] is not evidence:
+            _MEMO.clear()
+            _MEMO["content"], _MEMO["memo"] = content, {}
+        _MEMO["asker"] = (cfg, book, evidence)
+    return _MEMO["memo"]
+
+
+# the settings pinned() sets, left out of the content key (the memo key holds their pinned values)
+_PINNED = {"attention": {"backend_per_kind", "flash_attn_version"}, "kv_cache": {"block_size"}, "objective": {"name"}}
+
+
+def _content_key(cfg: KSelectConfig) -> tuple:
+    """cfg's content as JSON per section, but for what pinned() sets and the rules/capabilities (the book's).
+    A section object is dumped once (matrix cells share their sections)."""
+    out = []
+    for name in type(cfg).model_fields:
+        if name in ("rules", "capabilities"):
+            continue
+        value = getattr(cfg, name)
+        hit = _DUMPS.get((name, id(value)))
+        if hit is None or hit[0] is not value:
+            if len(_DUMPS) > 4096:
+                _DUMPS.clear()
+            text = cfg.model_dump_json(include={name}, exclude={name: _PINNED[name]} if name in _PINNED else None)
+            hit = _DUMPS[(name, id(value))] = (value, text)
+        out.append(hit[1])
+    return tuple(out)
+
+
+_MEMO: dict = {}  # "asker": the last (cfg, book, evidence); "content": its content key; "memo": key -> (selection, error)
+_DUMPS: dict = {}  # (field, id of its value) -> (the value, kept so the id stays its own; its JSON)
 
 
 def choices(cfg: KSelectConfig, priority: list[str]) -> list[tuple[str, int | None]]:

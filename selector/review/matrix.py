@@ -20,6 +20,7 @@ from typing import Any
 from ..config.compose import CONF_DIR
 from ..config.releases import default_rules
 from ..review.cells import AXES, Cell, MatrixError, MatrixSpec, expand, load_matrix, skipped
+from ..review import parallel
 from ..review.configs import Builder
 from ..base.errors import KSelectError, SelectionError
 from ..outputs.records import ClaimsWarning, Failure, Warning
@@ -64,6 +65,11 @@ def resolve_cells(cells: Sequence[Cell], conf_dir: Path | str = CONF_DIR, builde
     evidence = evidence if evidence is not None else Evidence.load(builder.conf_dir)
     out = []
     configs = builder.configs(cells)
+    if len(cells) >= parallel.MIN_CELLS:  # cells that search by measurement: on every core (review/parallel.py)
+        configs = list(configs)
+        if parallel.worth_it([cfg for _, cfg in configs]):
+            got = parallel.outcomes([cfg for _, cfg in configs], evidence)
+            return [CellResult(cell, sel, failure, rejected, cfg) for (cell, cfg), (sel, failure, rejected) in zip(configs, got)]
     for cell, cfg in progress(configs, desc, total=len(cells)) if desc else configs:
         try:
             out.append(CellResult(cell, select(cfg, evidence), config=cfg))

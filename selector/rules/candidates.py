@@ -77,6 +77,27 @@ def with_fa_versions(book: RuleBook, facts: Facts, head_size: int) -> tuple[Fact
 
 
 def choose_backend(cfg: KSelectConfig, book: RuleBook, facts: Facts, g: Group) -> Choice:
+    """The group's backend (or the SelectionError refusing it), kept per book on all it reads: an objective's
+    search asks for one group's pin again under every choice of the other groups. A fresh copy each time:
+    later steps add to a choice's lists."""
+    att = cfg.attention
+    key = ("choice", facts, g.kind, g.head_size, g.num_kv_heads, g.window, g.draft, g.sinks, g.sparse, g.mamba_type,
+           att.backend_per_kind.get(g.kind), att.backend, cfg.kv_cache.block_size)
+    hit = book.memo(key, lambda: _outcome(cfg, book, facts, g))
+    if isinstance(hit, SelectionError):
+        raise hit.with_traceback(None)
+    return Choice(hit.backend, hit.version, list(hit.kernel_blocks), hit.facts, list(hit.trace), list(hit.reasons),
+                  {k: list(v) for k, v in hit.rejected.items()}, list(hit.warnings), list(hit.model_kernel_blocks))
+
+
+def _outcome(cfg: KSelectConfig, book: RuleBook, facts: Facts, g: Group) -> Choice | SelectionError:
+    try:
+        return _choose_backend(cfg, book, facts, g)
+    except SelectionError as e:
+        return e
+
+
+def _choose_backend(cfg: KSelectConfig, book: RuleBook, facts: Facts, g: Group) -> Choice:
     f = facts.for_group(g)
     if g.kind in FIXED_KINDS:
         return state_backend(book, f, g)

@@ -118,6 +118,15 @@ class Facts:
     fa: FlashAttentionFacts = FlashAttentionFacts()
     candidate: CandidateFacts = CandidateFacts()
     kb: KernelBlockFacts = KernelBlockFacts()
+    _hash: int | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        """Kept once computed: a Facts is a memo key many times over (rulebook.py, candidates.choose_backend)."""
+        h = self._hash
+        if h is None:
+            h = hash((self.platform, self.model, self.kv, self.spec, self.pin, self.group, self.fa, self.candidate, self.kb))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def get(self, name: str):
         """The fact a rule file names `name` (a vocab.FACTS key)."""

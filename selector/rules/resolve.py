@@ -52,15 +52,44 @@ class DraftPlan:
     own_choices: tuple[Choice, ...] = ()
 
 
-def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Selection:
-    """vLLM's selection under `book` (the config's objective is not read here)."""
+@dataclass(frozen=True)
+class Prelude:
+    """What a resolution derives before any group's backend: it reads no per-group pin
+    (`attention.backend_per_kind`), so an objective's search prepares it once per cache block and
+    FlashAttention version and resolves every combination of per-group pins from it."""
+
+    kv_cache: object  # the KV section the steps read where vLLM sets the configured dtype aside (else None)
+    kv_ignored: tuple
+    trace: tuple[str, ...]
+    facts: Facts
+    kv_dtype: str
+    conformance: ConformanceFile | None
+    groups: tuple[Group, ...]
+    ckv_warnings: tuple
+
+
+def prelude(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Prelude:
+    """The model-level steps: architecture check, KV dtype ignored/forced, forcing, `spec` stage, checkpoint checks."""
     _check_architecture(cfg)
+    kv = cfg.kv_cache
     cfg, kv_ignored = _kv_dtype_ignored(cfg)
     cfg, trace = _kv_dtype_forced(cfg)
     facts = _spec_facts(cfg, book, _forced_facts(book, base_facts(cfg), trace), trace)
-    ctx = Resolution(cfg, book, facts, resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model))
+    kv_dtype, conformance = resolved_kv_dtype(cfg), evidence.conformance(cfg.platform.gpu_model)
     groups = target_groups(cfg)
     ckv_warnings = checkpoint_kv_checks(cfg, [g.kind for g in groups], trace)
+    return Prelude(None if cfg.kv_cache is kv else cfg.kv_cache, tuple(kv_ignored), tuple(trace), facts, kv_dtype, conformance, tuple(groups),
+                   tuple(ckv_warnings))
+
+
+def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence, pre: Prelude | None = None) -> Selection:
+    """vLLM's selection under `book` (the config's objective is not read here). `pre`: prelude(cfg, book,
+    evidence) of a config that differs from cfg at most in its per-group pins."""
+    pre = pre or prelude(cfg, book, evidence)
+    if pre.kv_cache is not None:
+        cfg = cfg.model_copy(update={"kv_cache": pre.kv_cache})
+    facts, trace, groups = pre.facts, list(pre.trace), list(pre.groups)
+    ctx = Resolution(cfg, book, facts, pre.kv_dtype, pre.conformance)
     choices = [choose_backend(cfg, book, facts, g) for g in groups]
     for g, ch in zip(groups, choices):
         layer_init_checks(book, g, ch)
@@ -76,7 +105,7 @@ def resolve_rules(cfg: KSelectConfig, book: RuleBook, evidence: Evidence) -> Sel
     if drafts.groups:
         out.extend(draft_groups(ctx, groups, choices, out, drafts))
     warnings = [OrphanRule(group=MODEL_GROUP, rule=r) for r in book.orphans] + _fa_pin_ignored(cfg, out)
-    warnings += ckv_warnings + kv_ignored
+    warnings += list(pre.ckv_warnings) + list(pre.kv_ignored)
     return Selection(environment=environment_summary(cfg, facts), block_size=block_size, groups=tuple(out),
                      warnings=tuple(warnings), trace=tuple(trace))
 

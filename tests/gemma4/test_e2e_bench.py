@@ -17,7 +17,7 @@ from g4_helpers import simple_selection  # noqa: E402
 
 # ---------------------------------------------------------------------------- e2e smoke
 def test_e2e_smoke_writes_results(tmp_path):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     out = tmp_path / "e2e"
     assert e2e.main(["--smoke", "--out", str(out), "--budget-s", "120"]) == 0
     d = json.loads((out / "e2e.json").read_text())
@@ -59,9 +59,9 @@ def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):
             out["verdict"] = e2e.WRONG
         return out
 
-    monkeypatch.setattr(e2e, "numerics_check", wrong_for_fp8)
+    monkeypatch.setattr("kselect.measurement.e2e.harness.numerics_check", wrong_for_fp8)
     out = tmp_path / "e2e"
-    rc = e2e.main(["--smoke", "--out", str(out), "--selections", "base", "--batches", "1", "--no-hf", "--budget-s", "120"])
+    rc = importlib.import_module("kselect.commands.e2e").main(["--smoke", "--out", str(out), "--selections", "base", "--batches", "1", "--no-hf", "--budget-s", "120"])
     log = capsys.readouterr().out
     assert rc == 1
     assert "numerics: WRONG (an attention call above its bar, or non-finite) for: gemma4_tiny base kv=fp8;" in log
@@ -411,7 +411,7 @@ def test_hf_is_timed_on_torchs_own_threads_not_the_engines(monkeypatch, tmp_path
     """An engine on a GPU shrinks torch's pool to one thread for the whole process (gemma4/host_threads.py); HF's
     baseline is timed on the count torch had before, and the engines' count comes back after."""
     e2e = importlib.import_module("kselect.measurement.e2e")
-    monkeypatch.setattr(e2e, "HF_THREADS", 2)
+    monkeypatch.setattr("kselect.measurement.e2e.hf.HF_THREADS", 2)
     seen = []
 
     class FakeHF:
@@ -611,7 +611,7 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
 
 
 def test_e2e_refuses_prefill_graph_tokens_that_are_no_bucket(tmp_path, capsys):
-    e2e = importlib.import_module("kselect.measurement.e2e")
+    e2e = importlib.import_module("kselect.commands.e2e")
     with pytest.raises(SystemExit) as ex:
         e2e.main(["--smoke", "--out", str(tmp_path / "r"), "--prefill-graph-tokens", "3000"])
     assert ex.value.code == 2

@@ -11,7 +11,9 @@ import sys
 import pytest
 import yaml
 
-from kselect.measurement import conformance, measured_versions as mv
+from kselect.commands import conformance as conformance_command
+from kselect.measurement import measured_versions as mv
+from kselect.commands import perf as perf_command
 from kselect.measurement import perf as runner
 from kselect.selector.evidence import perf_data as perf
 
@@ -94,13 +96,13 @@ def test_conformance_writes_the_versions_of_what_it_ran_and_keeps_those_of_claim
     out.write_text(yaml.safe_dump({"gpu": "cpu_ci", "kernel_versions": {"vllm_flash_attn": "vllm-0.33.0",
                                                                         "flashinfer": "0.7.2.post1"},
                                    "claim_count": 1, "claims": old}))
-    assert conformance.main(["--claims", "TORCH_REFERENCE:bf16:d64:window", "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", "TORCH_REFERENCE:bf16:d64:window", "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
     assert doc["kernel_versions"] == {"flashinfer": "0.7.2.post1", "vllm_flash_attn": "vllm-0.33.0"}
     assert list(doc)[:4] == ["gpu", "torch", "measured", "kernel_versions"]  # where the committed files have it
     # a claim of another library, run now: its version joins; the kept FlashInfer claim keeps flashinfer's
-    assert conformance.main(["--claims", "TRITON_ATTN:fp32:d64:page32", "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", "TRITON_ATTN:fp32:d64:page32", "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
     release = doc["claims"]["TRITON_ATTN:fp32:d64:page32"]["versions"]["vllm"]
@@ -110,7 +112,7 @@ def test_conformance_writes_the_versions_of_what_it_ran_and_keeps_those_of_claim
 
 def test_conformance_on_this_machine_records_installed_triton(tmp_path):
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", "TRITON_ATTN:fp32:d64:page32", "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", "TRITON_ATTN:fp32:d64:page32", "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     kv = yaml.safe_load(out.read_text())["kernel_versions"]
     assert kv["triton"] == md.version("triton") and kv["vllm_triton"].startswith("vllm-")
@@ -141,7 +143,7 @@ def test_a_perf_run_keeps_the_files_versions(tmp_path):
     out = tmp_path / "perf" / "fake.yaml"
     out.parent.mkdir()
     out.write_text(yaml.safe_dump({"gpu": "fake", "kernel_versions": {"flashinfer": "0.7.2.post1"}}))
-    assert runner.main(["--gpu-name", "fake", "--conformance", str(conf), "--out", str(out), "--models", "gemma4_tiny",
+    assert perf_command.main(["--gpu-name", "fake", "--conformance", str(conf), "--out", str(out), "--models", "gemma4_tiny",
                         "--device", "cpu", "--reps", "1", "--decode", "1x32", "--prefill", ""]) == 0
     data = perf.load("fake", out.parent)
     assert len(data.entries) == 2 and data.kernel_versions == {"flashinfer": "0.7.2.post1"}

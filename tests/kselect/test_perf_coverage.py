@@ -8,20 +8,20 @@ import shutil
 
 import yaml
 
-from kselect.measurement import perf as runner
+from kselect.commands import perf as perf_command
 from kselect.selector.evidence.perf_data import PERF_DIR
 
 H200 = ["--gpu-name", "nvidia_h200", "--platform", "sm90", "--rules", "vllm_0_33_0,post_pr52987", "--missing", "--dry-run"]
 
 
 def dry_run(capsys, *extra) -> list[str]:
-    assert runner.main([*H200, *extra]) == 0
+    assert perf_command.main([*H200, *extra]) == 0
     return [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("would time ")]
 
 
 def dry_run_all(capsys, *extra) -> list[str]:
     """The whole grid the runner would time (no --missing), over a copy nothing writes to."""
-    assert runner.main([*(a for a in H200 if a != "--missing"), *extra]) == 0
+    assert perf_command.main([*(a for a in H200 if a != "--missing"), *extra]) == 0
     return [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("would time ")]
 
 
@@ -52,7 +52,7 @@ def test_dry_run_names_a_bucket_the_file_lacks_and_writes_nothing(tmp_path, caps
 def test_dry_run_without_missing_lists_the_whole_grid(tmp_path, capsys):
     shutil.copy(PERF_DIR / "nvidia_h200.yaml", tmp_path / "p.yaml")
     argv = [a for a in H200 if a != "--missing"]
-    assert runner.main([*argv, "--models", "gemma4_e4b", "--kernels", "FLASH_ATTN_v3+upstream", "--kv", "fp8",
+    assert perf_command.main([*argv, "--models", "gemma4_e4b", "--kernels", "FLASH_ATTN_v3+upstream", "--kv", "fp8",
                         "--decode", "1x512", "--prefill", "", "--out", str(tmp_path / "p.yaml")]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("would time ")]
     # the sliding group (d256, window 512) at every page the objective reaches for it

@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from kselect.measurement import perf as runner
+from kselect.commands import perf as perf_command
 from kselect.measurement import perf_targets as targeting
 from kselect.measurement import perf_timing as timing
 from kselect.selector.evidence import perf_data as perf
@@ -28,7 +28,7 @@ def conformance_file(tmp_path):
 
 def run(tmp_path, conf, *extra):
     out = tmp_path / "perf" / "fake.yaml"
-    rc = runner.main(["--gpu-name", "fake", "--conformance", str(conf), "--out", str(out), "--models", "gemma4_tiny",
+    rc = perf_command.main(["--gpu-name", "fake", "--conformance", str(conf), "--out", str(out), "--models", "gemma4_tiny",
                       "--device", "cpu", "--reps", "1", *extra])
     assert rc == 0
     return out
@@ -56,7 +56,7 @@ def test_runner_writes_one_valid_entry_per_verified_target_and_bucket(tmp_path, 
 def test_bad_bucket_and_missing_conformance_are_refused(tmp_path, conformance_file, capsys):
     with pytest.raises(SystemExit, match="bad bucket '1y2'"):
         run(tmp_path, conformance_file, "--decode", "1y2")
-    assert runner.main(["--gpu-name", "nope", "--conformance", str(tmp_path / "none.yaml"), "--device", "cpu"]) == 2
+    assert perf_command.main(["--gpu-name", "nope", "--conformance", str(tmp_path / "none.yaml"), "--device", "cpu"]) == 2
     assert "run `kselect conformance` first" in capsys.readouterr().err
 
 
@@ -159,7 +159,7 @@ def test_steps_merge_beside_the_kernel_entries_and_keys_are_checked(tmp_path, co
 def test_perf_steps_needs_a_gpu_and_says_so(capsys):
     import torch
 
-    from kselect.measurement import perf_steps
+    from kselect.commands import perf_steps
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -193,7 +193,7 @@ def test_fence_is_parsed_checked_and_builds_the_work_it_names(tmp_path, conforma
     for bad in ("gemv", "gemv:0", "read:64", "write:-1", "write:1.5"):
         with pytest.raises(ValueError, match="expected KIND:MIB"):
             timing.parse_fence(bad)
-    assert runner.main(["--gpu-name", "fake", "--conformance", str(conformance_file), "--device", "cpu",
+    assert perf_command.main(["--gpu-name", "fake", "--conformance", str(conformance_file), "--device", "cpu",
                         "--fence", "gemv:0"]) == 2
     assert "--fence 'gemv:0'" in capsys.readouterr().err
     # the fence does its bytes of work: a gemv reads MIB of bf16 weights, a write zeroes MIB

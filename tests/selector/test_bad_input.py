@@ -362,7 +362,7 @@ CLAIM = "TORCH_REFERENCE:bf16:d64:causal"
 
 
 def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
-    from kselect.measurement import conformance
+    from kselect.commands import conformance
 
     out = tmp_path / "cpu_ci.yaml"
     kept = {"TRITON_ATTN:bf16:d256:causal": {"status": "verified", "rel_err": 0.001, "detail": "from the H200"},
@@ -377,7 +377,7 @@ def test_conformance_out_merges_and_says_what_changed(tmp_path, capsys):
 
 
 def test_conformance_refuses_a_gpu_name_that_is_not_this_device(tmp_path, capsys):
-    from kselect.measurement import conformance
+    from kselect.commands import conformance
 
     argv = ["--claims", CLAIM, "--gpu-name", "nvidia_h200", "--device", "cpu", "--out", str(tmp_path / "o.yaml")]
     assert call_main(conformance.main, argv) == 2

@@ -220,7 +220,7 @@ SPACED = "+hydra.job.env_set.X='a b'"  # an override the shell must quote
     ("select", "kselect.commands.select.select", ["platform=sm90", SPACED]),
     ("explain", "kselect.selector.measure.explain.explain", ["platform=sm90", SPACED]),
     ("run", "kselect.run.select", ["platform=cpu", SPACED]),
-    ("oracle", "kselect.oracle.cli._cells", ["0.34.0", "--dry-run", "--rules", "it's"]),
+    ("oracle", "kselect.oracle.track._cells", ["0.34.0", "--dry-run", "--rules", "it's"]),
     ("bench", "kselect.commands.bench.main", ["experiment=e2e_smoke", "dry_run=true", "it's"]),
     ("conformance", "kselect.commands.conformance.main", ["--device", "cpu", "it's"]),
 ])  # fmt: skip

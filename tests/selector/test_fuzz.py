@@ -474,7 +474,7 @@ def _main(cli: str):
     elif cli == "gather":
         from kselect.commands.gather import main
     elif cli == "conformance":
-        from kselect.measurement.conformance import main
+        from kselect.commands.conformance import main
     elif cli == "run":
         from kselect.run import main, user_errors
 

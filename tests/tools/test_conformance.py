@@ -5,6 +5,7 @@ import pytest
 import torch
 import yaml
 
+from kselect.commands import conformance as conformance_command
 from kselect.measurement import conformance
 from kselect.measurement.conformance import check_claim
 from kselect.selector.measure.claims import claim_runs
@@ -54,7 +55,7 @@ def test_cli_writes_yaml(tmp_path):
     claims = tmp_path / "claims.yaml"
     claims.write_text("- TORCH_REFERENCE:bf16:d64:window\n- TRITON_ATTN:fp32:d64:page32\n")
     out = tmp_path / "res" / "conf.yaml"
-    assert conformance.main(["--claims", str(claims), "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", str(claims), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     doc = yaml.safe_load(out.read_text())
     assert doc["gpu"] == "cpu_ci" and set(doc) == {"gpu", "torch", "measured", "kernel_versions", "commit", "command",
@@ -65,11 +66,11 @@ def test_cli_writes_yaml(tmp_path):
 
 def test_missing_runs_only_claims_the_file_lacks(tmp_path, capsys):
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", "TORCH_REFERENCE:bf16:d64:window", "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", "TORCH_REFERENCE:bf16:d64:window", "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out)]) == 0
     before = yaml.safe_load(out.read_text())["claims"]["TORCH_REFERENCE:bf16:d64:window"]
     capsys.readouterr()
-    assert conformance.main(["--claims", "TORCH_REFERENCE:bf16:d64:window,TORCH_REFERENCE:bf16:d64:page32",
+    assert conformance_command.main(["--claims", "TORCH_REFERENCE:bf16:d64:window,TORCH_REFERENCE:bf16:d64:page32",
                              "--gpu-name", "cpu_ci", "--device", "cpu", "--out", str(out), "--missing"]) == 0
     log = capsys.readouterr().out
     assert "[1/1] TORCH_REFERENCE:bf16:d64:page32" in log and "d64:window " not in log.split("merging")[1].split("\n", 1)[1]
@@ -83,7 +84,7 @@ def test_families_and_parallel_cli(tmp_path):
            "FLASHINFER:bf16:d64:causal"]
     assert conformance.families(ids + ["nope"]) == [[ids[0], ids[2]], [ids[1]], [ids[3]], ["nope"]]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     doc = yaml.safe_load(out.read_text())
     assert list(doc["claims"]) == ids  # input order, although families finish in any order
@@ -111,7 +112,7 @@ def test_a_kernel_that_kills_its_process_costs_only_its_claims(tmp_path, monkeyp
     monkeypatch.setenv("KSELECT_FA3_BUILD", "upstream")
     ids = ["FLASH_ATTN_v3:fp32:d64:causal", "FLASH_ATTN_v3:fp32:d64:window", "TORCH_REFERENCE:fp32:d64:causal"]
     out = tmp_path / "conf.yaml"
-    assert conformance.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
+    assert conformance_command.main(["--claims", ",".join(ids), "--gpu-name", "cpu_ci", "--device", "cpu",
                              "--out", str(out), "--jobs", "2"]) == 0
     claims = yaml.safe_load(out.read_text())["claims"]
     assert claims[ids[0]] == dict(status="refuted", rel_err=None, detail=conformance.DIED)

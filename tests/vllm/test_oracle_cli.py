@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kselect.oracle import cli, env
+from kselect.commands import oracle as cli
+from kselect.oracle import env, track
 from kselect.oracle.cells import Cell, grid
 from kselect.oracle.compare import kselect_records
 
@@ -36,7 +37,7 @@ def fake_release(tmp_path, monkeypatch):
     tree = fake_tree(tmp_path / "src")
     monkeypatch.setattr(env, "ensure", lambda release, **k: env.Env(release.version, release.src,
                                                                      Path(sys.executable), "0.7.3"))
-    monkeypatch.setattr(cli, "worker_cmd", lambda e: [sys.executable, str(FAKE), "--src", str(e.src),
+    monkeypatch.setattr(track, "worker_cmd", lambda e: [sys.executable, str(FAKE), "--src", str(e.src),
                                                       "--version", e.version])
     ks = kselect_records(CELLS, rules="vllm_0_33_0")
     truth = {}
@@ -117,7 +118,7 @@ def test_bad_input_exits_2_with_one_paragraph(argv, words, tmp_path, monkeypatch
 
         with zipfile.ZipFile(tmp_path / "wheels" / "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl", "w") as z:
             z.writestr("vllm/__init__.py", "")
-    r = subprocess.run([sys.executable, "-c", "import sys; from kselect.oracle import cli, env; from pathlib import Path;"
+    r = subprocess.run([sys.executable, "-c", "import sys; from kselect.commands import oracle as cli; from kselect.oracle import env; from pathlib import Path;"
                         f"env.home = lambda: Path({str(tmp_path)!r}); sys.exit(cli.main(sys.argv[1:]))", *argv],
                        capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
@@ -142,14 +143,14 @@ def test_help_exits_0():
 
 
 def test_kselect_side_never_imports_vllm_and_the_worker_imports_no_kselect():
-    code = ("import sys; import kselect.oracle.cli, kselect.oracle.run, kselect.oracle.env, kselect.oracle.compare;"
+    code = ("import sys; import kselect.commands.oracle, kselect.oracle.run, kselect.oracle.env, kselect.oracle.compare;"
             "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.') or m == 'torch'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
     import ast
 
     for name in ("worker.py", "vllm_chain.py"):
-        tree = ast.parse((Path(cli.__file__).parent / name).read_text())
+        tree = ast.parse((Path(env.__file__).parent / name).read_text())
         mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         mods |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not [m for m in mods if m.split(".")[0] == "kselect"], name

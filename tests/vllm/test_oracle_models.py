@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kselect.oracle import cli, env, vllm_chain
+from kselect.commands import oracle as cli
+from kselect.oracle import env, vllm_chain
 from kselect.oracle.cells import (ATTENTION_BACKENDS, HF_MODELS, MLA_BACKENDS, MODEL_BACKENDS, MODELS,
                                   SPARSE_MLA_BACKENDS, Cell, models_grid)
 from kselect.oracle.models import hf_config_json, write_model_dirs

@@ -60,7 +60,8 @@ def _src_with_registry() -> Path:
 
 
 def test_dry_run_without_configs_exits_2(tmp_path, capsys, monkeypatch):
-    from kselect.oracle import cli, env
+    from kselect.commands import oracle as cli
+    from kselect.oracle import env
 
     monkeypatch.setattr(env, "resolve", lambda source, *a, **k: env.Release("0.34.0", None, tmp_path))
     rc = cli.main(["0.34.0", "--grid", "registry", "--dry-run", "--out", str(tmp_path / "r.jsonl.gz")])
@@ -69,7 +70,8 @@ def test_dry_run_without_configs_exits_2(tmp_path, capsys, monkeypatch):
 
 
 def test_dry_run_with_configs_plans_the_cells(tmp_path, capsys, monkeypatch):
-    from kselect.oracle import cli, env
+    from kselect.commands import oracle as cli
+    from kselect.oracle import env
 
     monkeypatch.setattr(env, "resolve", lambda source, *a, **k: env.Release("0.34.0", None, tmp_path))
     (tmp_path / "r.configs.json").write_text(json.dumps({"configs": {"LlamaForCausalLM": {}}}))

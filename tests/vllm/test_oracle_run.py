@@ -161,7 +161,7 @@ def test_ray_is_imported_only_when_asked():
     """Ray is an optional extra: the oracle's command, runner and export never import it on their own."""
     import subprocess
 
-    code = ("import sys; import kselect.oracle.cli as c, kselect.oracle.run, kselect.oracle.export; "
+    code = ("import sys; import kselect.commands.oracle as c, kselect.oracle.run, kselect.oracle.export; "
             "c.parser().parse_args(['0.34.0', '--ray-address', 'local']); "
             "assert 'ray' not in sys.modules, 'ray imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from kselect.oracle import cli
+from kselect.commands import oracle as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "kselect-oracle.yml"

@@ -5,7 +5,7 @@ decode step part).
         --selections vllm latency
     python3 -m kselect.measurement.gemma4.bucket_vs_step --phase prefill --max-seq-lens 520 4608 ...
 
-For each selection and KV dtype (resolved as kselect/measurement/e2e.py resolves them at decode B1): the B1 decode
+For each selection and KV dtype (resolved as kselect/measurement/e2e/ resolves them at decode B1): the B1 decode
 step of the model under CUDA graphs, profiled (every attention kernel by name: launches per step, mean
 microseconds); then each group's kernel timed as `kselect perf` times its bucket (kselect/measurement/perf_timing.py
 time_bucket, at the same context and page) under the profiler (the same per-kernel table), once per

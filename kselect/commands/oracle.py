@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
                    help="gemma4 (default); models: the other presets; registry: every text decoder of the "
                         "release's registry with a transformers config class (docs/models.md)")
     p.add_argument("--out", default=None, help="the record (default: oracle_[models_|registry_]<version>.jsonl.gz "
-                                               "here; the registry's configs beside it)")
+                                               "here)")
     p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
                    help="exit 1 when any field agrees on less than this percentage (default 99.5)")
     p.add_argument("--jobs", type=_positive, default=2, help="worker processes (or Ray actors) at once (default 2)")

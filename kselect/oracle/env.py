@@ -38,6 +38,9 @@ IMPORT_DEPS = ("regex", "cachetools", "psutil", "numpy", "requests", "tqdm", "py
 # blocks): compressed-tensors at the release's pin (its METADATA), and the one dependency of it a venv above lacks.
 # A venv built before these were listed gets them once, without dependencies (`.extras` inside names them).
 MODEL_DEPS = ("compressed-tensors", "loguru")
+# releases whose transformers requirement has no upper bound: the transformers of the release's own weeks
+# (0.28.0, 2026-08-26, asks only >=5.5.3; the newest transformers postdate it by months). The release pins the rest.
+ERA_TRANSFORMERS = {"0.28.0": "==5.15.1"}
 SKIP_SUFFIXES = (".so", ".h", ".hpp", ".cuh", ".inl", ".cu", ".cpp")
 VERSION_RE = re.compile(r"\d+\.\d+\.\d+[a-z0-9.+-]*")  # whole strings only (fullmatch): a version
 # names cache folders, venvs and lock files
@@ -218,7 +221,7 @@ def _ensure_venv(version: str, metadata: str, root: Path, pip, quiet: bool) -> P
     if not quiet:
         print(f"oracle: building vLLM {version}'s CPU venv in {venv} (once)", file=sys.stderr, flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True)
-    transformers = "transformers" + (requirement(metadata, "transformers") or "")
+    transformers = "transformers" + (ERA_TRANSFORMERS.get(version) or requirement(metadata, "transformers") or "")
     # venv's own paths (pyvenv.cfg, bin/python) resolve relative to it: the rename below keeps it usable
     extras = model_deps(metadata)
     pip(tmp / "bin" / "python", [TORCH, transformers, TRITON, *IMPORT_DEPS, *extras])

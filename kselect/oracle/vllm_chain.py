@@ -250,9 +250,7 @@ def _build(vllm_config, out: dict, _unused) -> None:
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.platforms import current_platform
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
-    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, init_attn_backend
-    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     _ensure_distributed(vllm_config)
     _init_workspace(vllm_config)
@@ -270,15 +268,44 @@ def _build(vllm_config, out: dict, _unused) -> None:
         out["_stage"] = "kv_cache_spec"
         specs = get_kv_cache_spec(vllm_config)
         out["_stage"] = "kv_cache_groups"
-        layouts = [[x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(vllm_config))]]
-        resolve_kv_cache_layout(vllm_config, layouts, specs.values())
+        _resolve_layout(vllm_config, specs)
         kv_cfg = _kv_cache_config(vllm_config, specs)
         out["_stage"] = "metadata_builders"
-        attn_groups, _, kernel_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE_T(),
-                                                          draft_layer_names=draft_layers)
+        attn_groups, kernel_blocks, draft_blocks = _init_attn_backend(vllm_config, kv_cfg, draft_layers)
         out["_stage"] = "record"
-        out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers)
+        out["groups"] = _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers, draft_blocks)
         out["block_size"] = vllm_config.cache_config.block_size
+
+
+def _resolve_layout(vllm_config, specs) -> None:
+    """The KV-cache layout every backend accepts (0.32.0 on). Earlier releases (0.28.0) set it at selection
+    (get_attn_backend's required layout), which is already done here."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+    except ImportError:
+        return
+    layouts = [[x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(vllm_config))]]
+    resolve_kv_cache_layout(vllm_config, layouts, specs.values())
+
+
+def _init_attn_backend(vllm_config, kv_cfg, draft_layers):
+    """The metadata builders as the V2 runner makes them: (attention groups, kernel blocks per KV group, the draft
+    layers' kernel blocks per KV group or None). 0.32.0 on builds target and draft in one call (draft_layer_names);
+    0.28.0's target runner builds every layer of a group (the draft's KV-sharing ones too), then its speculator
+    builds the draft layers' own (set_attn: active_layer_names), whose kernel block the draft runs with."""
+    import inspect
+
+    from vllm.v1.worker.gpu.attn_utils import init_attn_backend
+
+    if "draft_layer_names" in inspect.signature(init_attn_backend).parameters:
+        groups, _, blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE_T(), draft_layer_names=draft_layers)
+        return groups, blocks, None
+    groups, _, blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE_T())
+    if not draft_layers:
+        return groups, blocks, None
+    _, _, draft_blocks = init_attn_backend(kv_cfg, vllm_config, BUILDER_DEVICE_T(), active_layer_names=draft_layers)
+    return groups, blocks, draft_blocks
 
 
 def _kv_cache_config(vllm_config, specs):
@@ -353,7 +380,7 @@ def mamba_type(spec) -> str:
     return MAMBA_TYPES.get(name, name.lower())
 
 
-def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> dict:
+def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers, draft_blocks=None) -> dict:
     """Per group kind (and draft/target): the backend, FA version, blocks, quant-query, impl, layers;
     for Mamba-like groups also vLLM's mamba_type and the state's page size. Every layer vLLM
     registered with a KV-cache spec is in one group (attention, MLA, Mamba, GDN, linear...)."""
@@ -369,8 +396,9 @@ def _groups(vllm_config, kv_cfg, attn_groups, kernel_blocks, draft_layers) -> di
             for name in g.layer_names:
                 layer = layers[name]
                 key = f"draft:{kind}" if name in draft_layers else kind
+                kernel = draft_blocks[gid] if draft_blocks is not None and name in draft_layers else kernel_blocks[gid]
                 rec = {"backend": layer.get_attn_backend().get_name(), "fa_version": _fa_version(layer),
-                       "kernel_block": kernel_blocks[gid], "kv_block": kv_block,
+                       "kernel_block": kernel, "kv_block": kv_block,
                        "quant_query": _quant_query(layer), "impl": _impl_name(layer)}
                 if kind == "mla":
                     rec["sparse"] = bool(getattr(getattr(layer, "impl", None), "is_sparse", False))
@@ -539,6 +567,9 @@ def _clear_caches() -> None:
     """functools caches keyed on config values (backend choice, FA support) must not leak
     from one cell into the next; the capability is fixed for the process."""
     global _CACHES
+    layouts = sys.modules.get("vllm.v1.attention.backends.utils")
+    if layouts is not None and hasattr(layouts, "_KV_CACHE_LAYOUT_OVERRIDE"):  # 0.28.0 sets it at selection: a fresh
+        layouts._KV_CACHE_LAYOUT_OVERRIDE = None  # engine starts without one
     if _CACHES[0] != len(sys.modules):
         _CACHES = (len(sys.modules), _find_caches())
     for f in _CACHES[1]:

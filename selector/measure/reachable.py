@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..measure.figures import kv_tag
 from ..measure.pins import priority_of, resolutions, with_objective
 from ..evidence.evidence import Evidence
-from ..rules.resolve import resolve_rules
+from ..rules.groups import target_groups
 from ..rules.rulebook import RuleBook, rulebook
 from ..config.schema import KSelectConfig
 from ..outputs.selection import Selection
@@ -35,7 +35,7 @@ def reachable(cfg: KSelectConfig, book: RuleBook | None = None) -> set[KernelRun
     cfg = with_objective(cfg, "vllm")
     book = book or rulebook(cfg)
     none = Evidence.none()
-    kinds = [g.kind for g in resolve_rules(cfg, book, none).groups if not g.draft]
+    kinds = [g.kind for g in target_groups(cfg)]  # also where vLLM's own choice fails (a pinned one may run)
     return {KernelRun(path_id(g.backend, g.flash_attn_version), kv_tag(g, cfg.model.dtype), g.head_size, g.num_kv_heads,
                       g.sliding_window, g.kernel_block_size)
             for _, _, _, sel in resolutions(cfg, book, kinds, priority_of(cfg, book), none) if isinstance(sel, Selection)

@@ -25,9 +25,11 @@ from kselect.selector.review.sweep import run_job
 SM90 = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]  # the seed story's rules
 MTP_UNIT = "mtp-unit_scales_on_calibrated_fp8"
 BLOCK = "kv_cache.block_size=16 precluded higher-priority backend(s) ['FLASH_ATTN']"
+# (a text-only FP8 Gemma-4 on SM90 takes FlashInfer, whose SM90 builder refuses sliding-window layers, and an unpinned
+# drafter does too: the cases pin TRITON_ATTN, which the drafter inherits, or run multimodal)
 CASES = {
-    "mtp": (SM90 + ["kv_cache.scales=calibrated", "spec_decode=mtp"], MTP_UNIT),
-    "block": (SM90 + ["kv_cache.block_size=16", "overlay=[pr48666]"], BLOCK),
+    "mtp": (SM90 + ["kv_cache.scales=calibrated", "spec_decode=mtp", "attention.backend=TRITON_ATTN"], MTP_UNIT),
+    "block": (SM90 + ["model.multimodal=true", "kv_cache.block_size=16", "overlay=[pr48666]"], BLOCK),
     # sm100 has no measured conformance data (gpu_model null): every claim is unverified
     "unverified": (["rules=post_pr52987", "platform=sm100", "model=gemma4_31b", "kv_cache=fp8"], "unverified on sm100: FLASHINFER:fp8:d512:causal"),
 }
@@ -80,12 +82,12 @@ def test_refuted_claims_in_every_format(refuted_gpu):
     assert "REFUTED on fake_h200: FLASH_ATTN_v4:fp8:d512:causal" in render(resolve(cfg, refuted_gpu), "vllm", cfg=cfg)
 
 
-def _matrix(pins=None) -> MatrixSpec:
+def _matrix(pins=None, multimodal=(False,)) -> MatrixSpec:
     return MatrixSpec(
         name="w",
         rules="post_pr52987",
         axes={"platform": ["sm90"], "model": ["gemma4_31b"], "kv_cache": ["fp8"], "scales": ["unit", "calibrated"],
-              "spec_decode": ["none", "mtp"]},  # fmt: skip
+              "spec_decode": ["none", "mtp"], "multimodal": list(multimodal)},  # fmt: skip
         pins=pins or {"auto": {}, "bs16": {"kv_cache.block_size": 16}},
     )
 
@@ -97,9 +99,12 @@ def _diff(spec, a, b, evidence=None):
 
 @functools.lru_cache(maxsize=None)
 def _fwd_back():
-    # #48666: the user block size now excludes FA (kernel block [64]); the revert brings back the MTP bug
-    spec = _matrix()
-    return _diff(spec, (), ("pr48666",)), _diff(spec, ("pr48666",), ("pr48666", "pr52987"))
+    # #48666: the user block size now excludes FA (kernel block [64]) from the multimodal FP8 cells; the revert brings
+    # back the MTP bug (shown with TRITON_ATTN pinned, which the drafter inherits: unpinned, a text-only FP8 drafter
+    # takes FlashInfer, whose SM90 builder refuses its sliding-window layers)
+    fwd = _diff(_matrix(multimodal=(True,)), (), ("pr48666",))
+    triton = _matrix({"triton": {"attention.backend": "TRITON_ATTN"}})
+    return fwd, _diff(triton, ("pr48666",), ("pr48666", "pr52987"))
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
@@ -110,11 +115,11 @@ def test_diffs_show_new_warnings_first(fmt):
     if fmt == "json":
         blocks = json.loads(back)["blocks"]
         mtp = next(b for b in blocks if MTP_UNIT in b["title"])
-        assert mtp["kind"] == "new_warning" and mtp["cells"] == ["sm90-gemma4_31b-fp8-calib-mtp", "sm90-gemma4_31b-fp8-calib-mtp-bs16"]
+        assert mtp["kind"] == "new_warning" and mtp["cells"] == ["sm90-gemma4_31b-fp8-calib-mtp-triton"]
         kinds = [b["kind"] for b in blocks]
         assert kinds.index("new_warning") < kinds.index("selection")
     else:
-        assert fwd.index(BLOCK) < fwd.index("FLASHINFER -> FLASH_ATTN v4")
+        assert fwd.index(BLOCK) < fwd.index("TRITON_ATTN -> FLASH_ATTN v4")
 
 
 def test_refuted_claims_lead_the_warnings_of_a_diff(refuted_gpu):

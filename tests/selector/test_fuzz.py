@@ -747,6 +747,16 @@ def run_measured(argv: list[str], cwd: Path) -> tuple[int, str, float, int]:
         return p.returncode, err.read(), usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
+@pytest.mark.parametrize("path,says", [("x" * 300, "a path component of 300 bytes"),
+                                        ("/".join(["d" * 200] * 25), "a path of 5024 bytes")], ids=["name", "path"])
+def test_gather_refuses_a_path_too_long_to_name_in_a_real_process(path, says, tmp_path):
+    # the OSError the file system would raise (ENAMETOOLONG) is exit 3 in a real process; the check makes it bad input
+    code, err, _, _ = run_measured(["gather", path], tmp_path)
+    assert code == 2, err[-1000:]
+    assert err.startswith("kselect: gather: ") and says in err and "allowed: at most" in err, err[-1000:]
+    assert "Traceback" not in err and "internal error" not in err and len(err.strip().splitlines()) == 1, err[-1000:]
+
+
 @pytest.mark.parametrize("argv", SUBPROCESS, ids=[a[0] for a in SUBPROCESS])
 def test_real_processes_exit_2_without_traceback(argv, tmp_path):
     code, err, _, rss_kb = run_measured(argv, tmp_path)  # its CPU time is a benchmark's, never a test's

@@ -12,7 +12,10 @@ from kselect.selector.export.formats import render
 
 from perf_fakes import FEATURES, GPU, entry as E, step, write_conformance, write_perf
 
-BASE = ["rules=post_pr52987", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]  # the seed's rules
+# the seed's rules, without FlashInfer's SM90 builder check (vLLM 0.28.0 refuses FlashInfer's sliding-window
+# layers there): these rows measure the choice among kernels, FlashInfer's included (test_seed_era.py has the check)
+BASE = ["rules=post_pr52987", "platform=sm90", f"platform.gpu_model={GPU}", "model=gemma4_31b"]
+NO_FI_SM90_SWA = "rules.flashinfer-sm90_sliding_window_builder.enabled=false"  # a rule of rules=post_pr52987 only
 # sliding decode: FLASHINFER and TRITON_ATTN within 3% (a tie); full decode: TRITON_ATTN fastest but unverified
 BUCKETS = [
     E("FLASH_ATTN_v4", 256, "decode", 0.10), E("FLASHINFER", 256, "decode", 0.080), E("TRITON_ATTN", 256, "decode", 0.079),
@@ -46,13 +49,17 @@ def evidence() -> Evidence:
     return Evidence.load(FAKE["dir"]) if "dir" in FAKE else Evidence.none()
 
 
+def _over(over) -> list[str]:
+    return [*BASE, *over] if any(o.startswith("rules=") for o in over) else [*BASE, NO_FI_SM90_SWA, *over]
+
+
 def run(*over):
-    return resolve(compose([*BASE, *over]), evidence())
+    return resolve(compose(_over(over)), evidence())
 
 
 def export(*over) -> str:
     """output=vllm of a selection (the export re-resolves its config under vLLM 0.33.0's rules)."""
-    cfg = compose([*BASE, *over])
+    cfg = compose(_over(over))
     return render(resolve(cfg, evidence()), "vllm", cfg=cfg)
 
 
@@ -174,7 +181,7 @@ def test_explain_answers_the_fp8_question(fake_gpu):
 
     fake_gpu(buckets=[*BUCKETS, E("FLASHINFER", 256, "decode", 0.05, kv="fp8"), E("FLASHINFER", 512, "decode", 0.2, kv="fp8"),
                       E("FLASHINFER", 256, "prefill", 0.9, kv="fp8")])
-    d = explain(compose(BASE), evidence())
+    d = explain(compose(_over(())), evidence())
     bf, f8 = d["caches"]["bfloat16"], d["caches"]["fp8_e4m3"]
     assert bf["bytes_per_token"] == 2 * f8["bytes_per_token"] == 901_120  # 31B: 50 x 2x16x256x2 + 10 x 2x4x512x2
     dec = next(r for r in f8["rows"] if (r["group"], r["phase"]) == ("sliding_window", "decode"))
@@ -193,7 +200,7 @@ def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake
 
     extra = [E("FLASH_ATTN_v4", 512, "prefill", 1.5), E("FLASHINFER", 512, "prefill", 1.2)]
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0)])
-    d = explain(compose(BASE), evidence())
+    d = explain(compose(_over(())), evidence())
     assert d["steps"]["prefill"]["wall_ms"] == 400.0
     h = d["caches"]["bfloat16"]["prefill_headroom"]  # the record the text is rendered from (JSON output)
     assert (h["vllm_ms"], h["best_ms"], h["step_ms"]) == (40.0, 37.0, 400.0) and h["share"] == pytest.approx(0.0075)
@@ -201,7 +208,7 @@ def test_explain_gives_the_prefill_headroom_as_a_share_of_the_measured_step(fake
     assert "prefill headroom (bfloat16): vLLM's choice 40 ms of attention, latency's choice 37 ms: 3 ms saved = 0.75% " \
         "of the model's measured prefill step (400 ms wall, gemma4_31b:prefill:b1:c4096" in to_text(d)
     fake_gpu(buckets=[*BUCKETS, *extra], steps=[step(400.0, 390.0, context=2048)])
-    text = to_text(explain(compose(BASE), evidence()))
+    text = to_text(explain(compose(_over(())), evidence()))
     assert "3 ms saved (the model's step at B1 x 4096 is not measured: kselect perf-steps; no share" in text
 
 
@@ -360,7 +367,7 @@ def test_a_prefill_that_plans_on_the_host_pays_the_plan_once_a_step(fake_gpu):
     from kselect.selector.measure.explain import explain, step
 
     fake_gpu(buckets=rest + [fi.model_copy(update={"plan_ms": 5.0})], unverified=("TRITON_ATTN", "FLASH_ATTN_v4"))
-    rows = explain(compose(BASE), evidence())["caches"]["bfloat16"]["rows"]
+    rows = explain(compose(_over(())), evidence())["caches"]["bfloat16"]["rows"]
     assert step(rows, "prefill", "best") == pytest.approx(step(rows, "prefill", "best", "kernel_ms") + 5.0)
     # decode figures carry no plan: the host plans a decode step while the GPU runs the previous one (FlashInfer's
     # B1 decode steps in bench/results/h200/splits/E1 cost what its kernels do, no extra millisecond)
@@ -505,14 +512,14 @@ def test_explain_notes_the_host_time_faster_kernels_add_to_an_eager_step(fake_gp
     base = [host(x, 0.2) if x.phase == "prefill" else x for x in BUCKETS]  # sliding: FA4 both ways, same host time
     fast = [host(E("FLASH_ATTN_v4", 512, "prefill", 1.5), 0.1), host(E("FLASHINFER", 512, "prefill", 1.2), 0.4)]
     fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0)])
-    d = explain(compose(BASE), evidence())
+    d = explain(compose(_over(())), evidence())
     h = d["caches"]["bfloat16"]["prefill_headroom"]
     assert h["host_added_ms"] == pytest.approx(10 * (0.4 - 0.1)) and h["step_over_kernels"] == pytest.approx(1.05)
     assert "note: that step runs eager (wall 1.05x its kernels) and the fastest kernels' calls cost 3 ms more host " \
         "time" in to_text(d)
     fake_gpu(buckets=[*base, *fast], steps=[step(420.0, 400.0).model_copy(update={"graphs": True})])
-    assert explain(compose(BASE), evidence())["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None
+    assert explain(compose(_over(())), evidence())["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None
     cheap = [x.model_copy(update={"host_ms": 0.05}) if x.kernel == "FLASHINFER" else x for x in fast]
     fake_gpu(buckets=[*base, *cheap], steps=[step(420.0, 400.0)])
-    d = explain(compose(BASE), evidence())
+    d = explain(compose(_over(())), evidence())
     assert d["caches"]["bfloat16"]["prefill_headroom"]["host_added_ms"] is None and "note: that step" not in to_text(d)

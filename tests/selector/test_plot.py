@@ -33,7 +33,7 @@ def test_diff_grid_picture(tmp_path, capsys):
 
 def test_matrix_picture_with_filter_and_warnings(tmp_path):
     out = tmp_path / "golden"
-    assert main(["matrix=golden", "where.platform=sm90", "where.kv_cache=fp8", "where.model=gemma4_31b", f"out={out}"]) == 0
+    assert main(["matrix=golden", "where.platform=sm100", "where.kv_cache=fp8", "where.model=gemma4_31b", f"out={out}"]) == 0
     page = out.with_suffix(".html").read_text()
     # the MTP unit-scales warning and the cells relying on unverified claims are on the page
     assert "mtp-unit_scales_on_calibrated_fp8" in page
@@ -61,7 +61,7 @@ def test_diff_blocks_picture_is_the_diff(tmp_path, capsys):
     assert page.count("<tr") == len(d.blocks) + 1  # a header and one row per block
     assert re.findall(r"src=['\"]([a-z]+):", page) == ["data"] and "http" not in page
     # the multimodal FP8 cells: both groups TRITON_ATTN -> FLASH_ATTN v4, framed, with an arrow
-    row = next(r for r in page.split("<tr")[1:] if "multimodal=true" in r and "quant_query" in r)
+    row = next(r for r in page.split("<tr")[1:] if "spec=none × multimodal=true" in r and "quant_query" in r)
     assert row.count("class='chip ch'") == 4 and row.count("<b>→</b>") == 2 and "TRITON_ATTN" in row
     w, h = _png_size(out.with_suffix(".png").read_bytes())
     assert 1000 < w < 2000 and h < 1000

@@ -25,9 +25,14 @@ SPEC = MatrixSpec(
     axes={"platform": ["cpu", "sm90"], "model": ["gemma4_tiny", "gemma4_31b"], "kv_cache": ["auto", "fp8"],
           "scales": ["unit", "calibrated"], "spec_decode": ["none", "mtp"], "multimodal": [False, True]},
     pins={"auto": {}, "bs16": {"kv_cache.block_size": 16}, "triton": {"attention.backend": "TRITON_ATTN"}},
-    skip=[{"when": {"scales": "calibrated", "kv_cache": "auto"}, "reason": "calibrated scales need an FP8 cache"}],
+    skip=[{"when": {"scales": "calibrated", "kv_cache": "auto"}, "reason": "calibrated scales need an FP8 cache"},
+          # FlashInfer's SM90 builder refuses sliding-window layers (a text-only FP8 target, an MTP drafter): cells whose
+          # failure text would be renamed too
+          {"when": {"platform": "sm90", "kv_cache": "fp8", "multimodal": False}, "reason": "FlashInfer fails"},
+          {"when": {"platform": "sm90", "kv_cache": "fp8", "spec_decode": "mtp"}, "reason": "FlashInfer fails"}],
 )  # fmt: skip
-JOB = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "kv_cache.scales=calibrated", "spec_decode=mtp"]
+JOB = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "kv_cache.scales=calibrated", "spec_decode=mtp",
+       "attention.backend=TRITON_ATTN"]
 
 
 def _respell(template: str) -> str:

@@ -40,13 +40,14 @@ def test_conf_change_against_its_base(tmp_path):
     p = recipe(repo)
     assert p.returncode == 0, p.stderr
     assert "No cell changed" in p.stdout
-    # a PR branch changes FLASHINFER's kernel blocks
+    # a PR branch changes TRITON_ATTN's kernel blocks (the seed story's multimodal FP8 cells on SM90 run it)
     git(repo, "checkout", "-qb", "pr")
     caps = repo / "conf" / "capabilities" / "default.yaml"
     text = caps.read_text()
-    assert text.count("  kernel_block_sizes: [16, 32, 64]") == 1
-    caps.write_text(text.replace("  kernel_block_sizes: [16, 32, 64]", "  kernel_block_sizes: [32, 64]", 1))
-    git(repo, "commit", "-qam", "FLASHINFER blocks")
+    old = "  kernel_block_sizes: [{multiple_of: 16}]"
+    at = text.index(old, text.index("TRITON_ATTN:\n"))
+    caps.write_text(text[:at] + "  kernel_block_sizes: [{multiple_of: 32}]" + text[at + len(old):])
+    git(repo, "commit", "-qam", "TRITON_ATTN blocks")
     summary = tmp_path / "summary.md"
     p = recipe(repo, "main", summary=summary)
     assert p.returncode == 1, p.stderr  # check=true: something moved
@@ -55,7 +56,7 @@ def test_conf_change_against_its_base(tmp_path):
                                "reach: post_pr52987, vllm_0_32_0, vllm_0_33_0, vllm_0_34_0; 4 diffs, cells changed**")
     assert "#### rules=post_pr52987 over matrix smoke" in p.stdout and "**kselect diff git:" in p.stdout
     assert "sliding_window: kernel block 16 -> 32, kv block 16 -> 32" in p.stdout
-    assert "`sm90 × gemma4_31b × kv=fp8 × multimodal=false`" in p.stdout
+    assert "`sm90 × kv=fp8 × spec=none × multimodal=true`" in p.stdout
     published = summary.read_text()
     assert published.startswith("### kselect: what this conf/ change does (base main = ") and p.stdout.strip() in published
     # a bad base revision: exit 2, one line

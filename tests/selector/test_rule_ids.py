@@ -10,7 +10,7 @@ from kselect.selector.api import compose, compose_raw, validate
 from kselect.selector.base.errors import KSelectError
 from kselect.selector.api import resolve
 
-ENV = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8"]
+ENV = ["rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8", "model.multimodal=true"]
 GATE = "fa-kv_dtype_version_gate"
 
 

@@ -134,8 +134,10 @@ def test_export_emits_only_what_reproduces_the_selection():
     assert "--block-size 16" in vllm("platform=sm90", "model=gemma4_31b", "kv_cache.block_size=16")
     # an FA3 choice is exported (else Gemma4Config forces FA4); vLLM upgrades head 512 per layer
     assert '"flash_attn_version":3' in vllm("platform=sm90", "model=gemma4_31b", "attention.flash_attn_version=3")
-    # the seed's base picks FLASHINFER on SM90 FP8: vLLM 0.33.0 needs it pinned
-    assert '{"backend":"FLASHINFER"}' in vllm("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8")
+    # the seed's base runs TRITON_ATTN for a multimodal FP8 model on SM90: vLLM 0.33.0 (its composite first) needs it
+    # pinned
+    assert '{"backend":"TRITON_ATTN"}' in vllm("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8",
+                                               "model.multimodal=true")
 
 
 def test_export_mtp_names_the_drafter_and_its_backend():
@@ -173,11 +175,14 @@ def test_a_draft_sharing_a_split_kv_group_names_its_kernel_block():
     assert s.group("full_attention").draft_shared_kernel_block is None
 
 
-def test_post_pr52987_drafts_keep_the_target_backend():
-    s = sel("rules=post_pr52987", "platform=sm90", "model=gemma4_31b", "kv_cache=fp8_e5m2", "model.multimodal=true",
+def test_post_pr52987_drafts_select_as_text_layers_too():
+    """vLLM 0.28.0's speculator does as 0.33.0's: a multimodal target on TRITON_ATTN, its text-only drafter on
+    FlashInfer (SM100, nothing pinned)."""
+    s = sel("rules=post_pr52987", "platform=sm100", "model=gemma4_31b", "kv_cache=fp8_e5m2", "model.multimodal=true",
             "spec_decode=mtp")
-    assert all(g.backend == s.group(g.kind).backend and "builtin.draft_uses_target_backend" in g.trace
-               for g in s.groups if g.draft)
+    drafts = [g for g in s.groups if g.draft]
+    assert drafts and all(g.backend == "FLASHINFER" != s.group(g.kind).backend and "builtin.draft_selects_as_text_layer"
+                          in g.trace for g in drafts)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -46,13 +46,13 @@ def test_basic_launcher_every_outcome_and_gather(tmp_path, capsys):
 
 def test_joblib_launcher(tmp_path, capsys):
     out = tmp_path / "joblib"
-    p = run("kselect.commands.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "rules=post_pr52987", "hydra/launcher=joblib",
+    p = run("kselect.commands.sweep", "-m", "platform=cpu,sm90", "model=gemma4_31b", "kv_cache=fp8", "model.multimodal=true", "rules=post_pr52987", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={out}", cwd=tmp_path)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     jobs = _jobs(out)
     assert [j["outcome"] for j in jobs] == ["ok", "ok"]
     assert {j["job"]["launcher"] for j in jobs} == {"joblib"}
-    assert {g["backend"] for g in jobs[1]["selection"]["groups"]} == {"FLASHINFER"}
+    assert {g["backend"] for g in jobs[1]["selection"]["groups"]} == {"TRITON_ATTN"}
     gather_main([str(out), "format=json"])
     assert [j["overrides"][0] for j in json.loads(capsys.readouterr().out)] == ["platform=cpu", "platform=sm90"]
 

@@ -4,6 +4,7 @@ module docstring is the usage); errors are one paragraph with exit 2."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from kselect.measurement import conformance
 from kselect.measurement.conformance import ConformanceRun
@@ -25,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return conformance.run(ConformanceRun(**vars(args)), "kselect conformance " + " ".join(argv))
+    return conformance.run(ConformanceRun(**vars(args)), shlex.join(["kselect", "conformance", *argv]))
 
 
 def cli() -> None:

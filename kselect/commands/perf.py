@@ -4,6 +4,7 @@ usage); errors are one paragraph with exit 2."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from kselect.measurement import perf
 from kselect.measurement.perf import PerfRun
@@ -47,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return perf.run(PerfRun(**vars(args)), "kselect perf " + " ".join(argv))
+    return perf.run(PerfRun(**vars(args)), shlex.join(["kselect", "perf", *argv]))
 
 
 def cli() -> None:

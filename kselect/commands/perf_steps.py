@@ -4,6 +4,7 @@ module docstring is the usage); errors are one paragraph with exit 2."""
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from kselect.measurement import perf_steps
 from kselect.measurement.perf_steps import PerfStepsRun
@@ -23,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return perf_steps.run(PerfStepsRun(**vars(args)), "kselect perf-steps " + " ".join(argv))
+    return perf_steps.run(PerfStepsRun(**vars(args)), shlex.join(["kselect", "perf-steps", *argv]))
 
 
 def cli() -> None:

@@ -42,7 +42,7 @@ def cli_run(args: list[str], repeat: int) -> dict:
         t = time.perf_counter()
         subprocess.run([sys.executable, "-m", "kselect.selector", *args], cwd=ROOT, capture_output=True, check=True)
         times.append(time.perf_counter() - t)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "command": "kselect select " + " ".join(args)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times), "command": shlex.join(["kselect", "select", *args])}
 
 
 def timed(fn, repeat: int) -> tuple[dict, object]:

@@ -25,6 +25,7 @@ import io
 import json
 import multiprocessing as mp
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -245,7 +246,7 @@ def main(argv=None) -> int:
     _commit = lambda: project_commit()["commit"]  # noqa: E731
 
     ver = re.search(r"__version__ = version = '([^']+)'", (Path(a.src) / "vllm" / "_version.py").read_text())
-    argv_text = " ".join(sys.argv[1:]).replace(str(Path.home()), "~")
+    argv_text = shlex.join(sys.argv[1:]).replace(str(Path.home()), "~")
     lines = [f"Command: `python -m kselect.measurement.vllm.export_roundtrip {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
              f"EngineArgs and chain; kselect/oracle/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
              f"{time.perf_counter() - t0:.0f} s", "",

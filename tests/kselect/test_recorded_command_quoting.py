@@ -1,0 +1,26 @@
+"""The command line a measurement writes into its record (the `command:` of conf/conformance and conf/perf files)
+pastes back as the argv that ran: an empty value (`--prefill ""`) and a path with a space survive."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from kselect.commands import conformance, perf, perf_steps
+
+ARGV = {
+    "conformance": (conformance, ["--claims", "a b/claims.txt", "--out", "out dir/x.yaml", "--gpu-name", "cpu_x"]),
+    "perf": (perf, ["--gpu-name", "cpu_x", "--out", "out dir/p.yaml", "--decode", "1x512", "--prefill", ""]),
+    "perf-steps": (perf_steps, ["--gpu-name", "cpu_x", "--prefill", "512", "--out", "$(touch X).yaml"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGV))
+def test_the_recorded_command_is_the_argv_that_ran(name, monkeypatch):
+    module, argv = ARGV[name]
+    seen = []
+    library = {"conformance": "conformance", "perf": "perf", "perf-steps": "perf_steps"}[name]
+    monkeypatch.setattr(getattr(module, library), "run", lambda opts, command: seen.append(command) or 0)
+    assert module.main(argv) == 0
+    assert shlex.split(seen[0]) == ["kselect", name, *argv]

@@ -6,15 +6,15 @@ PyTorch ops, the same maths in fewer, larger kernels. Per layer:
                                               and q quantized where the backend takes FP8 q (quant-query)
     o    = attention(q, cache) @ Wo           the selected backend, one GEMM
     h, z = h + norm(o), norm'(h)              one kernel
-    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel; at one row
-                                              the GELU*up is the first GEMV's epilogue (kernels/gemv.py)
+    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel; at 1 to 16
+                                              rows the GELU*up is the first projection's epilogue
     x', xn' = (h + norm(y)) * s, norm''(x')   one kernel; norm'' is the next layer's input norm (or the
                                               final norm), so every layer starts from a normed input
     (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel (one row: the epilogue) and one more add-norm kernel)
 
 Outside the layers: the token and per-layer-input embeddings are one gather-and-scale kernel each; the per-layer
-inputs' norm, add and mix one norm kernel; both rope tables one kernel; at one row the per-layer inputs' scale and
-the logit softcap are the projections' epilogues (more rows: PyTorch's ops after cuBLAS). A one-token step: 3 kernels
+inputs' norm, add and mix one norm kernel; both rope tables one kernel; at 1 to 16 rows the per-layer inputs' scale
+and the logit softcap are the projections' epilogues (more rows: PyTorch's ops after cuBLAS). A one-token step: 3 kernels
 where PyTorch took 13.
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.

@@ -629,7 +629,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     e4b = {"qkv": (3072, 2560), "o": (2560, 2048), "gate_up": (20480, 2560), "down": (2560, 10240),
            "ple_gate": (256, 2560), "ple_proj": (2560, 256), "lm_head": (262144, 2560)}
     changed = {}
-    for name, fn in gv.VARIANTS.items():
+    for name, fn in gv.GEMV.items():
         with gemv.configured(fn):
             for proj, (n, k) in e4b.items():
                 cfg = gemv.config(n, k)
@@ -642,7 +642,18 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gemv.configured(gv.small_whole_k):
         assert gemv.config(3072, 2560)["first_k"] == 4096 and gemv.config(2560, 2048)["first_k"] == 2048
     assert gv.split_mode("triton") == ("triton", None)
-    assert gv.split_mode("triton+combined") == ("triton", gv.combined)
+    assert gv.split_mode("triton+combined") == ("triton", "combined")
+    from kselect.kernels import skinny_gemm
+
+    for name in gv.SKINNY:  # the skinny GEMM's variants launch on parameters it accepts
+        with gv.variant(name):
+            for n, k in e4b.values():
+                skinny_gemm._params(n, k, {})
+    from kselect.gemma4 import fused
+
+    with gv.variant("cublas_rows"):
+        assert (fused.GEMV_ROWS, fused.SKINNY_ROWS) == ((1, 1), None)
+    assert fused.SKINNY_ROWS == (2, 16)
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
         gv.split_mode("triton+nope")
 
@@ -651,7 +662,7 @@ def test_fusion_refuses_an_unknown_gemv_variant(capsys):
     fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
     with pytest.raises(SystemExit) as e:
         fusion.main(["--out", "/tmp/never", "--modes", "triton+nope"])
-    assert e.value.code == 2 and "GEMV variant 'nope'" in capsys.readouterr().err
+    assert e.value.code == 2 and "projection variant 'nope'" in capsys.readouterr().err
 
 
 def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_vllms_kernels():

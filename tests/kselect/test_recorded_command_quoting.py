@@ -34,3 +34,18 @@ def test_the_e2e_harness_records_the_argv_that_ran(monkeypatch):
     monkeypatch.setattr(e2e.e2e, "run", lambda opts, command: seen.append(command) or 0)
     assert e2e.main(argv) == 0
     assert shlex.split(seen[0]) == [Path(sys.executable).name, "-m", "kselect.measurement.e2e", *argv]
+
+
+def test_a_bench_step_records_the_command_that_ran_it(monkeypatch, tmp_path):
+    """`kselect bench` runs each step as `python -m kselect.measurement.steps <step> <options.json>` (the options file
+    is kept beside the outputs): that command, quoted, is what the step's record says."""
+    from kselect.measurement import explain_vs_e2e, steps
+
+    path = tmp_path / "out dir" / "x.json"
+    path.parent.mkdir()
+    path.write_text('{"e2e": "a b/e2e.json", "model": "gemma4_tiny", "out": "out dir/x.md"}')
+    seen = []
+    monkeypatch.setattr(explain_vs_e2e, "run", lambda opts, command: seen.append(command) or 0)
+    assert steps.main(["explain_vs_e2e", str(path)]) == 0
+    assert shlex.split(seen[0]) == [Path(sys.executable).name, "-m", "kselect.measurement.steps", "explain_vs_e2e",
+                                    str(path)]

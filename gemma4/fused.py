@@ -6,22 +6,23 @@ PyTorch ops, the same maths in fewer, larger kernels. Per layer:
                                               and q quantized where the backend takes FP8 q (quant-query)
     o    = attention(q, cache) @ Wo           the selected backend, one GEMM
     h, z = h + norm(o), norm'(h)              one kernel
-    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel; at one row
-                                              the GELU*up is the first GEMV's epilogue (kernels/gemv.py)
+    y    = gelu(z @ Wg) * (z @ Wu) @ Wd       two GEMMs ([Wg; Wu] concatenated) and one kernel; at 1 to 16
+                                              rows the GELU*up is the first projection's epilogue
     x', xn' = (h + norm(y)) * s, norm''(x')   one kernel; norm'' is the next layer's input norm (or the
                                               final norm), so every layer starts from a normed input
     (E2B/E4B per-layer inputs: two GEMMs, a gelu*ple kernel (one row: the epilogue) and one more add-norm kernel)
 
 Outside the layers: the token and per-layer-input embeddings are one gather-and-scale kernel each; the per-layer
-inputs' norm, add and mix one norm kernel; both rope tables one kernel; at one row the per-layer inputs' scale and
-the logit softcap are the projections' epilogues (more rows: PyTorch's ops after cuBLAS). A one-token step: 3 kernels
+inputs' norm, add and mix one norm kernel; both rope tables one kernel; at 1 to 16 rows the per-layer inputs' scale
+and the logit softcap are the projections' epilogues (more rows: PyTorch's ops after cuBLAS). A one-token step: 3 kernels
 where PyTorch took 13.
 
 No parameter is cast per call (kernels widen bf16 weights in registers), nothing syncs with the host.
 The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in kselect/measurement/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
-kernels/gemv.py under the Triton ops, cuBLAS otherwise ("triton_cublas": cuBLAS always, the baseline).
+kernels/gemv.py under the Triton ops, of a 2- to 16-token step on kernels/skinny_gemm.py, cuBLAS otherwise
+("triton_cublas": cuBLAS always, the baseline).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
 MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
@@ -115,15 +116,43 @@ class FusedOps(TorchOps):
         return self.linear(self.linear_gelu_mul(z, m.gate_up_weight), m.down_proj.weight)
 
 
-def _one_row(x, w) -> bool:
-    return x.shape[0] == 1 and x.stride(-1) == 1 and w.stride(-1) == 1
+def _unit_columns(x, w) -> bool:
+    return x.stride(-1) == 1 and w.stride(-1) == 1
+
+
+# Which projections the Triton ops run on which kernel, by rows of x: one row on kernels/gemv.py, 2 to 16 rows on
+# kernels/skinny_gemm.py (tensor cores, W streamed once), more on cuBLAS. `projection_rows` changes it for a
+# measurement (kselect/measurement/gemv_variants.py); a CUDA graph captured inside keeps the choice.
+GEMV_ROWS, SKINNY_ROWS = (1, 1), (2, 16)
+
+
+@contextlib.contextmanager
+def projection_rows(gemv_rows, skinny_rows):
+    """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) inside."""
+    global GEMV_ROWS, SKINNY_ROWS
+    was, (GEMV_ROWS, SKINNY_ROWS) = (GEMV_ROWS, SKINNY_ROWS), (gemv_rows, skinny_rows)
+    try:
+        yield
+    finally:
+        GEMV_ROWS, SKINNY_ROWS = was
+
+
+def _kernel_for(x, w) -> str:
+    """"gemv", "skinny" or "cublas" for x @ w.T."""
+    m = x.shape[0]
+    if _unit_columns(x, w):
+        if GEMV_ROWS and GEMV_ROWS[0] <= m <= GEMV_ROWS[1]:
+            return "gemv"
+        if SKINNY_ROWS and SKINNY_ROWS[0] <= m <= SKINNY_ROWS[1] and x.dtype == w.dtype:
+            return "skinny"
+    return "cublas"
 
 
 class TritonOps(FusedOps):
     name = "triton"
 
     def __init__(self):
-        from ..kernels import embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables
+        from ..kernels import embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables, skinny_gemm
 
         self.embedding = embedding.embedding_scaled
         self.rope_tables = rope_tables.rope_tables
@@ -133,18 +162,23 @@ class TritonOps(FusedOps):
         self.qkv_kernel = qkv_rope.qkv_norm_rope_write
         self._gemv = gemv.gemv
         self._gemv_gelu_mul = gemv.gemv_gelu_mul
+        self._skinny = skinny_gemm.skinny_gemm
+        self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
 
     def linear(self, x, w, scale=None, softcap=None):
-        """x @ w.T: one row (a batch-1 decode step) on the GEMV kernel with scale and softcap in its epilogue, more
-        rows on cuBLAS's GEMMs then PyTorch's ops."""
-        if _one_row(x, w):
-            return self._gemv(x, w, scale=scale, softcap=softcap)
+        """x @ w.T: a decode step's few rows on the GEMV (one row) or the skinny GEMM (2 to 16) with scale and
+        softcap in the epilogue; more rows on cuBLAS's GEMMs then PyTorch's ops."""
+        kernel = _kernel_for(x, w)
+        if kernel != "cublas":
+            return getattr(self, "_" + kernel)(x, w, scale=scale, softcap=softcap)
         return super().linear(x, w, scale, softcap)
 
     def linear_gelu_mul(self, x, w, mul=None):
-        """One row: the GEMV with GELU*up in its epilogue (one kernel); more rows: the GEMM, then the kernel."""
-        if _one_row(x, w) and (mul is None or mul.stride(-1) == 1):
-            return self._gemv_gelu_mul(x, w, mul)
+        """A decode step's few rows: GELU*up in the projection's epilogue (one kernel); more rows: the GEMM, then
+        the kernel."""
+        kernel = _kernel_for(x, w)
+        if kernel != "cublas" and (mul is None or mul.stride(-1) == 1):
+            return getattr(self, f"_{kernel}_gelu_mul")(x, w, mul)
         return super().linear_gelu_mul(x, w, mul)
 
 

@@ -62,6 +62,20 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
 
 
 @triton.jit
+def epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+             EXACT_TANH: tl.constexpr):
+    """fp32 dots rounded to out_ptr's dtype as cuBLAS rounds its accumulator, then `* scale` and the logit softcap,
+    each rounded as the PyTorch op after the projection rounds it (kernels/skinny_gemm.py uses it too)."""
+    y = round_like(dots, out_ptr)
+    if HAS_SCALE:  # y * scale, rounded as PyTorch's multiply by a Python float rounds it
+        y = round_like(y * scale, out_ptr)
+    if HAS_SOFTCAP:  # tanh(y / cap) * cap as CUDA PyTorch computes it: / a scalar is * its fp32 reciprocal
+        t = round_like(tanh_f32(round_like(y * inv_cap, out_ptr), EXACT_TANH), out_ptr)
+        y = round_like(t * cap, out_ptr)
+    return y
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap, M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, HAS_SCALE: tl.constexpr,
                  HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
@@ -71,12 +85,8 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
     w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        y = round_like(_row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr)
-        if HAS_SCALE:  # y * scale, rounded as PyTorch's multiply by a Python float rounds it
-            y = round_like(y * scale, out_ptr)
-        if HAS_SOFTCAP:  # tanh(y / cap) * cap as CUDA PyTorch computes it: / a scalar is * its fp32 reciprocal
-            t = round_like(tanh_f32(round_like(y * inv_cap, out_ptr), EXACT_TANH), out_ptr)
-            y = round_like(t * cap, out_ptr)
+        y = epilogue(_row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr,
+                     scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
@@ -154,7 +164,7 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _fp32_cap(softcap: float) -> tuple[float, float]:
+def fp32_cap(softcap: float) -> tuple[float, float]:
     """(1 / cap, cap) in fp32, as CUDA PyTorch's `/ cap` uses them; once per cap value, not per decode-step call."""
     cap = torch.tensor(softcap, dtype=torch.float32)
     return float(1.0 / cap), float(cap)
@@ -175,7 +185,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: 
     if softcap is not None and not softcap > 0:
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    inv_cap, cap = (1.0, 1.0) if softcap is None else _fp32_cap(float(softcap))
+    inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
         inv_cap, cap, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],

@@ -1,4 +1,4 @@
-"""Launch-parameter variants of kernels/gemv.py, compared inside the real decode step by
+"""Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, and which rows run on which, compared inside the real decode step by
 kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
@@ -43,15 +43,51 @@ def combined(n, k):  # small_first_2048 + wide_first_1024 + down_first_4096
     return small_first_2048(n, k) or wide_first_1024(n, k) or down_first_4096(n, k)
 
 
-VARIANTS = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
-                                     down_first_4096, combined)}
+# kernels/skinny_gemm.py's variants (2 to 16 rows), and where the rows go (gemma4/fused.py projection_rows)
+def sk_bn32(n, k):  # 32 rows of W a program for the small projections (half the programs)
+    return dict(block_n=32) if n <= 4096 else None
 
 
-def split_mode(mode: str) -> tuple[str, object]:
-    """"triton+small_whole_k" -> ("triton", small_whole_k); a plain compute mode -> (mode, None)."""
+def sk_bk256(n, k):  # 256-column tiles
+    return dict(block_k=256)
+
+
+def sk_st3(n, k):  # three tiles in flight, not four
+    return dict(num_stages=3)
+
+
+def sk_wide32(n, k):  # 32 rows of W a program for gate/up and the LM head
+    return dict(block_n=32) if n > 4096 else None
+
+
+GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
+                                 down_first_4096, combined)}
+SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32)}
+ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py
+        "skinny_one": (None, (1, 16))}  # one row on the skinny GEMM too
+
+
+def variant(name: str):
+    """The context a variant's step runs (and its graphs are captured) in."""
+    from kselect.gemma4 import fused
+    from kselect.kernels import gemv, skinny_gemm
+
+    if name in GEMV:
+        return gemv.configured(GEMV[name])
+    if name in SKINNY:
+        return skinny_gemm.configured(SKINNY[name])
+    return fused.projection_rows(*ROWS[name])
+
+
+VARIANTS = {**GEMV, **SKINNY, **ROWS}
+
+
+def split_mode(mode: str) -> tuple[str, str | None]:
+    """"triton+small_whole_k" -> ("triton", "small_whole_k"); a plain compute mode -> (mode, None). Run a step
+    inside `variant(name)`."""
     compute, plus, name = mode.partition("+")
     if not plus:
         return mode, None
     if name not in VARIANTS:
-        raise ValueError(f"GEMV variant {name!r} in mode {mode!r}: use one of {', '.join(VARIANTS)}")
-    return compute, VARIANTS[name]
+        raise ValueError(f"projection variant {name!r} in mode {mode!r}: use one of {', '.join(VARIANTS)}")
+    return compute, name

@@ -89,6 +89,30 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
 
 
+def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch):
+    """Steps of 2 to 16 rows (a small decode batch, a short prefill) put their projections on kernels/skinny_gemm.py
+    with the epilogues in it; one row stays on the GEMV, more than 16 on cuBLAS. Same logits as the unfused
+    modules and the cuBLAS mode."""
+    model, _ = models["all"]
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(3, 512, (n,), generator=g).tolist() for n in (5, 7, 6)]
+    cont = [torch.randint(3, 512, (2,), generator=g).tolist() for _ in prompts]
+    ops, rows, glu, epi = fused.ops_for("triton"), [], [], []
+    real, real_glu, real_gemv = ops._skinny, ops._skinny_gelu_mul, ops._gemv
+    monkeypatch.setattr(ops, "_skinny", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
+    monkeypatch.setattr(ops, "_skinny_gelu_mul", lambda x, w, mul: glu.append(x.shape[0]) or real_glu(x, w, mul))
+    monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: pytest.fail("a 3-row step ran the one-row GEMV"))
+    got = run(model, "triton", prompts, cont)
+    assert set(rows) == {3} and set(glu) == {3}  # the two decode steps; the 18-row prefill stayed on cuBLAS
+    assert [kw["softcap"] for kw in epi if kw.get("softcap")] == [model.args.final_logit_softcapping] * 2
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+    assert max_rel_error(got, run(model, "triton_cublas", prompts, cont)) < 1e-5
+    with fused.projection_rows((1, 1), None):  # the rows' choice is a setting: off, no skinny call
+        rows.clear()
+        run(model, "triton", prompts, cont)
+        assert not rows
+
+
 def test_serial_mode_launches_plainly_with_the_same_logits(models, monkeypatch):
     """"triton_serial" (PDL's baseline) runs the same kernels launched plainly; "triton" asks kernels/pdl.py for PDL
     over a one-token step of a model with small layers (fused.pdl_step), and the bits are the same."""

@@ -4,6 +4,7 @@ measured roofs (copy bandwidth, bf16 GEMM)."""
 from __future__ import annotations
 
 import platform as _platform
+import shlex
 import statistics
 import sys
 import time
@@ -19,7 +20,7 @@ def environment(argv: list[str], script: str = "-m kselect.measurement.e2e", com
     from kselect.provenance import project_commit, versions  # the project's commit, not an enclosing repo's
 
     own = project_commit()
-    env = dict(command=command or " ".join([sys.executable.rsplit("/", 1)[-1], script, *argv]),
+    env = dict(command=command or shlex.join([sys.executable.rsplit("/", 1)[-1], *script.split(), *argv]),
                git_commit=own["commit"], git_dirty=own["dirty"], commit_source=own["commit_source"], versions=versions(),
                torch=str(torch.__version__), python=_platform.python_version(), host=_platform.node(),
                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))

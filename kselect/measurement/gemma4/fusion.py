@@ -23,6 +23,7 @@ Results: --out/fusion.json and fusion.md, rewritten (atomically) after every mea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -32,11 +33,10 @@ from pathlib import Path
 import torch
 
 from kselect.measurement.e2e import ceilings, environment, first_line, hf_model, time_engine, time_hf
-from kselect.measurement.gemv_variants import split_mode
+from kselect.measurement.gemv_variants import split_mode, variant
 from kselect.measurement.step_profile import CATEGORIES, free, profile_decode
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
-from kselect.kernels import gemv
 
 def fa_available() -> bool:
     try:
@@ -183,9 +183,9 @@ def main(argv: list[str]) -> int:
         for b in o.batches:
             for mode in modes:
                 def one():
-                    compute, variant = split_mode(mode)
+                    compute, name = split_mode(mode)
                     model.set_compute(compute)
-                    with gemv.configured(variant):  # graphs captured inside keep the variant
+                    with variant(name) if name else contextlib.nullcontext():  # graphs captured inside keep it
                         r = time_engine(model, groups, prompts[:b], o.new, o.reps, None)
                     r.update(preset=preset, mode=mode, kv="auto", batch=b)
                     data["runs"].append(r)
@@ -213,9 +213,9 @@ def main(argv: list[str]) -> int:
         # 3. profiles (CUDA only)
         for mode in (o.modes if dev.type == "cuda" else []):
             def prof():
-                compute, variant = split_mode(mode)
+                compute, name = split_mode(mode)
                 model.set_compute(compute)
-                with gemv.configured(variant):
+                with variant(name) if name else contextlib.nullcontext():
                     p = profile_decode(model, groups, prompts[0], 8, args.num_hidden_layers)
                 step = [r for r in data["runs"] if r["preset"] == preset and r["mode"] == mode and r["batch"] == 1]
                 if step:

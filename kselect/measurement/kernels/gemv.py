@@ -1,6 +1,7 @@
-"""Decode GEMVs of the bundled Gemma-4 shapes: cuBLAS (F.linear) against kernels/gemv.py per config (#16).
+"""Decode projections of the bundled Gemma-4 shapes: cuBLAS (F.linear) against kernels/gemv.py (#16) or
+kernels/skinny_gemm.py (#52) per config.
 
-    python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b]
+    python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b] [--kernel skinny]
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from kselect.measurement.kernel_timing import time_graph
 
 from kselect.kernels.gemv import gemv
+from kselect.kernels.skinny_gemm import skinny_gemm
 from kselect.selector.base.files import atomic_write
 
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
@@ -30,8 +32,12 @@ SHAPES = {
             ("ple_gate", 256, 2560), ("ple_proj", 2560, 256), ("lm_head", 262144, 2560)],
     "31b": [("qkv", 16384, 5376), ("o", 5376, 8192), ("gate_up", 43008, 5376), ("down", 5376, 21504)],
 }
-CONFIGS = [dict(block_n=bn, block_k=bk, num_warps=nw) for bn, bk, nw in
-           itertools.product((2, 4, 8, 16), (256, 512, 1024), (4, 8))]
+KERNELS = {
+    "gemv": (gemv, [dict(block_n=bn, block_k=bk, num_warps=nw) for bn, bk, nw in
+                    itertools.product((2, 4, 8, 16), (256, 512, 1024), (4, 8))]),
+    "skinny": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw) for bn, bk, st, nw in
+                             itertools.product((16, 32, 64), (64, 128, 256), (3, 4, 6), (4,))]),
+}
 L2 = 50 << 20
 
 
@@ -41,7 +47,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--models", nargs="+", default=["e4b", "31b"], choices=sorted(SHAPES))
     ap.add_argument("--rows", nargs="+", type=int, default=[1])
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--kernel", default="gemv", choices=sorted(KERNELS))
+    ap.add_argument("--name", default="gemv", help="the output files' stem")
     o = ap.parse_args(argv)
+    kernel, configs = KERNELS[o.kernel]
     dev = "cuda"
     rows = []
     for model, m in itertools.product(o.models, o.rows):
@@ -54,8 +63,8 @@ def main(argv: list[str]) -> int:
             calls = lambda fn: [lambda w=w: fn(x, w) for w in ws]  # noqa: E731 - one graph over every copy
             base = time_graph(calls(F.linear), o.reps)
             best = None
-            for cfg in CONFIGS:
-                fn = lambda x, w, cfg=cfg: gemv(x, w, **cfg)  # noqa: E731
+            for cfg in configs:
+                fn = lambda x, w, cfg=cfg: kernel(x, w, **cfg)  # noqa: E731
                 try:
                     err = ((fn(x, ws[0]).float() - ref).abs().max() / ref.abs().max()).item()
                     ms = time_graph(calls(fn), o.reps)
@@ -64,7 +73,7 @@ def main(argv: list[str]) -> int:
                     continue
                 if best is None or ms < best["ms"]:
                     best = dict(ms=ms, cfg=cfg, err=err)
-            r = dict(model=model, rows=m, name=name, n=n, k=k, mb=nbytes / 1e6, copies=copies,
+            r = dict(kernel=o.kernel, model=model, rows=m, name=name, n=n, k=k, mb=nbytes / 1e6, copies=copies,
                      cublas_ms=base, cublas_gbs=nbytes / base / 1e6, triton=best,
                      triton_gbs=nbytes / best["ms"] / 1e6 if best else None)
             rows.append(r)
@@ -72,7 +81,7 @@ def main(argv: list[str]) -> int:
             del ws
             torch.cuda.empty_cache()
     o.out.mkdir(parents=True, exist_ok=True)
-    atomic_write(o.out / "gemv.json", json.dumps(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+    atomic_write(o.out / f"{o.name}.json", json.dumps(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                                                       rows=rows), indent=1))
     lines = ["| model | rows | projection | N x K | MB | cuBLAS us | GB/s | Triton us | GB/s | speed-up | config | rel err |",
              "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
@@ -82,7 +91,7 @@ def main(argv: list[str]) -> int:
                      f"{r['cublas_ms'] * 1e3:.2f} | {r['cublas_gbs']:.0f} | {t.get('ms', float('nan')) * 1e3:.2f} | "
                      f"{r['triton_gbs'] or 0:.0f} | {r['cublas_ms'] / t['ms'] if t else 0:.2f}x | {t.get('cfg')} | "
                      f"{t.get('err', float('nan')):.1e} |")
-    atomic_write(o.out / "gemv.md", "\n".join(lines) + "\n")
+    atomic_write(o.out / f"{o.name}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

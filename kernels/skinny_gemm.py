@@ -1,0 +1,175 @@
+"""y = x @ W.T for a few rows of x (2 to 16: a small decode batch) on tensor cores, streaming W once.
+
+Why: at batch 16 a decode step still reads every weight once and computes little, but cuBLAS's GEMMs at 16 rows
+are tiles meant for larger M, and the epilogues (the per-layer-input scale, GELU*up, the logit softcap) ran as
+separate PyTorch kernels after them (gemma4/fused.py). kernels/gemv.py re-reads W for every row of x, which pays
+at one row only. Here each program owns BLOCK_N rows of W and walks K in BLOCK_K tiles; x (padded to 16 rows by
+masking) and the W tile meet in `tl.dot`, whose loop Triton pipelines (num_stages tiles in flight).
+The accumulator is fp32, rounded once to the output dtype (to nearest, kernels/triton_round.py); the epilogues
+round as the PyTorch ops after cuBLAS round (the same helpers as kernels/gemv.py).
+
+skinny_gemm_gelu_mul is GeGLU's projection with its middle in the epilogue, as kernels/gemv.py's gemv_gelu_mul:
+gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the concatenated [Wg; Wu], or gelu_tanh(x @ W.T) * mul.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from . import pdl
+from .gelu_mul import gelu_mul_rounded
+from .gemv import epilogue, fp32_cap
+from .pdl import wait_then_release
+from .triton_round import round_like
+
+MIN_ROWS, MAX_ROWS = 1, 16  # one row works (padded); more than 16 rows: a GEMM tiled for M is the right tool
+
+
+@triton.jit
+def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, FP32: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] fp32 dots of x's rows with a program's rows of W."""
+    ms = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, k, BLOCK_K):
+        c = k0 + cols
+        c_ok = c < k
+        xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
+        wt = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        if FP32:  # fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32
+            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(xt, tl.trans(wt), acc)
+    return acc
+
+
+@triton.jit
+def _skinny_kernel(x_ptr, w_ptr, out_ptr, m, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP32: tl.constexpr,
+                   HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
+    wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    acc = _tile_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
+                     BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+    y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
+    ms = tl.arange(0, BLOCK_M)
+    tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=(ms < m)[:, None] & row_ok[None, :])
+
+
+@triton.jit
+def _skinny_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row, stride_x, stride_w, stride_mul,
+                            stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            FP32: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr):
+    wait_then_release(PDL)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    ms = tl.arange(0, BLOCK_M)
+    ok = (ms < m)[:, None] & row_ok[None, :]
+    g = round_like(_tile_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
+                              BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
+    if PAIRED:
+        u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
+                                  stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
+    else:
+        u = tl.load(mul_ptr + ms[:, None] * stride_mul + rows[None, :], mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :],
+             gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+_override = None  # inside configured(): a function (n, k) -> config entries to change, or None
+
+
+def config(n: int, k: int) -> dict:
+    """Launch parameters by shape: 16 rows of W a program for N up to 4096 (E4B's q/k/v, o, down: 160 to 192
+    programs, enough to keep every SM's loads in flight without splitting K), 64 rows for the wide ones
+    (gate/up, the LM head). Inside `configured(fn)`, fn(n, k)'s entries replace these."""
+    cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4)
+    if _override is not None:
+        cfg.update(_override(n, k) or {})
+    return cfg
+
+
+@contextlib.contextmanager
+def configured(fn):
+    """Launch parameters from fn(n, k) for calls inside (benchmarks compare variants this way); a CUDA graph
+    captured inside keeps them."""
+    global _override
+    was, _override = _override, fn
+    try:
+        yield
+    finally:
+        _override = was
+
+
+def _params(n: int, k: int, given: dict) -> dict:
+    cfg = config(n, k)
+    cfg.update({key: v for key, v in given.items() if v is not None})
+    for key in ("block_n", "block_k"):
+        v = cfg[key]
+        if v < 16 or v & (v - 1):
+            raise ValueError(f"skinny_gemm {key} must be a power of two of at least 16 (tensor-core tiles), got {v}")
+    return cfg
+
+
+def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError(f"{name} needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
+                         f"stride {x.stride()} and {tuple(w.shape)} stride {w.stride()}")
+    if not MIN_ROWS <= x.shape[0] <= MAX_ROWS:
+        raise ValueError(f"{name} takes {MIN_ROWS} to {MAX_ROWS} rows of x, got {x.shape[0]}")
+    if x.dtype != w.dtype:
+        raise ValueError(f"{name} needs x and w of one dtype, got {x.dtype} and {w.dtype}")
+
+
+def _launch(p: dict, x: torch.Tensor) -> dict:
+    return dict(BLOCK_M=16, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], FP32=x.dtype == torch.float32 or not x.is_cuda,
+                num_warps=p["num_warps"], num_stages=p["num_stages"], **pdl.args(x))
+
+
+def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, softcap: float | None = None,
+                **given) -> torch.Tensor:
+    """x [M, K] (1 <= M <= 16), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then `* scale`
+    and/or `tanh(. / softcap) * softcap`, rounded as kernels/gemv.py's epilogue. `given`: config entries
+    (block_n, block_k, num_warps, num_stages) to use instead of `config`'s."""
+    _check("skinny_gemm", x, w)
+    m, k = x.shape
+    n = w.shape[0]
+    p = _params(n, k, given)
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"skinny_gemm softcap must be a positive number, got {softcap}")
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
+    _skinny_kernel[(triton.cdiv(n, p["block_n"]),)](
+        x, w, out, m, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
+        inv_cap, cap, HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
+        **_launch(p, x))
+    return out
+
+
+def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = None, **given) -> torch.Tensor:
+    """x [M, K] (1 <= M <= 16) -> [M, I]: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K] (mul None), or
+    gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride). Paired, a program owns the same
+    rows of both halves, block_n of each (config of one half's shape)."""
+    _check("skinny_gemm_gelu_mul", x, w)
+    m, k = x.shape
+    paired = mul is None
+    if paired and w.shape[0] % 2:
+        raise ValueError(f"skinny_gemm_gelu_mul without mul needs w = [gate; up] with an even row count, "
+                         f"got {w.shape[0]}")
+    n = w.shape[0] // 2 if paired else w.shape[0]
+    if not paired and (mul.shape != (m, n) or mul.stride(-1) != 1):
+        raise ValueError(f"skinny_gemm_gelu_mul needs mul [{m}, {n}] with unit column stride, got "
+                         f"{tuple(mul.shape)} stride {mul.stride()}")
+    p = _params(n, k, given)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    _skinny_gelu_mul_kernel[(triton.cdiv(n, p["block_n"]),)](
+        x, w, out if paired else mul, out, m, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
+        out.stride(0), PAIRED=paired, **_launch(p, x))
+    return out

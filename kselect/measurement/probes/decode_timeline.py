@@ -1,0 +1,151 @@
+"""Where a fused decode step's time goes, kernel by kernel, in the CUDA-graph replays the engine decodes with
+(issue #52): per kernel name, launches and microseconds a step; the step's span from its first kernel's start to
+its last kernel's end; and the gaps between kernels inside it. Kernels launch plainly here (kernels/pdl.py off):
+under PDL a kernel's profiled time includes its wait for the one before.
+
+    python -m kselect.measurement.probes.decode_timeline --out $OUT/timeline --batches 1 16 --modes triton
+
+Seeded random E4B weights, vLLM's Triton attention (the `pin_triton` selection of
+kselect/measurement/gemma4/fusion.py). Writes --out/timeline.json and timeline.md (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from kselect.measurement.e2e import environment
+from kselect.measurement.gemv_variants import split_mode, variant
+from kselect.measurement.profiling import GAP_MAX_US
+from kselect.measurement.step_profile import category, free, sync
+
+
+def kernels_of(events) -> list[tuple[float, float, str]]:
+    """(start us, end us, name) of the profiler's device kernels, in start order."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                  if e.device_type == cuda and not e.name.lower().startswith(("memcpy", "memset")))
+
+
+def steps_of(kernels, gap_max_us: float = GAP_MAX_US) -> list[list]:
+    """The kernels split into steps where the device idled longer than `gap_max_us` (the host between replays)."""
+    steps, cur, last_end = [], [], None
+    for k in kernels:
+        if cur and k[0] - last_end > gap_max_us:
+            steps.append(cur)
+            cur = []
+        last_end = k[1] if not cur else max(last_end, k[1])
+        cur.append(k)
+    return steps + ([cur] if cur else [])
+
+
+def summarize(steps: list[list]) -> dict:
+    """Per step (mean over steps): span, kernel time, gaps; per kernel name: launches and microseconds."""
+    n = len(steps) or 1  # none: a CPU smoke run
+    span = sum(s[-1][1] - s[0][0] for s in steps) / n
+    busy = sum(b - a for s in steps for a, b, _ in s) / n
+    us, count = defaultdict(float), defaultdict(int)
+    for s in steps:
+        for a, b, name in s:
+            us[name[:100]] += b - a
+            count[name[:100]] += 1
+    names = sorted(us, key=lambda k: -us[k])
+    return dict(steps=n, span_us=span, kernel_us=busy, gap_us=span - busy, kernels_per_step=sum(count.values()) / n,
+                by_category={c: sum(us[k] for k in names if category(k) == c) / n
+                             for c in ("gemm", "attention", "norm", "elementwise")},
+                kernels=[dict(name=k, launches=count[k] / n, us=us[k] / n, mean_us=us[k] / count[k]) for k in names],
+                steps_seen=len(steps))
+
+
+def profile(model, groups, prompts, steps: int) -> dict:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from kselect.gemma4.engine import Engine, EngineConfig
+    from kselect.kernels import pdl
+
+    b = len(prompts)
+    with pdl.off():
+        eng = Engine(model, groups, EngineConfig(max_seqs=b, max_seq_len=len(prompts[0]) + steps + 8, cuda_graphs=True))
+        seqs = list(range(b))
+        toks = eng.extend(seqs, prompts).argmax(-1).tolist()
+        eng.decode(seqs, toks)  # capture
+        sync()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                eng.decode(seqs, toks)
+                sync()  # a host gap between steps: steps_of splits there
+        graphs = eng.use_graphs
+    del eng
+    free()
+    out = summarize(steps_of(kernels_of(prof.events())))
+    out["graphs"] = graphs
+    return out
+
+
+def render(data: dict) -> str:
+    lines = [f"# Decode step timeline (CUDA-graph replays, PDL off), {data['environment'].get('gpu', '')}", "",
+             f"`{data['environment'].get('command', '')}` at `{data['environment'].get('git_commit', '')}`", ""]
+    for r in data["runs"]:
+        lines += [f"## {r['mode']} B{r['batch']}: span {r['span_us']:.0f} us, kernels {r['kernel_us']:.0f} us, "
+                  f"gaps {r['gap_us']:.0f} us, {r['kernels_per_step']:.0f} kernels (graphs {r['graphs']})", "",
+                  "by category (us): " + ", ".join(f"{c} {v:.0f}" for c, v in r["by_category"].items()), "",
+                  "| kernel | launches | us/step | mean us |", "|---|---:|---:|---:|"]
+        lines += [f"| `{k['name'][:70]}` | {k['launches']:.0f} | {k['us']:.1f} | {k['mean_us']:.2f} |"
+                  for k in r["kernels"][:25]]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--preset", default="gemma4_e4b")
+    ap.add_argument("--modes", nargs="+", default=["triton"], help="compute modes, each optionally +<variant> "
+                    "(kselect/measurement/gemv_variants.py)")
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=10)
+    o = ap.parse_args(argv)
+    for mode in o.modes:
+        try:
+            split_mode(mode)
+        except ValueError as e:
+            ap.error(str(e))
+    from kselect.gemma4 import fused
+    from kselect.gemma4.build import build_model, select
+    from kselect.gemma4.engine import model_groups
+    from kselect.selector.base.files import atomic_write
+
+    base = [f"platform={'auto' if torch.cuda.is_available() else 'cpu'}", f"model={o.preset}"]
+    model, _, _ = build_model(select(base)[0], 0)
+    fused.prepare(model)
+    pin = ["attention.backend=TRITON_ATTN"] if torch.cuda.is_available() else []  # CPU: a smoke run
+    groups = model_groups(select(base + pin)[1])
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(3, model.args.vocab_size, (max(o.batches), o.prompt_len), generator=g).tolist()
+    data = dict(environment=environment(sys.argv[1:], "-m kselect.measurement.probes.decode_timeline"),
+                options=vars(o) | {"out": str(o.out)}, runs=[])
+    o.out.mkdir(parents=True, exist_ok=True)
+    for b in o.batches:
+        for mode in o.modes:
+            compute, name = split_mode(mode)
+            model.set_compute(compute)
+            with variant(name) if name else contextlib.nullcontext():
+                r = profile(model, groups, prompts[:b], o.steps)
+            data["runs"].append(dict(r, mode=mode, batch=b))
+            print(f"{mode} B{b}: span {r['span_us']:.0f} us, kernels {r['kernel_us']:.0f}, gaps {r['gap_us']:.0f}, "
+                  f"{r['kernels_per_step']:.0f} kernels", flush=True)
+            atomic_write(o.out / "timeline.json", json.dumps(data, indent=1, default=str))
+            atomic_write(o.out / "timeline.md", render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

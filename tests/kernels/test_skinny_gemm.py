@@ -1,0 +1,127 @@
+"""kernels/skinny_gemm (a small decode batch's projections on tensor cores) against an fp64 matmul, and its
+epilogues against kernels/gemv's: one to sixteen rows, ragged edges, bad shapes."""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from fused_helpers import DEV, gpu, rel, require_interpreter, ulp_close  # noqa: E402
+
+from kselect.kernels import gemv  # noqa: E402
+from kselect.kernels import skinny_gemm as K  # noqa: E402
+
+require_interpreter(K._skinny_kernel)
+
+
+def inputs(m, n, k, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(m, k, generator=g).to(DEV, dtype), (torch.randn(n, k, generator=g) * 0.05).to(DEV, dtype)
+
+
+@pytest.mark.parametrize("m,n,k,bn,bk", [(1, 37, 100, 16, 32), (5, 16, 64, 16, 64), (16, 70, 300, 32, 128),
+                                        (11, 3, 20, 16, 16)])
+def test_matches_matmul_at_ragged_edges(m, n, k, bn, bk):
+    """Rows of x short of 16 and of W short of a block, K short of a tile: masked, not read."""
+    x, w = inputs(m, n, k, torch.float32)
+    got = K.skinny_gemm(x, w, block_n=bn, block_k=bk)
+    assert got.shape == (m, n) and got.dtype == torch.float32
+    torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_rounds_once_from_fp32():
+    x, w = inputs(16, 48, 96, torch.bfloat16, 1)
+    want = x.double() @ w.double().T
+    got = K.skinny_gemm(x, w, block_n=16, block_k=32)
+    assert got.dtype == torch.bfloat16
+    assert float(((got.double() - want).abs() / want.abs().clamp_min(1e-3)).max()) <= 2.0**-8 + 1e-5
+
+
+def test_strided_rows_of_x_and_w():
+    x, w = inputs(4, 20, 64, torch.float32, 2)
+    xs, ws = torch.cat([x, x], 1)[:, :64], torch.cat([w, w], 1)[:, 64:]
+    torch.testing.assert_close(K.skinny_gemm(xs, ws, block_n=16, block_k=32), x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_epilogues_round_as_the_gemv(dtype):
+    """The scale and the logit softcap go through kernels/gemv.py's epilogue: for the same rounded dots the same
+    values as the ops after the projection (scale: bit-equal; softcap: as gemv's own test bounds it)."""
+    x, w = inputs(3, 64, 96, dtype, 15)
+    y = K.skinny_gemm(x, w, block_n=16, block_k=32)
+    assert torch.equal(K.skinny_gemm(x, w, block_n=16, block_k=32, scale=0.125), y * 0.125)
+    w = w * 60
+    y = K.skinny_gemm(x, w, block_n=16, block_k=32)
+    got = K.skinny_gemm(x, w, block_n=16, block_k=32, softcap=30.0)
+    import numpy as np
+
+    want = torch.tanh(y * float(np.float32(1) / np.float32(30.0))) * 30.0
+    if DEV == "cuda":
+        assert torch.equal(got, want)
+    else:
+        ulp_close(got, want, dtype, max_frac=0.02)
+    with pytest.raises(ValueError, match="softcap must be a positive number"):
+        K.skinny_gemm(x, w, softcap=-1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,i,k", [(1, 24, 100), (9, 13, 64)])
+def test_gelu_mul_paired_equals_projection_then_kernel(dtype, m, i, k):
+    """[Wg; Wu] paired in one program: the projection of [M, 2I] then kernels/gelu_mul, bit for bit."""
+    from kselect.kernels.gelu_mul import gelu_tanh_mul_packed
+
+    x, w = inputs(m, 2 * i, k, dtype, 5)
+    x = x * 8
+    got = K.skinny_gemm_gelu_mul(x, w, block_n=16, block_k=32)
+    assert got.shape == (m, i) and got.dtype == dtype
+    assert torch.equal(got, gelu_tanh_mul_packed(K.skinny_gemm(x, w, block_n=16, block_k=32)))
+
+
+def test_gelu_mul_with_a_strided_multiplier():
+    from kselect.kernels.gelu_mul import gelu_tanh_mul
+
+    x, w = inputs(4, 20, 96, torch.bfloat16, 6)
+    ple = torch.randn(4, 3, 20, generator=torch.Generator().manual_seed(7)).to(DEV, torch.bfloat16)[:, 1]
+    got = K.skinny_gemm_gelu_mul(x * 8, w, ple, block_n=16, block_k=32)
+    assert torch.equal(got, gelu_tanh_mul(K.skinny_gemm(x * 8, w, block_n=16, block_k=32), ple))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,match", [((1, 8), (4, 9), "unit column stride"),
+                                                    ((0, 8), (4, 8), "1 to 16 rows"), ((17, 8), (4, 8), "1 to 16")])
+def test_bad_shapes(x_shape, w_shape, match):
+    with pytest.raises(ValueError, match=match):
+        K.skinny_gemm(torch.zeros(x_shape, device=DEV), torch.zeros(w_shape, device=DEV))
+
+
+def test_bad_inputs_and_block_sizes():
+    x = torch.zeros(2, 16, device=DEV)
+    with pytest.raises(ValueError, match="one dtype"):
+        K.skinny_gemm(x, torch.zeros(4, 16, device=DEV, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="even row count"):
+        K.skinny_gemm_gelu_mul(x, torch.zeros(5, 16, device=DEV))
+    with pytest.raises(ValueError, match=r"mul \[2, 4\]"):
+        K.skinny_gemm_gelu_mul(x, torch.zeros(4, 16, device=DEV), torch.zeros(2, 5, device=DEV))
+    with pytest.raises(ValueError, match=r"block_n must be a power of two of at least 16 \(tensor-core tiles\), got 8"):
+        K.skinny_gemm(x, torch.zeros(4, 16, device=DEV), block_n=8)
+
+
+def test_configured_overrides_by_shape_and_restores():
+    base = K.config(64, 300)
+    with K.configured(lambda n, k: dict(block_n=32) if n == 64 else None):
+        assert K.config(64, 300)["block_n"] == 32 and K.config(32, 300) == base
+        x, w = inputs(2, 64, 300, torch.float32, 13)
+        torch.testing.assert_close(K.skinny_gemm(x, w, block_k=64), x @ w.T, rtol=1e-5, atol=1e-5)
+    assert K.config(64, 300) == base
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("n,k", [(3072, 2560), (2560, 10240), (256, 2560), (2560, 256), (262144, 2560)])
+def test_gemma_sizes_bf16(m, n, k):
+    """E4B's q/k/v, down, per-layer-input gate and projection, LM head at the default configs: within the bf16
+    rounding of an fp64 matmul, and equal to kernels/gemv at one row up to a flipped rounding."""
+    x, w = inputs(m, n, k, torch.bfloat16, 3)
+    got = K.skinny_gemm(x, w)
+    assert rel(got, x.double() @ w.double().T) < 4e-3
+    if m == 1:
+        ulp_close(got, gemv.gemv(x, w), torch.bfloat16, max_frac=0.02)

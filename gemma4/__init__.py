@@ -11,7 +11,7 @@ Layout, one role a file:
                    the runtime: sequences, blocks, cache, what each step writes, step metadata, captured steps
   engine.py        Engine (extend, prefill, decode) with its EngineConfig (engine_config.py)
   generate.py      the one generation loop: plain decoding; speculative.py its speculative step strategy
-The command line (`kselect run`) is kselect/run.py.
+The command line (`kselect run`) is kselect/commands/run.py, over kselect/run.py.
 """
 
 if __name__ != "kselect.gemma4":  # one module, one name (pyproject.toml maps the folder to kselect.gemma4)

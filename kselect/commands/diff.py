@@ -1,39 +1,24 @@
-"""`kselect diff`'s command line: the Hydra config of the two sides, checks, and the run.
-The diff itself (cells, blocks, rendering) is `selector/review/diff.py`, whose docstring is the usage."""
+"""`kselect diff`'s command line: the Hydra config of the two sides, mapped onto the library: the sides
+(selector/review/diff_sides.py), the diff itself (cells, blocks: `selector/review/diff.py`, whose docstring is the
+usage) and its rendering."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
 from kselect.selector.base.errors import KSelectError
 from kselect.selector.base.hydra_app import compose_args, run_app
-from kselect.selector.config.compose import CONF_DIR
 from kselect.selector.config.releases import render_steps, upgrade_steps
 from kselect.selector.review import diff
 from kselect.selector.review.diff import run_diff
 from kselect.selector.review.diff_render import render
-from kselect.selector.review.diff_sources import Source, check_conf_rel, default_rules, git_conf, side_rules
+from kselect.selector.review.diff_sides import sides, with_rules
+from kselect.selector.review.diff_sources import Source, check_conf_rel
 from kselect.selector.review.matrix import load_matrix
 from kselect.selector.review.review_check import review
-
-
-def source(side: str, args: SideArgs, repo: Path, stack: ExitStack, conf_rel: str, name_conf: bool = False) -> Source:
-    """One side (its conf and overlays); its label names the conf only when the sides read different ones."""
-    conf, ov = args.conf, tuple(args.overlay)
-    label = f"{conf}:[{','.join(ov)}]" if name_conf else f"[{','.join(ov)}]"
-    if conf == "worktree":
-        return Source(label, repo / conf_rel, ov)
-    if conf.startswith("git:") and conf[4:]:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
-        return Source(label, git_conf(repo, conf[4:], tmp, conf_rel), ov)
-    raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
 
 
 @dataclass
@@ -78,27 +63,12 @@ def task(cfg) -> int:
     if not 0 <= cfg.limit <= 10_000:
         raise KSelectError(f"diff: limit={cfg.limit}; allowed: 0 to 10000 patterns per block")
     check_conf_rel(cfg.conf_path)
-    uses_git = any(str(side.conf).startswith("git:") for side in (cfg.a, cfg.b))
-    repo = Path(cfg.repo).resolve() if cfg.repo else default_repo(uses_git, cfg.conf_path)
-    if not repo.is_dir():
-        raise KSelectError(f"diff: repo={cfg.repo!r} is not a directory")
     with ExitStack() as stack:
-        two = cfg.a.conf != cfg.b.conf
-        a = source("a", cfg.a, repo, stack, cfg.conf_path, two)
-        b = source("b", cfg.b, repo, stack, cfg.conf_path, two)
+        repo, a, b = sides(cfg, stack)
         if cfg.review:
             return _review(cfg, a, b)
         spec = load_matrix(cfg.matrix or "default", repo / cfg.conf_path)
-        sides = []
-        for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
-            rules, note = side_rules(name, src.label, src.conf_dir, args.rules or cfg.rules, spec.rules)
-            if note:
-                print(note, file=sys.stderr)
-            sides.append(replace(src, objective=args.objective, rules=rules, own_default_rules=bool(note)))
-        a, b = sides
-        ran = [s.rules or default_rules(s.conf_dir) for s in sides]
-        if ran[0] != ran[1]:  # the labels say which rules each side ran
-            a, b = (replace(s, label=f"{s.label} rules={r}") for s, r in zip(sides, ran))
+        a, b, ran = with_rules(cfg, a, b, spec.rules)
         d = run_diff(a, b, spec)
         steps = upgrade_steps(a.conf_dir, ran[0], b.conf_dir, ran[1])  # a release upgrade: its overlays and PRs
     head = render_steps(steps, cfg.format)
@@ -115,24 +85,6 @@ def _review(cfg, a: Source, b: Source) -> int:
     text, moved = review(a, b, cfg.matrix, cfg.format, cfg.limit, cfg.verbose)
     print(text, end="")
     return 1 if cfg.check and moved else 0
-
-
-def default_repo(uses_git: bool, conf_rel: str) -> Path:
-    """The repository whose conf/ the diff reads: this source checkout (an editable install or a
-    checkout on PYTHONPATH); from a wheel, the installed configs, unless a side names git:<rev>,
-    which reads conf/ from the git checkout holding the current directory (the user's clone)."""
-    if (CONF_DIR.parent / "pyproject.toml").is_file() or not uses_git:
-        return CONF_DIR.parent
-    try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        top = None
-    if top is not None and top.returncode == 0 and (Path(top.stdout.strip()) / conf_rel).is_dir():
-        return Path(top.stdout.strip())
-    raise KSelectError(
-        f"diff: a git:<rev> side reads {conf_rel}/ from a git checkout of kselect, but kselect is installed from a "
-        f"wheel (its configs: {CONF_DIR}) and the current directory is not inside a git checkout with {conf_rel}/; "
-        "run the command inside your clone, or pass repo=<path of the clone>")
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ experiment config instead. Every error: exit 2 and one paragraph (--debug: the t
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -66,12 +67,12 @@ def main(argv: list[str]) -> int:
         check_max_tokens(ns.prefill_graph_tokens)
     except ValueError as e:
         ap.error(f"--prefill-graph-tokens: {e}")
-    command = " ".join([sys.executable.rsplit("/", 1)[-1], "-m kselect.measurement.e2e", *argv])
+    command = shlex.join([Path(sys.executable).name, "-m", "kselect.measurement.e2e", *argv])
     return e2e.run(Options.model_validate(vars(ns)), command)
 
 
 def cli() -> None:
-    from kselect.run import script_main  # noqa: PLC0415
+    from kselect.commands.run import script_main  # noqa: PLC0415
 
     script_main(main)  # every error: exit 2, one paragraph (--debug: traceback)
 

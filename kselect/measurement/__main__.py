@@ -1,5 +1,5 @@
-import sys
+"""`python -m kselect.measurement` is `kselect bench` (kselect/commands/bench.py)."""
 
-from kselect.measurement.runner import main
+from kselect.commands.bench import cli
 
-sys.exit(main())
+cli()

@@ -36,7 +36,6 @@ def _pct(a, b):
 
 
 def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
-    preset_runs = [r for r in e2e["runs"] if r["preset"] == model]
     prompt = e2e["options"]["prompt_len"]
     ctx = prompt + e2e["options"]["new"] // 2
     cfg = compose([f"platform={platform}", f"model={model}", "objective=latency", "objective.decode.batch=1",
@@ -44,22 +43,44 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                    f"objective.new_tokens={e2e['options']['new']}"])  # e2e.py's request at its decode B1 point
     ex = explain(cfg, bundled_evidence())
     caches = list(ex["caches"].values())
-    # B1 decode: rows resolved once ("") or, with e2e.py --objective-at-run, at "decode B1"
-    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
-    preset_runs = [r for r in preset_runs if b1(r)]
-    prof = {(p["selection"], p["kv"]): p for p in e2e.get("profiles", []) if b1(p) and not p.get("error")}
-    groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if b1(s)}
-    # selections that resolved to the same groups were measured once: follow e2e.py's same_as link
-    alias = {(s["selection"], s["kv"]): tuple(s["same_as"].rsplit(" kv=", 1)) for s in e2e["selections"]
-             if b1(s) and s.get("same_as")}
-    measured = lambda sel, kv: alias.get((sel, kv), (sel, kv))  # noqa: E731
+    run = _B1Decode(e2e, model)
+    rows = _decode_rows(run, caches)
+    lines = _decode_lines(e2e, model, ex, ctx, rows)
+    prows, ptext = prefill_rows(e2e, model, caches, prompt)
+    lines += ptext + kernel_lines(e2e, model) + _fp8_lines(run, rows)
+    return "\n".join(lines) + "\n", rows + prows
+
+
+def _b1(model: str):
+    """A record of the model's B1 decode point: resolved once ("") or, with e2e.py --objective-at-run, at "decode B1"."""
+    return lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")
+
+
+class _B1Decode:
+    """The run's B1 decode records of one model: its runs, decode profiles and groups per (selection, kv)."""
+
+    def __init__(self, e2e: dict, model: str):
+        b1 = _b1(model)
+        self.runs = [r for r in e2e["runs"] if b1(r)]
+        self.profiles = {(p["selection"], p["kv"]): p for p in e2e.get("profiles", []) if b1(p) and not p.get("error")}
+        self.groups = {(s["selection"], s["kv"]): s.get("groups", {}) for s in e2e["selections"] if b1(s)}
+        self.alias = {(s["selection"], s["kv"]): tuple(s["same_as"].rsplit(" kv=", 1)) for s in e2e["selections"]
+                      if b1(s) and s.get("same_as")}
+
+    def measured(self, sel: str, kv: str) -> tuple:
+        """Selections that resolved to the same groups were measured once: e2e.py's same_as link, followed."""
+        return self.alias.get((sel, kv), (sel, kv))
+
+
+def _decode_rows(run: _B1Decode, caches: list[dict]) -> list[dict]:
+    """Explain's decode step of vLLM's choice and of the fastest verified one beside the run's profiled step."""
     rows = []
     for kv, i in KV:
         c = caches[i]
         for sel, key in (("vllm", "vllm"), ("latency", "best")):
             want = {r["group"]: r[key]["backend"] for r in c["rows"] if r["phase"] == "decode"}
-            ran = {k: g["backend"] for k, g in groups.get((sel, kv), {}).items()}
-            p = prof.get(measured(sel, kv))
+            ran = {k: g["backend"] for k, g in run.groups.get((sel, kv), {}).items()}
+            p = run.profiles.get(run.measured(sel, kv))
             pred = step(c["rows"], "decode", key)
             # profiled: the attention kernels of the CUDA-graph decode step the run timed (e2e.py mode "graph",
             # quant-query included, as a conf/perf bucket times the whole call); beside it the eager step's
@@ -78,10 +99,15 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
                 row["diff"] = pred / row["profiled_ms"] - 1
                 row["diff_kernels"] = pred / row["kernels_ms"] - 1
             rows.append(row)
+    return rows
+
+
+def _decode_lines(e2e: dict, model: str, ex: dict, ctx: int, rows: list[dict]) -> list[str]:
+    """The report's head (explain's own view at the run's point) and the decode step table."""
     lines = [f"# `kselect explain` vs the same run: {model} on {ex['gpu']}", "",
-             f"Explain at B1 decode over {ctx} cached tokens (nearest measured bucket), prefill of {prompt}; "
-             f"the run: e2e.py at commit {e2e['environment'].get('git_commit', '')[:12]}.", "",
-             to_text(ex, markdown=True), "",
+             f"Explain at B1 decode over {ctx} cached tokens (nearest measured bucket), prefill of "
+             f"{e2e['options']['prompt_len']}; the run: e2e.py at commit {e2e['environment'].get('git_commit', '')[:12]}.",
+             "", to_text(ex, markdown=True), "",
              "## Attention ms per B1 decode step: explain (layers x conf/perf ms) vs profiled kernels", "",
              "Profiled: the attention kernels (quant-query included) of the decode step as the run timed it (CUDA-graph "
              "replays, or eager where noted): their durations, and their durations plus the launch gap before each "
@@ -95,24 +121,32 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
              "kernels + launch gaps ms | eager forward calls ms | explain vs kernels + gaps | explain vs kernels only |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
         verdict = (f"{r['diff'] * 100:+.1f}% | {r['diff_kernels'] * 100:+.1f}%" if "diff" in r else
                    "other kernels (explain's choice at this point differs from the run's) | " if not r["same_kernels"]
                    else "no profile | ")
-        ms = lambda x: "n/a" if x is None else round(x, 3)  # noqa: E731
-        lines.append(f"| {r['kv']} | {r['selection']} | {fmt(r['explain_backends'])} | {fmt(r['run_backends'])} | "
-                     f"{ms(r['explain_ms'])} | {ms(r['kernels_ms'])} ({r['profile_mode']}) | {ms(r['timeline_ms'])} | "
-                     f"{ms(r['eager_call_ms'])} | {verdict} |")
-    prows, ptext = prefill_rows(e2e, model, caches, prompt)
-    lines += ptext + kernel_lines(e2e, model)
-    # FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step
-    lines += ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
-              "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "
-              "step difference explained by attention |", "|---|---|---|---|---|"]
+        lines.append(f"| {r['kv']} | {r['selection']} | {_backends(r['explain_backends'])} | "
+                     f"{_backends(r['run_backends'])} | {_ms(r['explain_ms'])} | {_ms(r['kernels_ms'])} "
+                     f"({r['profile_mode']}) | {_ms(r['timeline_ms'])} | {_ms(r['eager_call_ms'])} | {verdict} |")
+    return lines
+
+
+def _backends(groups: dict) -> str:
+    return ", ".join(f"{k.split('_')[0]}: {v}" for k, v in groups.items())
+
+
+def _ms(x: float | None):
+    return "n/a" if x is None else round(x, 3)
+
+
+def _fp8_lines(run: _B1Decode, rows: list[dict]) -> list[str]:
+    """FP8 vs bf16, per selection: explain's attention ratio, the profiled one, and the whole step."""
+    lines = ["", "## Is FP8 faster than bf16 here? explain vs measured (same run)", "",
+             "| selection | explain attention bf16 / fp8 | profiled attention bf16 / fp8 | e2e B1 decode ms/step bf16 / fp8 | "
+             "step difference explained by attention |", "|---|---|---|---|---|"]
     for sel in ("vllm", "latency"):
         a, b = (next((r for r in rows if r["kv"] == kv and r["selection"] == sel), None) for kv, _ in KV)
-        step_ms = {kv: next((r.get("decode_ms_per_step") for r in preset_runs
-                             if (r["selection"], r["kv"], r["batch"]) == (*measured(sel, kv), 1)), None) for kv, _ in KV}
+        step_ms = {kv: next((r.get("decode_ms_per_step") for r in run.runs
+                             if (r["selection"], r["kv"], r["batch"]) == (*run.measured(sel, kv), 1)), None) for kv, _ in KV}
         ea, eb, pa, pb = a["explain_ms"], b["explain_ms"], a["profiled_ms"], b["profiled_ms"]
         sa, sb = step_ms["auto"], step_ms["fp8"]
         share = (f"{(sa - sb):+.3f} ms measured vs {(pa - pb):+.3f} ms profiled attention"
@@ -120,14 +154,14 @@ def compare(e2e: dict, model: str, platform: str) -> tuple[str, list[dict]]:
         lines.append(f"| {sel} | {ea and eb and f'{ea:.3f} / {eb:.3f} ({ea / eb:.2f}x)'} | "
                      f"{pa and pb and f'{pa:.3f} / {pb:.3f} ({pa / pb:.2f}x)'} | "
                      f"{sa and sb and f'{sa:.2f} / {sb:.2f} ({sa / sb:.3f}x)'} | {share} |")
-    return "\n".join(lines) + "\n", rows + prows
+    return lines
 
 
 def prefill_rows(e2e: dict, model: str, caches: list[dict], prompt: int) -> tuple[list[dict], list[str]]:
     """Explain's prefill step (layers x conf/perf ms at prefill B1 x prompt) of vLLM's choice and of the
     fastest verified choice vs the profiled attention of the B1 run's prefill, for the selections e2e.py
     profiled; rows whose prefill kernels differ from the run's say so instead of comparing."""
-    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
+    b1 = _b1(model)
     prof = {(p["selection"], p["kv"]): p for p in e2e.get("prefill_profiles", []) if b1(p) and not p.get("error")}
     if not prof:
         return [], []
@@ -151,19 +185,17 @@ def prefill_rows(e2e: dict, model: str, caches: list[dict], prompt: int) -> tupl
             if row["same_kernels"] and pred and got:
                 row["diff"] = pred / got - 1
             rows.append(row)
-            fmt = lambda d: ", ".join(f"{k.split('_')[0]}: {v}" for k, v in d.items())  # noqa: E731
-            ms = lambda x: "n/a" if x is None else round(x, 3)  # noqa: E731
             verdict = (f"{row['diff'] * 100:+.1f}%" if "diff" in row else
                        "other kernels" if not row["same_kernels"] else "no profile")
-            lines.append(f"| {kv} | {sel} | {fmt(want)} | {fmt(ran)} | {ms(pred)} | {ms(row['kernels_ms'])} "
-                         f"({row['profile_mode']}) | {ms(row['timeline_ms'])} | {verdict} |")
+            lines.append(f"| {kv} | {sel} | {_backends(want)} | {_backends(ran)} | {_ms(pred)} | {_ms(row['kernels_ms'])} "
+                         f"({row['profile_mode']}) | {_ms(row['timeline_ms'])} | {verdict} |")
     return rows, lines
 
 
 def kernel_lines(e2e: dict, model: str) -> list[str]:
     """The run's attention kernels by name (e2e.py profiles' attention_kernels, where recorded): where a row
     above parts from explain, which kernel holds the time."""
-    b1 = lambda r: r["preset"] == model and r.get("point", "") in ("", "decode B1")  # noqa: E731
+    b1 = _b1(model)
     profs = [("decode step", p) for p in e2e.get("profiles", []) if b1(p)] + \
             [(f"prefill of {p.get('prompt_len')}", p) for p in e2e.get("prefill_profiles", []) if b1(p)]
     profs = [(what, p) for what, p in profs if p.get("attention_kernels")]

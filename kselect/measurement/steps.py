@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def main(argv: list[str]) -> int:
     """Run one step on its options file (a JSON mapping, validated again here)."""
     step, path = argv
     module = importlib.import_module(STEPS[step])
-    return module.run(module.Options.model_validate(json.loads(Path(path).read_text())), f"kselect bench step {step}")
+    command = shlex.join([Path(sys.executable).name, "-m", "kselect.measurement.steps", *argv])  # what its record says
+    return module.run(module.Options.model_validate(json.loads(Path(path).read_text())), command)
 
 
 if __name__ == "__main__":

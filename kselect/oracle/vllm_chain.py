@@ -57,6 +57,19 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     """Prepare this process for capability `cc`: env, stubs, the CUDA platform."""
     global _CC
     _CC = cc
+    _environment(src)
+    import _kselect_vllm_ext  # noqa: F401
+
+    from vllm.platforms import cuda
+
+    _mock_device(cuda)
+    _stand_ins()
+    _record_selection(cuda.CudaPlatformBase)
+
+
+def _environment(src: str) -> None:
+    """vLLM's settings, and the stubs and the release's sources first on the path (of this process and vLLM's own
+    subprocesses)."""
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # HAS_TRITON stays on, no driver probed; V2 runner default
     os.environ["VLLM_HAS_FLASHINFER_CUBIN"] = "1"  # stands in for flashinfer-cubin
     # vLLM caches model inspections under VLLM_CACHE_ROOT by file name, not by release: one
@@ -71,10 +84,11 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     os.environ["KSELECT_VLLM_ORACLE"] = "1"
     os.environ["KSELECT_VLLM_SRC"] = src
     os.environ["PYTHONPATH"] = os.pathsep.join([str(STUBS), dist, src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    import _kselect_vllm_ext  # noqa: F401
 
+
+def _mock_device(cuda) -> None:
+    """The one thing mocked: the CUDA platform's device (capability _CC, its name and SM count)."""
     import vllm.platforms as platforms
-    from vllm.platforms import cuda
     from vllm.platforms.interface import DeviceCapability
 
     def get_device_capability(cls, device_id: int = 0):
@@ -92,6 +106,10 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     cuda.NonNvmlCudaPlatform.get_device_name = classmethod(get_device_name)
     cuda.NonNvmlCudaPlatform.num_compute_units = classmethod(num_compute_units)
     platforms._current_platform = cuda.NonNvmlCudaPlatform()
+
+
+def _stand_ins() -> None:
+    """What a CPU machine lacks, stood in for where layer construction reaches it (never part of selection)."""
     # no pinned host memory without a CUDA driver: the backends' host buffers are plain
     import torch
     import vllm.utils.torch_utils as torch_utils
@@ -111,6 +129,11 @@ def boot(src: str, cc: tuple[int, int]) -> None:
     import vllm.model_executor.model_loader.utils as loader_utils
 
     loader_utils.record_metadata_for_reloading = lambda model: None
+    _skip_jit_kernels()
+
+
+def _skip_jit_kernels() -> None:
+    """Kernels a layer compiles or imports at construction from a DSL a CPU venv lacks."""
     # an MoE router with fp32 weights registers a CuTeDSL kernel's JIT warmup on SM90 at construction (importing
     # the CUTLASS DSL, which a CPU venv lacks): a warmup, never part of selection
     from vllm.model_executor.layers.fused_moe.router import gate_linear
@@ -126,7 +149,6 @@ def boot(src: str, cc: tuple[int, int]) -> None:
         flint_model._flint_kernels = lambda quant_config, parallel=None: False
     except ImportError:  # a release without Flint
         pass
-    _record_selection(cuda.CudaPlatformBase)
 
 
 class _NoStream:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kselect.measurement import runner
+from kselect.commands import bench
 from parse_only import check_argv
 from kselect.cli import COMMANDS as KSELECT_COMMANDS
 
@@ -61,7 +61,7 @@ def _check(cmd, out: Path, monkeypatch) -> None:
     argv = _argv(cmd, out)
     prog, args = argv[0], argv[1:]
     if prog == "kselect" and args[0] == "bench":
-        assert runner.main([*args[1:], "dry_run=true"]) == 0
+        assert bench.main([*args[1:], "dry_run=true"]) == 0
     elif prog == "kselect":
         check_argv(ROOT, f"kselect.commands.{KSELECT_COMMANDS[args[0]][0]}", args[1:], cmd)
     elif prog == "bash":

@@ -1,7 +1,7 @@
-"""kselect bench (kselect/measurement/runner.py): experiment configs composed with Hydra, each step one of the project's
-own steps (kselect/measurement/steps.py) with its options validated into that step's typed options before anything
-runs; steps run in order from the checkout root, a failing one stops the rest; dry_run=true prints what would run and
-runs nothing; bad input is exit 2 and one paragraph naming the key."""
+"""kselect bench (kselect/commands/bench.py over kselect/measurement/runner.py): experiment configs composed with
+Hydra, each step one of the project's own steps (kselect/measurement/steps.py) with its options validated into that
+step's typed options before anything runs; steps run in order from the checkout root, a failing one stops the rest;
+dry_run=true prints what would run and runs nothing; bad input is exit 2 and one paragraph naming the key."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kselect.commands import bench
 from kselect.measurement import runner, steps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,22 +53,33 @@ def _log(checkout: Path) -> list[str]:
 
 def test_steps_run_in_order_on_their_typed_options_and_a_failing_one_stops_the_rest(checkout, monkeypatch):
     out = checkout / "out"
-    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 0
+    assert bench.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 0
     assert [line.split()[0] for line in _log(checkout)] == ["e2e", "prefill_clocks", "explain_vs_e2e"]
     first = json.loads((out / "first.json").read_text())  # the options file the step runs on: every field, typed
     assert first["smoke"] is True and first["out"] == f"{out}/e2e" and first["reps"] == 3
     (checkout / "log.txt").unlink()
     monkeypatch.setenv("RC_prefill_clocks", "3")
-    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 3
+    assert bench.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}"]) == 3
     assert [line.split()[0] for line in _log(checkout)] == ["e2e", "prefill_clocks"]
 
 
 def test_dry_run_prints_what_would_run_and_runs_nothing(checkout, capsys):
     out = checkout / "out"
-    assert runner.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}", "dry_run=true"]) == 0
+    assert bench.main(["experiment=three", f"out={out}", f"+python={checkout / 'fakepython'}", "dry_run=true"]) == 0
     shown = capsys.readouterr().out
     assert "=== third: " in shown and "kselect.measurement.steps explain_vs_e2e" in shown and '"rounds": 2' in shown
     assert _log(checkout) == [] and not out.exists()
+
+
+def test_debug_is_the_command_flag_not_an_override(checkout, capsys, monkeypatch):
+    """`kselect --debug bench ...` (kselect/cli.py passes it on): the command's flag, as every tool command's; it was
+    composed as an override before and failed Hydra's grammar."""
+    argv = ["--debug", "experiment=three", f"+python={checkout / 'fakepython'}", "dry_run=true"]
+    monkeypatch.setattr(sys, "argv", ["kselect bench", *argv])
+    with pytest.raises(SystemExit) as end:
+        bench.cli()
+    assert end.value.code == 0
+    assert "=== third: " in capsys.readouterr().out and _log(checkout) == []
 
 
 def test_a_script_named_as_a_step_is_refused_and_never_runs(checkout, capsys):
@@ -75,7 +87,7 @@ def test_a_script_named_as_a_step_is_refused_and_never_runs(checkout, capsys):
     script = checkout / "probe.py"
     script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     for dry in ("true", "false"):
-        assert runner.main(["experiment=three", f"steps.first.run={script}", f"dry_run={dry}"]) == 2
+        assert bench.main(["experiment=three", f"steps.first.run={script}", f"dry_run={dry}"]) == 2
         err = capsys.readouterr().err
         assert "steps.first.run: bad value" in err and "e2e, prefill_clocks, explain_vs_e2e" in err
         assert err.count("\n") == 1 and "Traceback" not in err
@@ -101,7 +113,7 @@ def test_a_script_named_as_a_step_is_refused_and_never_runs(checkout, capsys):
     (["experiment=three", "+steps.first.options.prefill_graph_tokens=3"], "steps.first.options.prefill_graph_tokens: Value error"),
 ])  # fmt: skip
 def test_bad_input_is_one_paragraph_and_exit_2(checkout, capsys, overrides, expected):
-    assert runner.main([*overrides, f"+python={checkout / 'fakepython'}"] if "python" not in str(overrides)
+    assert bench.main([*overrides, f"+python={checkout / 'fakepython'}"] if "python" not in str(overrides)
                        else overrides) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err and err.count("\n") == 1, err
@@ -110,7 +122,7 @@ def test_bad_input_is_one_paragraph_and_exit_2(checkout, capsys, overrides, expe
 
 def test_outside_a_checkout_it_says_where_to_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert runner.main(["experiment=x"]) == 2
+    assert bench.main(["experiment=x"]) == 2
     assert "run it from the kselect checkout" in capsys.readouterr().err
 
 
@@ -118,7 +130,7 @@ def test_outside_a_checkout_it_says_where_to_run(tmp_path, monkeypatch, capsys):
 def test_every_experiment_of_the_repo_checks_out(name, monkeypatch):
     """It composes, each step's options are its typed options, and the records it names are in bench/results."""
     monkeypatch.chdir(ROOT)
-    assert runner.main([f"experiment={name}", "dry_run=true"]) == 0
+    assert bench.main([f"experiment={name}", "dry_run=true"]) == 0
     records = runner.compose(ROOT, [f"experiment={name}"]).records
     assert all(r.startswith("bench/results/") and (ROOT / r).is_dir() for r in records), records
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -582,6 +583,8 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
     """e2e.rounds: per KV dtype and prefill metric, the selections resolved at that metric's point (an objective's
     own row there, a twin's measured row instead of the twin) go into one set of interleaved rounds, and each result
     is recorded under its row's selection and point."""
+    from kselect.measurement.e2e.state import Preset, Run
+
     e2e = importlib.import_module("kselect.measurement.e2e")
     sel = lambda name, point="", **kw: dict(preset="m", selection=name, kv="auto", point=point, **kw)  # noqa: E731
     selections = [sel("vllm"), sel("pin_fa", same_as="vllm kv=auto"), sel("pin_triton"),
@@ -598,9 +601,10 @@ def test_prefill_rounds_time_what_the_table_reads_at_each_point(monkeypatch):
         calls.clear()
         rep = SimpleNamespace(data=dict(selections=selections, prefill_rounds=[], skipped=[], errors=[]), save=lambda: None)
         opts = SimpleNamespace(prefill_rounds=3, prompt_len=12, prefill_lens=[4096], kv=["auto"],
-                               prefill_graph_tokens=graph_tokens)
-        args = SimpleNamespace(vocab_size=100)
-        e2e.rounds(opts, rep, "m", None, todo, args, torch.Generator().manual_seed(0), lambda: 1e9, lambda msg: None, None)
+                               prefill_graph_tokens=graph_tokens, budget_s=1e9)
+        model = SimpleNamespace(args=SimpleNamespace(vocab_size=100))
+        preset = Preset("m", model, {}, [1], torch.Generator().manual_seed(0), [], [], todo)
+        e2e.rounds(Run(opts, rep, time.perf_counter(), None), preset)
         assert calls == [(12, ["groups:latency@decode B1", "groups:pin_triton@", "groups:vllm@"], None, graph_tokens),
                          (4096, ["groups:latency@prefill 4096", "groups:pin_triton@", "groups:vllm@"], long_graphs,
                           graph_tokens)]

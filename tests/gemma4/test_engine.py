@@ -66,7 +66,7 @@ def test_batched_equals_one_at_a_time(models, prompts):
 
 
 def run_main(capsys, *argv):
-    from kselect.run import main
+    from kselect.commands.run import main
 
     n = torch.get_num_threads()
     try:
@@ -90,7 +90,7 @@ def test_main_job_default(capsys):
 def test_main_job_runs_on_a_cpu_machine_without_triton():
     """Triton is a GPU dependency (pyproject's `gpu` and `test` extras): the CPU main job imports none of it."""
     code = ("import sys; sys.modules['triton'] = None\n"  # an import of triton now fails, as where it is missing
-            "from kselect.run import main\n"
+            "from kselect.commands.run import main\n"
             "sys.exit(main(['platform=cpu', '--max-new-tokens', '2']))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -112,7 +112,7 @@ def test_main_job_reports_errors_in_one_line():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert "gemma4_31b has 30.7B parameters" in r.stderr and "Traceback" not in r.stderr
-    from kselect.run import main
+    from kselect.commands.run import main
     from kselect.gemma4.checkpoint import CheckpointError
 
     with pytest.raises(CheckpointError, match="checkpoint folder /nonexistent/x: does not exist"):
@@ -132,7 +132,8 @@ def test_main_job_runs_a_checkpoint_folder(capsys, tmp_path, models, kind):
     save_checkpoint(m, tmp_path, tokenizer=BUNDLED_TOKENIZER)
     out = run_main(capsys, f"platform={kind}", f"model.checkpoint={tmp_path}", "--max-new-tokens", "3", "--no-check")
     assert f"from checkpoint {tmp_path}" in out and "tokens/s" in out
-    from kselect.run import RunError, main
+    from kselect.commands.run import main
+    from kselect.run import RunError
 
     with pytest.raises(RunError, match="sliding_window: preset 8, checkpoint 16"):
         main([f"platform={kind}", f"model.checkpoint={tmp_path}", "model.sliding_window=8"])

@@ -1,5 +1,5 @@
 """The H200 check of the refuted `pr48666` path (issue #14's checks, part b: bench/results/LOG.md) on CPU: the
-31B FP8 selection under `rules=post_pr52987 overlay=[pr48666]`, run by `kselect run`'s own main() with
+31B FP8 selection under `rules=post_pr52987 overlay=[pr48666]`, run by `kselect run`'s library call (kselect/run.py) with
 the long prompt of kselect.measurement.gemma4.long_prompt, really calls vLLM's FA4 fork on an FP8 cache
 with 64-token pages, a 1,024-token window and more keys than the window holds: the windowed
 FP8-KV case conformance refuted (`FLASH_ATTN_v4:fp8:d256:window`). The kernels are emulated on the
@@ -75,8 +75,7 @@ def test_long_prompt_passes_the_31b_window_on_the_fp8_fork(fork_calls, monkeypat
 
     monkeypatch.setattr(run, "select", one_head)
     monkeypatch.setattr(run, "build_model", lambda cfg, seed: (model, load_tokenizer(), "shrunk 31B"))
-    _, opts = run.parse(["--prompt", text, "--max-new-tokens", "2", "--no-cuda-graphs"])
-    rc = run.main(OVERRIDES, opts=opts)
+    rc = run.run(OVERRIDES, run.RunOptions(prompts=(text,), max_new_tokens=2, cuda_graphs=False))
     out = capsys.readouterr().out
     assert rc == 0, out  # the emulated fork is the reference: the check passes here; on the H200 it must not
 

@@ -476,7 +476,7 @@ def _main(cli: str):
     elif cli == "conformance":
         from kselect.commands.conformance import main
     elif cli == "run":
-        from kselect.run import main, user_errors
+        from kselect.commands.run import main, user_errors
 
         return user_errors(main)
     return main

@@ -5,8 +5,6 @@ run exit 1 once everything is measured."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-
 import torch
 
 from kselect.gemma4.build import build_model, select
@@ -17,52 +15,17 @@ from kselect.measurement.e2e.hf import hf_logits_check, hf_model, time_hf, time_
 from kselect.measurement.e2e.numerics import numerics_check
 from kselect.measurement.e2e.options import Options, point_overrides, run_points, selection_overrides, smoke_sized
 from kselect.measurement.e2e.selections import capacity, describe, signature
+from kselect.measurement.e2e.state import Preset, Run
 from kselect.measurement.e2e.timing import first_line, measure, time_engine
 from kselect.measurement.e2e_report import HF, WRONG, Report, fnum, objective_table, sel_label
 from kselect.measurement.step_profile import free
-
-
-@dataclass
-class _Run:
-    """One run: its options, report, clock and CUDA-graph setting (None: the engine's default)."""
-
-    opts: Options
-    rep: Report
-    t0: float
-    graphs: bool | None
-
-    def left(self) -> float:
-        return self.opts.budget_s - (time.perf_counter() - self.t0)
-
-    def log(self, msg: str) -> None:
-        print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", flush=True)
-
-    def skip(self, what: str) -> None:
-        self.rep.data["skipped"].append(what)
-        self.rep.save()
-
-
-@dataclass
-class _Preset:
-    """A built model and what its runs share: prompts, the generator their random tokens come from, its rows."""
-
-    name: str
-    model: torch.nn.Module
-    info: dict  # the report's presets[name]
-    batches: list[int]
-    gen: torch.Generator
-    prompts: list[list[int]]  # max(batches) prompts of --prompt-len tokens
-    check_prompts: list[list[int]]  # the numerics check's, past the sliding window
-    todo: list = field(default_factory=list)  # (row, groups) of each selection measured
-    distinct: dict = field(default_factory=dict)  # the groups' signature -> the rows measured with them
-    ref_groups: dict | None = None  # a model-dtype selection's groups on TORCH_REFERENCE (the HF check's)
 
 
 def run(opts: Options, command: str) -> int:
     """The harness on typed options; `command` is what the report records as the run's command."""
     opts = smoke_sized(opts)
     t0 = time.perf_counter()
-    r = _Run(opts, Report(opts.out, environment([], command=command), opts.model_dump(mode="json")), t0,
+    r = Run(opts, Report(opts.out, environment([], command=command), opts.model_dump(mode="json")), t0,
              False if opts.no_cuda_graphs else None)
     torch.manual_seed(opts.seed)
     for name in opts.presets:
@@ -85,7 +48,7 @@ def run(opts: Options, command: str) -> int:
     return _finish(r)
 
 
-def _build(r: _Run, name: str) -> _Preset | None:
+def _build(r: Run, name: str) -> Preset | None:
     """The preset's model (seeded weights), its facts in the report, and its prompts; None where it fails to build."""
     opts, rep = r.opts, r.rep
     t = time.perf_counter()
@@ -123,10 +86,10 @@ def _build(r: _Run, name: str) -> _Preset | None:
     prompts = torch.randint(3, args.vocab_size, (max(batches), opts.prompt_len), generator=g).tolist()
     check_len = min(args.sliding_window + 64, args.max_position_embeddings - opts.check_steps - 2)
     check_prompts = torch.randint(3, args.vocab_size, (opts.check_batch, check_len), generator=g).tolist()
-    return _Preset(name, model, info, batches, g, prompts, check_prompts)
+    return Preset(name, model, info, batches, g, prompts, check_prompts)
 
 
-def _selection(r: _Run, p: _Preset, sname: str, kv: str, point: str) -> None:
+def _selection(r: Run, p: Preset, sname: str, kv: str, point: str) -> None:
     """One selection at one KV dtype and point: its groups and capacity, then its numerics check; a selection that
     resolves to groups already measured is measured once (`same_as`, or the numerics of the same kernels)."""
     opts, rep = r.opts, r.rep
@@ -161,7 +124,7 @@ def _selection(r: _Run, p: _Preset, sname: str, kv: str, point: str) -> None:
         _numerics(r, p, row, groups)
 
 
-def _numerics(r: _Run, p: _Preset, row: dict, groups: dict) -> None:
+def _numerics(r: Run, p: Preset, row: dict, groups: dict) -> None:
     if r.left() < 20:
         r.skip(f"{p.name} {row['selection']} kv={row['kv']} numerics")
         return
@@ -180,7 +143,7 @@ def _numerics(r: _Run, p: _Preset, row: dict, groups: dict) -> None:
     r.rep.save()
 
 
-def _hf_checked(r: _Run, p: _Preset):
+def _hf_checked(r: Run, p: Preset):
     """HF's model on our model's tensors, its last-token logits checked against ours; None where it is not run."""
     if r.opts.no_hf or p.ref_groups is None or r.left() <= 20:
         return None
@@ -196,7 +159,7 @@ def _hf_checked(r: _Run, p: _Preset):
     return hf
 
 
-def _batch(r: _Run, p: _Preset, hf, bi: int, b: int) -> None:
+def _batch(r: Run, p: Preset, hf, bi: int, b: int) -> None:
     """Every selection at batch b (so each gets the small batches before any big one), then HF; the extras after
     every selection's B1 run (or after the only batch)."""
     opts = r.opts
@@ -220,12 +183,12 @@ def _batch(r: _Run, p: _Preset, hf, bi: int, b: int) -> None:
         _hf_batch(r, p, hf, b)
 
 
-def _extras(r: _Run, p: _Preset) -> None:
-    extras(r.opts, r.rep, p.name, p.model, p.todo, p.model.args, p.gen, r.left, r.log)
-    rounds(r.opts, r.rep, p.name, p.model, p.todo, p.model.args, p.gen, r.left, r.log, r.graphs)
+def _extras(r: Run, p: Preset) -> None:
+    extras(r, p)
+    rounds(r, p)
 
 
-def _hf_batch(r: _Run, p: _Preset, hf, b: int) -> None:
+def _hf_batch(r: Run, p: Preset, hf, b: int) -> None:
     """HF at batch b; at B1 also its prefill of each --prefill-lens prompt."""
     opts, dev = r.opts, p.model.device
     if r.left() < 15:
@@ -244,7 +207,7 @@ def _hf_batch(r: _Run, p: _Preset, hf, b: int) -> None:
                 lambda x: f"{x['prefill_tok_s']:,.0f} tok/s")
 
 
-def _finish(r: _Run) -> int:
+def _finish(r: Run) -> int:
     """The objective table and the total time into the report; 1 (after writing it) where a selection was WRONG."""
     rep = r.rep
     rep.data["objective_table"] = objective_table(rep.data)

@@ -267,6 +267,6 @@ def _versions() -> dict:
 
 
 if __name__ == "__main__":
-    from kselect.run import script_main as cli
+    from kselect.commands.run import script_main as cli
 
     cli(main)  # every error: exit 2, one paragraph (--debug: traceback)

@@ -89,7 +89,7 @@ COMMANDS = [
     Cmd("gpu-tests-cpu", "python -m pytest -q -p no:cacheprovider -m gpu tests/kernels tests/gemma4", where="clone",
         want="0|5"),
     Cmd("run-fp8", "kselect run kv_cache=fp8 kv_cache.scales=calibrated", section="The bundled Gemma-4"),
-    Cmd("run-chunk-module", "python -m kselect.run --prefill-chunk 8 --max-new-tokens 8"),
+    Cmd("run-chunk-module", "python -m kselect.commands.run --prefill-chunk 8 --max-new-tokens 8"),
     Cmd("e2e-smoke", "python -m kselect.measurement.e2e --smoke --out $WORK/e2e", where="clone"),
     Cmd("run-mtp", "kselect run spec_decode=mtp"),
     Cmd("run-mm", "kselect run model.multimodal=true"),

@@ -9,6 +9,8 @@ tail, which a standalone timing (kselect.measurement.kernels.gemv) cannot show. 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _pow2(k: int) -> int:
     return 1 << (k - 1).bit_length()
@@ -60,9 +62,28 @@ def sk_wide32(n, k):  # 32 rows of W a program for gate/up and the LM head
     return dict(block_n=32) if n > 4096 else None
 
 
+def _best_of(env: str, rows: int):
+    """fn(n, k) -> the fastest config of (n, k) at `rows` rows in the microbenchmark record named by $env
+    (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none."""
+    import json
+    import os
+
+    path = os.environ.get(env)
+    if not path:
+        raise ValueError(f"the tuned variants read a microbenchmark record: set {env} to its JSON")
+    best = {(r["n"], r["k"]): dict(r["triton"]["cfg"]) for r in json.loads(Path(path).read_text())["rows"]
+            if r["rows"] == rows and r.get("triton")}
+    if rows == 1:  # the GEMV's record ran each block_k with its first chunk of one block (kernels/gemv.py)
+        for cfg in best.values():
+            cfg["first_k"] = cfg["block_k"]
+    return lambda n, k: best.get((n, k))
+
+
 GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
                                  down_first_4096, combined)}
 SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32)}
+# this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
+TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}
 ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py
         "skinny_one": (None, (1, 16))}  # one row on the skinny GEMM too
 
@@ -76,10 +97,13 @@ def variant(name: str):
         return gemv.configured(GEMV[name])
     if name in SKINNY:
         return skinny_gemm.configured(SKINNY[name])
+    if name in TUNED:
+        env, rows = TUNED[name]
+        return (gemv if rows == 1 else skinny_gemm).configured(_best_of(env, rows))
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **ROWS}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS}
 
 
 def split_mode(mode: str) -> tuple[str, str | None]:

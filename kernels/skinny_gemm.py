@@ -15,6 +15,9 @@ gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the concatenated [Wg; Wu], or gelu_tanh(x 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
+from pathlib import Path
 
 import torch
 import triton
@@ -49,7 +52,7 @@ def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLO
 
 
 @triton.jit
-def _skinny_kernel(x_ptr, w_ptr, out_ptr, m, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap,
+def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, m, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP32: tl.constexpr,
                    HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
     wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
@@ -64,7 +67,7 @@ def _skinny_kernel(x_ptr, w_ptr, out_ptr, m, n, k, stride_x, stride_w, stride_ou
 
 
 @triton.jit
-def _skinny_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row, stride_x, stride_w, stride_mul,
+def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row, stride_x, stride_w, stride_mul,
                             stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             FP32: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr):
     wait_then_release(PDL)
@@ -84,13 +87,32 @@ def _skinny_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row, str
 
 
 _override = None  # inside configured(): a function (n, k) -> config entries to change, or None
+CARD_CONFIGS = Path(__file__).with_name("skinny_configs.json")
 
 
-def config(n: int, k: int) -> dict:
-    """Launch parameters by shape: 16 rows of W a program for N up to 4096 (E4B's q/k/v, o, down: 160 to 192
-    programs, enough to keep every SM's loads in flight without splitting K), 64 rows for the wide ones
-    (gate/up, the LM head). Inside `configured(fn)`, fn(n, k)'s entries replace these."""
+@functools.lru_cache(maxsize=None)
+def _card_table(card: str) -> dict:
+    """{(N, K): config} of the shapes where this card's microbenchmark record measured the skinny GEMM faster than
+    cuBLAS at 16 rows by more than the noise band (skinny_configs.json, its record named in it); {} elsewhere."""
+    table = json.loads(CARD_CONFIGS.read_text()).get(card, {}) if card != "_sources" else {}
+    return {tuple(int(v) for v in shape.split("x")): cfg for shape, cfg in table.items()}
+
+
+def card_of(t: torch.Tensor) -> str:
+    return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
+
+
+def measured_faster(t: torch.Tensor, n: int, k: int) -> bool:
+    """Whether the card t lives on has a measured config for W [n, k] (faster than cuBLAS there)."""
+    return (n, k) in _card_table(card_of(t))
+
+
+def config(n: int, k: int, card: str = "") -> dict:
+    """Launch parameters by shape: the card's measured config where it has one, else 16 rows of W a program for N up
+    to 4096 (160 to 192 programs for E4B's small projections), 64 rows for the wide ones. Inside `configured(fn)`,
+    fn(n, k)'s entries replace these."""
     cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4)
+    cfg.update(_card_table(card).get((n, k), {}) if card else {})
     if _override is not None:
         cfg.update(_override(n, k) or {})
     return cfg
@@ -108,8 +130,12 @@ def configured(fn):
         _override = was
 
 
-def _params(n: int, k: int, given: dict) -> dict:
-    cfg = config(n, k)
+def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) -> dict:
+    """config(n, k) on `card` (halve: block_n halved, the paired GeGLU's two halves a program) with the caller's
+    explicit entries."""
+    cfg = config(n, k, card)
+    if halve:
+        cfg["block_n"] = max(16, cfg["block_n"] // 2)
     cfg.update({key: v for key, v in given.items() if v is not None})
     for key in ("block_n", "block_k"):
         v = cfg[key]
@@ -141,12 +167,12 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
     _check("skinny_gemm", x, w)
     m, k = x.shape
     n = w.shape[0]
-    p = _params(n, k, given)
+    p = _params(n, k, given, card_of(x))
     if softcap is not None and not softcap > 0:
         raise ValueError(f"skinny_gemm softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
-    _skinny_kernel[(triton.cdiv(n, p["block_n"]),)](
+    _skinny_gemm_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out, m, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
         inv_cap, cap, HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         **_launch(p, x))
@@ -156,7 +182,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
 def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = None, **given) -> torch.Tensor:
     """x [M, K] (1 <= M <= 16) -> [M, I]: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K] (mul None), or
     gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride). Paired, a program owns the same
-    rows of both halves, block_n of each (config of one half's shape)."""
+    rows of both halves, half of block_n of each (the config of the whole w's shape: the same bytes a program)."""
     _check("skinny_gemm_gelu_mul", x, w)
     m, k = x.shape
     paired = mul is None
@@ -167,9 +193,9 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
     if not paired and (mul.shape != (m, n) or mul.stride(-1) != 1):
         raise ValueError(f"skinny_gemm_gelu_mul needs mul [{m}, {n}] with unit column stride, got "
                          f"{tuple(mul.shape)} stride {mul.stride()}")
-    p = _params(n, k, given)
+    p = _params(w.shape[0], k, given, card_of(x), halve=paired)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _skinny_gelu_mul_kernel[(triton.cdiv(n, p["block_n"]),)](
+    _skinny_gemm_gelu_mul_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out if paired else mul, out, m, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), PAIRED=paired, **_launch(p, x))
     return out

@@ -85,7 +85,8 @@ SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
 TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}
 ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py
-        "skinny_one": (None, (1, 16))}  # one row on the skinny GEMM too
+        "skinny_all": ((1, 1), (2, 16), "all"),  # 2 to 16 rows on the skinny GEMM, every shape
+        "skinny_one": (None, (1, 16), "all")}  # one row on the skinny GEMM too
 
 
 def variant(name: str):

@@ -657,7 +657,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
 
     with gv.variant("cublas_rows"):
         assert (fused.GEMV_ROWS, fused.SKINNY_ROWS) == ((1, 1), None)
-    assert fused.SKINNY_ROWS == (2, 16)
+    with gv.variant("skinny_all"):
+        assert fused.SKINNY_SHAPES == "all"
+    assert (fused.SKINNY_ROWS, fused.SKINNY_SHAPES) == ((2, 16), "measured")
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
         gv.split_mode("triton+nope")
 

@@ -10,7 +10,7 @@ from fused_helpers import DEV, gpu, rel, require_interpreter, ulp_close  # noqa:
 from kselect.kernels import gemv  # noqa: E402
 from kselect.kernels import skinny_gemm as K  # noqa: E402
 
-require_interpreter(K._skinny_kernel)
+require_interpreter(K._skinny_gemm_kernel)
 
 
 def inputs(m, n, k, dtype, seed=0):

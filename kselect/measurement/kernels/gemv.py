@@ -2,6 +2,7 @@
 kernels/skinny_gemm.py (#52) per config.
 
     python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b] [--kernel skinny]
+    python3 -m kselect.measurement.kernels.gemv --out OUT --table-from OUT/skinny.json   # the card's skinny shapes
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
@@ -41,6 +42,22 @@ KERNELS = {
 L2 = 50 << 20
 
 
+def card_table(record: dict, band: float, rows: int = 16) -> dict:
+    """kernels/skinny_configs.json's entry for the record's card: {"NxK": config} of the shapes where the skinny GEMM
+    beat cuBLAS at `rows` rows by more than `band` (the decode metric's noise band)."""
+    return {f"{r['n']}x{r['k']}": r["triton"]["cfg"] for r in record["rows"]
+            if r["rows"] == rows and r.get("triton") and r["cublas_ms"] / r["triton"]["ms"] > 1 + band}
+
+
+def write_table(record_path: Path, band: float, out: Path) -> None:
+    """Add (or replace) the record's card in the table file `out`."""
+    record = json.loads(record_path.read_text())
+    table = json.loads(out.read_text()) if out.exists() else {}
+    table[record["device"]] = card_table(record, band)
+    table.setdefault("_sources", {})[record["device"]] = f"{record_path} (16 rows, faster than cuBLAS by more than {band:.0%})"
+    atomic_write(out, json.dumps(table, indent=1) + "\n")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -49,7 +66,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--kernel", default="gemv", choices=sorted(KERNELS))
     ap.add_argument("--name", default="gemv", help="the output files' stem")
+    ap.add_argument("--table-from", type=Path, help="no timing: write this skinny record's card into --table-out")
+    ap.add_argument("--table-out", type=Path, default=Path("kernels/skinny_configs.json"))
+    ap.add_argument("--band", type=float, default=0.02, help="the noise band a shape must beat cuBLAS by")
     o = ap.parse_args(argv)
+    if o.table_from:
+        write_table(o.table_from, o.band, o.table_out)
+        return 0
     kernel, configs = KERNELS[o.kernel]
     dev = "cuda"
     rows = []

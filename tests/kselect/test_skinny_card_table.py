@@ -1,0 +1,25 @@
+"""kselect/measurement/kernels/gemv.py's card table: the shapes where the skinny GEMM beat cuBLAS by more than the band,
+written per card into the table the kernel reads."""
+
+import json
+
+from kselect.measurement.kernels.gemv import card_table, write_table
+
+
+def record(device="NVIDIA H200"):
+    row = lambda n, cub, tri, rows=16: dict(n=n, k=256, rows=rows, cublas_ms=cub, triton=dict(ms=tri, cfg={"block_n": n}))  # noqa: E731
+    return dict(device=device, rows=[row(16, 1.0, 0.9), row(32, 1.0, 0.99), row(64, 1.0, 1.1), row(128, 1.0, 0.5, rows=1)])
+
+
+def test_only_shapes_faster_than_the_band_at_16_rows():
+    assert card_table(record(), 0.02) == {"16x256": {"block_n": 16}}  # 1.11x in; 1.01x a tie; slower, one row: out
+    assert card_table(record(), 0.0) == {"16x256": {"block_n": 16}, "32x256": {"block_n": 32}}
+
+
+def test_each_card_written_beside_the_others(tmp_path):
+    out = tmp_path / "t.json"
+    for dev in ("A", "B"):
+        (tmp_path / f"{dev}.json").write_text(json.dumps(record(dev)))
+        write_table(tmp_path / f"{dev}.json", 0.02, out)
+    t = json.loads(out.read_text())
+    assert t["A"] == t["B"] == {"16x256": {"block_n": 16}} and set(t["_sources"]) == {"A", "B"}

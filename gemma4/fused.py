@@ -21,8 +21,8 @@ No parameter is cast per call (kernels widen bf16 weights in registers), nothing
 The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in kselect/measurement/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
-kernels/gemv.py under the Triton ops, of a 2- to 16-token step on kernels/skinny_gemm.py, cuBLAS otherwise
-("triton_cublas": cuBLAS always, the baseline).
+kernels/gemv.py under the Triton ops; of a 2- to 16-token step on kernels/skinny_gemm.py where the card's record
+measured it faster than cuBLAS (kernels/skinny_configs.json); cuBLAS otherwise ("triton_cublas": cuBLAS always).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
 MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
@@ -120,31 +120,41 @@ def _unit_columns(x, w) -> bool:
     return x.stride(-1) == 1 and w.stride(-1) == 1
 
 
-# Which projections the Triton ops run on which kernel, by rows of x: one row on kernels/gemv.py, 2 to 16 rows on
-# kernels/skinny_gemm.py (tensor cores, W streamed once), more on cuBLAS. `projection_rows` changes it for a
-# measurement (kselect/measurement/gemv_variants.py); a CUDA graph captured inside keeps the choice.
-GEMV_ROWS, SKINNY_ROWS = (1, 1), (2, 16)
+# Which projections the Triton ops run on which kernel, by rows of x: one row on kernels/gemv.py; 2 to 16 rows on
+# kernels/skinny_gemm.py for the shapes where the card's record measured it faster than cuBLAS (SKINNY_SHAPES
+# "measured"; "all": every shape), else cuBLAS; more rows on cuBLAS. `projection_rows` changes it for a measurement
+# (kselect/measurement/gemv_variants.py); a CUDA graph captured inside keeps the choice.
+GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = (1, 1), (2, 16), "measured"
 
 
 @contextlib.contextmanager
-def projection_rows(gemv_rows, skinny_rows):
-    """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) inside."""
-    global GEMV_ROWS, SKINNY_ROWS
-    was, (GEMV_ROWS, SKINNY_ROWS) = (GEMV_ROWS, SKINNY_ROWS), (gemv_rows, skinny_rows)
+def projection_rows(gemv_rows, skinny_rows, skinny_shapes="measured"):
+    """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) and SKINNY_SHAPES inside."""
+    global GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES
+    was = GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES
+    GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = gemv_rows, skinny_rows, skinny_shapes
     try:
         yield
     finally:
-        GEMV_ROWS, SKINNY_ROWS = was
+        GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = was
+
+
+def _within(rows, m: int) -> bool:
+    return bool(rows) and rows[0] <= m <= rows[1]
 
 
 def _kernel_for(x, w) -> str:
     """"gemv", "skinny" or "cublas" for x @ w.T."""
+    from ..kernels.skinny_gemm import measured_faster
+
     m = x.shape[0]
-    if _unit_columns(x, w):
-        if GEMV_ROWS and GEMV_ROWS[0] <= m <= GEMV_ROWS[1]:
-            return "gemv"
-        if SKINNY_ROWS and SKINNY_ROWS[0] <= m <= SKINNY_ROWS[1] and x.dtype == w.dtype:
-            return "skinny"
+    if not (x.stride(-1) == 1 and w.stride(-1) == 1):
+        return "cublas"
+    if _within(GEMV_ROWS, m):
+        return "gemv"
+    if _within(SKINNY_ROWS, m) and x.dtype == w.dtype and (
+            SKINNY_SHAPES == "all" or measured_faster(x, *w.shape)):
+        return "skinny"
     return "cublas"
 
 

@@ -143,10 +143,8 @@ def _within(rows, m: int) -> bool:
     return bool(rows) and rows[0] <= m <= rows[1]
 
 
-def _kernel_for(x, w) -> str:
-    """"gemv", "skinny" or "cublas" for x @ w.T."""
-    from ..kernels.skinny_gemm import measured_faster
-
+def _kernel_for(x, w, measured_faster) -> str:
+    """"gemv", "skinny" or "cublas" for x @ w.T; measured_faster(x, n, k): kernels/skinny_gemm.py's card table."""
     m = x.shape[0]
     if not (x.stride(-1) == 1 and w.stride(-1) == 1):
         return "cublas"
@@ -174,11 +172,12 @@ class TritonOps(FusedOps):
         self._gemv_gelu_mul = gemv.gemv_gelu_mul
         self._skinny = skinny_gemm.skinny_gemm
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
+        self._measured_faster = skinny_gemm.measured_faster
 
     def linear(self, x, w, scale=None, softcap=None):
         """x @ w.T: a decode step's few rows on the GEMV (one row) or the skinny GEMM (2 to 16) with scale and
         softcap in the epilogue; more rows on cuBLAS's GEMMs then PyTorch's ops."""
-        kernel = _kernel_for(x, w)
+        kernel = _kernel_for(x, w, self._measured_faster)
         if kernel != "cublas":
             return getattr(self, "_" + kernel)(x, w, scale=scale, softcap=softcap)
         return super().linear(x, w, scale, softcap)
@@ -186,7 +185,7 @@ class TritonOps(FusedOps):
     def linear_gelu_mul(self, x, w, mul=None):
         """A decode step's few rows: GELU*up in the projection's epilogue (one kernel); more rows: the GEMM, then
         the kernel."""
-        kernel = _kernel_for(x, w)
+        kernel = _kernel_for(x, w, self._measured_faster)
         if kernel != "cublas" and (mul is None or mul.stride(-1) == 1):
             return getattr(self, f"_{kernel}_gelu_mul")(x, w, mul)
         return super().linear_gelu_mul(x, w, mul)

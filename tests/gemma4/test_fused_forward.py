@@ -119,16 +119,17 @@ def test_few_row_projections_go_to_the_skinny_gemm_where_the_card_measured_it_fa
     assert (20480, 2560) in table and (3072, 2560) not in table  # E4B gate/up measured faster, q/k/v not
     x = lambda m: torch.zeros(m, 2560, dtype=torch.bfloat16)  # noqa: E731
     w = lambda n: torch.zeros(n, 2560, dtype=torch.bfloat16)  # noqa: E731
+    route = lambda m, n: fused._kernel_for(x(m), w(n), skinny_gemm.measured_faster)  # noqa: E731
     assert (2560, 10240) in skinny_gemm._card_table("NVIDIA H100 80GB HBM3") and (2560, 10240) not in table  # down
     for card, want in (("NVIDIA H200", "skinny"), ("a card with no record", "cublas"), ("cpu", "cublas")):
         monkeypatch.setattr(skinny_gemm, "card_of", lambda t, card=card: card)
-        assert fused._kernel_for(x(16), w(20480)) == want
-        assert fused._kernel_for(x(16), w(3072)) == "cublas"
-        assert fused._kernel_for(x(1), w(20480)) == "gemv" and fused._kernel_for(x(17), w(20480)) == "cublas"
+        assert route(16, 20480) == want
+        assert route(16, 3072) == "cublas"
+        assert route(1, 20480) == "gemv" and route(17, 20480) == "cublas"
     with fused.projection_rows((1, 1), (2, 16), "all"):
-        assert fused._kernel_for(x(16), w(3072)) == "skinny"
+        assert route(16, 3072) == "skinny"
     with fused.projection_rows((1, 1), None):
-        assert fused._kernel_for(x(16), w(20480)) == "cublas"
+        assert route(16, 20480) == "cublas"
 
 
 def test_serial_mode_launches_plainly_with_the_same_logits(models, monkeypatch):

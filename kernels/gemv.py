@@ -16,7 +16,6 @@ round: at the same block sizes it equals them bit for bit (one kernel and one [M
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -25,6 +24,7 @@ import triton.language as tl
 
 from . import pdl
 from .pdl import wait_then_release
+from .shape_override import ShapeOverride
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .triton_round import round_like
 
@@ -113,7 +113,8 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                  mask=row_ok)
 
 
-_override = None  # inside configured(): a function (n, k) -> block sizes to change, or None
+_override = ShapeOverride()
+configured = _override.configured  # `with configured(fn)`: fn(n, k)'s entries replace config's (benchmarks' variants)
 
 
 def config(n: int, k: int) -> dict:
@@ -123,21 +124,7 @@ def config(n: int, k: int) -> dict:
     chunk (read before a PDL wait) is one K chunk. Inside `configured(fn)`, fn(n, k)'s entries replace these."""
     cfg = dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
     cfg.update(first_k=cfg["block_k"], num_warps=4)
-    if _override is not None:
-        cfg.update(_override(n, k) or {})
-    return cfg
-
-
-@contextlib.contextmanager
-def configured(fn):
-    """Launch parameters from fn(n, k) (a dict of config's keys to change, or None) for calls inside: benchmarks
-    compare variants this way (kselect/measurement/gemv_variants.py). A CUDA graph captured inside keeps them."""
-    global _override
-    was, _override = _override, fn
-    try:
-        yield
-    finally:
-        _override = was
+    return _override.apply(cfg, n, k)
 
 
 def _launch_params(n: int, k: int, given: dict) -> dict:
@@ -155,12 +142,13 @@ def _launch_params(n: int, k: int, given: dict) -> dict:
     return cfg
 
 
-def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
+def check_operands(name: str, x: torch.Tensor, w: torch.Tensor, max_rows: int = MAX_ROWS) -> None:
+    """x [M, K] with 1 <= M <= max_rows and w [N, K], both with unit column stride (kernels/skinny_gemm.py too)."""
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError(f"{name} needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
                          f"stride {x.stride()} and {tuple(w.shape)} stride {w.stride()}")
-    if not 0 < x.shape[0] <= MAX_ROWS:
-        raise ValueError(f"{name} takes 1 to {MAX_ROWS} rows of x, got {x.shape[0]}")
+    if not 0 < x.shape[0] <= max_rows:
+        raise ValueError(f"{name} takes 1 to {max_rows} rows of x, got {x.shape[0]}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -178,7 +166,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: 
     (Gemma's per-layer-input projection scale, its final logit softcap). Launch parameters left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
-    _check("gemv", x, w)
+    check_operands("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
     p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps))
@@ -200,7 +188,7 @@ def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = N
     (mul None), or gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride).
     Launch parameters left out come from `config` of the whole w, block_n halved per half when paired (the same
     bytes a program)."""
-    _check("gemv_gelu_mul", x, w)
+    check_operands("gemv_gelu_mul", x, w)
     m, k = x.shape
     paired = mul is None
     if paired and w.shape[0] % 2:

@@ -14,7 +14,6 @@ gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the concatenated [Wg; Wu], or gelu_tanh(x 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 from pathlib import Path
@@ -25,11 +24,12 @@ import triton.language as tl
 
 from . import pdl
 from .gelu_mul import gelu_mul_rounded
-from .gemv import epilogue, fp32_cap
+from .gemv import check_operands, epilogue, fp32_cap
 from .pdl import wait_then_release
+from .shape_override import ShapeOverride
 from .triton_round import round_like
 
-MIN_ROWS, MAX_ROWS = 1, 16  # one row works (padded); more than 16 rows: a GEMM tiled for M is the right tool
+MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
 
 
 @triton.jit
@@ -86,7 +86,8 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row
              gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-_override = None  # inside configured(): a function (n, k) -> config entries to change, or None
+_override = ShapeOverride()
+configured = _override.configured  # `with configured(fn)`: fn(n, k)'s entries replace config's (benchmarks' variants)
 CARD_CONFIGS = Path(__file__).with_name("skinny_configs.json")
 
 
@@ -98,8 +99,16 @@ def _card_table(card: str) -> dict:
     return {tuple(int(v) for v in shape.split("x")): cfg for shape, cfg in table.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
 def card_of(t: torch.Tensor) -> str:
-    return torch.cuda.get_device_name(t.device) if t.is_cuda else "cpu"
+    """The card t lives on, by the name its driver gives (the table's key); "cpu" off the GPU."""
+    if not t.is_cuda:
+        return "cpu"
+    return _device_name(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
 def measured_faster(t: torch.Tensor, n: int, k: int) -> bool:
@@ -113,21 +122,7 @@ def config(n: int, k: int, card: str = "") -> dict:
     fn(n, k)'s entries replace these."""
     cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4)
     cfg.update(_card_table(card).get((n, k), {}) if card else {})
-    if _override is not None:
-        cfg.update(_override(n, k) or {})
-    return cfg
-
-
-@contextlib.contextmanager
-def configured(fn):
-    """Launch parameters from fn(n, k) for calls inside (benchmarks compare variants this way); a CUDA graph
-    captured inside keeps them."""
-    global _override
-    was, _override = _override, fn
-    try:
-        yield
-    finally:
-        _override = was
+    return _override.apply(cfg, n, k)
 
 
 def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) -> dict:
@@ -145,11 +140,7 @@ def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) ->
 
 
 def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
-    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1] or x.stride(1) != 1 or w.stride(1) != 1:
-        raise ValueError(f"{name} needs x [M, K] and w [N, K] with unit column stride, got {tuple(x.shape)} "
-                         f"stride {x.stride()} and {tuple(w.shape)} stride {w.stride()}")
-    if not MIN_ROWS <= x.shape[0] <= MAX_ROWS:
-        raise ValueError(f"{name} takes {MIN_ROWS} to {MAX_ROWS} rows of x, got {x.shape[0]}")
+    check_operands(name, x, w, MAX_ROWS)
     if x.dtype != w.dtype:
         raise ValueError(f"{name} needs x and w of one dtype, got {x.dtype} and {w.dtype}")
 

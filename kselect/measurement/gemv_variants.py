@@ -9,6 +9,8 @@ tail, which a standalone timing (kselect.measurement.kernels.gemv) cannot show. 
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 
@@ -65,9 +67,6 @@ def sk_wide32(n, k):  # 32 rows of W a program for gate/up and the LM head
 def _best_of(env: str, rows: int):
     """fn(n, k) -> the fastest config of (n, k) at `rows` rows in the microbenchmark record named by $env
     (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none."""
-    import json
-    import os
-
     path = os.environ.get(env)
     if not path:
         raise ValueError(f"the tuned variants read a microbenchmark record: set {env} to its JSON")
@@ -105,6 +104,15 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS}
+
+
+def check_modes(ap, modes: list[str]) -> None:
+    """argparse's error (exit 2, one line) for the first mode naming no variant of this module."""
+    for mode in modes:
+        try:
+            split_mode(mode)
+        except ValueError as e:
+            ap.error(str(e))
 
 
 def split_mode(mode: str) -> tuple[str, str | None]:

@@ -141,17 +141,9 @@ def plot_kernels(bench: dict, out: Path, tag: str) -> list[Path]:
                 if sel:
                     ax.scatter(*zip(*sel), marker=marker, color=cmap(i % 10), s=28,
                                label=f"{path} {kind}", alpha=0.85)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("arithmetic intensity (FLOP / byte of q, k, v, o)")
-        ax.set_ylabel("achieved TFLOP/s")
         ax.set_title(f"{shape} attention on {meta.get('gpu', '?')} ({tag})")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
         p = out / (f"roofline_{shape}.png" if tag == "." else f"roofline_{shape}_{_slug(tag)}.png")
-        fig.tight_layout()
-        atomic_write(p, _png(fig))
-        plt.close(fig)
+        _write_loglog(fig, ax, "arithmetic intensity (FLOP / byte of q, k, v, o)", "achieved TFLOP/s", 7, p)
         written.append(p)
     return written
 
@@ -195,18 +187,26 @@ def plot_e2e(e2e: dict, out: Path, tag: str) -> list[Path]:
             sel = [(x, y) for x, y, r in pts if (r["preset"], r["selection"], r["kv"]) == key and r["kind"] == kind]
             if sel:
                 ax.scatter(*zip(*sel), marker=marker, color=cmap(i % 20), s=30, label=f"{' '.join(key)} {kind}")
+    ax.set_title(f"Gemma-4 end to end on {e2e.get('environment', {}).get('gpu') or 'CPU'} ({tag})")
+    p = out / ("roofline_e2e.png" if tag == "." else f"roofline_e2e_{_slug(tag)}.png")
+    _write_loglog(fig, ax, "tokens per weight pass (= FLOP/byte of bf16 weights)",
+                  "achieved TFLOP/s on the weights (2 x params read x tok/s)", 6, p)
+    return [p]
+
+
+def _write_loglog(fig, ax, xlabel: str, ylabel: str, legend_size: int, path: Path) -> None:
+    """Log-log axes with their labels, grid and legend; the figure written to path (atomically) and closed."""
+    import matplotlib.pyplot as plt
+
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("tokens per weight pass (= FLOP/byte of bf16 weights)")
-    ax.set_ylabel("achieved TFLOP/s on the weights (2 x params read x tok/s)")
-    ax.set_title(f"Gemma-4 end to end on {e2e.get('environment', {}).get('gpu') or 'CPU'} ({tag})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, loc="lower right")
-    p = out / ("roofline_e2e.png" if tag == "." else f"roofline_e2e_{_slug(tag)}.png")
+    ax.legend(fontsize=legend_size, loc="lower right")
     fig.tight_layout()
-    atomic_write(p, _png(fig))
+    atomic_write(path, _png(fig))
     plt.close(fig)
-    return [p]
 
 
 def _slug(s: str) -> str:

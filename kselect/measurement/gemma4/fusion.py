@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from kselect.measurement.e2e import ceilings, environment, first_line, hf_model, time_engine, time_hf
-from kselect.measurement.gemv_variants import split_mode, variant
+from kselect.measurement.gemv_variants import check_modes, split_mode, variant
 from kselect.measurement.step_profile import CATEGORIES, free, profile_decode
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
@@ -102,11 +102,7 @@ def main(argv: list[str]) -> int:
                          "a large value launches every one-token step with PDL, 0 none")
     ap.add_argument("--smoke", action="store_true")
     o = ap.parse_args(argv)
-    for mode in o.modes:
-        try:
-            split_mode(mode)
-        except ValueError as e:
-            ap.error(str(e))
+    check_modes(ap, o.modes)
     if o.pdl_max_layer_gb is not None:
         from kselect.gemma4 import fused
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from kselect.measurement.e2e import environment
-from kselect.measurement.gemv_variants import split_mode, variant
+from kselect.measurement.gemv_variants import check_modes, split_mode, variant
 from kselect.measurement.profiling import GAP_MAX_US
 from kselect.measurement.step_profile import category, free, sync
 
@@ -113,11 +113,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--steps", type=int, default=10)
     o = ap.parse_args(argv)
-    for mode in o.modes:
-        try:
-            split_mode(mode)
-        except ValueError as e:
-            ap.error(str(e))
+    check_modes(ap, o.modes)
     from kselect.gemma4 import fused
     from kselect.gemma4.build import build_model, select
     from kselect.gemma4.engine import model_groups

@@ -3,7 +3,8 @@ fused ops): the modules of gemma4/model.py hold the weights, this code the order
 
 Every layer starts from its normed input and hands the next its normed output: a layer ends in
 `add_rms_norm` with the next layer's input norm (the last: the final norm), so the fused ops compute the
-residual add and the next norm in one kernel. MoE blocks run their modules (router, experts, norms) under
+residual add and the next norm in one kernel; at one row the projection after an add-norm computes it in its
+prologue (`add_rms_norm` hands it a pending value, `ready` computes one nothing projects). MoE blocks run their modules (router, experts, norms) under
 every ops.
 """
 
@@ -38,8 +39,8 @@ def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm) -> tuple[torch.Tensor,
         y2 = lay.experts(lay.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = lay.post_feedforward_layernorm_1(y) + lay.post_feedforward_layernorm_2(y2)
     if lay.ple_dim:
-        h, _ = ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps)
-        p = ops.linear_gelu_mul(h, lay.per_layer_input_gate.weight, ple)
+        h, hx = ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps)
+        p = ops.linear_gelu_mul(hx, lay.per_layer_input_gate.weight, ple)
         y = ops.linear(p, lay.per_layer_projection.weight)
         return ops.add_rms_norm(y, h, lay.post_per_layer_input_norm.weight, eps, lay.layer_scalar, next_norm)
     return ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps, lay.layer_scalar, next_norm)
@@ -82,7 +83,7 @@ def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
             cos, sin = rope[model.args.layer_types[i]]
             nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else model.norm.weight
             x, xn = layer(ops, lay, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt)
-        return xn
+        return ops.ready(xn)
 
 
 def lm_head(model, hidden: torch.Tensor, ops) -> torch.Tensor:

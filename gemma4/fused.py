@@ -117,7 +117,7 @@ class FusedOps(TorchOps):
 
 
 def _unit_columns(x, w) -> bool:
-    return x.stride(-1) == 1 and w.stride(-1) == 1
+    return x.stride(-1) == 1 and w.stride(-1) == 1  # an AddNorm's rows (its y) are checked where it is made
 
 
 # Which projections the Triton ops run on which kernel, by rows of x: one row on kernels/gemv.py; 2 to 16 rows on
@@ -125,6 +125,20 @@ def _unit_columns(x, w) -> bool:
 # "measured"; "all": every shape), else cuBLAS; more rows on cuBLAS. `projection_rows` changes it for a measurement
 # (kselect/measurement/gemv_variants.py); a CUDA graph captured inside keeps the choice.
 GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = (1, 1), (2, 16), "measured"
+# At GEMV rows the add-norm before a projection runs in that GEMV's prologue (kernels/add_norm_prologue.py);
+# `fold_norms(False)` keeps it a kernel of its own (the measurement's baseline).
+FOLD_NORMS = True
+
+
+@contextlib.contextmanager
+def fold_norms(on: bool):
+    """FOLD_NORMS inside (a CUDA graph captured inside keeps the choice)."""
+    global FOLD_NORMS
+    was, FOLD_NORMS = FOLD_NORMS, on
+    try:
+        yield
+    finally:
+        FOLD_NORMS = was
 
 
 @contextlib.contextmanager
@@ -146,7 +160,7 @@ def _within(rows, m: int) -> bool:
 def _kernel_for(x, w, measured_faster) -> str:
     """"gemv", "skinny" or "cublas" for x @ w.T; measured_faster(x, n, k): kernels/skinny_gemm.py's card table."""
     m = x.shape[0]
-    if not (x.stride(-1) == 1 and w.stride(-1) == 1):
+    if not _unit_columns(x, w):
         return "cublas"
     if _within(GEMV_ROWS, m):
         return "gemv"
@@ -158,14 +172,16 @@ def _kernel_for(x, w, measured_faster) -> str:
 
 class TritonOps(FusedOps):
     name = "triton"
+    folds = True  # add-norms into the GEMV's prologue at GEMV rows (FOLD_NORMS)
 
     def __init__(self):
-        from ..kernels import embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables, skinny_gemm
+        from ..kernels import add_norm_prologue, embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables, skinny_gemm
 
         self.embedding = embedding.embedding_scaled
         self.rope_tables = rope_tables.rope_tables
         self.rms_norm = rms_norm.rms_norm
-        self.add_rms_norm = rms_norm.add_rms_norm
+        self._add_rms_norm = rms_norm.add_rms_norm
+        self._pending, self._fits = add_norm_prologue.AddNorm, add_norm_prologue.fits
         self.gelu_mul = gelu_mul.gelu_tanh_mul
         self.qkv_kernel = qkv_rope.qkv_norm_rope_write
         self._gemv = gemv.gemv
@@ -174,21 +190,43 @@ class TritonOps(FusedOps):
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
 
+    def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
+        """(s, x) as TorchOps'. At GEMV rows (FOLD_NORMS) x is pending: the GEMV that reads it computes the add-norm
+        in its prologue and writes s; `ready` computes it where anything else reads it."""
+        if self.folds and FOLD_NORMS and _within(GEMV_ROWS, y.shape[0]) and self._fits(y, res):
+            s = torch.empty_like(y, memory_format=torch.contiguous_format)
+            return s, self._pending(y, res, wa, eps, scalar, w_b, s)
+        s, n = self._add_rms_norm(y, res, wa, eps, scalar, w_b)
+        return s, (s if n is None else n)
+
+    def ready(self, x):
+        """x as a tensor: a pending add-norm computed by the norm kernel (s into its `out`)."""
+        if not isinstance(x, self._pending):
+            return x
+        s, n = self._add_rms_norm(x.y, x.res, x.w_a, x.eps, x.scalar, x.w_b, out=x.out)
+        return s if n is None else n
+
     def linear(self, x, w, scale=None, softcap=None):
         """x @ w.T: a decode step's few rows on the GEMV (one row) or the skinny GEMM (2 to 16) with scale and
         softcap in the epilogue; more rows on cuBLAS's GEMMs then PyTorch's ops."""
-        kernel = _kernel_for(x, w, self._measured_faster)
-        if kernel != "cublas":
-            return getattr(self, "_" + kernel)(x, w, scale=scale, softcap=softcap)
-        return super().linear(x, w, scale, softcap)
+        kernel = _kernel_for(self._rows(x), w, self._measured_faster)
+        if kernel == "gemv":
+            return self._gemv(x, w, scale=scale, softcap=softcap)
+        if kernel == "skinny":
+            return self._skinny(self.ready(x), w, scale=scale, softcap=softcap)
+        return super().linear(self.ready(x), w, scale, softcap)
 
     def linear_gelu_mul(self, x, w, mul=None):
         """A decode step's few rows: GELU*up in the projection's epilogue (one kernel); more rows: the GEMM, then
         the kernel."""
-        kernel = _kernel_for(x, w, self._measured_faster)
+        kernel = _kernel_for(self._rows(x), w, self._measured_faster)
         if kernel != "cublas" and (mul is None or mul.stride(-1) == 1):
-            return getattr(self, f"_{kernel}_gelu_mul")(x, w, mul)
-        return super().linear_gelu_mul(x, w, mul)
+            return getattr(self, f"_{kernel}_gelu_mul")(x if kernel == "gemv" else self.ready(x), w, mul)
+        return super().linear_gelu_mul(self.ready(x), w, mul)
+
+    def _rows(self, x):
+        """The rows a projection of x reads: a pending add-norm's y (its s and x have y's shape and strides)."""
+        return x.y if isinstance(x, self._pending) else x
 
 
 class TritonSerialOps(TritonOps):
@@ -202,6 +240,7 @@ class TritonCublasOps(TritonOps):
     """The Triton fused regions with every projection on cuBLAS: the GEMV's baseline."""
 
     name = "triton_cublas"
+    folds = False
     linear = TorchOps.linear
     linear_gelu_mul = TorchOps.linear_gelu_mul
 

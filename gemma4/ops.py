@@ -10,7 +10,10 @@ An ops object answers every region of the forward that has more than one impleme
     linear_gelu_mul(x, w, mul)         gelu_tanh(x @ w.T) * mul
     rms_norm(x, w, eps)                the input norm of the first layer
     add_rms_norm(y, res, wa, eps, scalar, wb)
-                                       s = (res + norm_wa(y)) [* scalar], and norm_wb(s) when wb is given
+                                       (s, x): s = (res + norm_wa(y)) [* scalar], the residual; x = norm_wb(s)
+                                       (s itself without wb), what the next projection reads (fused ops, one
+                                       row: a pending value that projection computes in its prologue)
+    ready(x)                           x as a tensor (fused ops: a pending add-norm computed)
     qkv(attn, xn, cos, sin, ctx, group, params, cache_dtype)
                                        q of an attention layer, its K/V written to the paged cache
     mlp(mlp, z)                        the dense GeGLU block
@@ -38,11 +41,11 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tenso
 
 
 def add_rms_norm(y, res, wa, eps, scalar=None, wb=None):
-    """(res + norm_wa(y)) [* scalar], and its norm with wb (None when wb is None)."""
+    """(s, x): s = (res + norm_wa(y)) [* scalar], and x its norm with wb (s itself when wb is None)."""
     s = res + rms_norm(y, wa, eps)
     if scalar is not None:
         s = s * scalar
-    return s, (rms_norm(s, wb, eps) if wb is not None else None)
+    return s, (rms_norm(s, wb, eps) if wb is not None else s)
 
 
 class TorchOps:
@@ -82,6 +85,9 @@ class TorchOps:
 
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         return add_rms_norm(y, res, wa, eps, scalar, w_b)
+
+    def ready(self, x):
+        return x
 
     def qkv(self, a, xn, cos, sin, ctx, g, params, cache_dtype):
         """The attention module's projections, norms and rope, one at a time; K/V written through the cache.

@@ -25,6 +25,7 @@ import triton.language as tl
 from . import pdl
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
+from .add_norm_prologue import AddNorm, plain_args, scalar_value, stats, x_chunk
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .triton_round import round_like
 
@@ -41,11 +42,15 @@ def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
 
 
 @triton.jit
-def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr):
+def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, ref_ptr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              FIRST_K: tl.constexpr, PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
+              HAS_WB: tl.constexpr):
     """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
-    accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's."""
+    accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's. Where PRENORM,
+    x is rebuilt chunk by chunk from the add-norm prologue's row state (res_row .. rstd_s, _row_stats)."""
     c0 = tl.arange(0, FIRST_K)
-    acc0 = w0 * tl.load(x_row + c0, mask=c0 < k, other=0.0).to(tl.float32)[None, :]
+    acc0 = w0 * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c0, c0 < k, ref_ptr, PRENORM, HAS_WA,
+                        HAS_SCALAR, HAS_WB)[None, :]
     cols = tl.arange(0, BLOCK_K)
     if FIRST_K == BLOCK_K:
         acc = acc0
@@ -55,10 +60,26 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.c
         c = k0 + cols
         c_ok = c < k
         w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        acc += w.to(tl.float32) * tl.load(x_row + c, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        acc += w.to(tl.float32) * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c, c_ok, ref_ptr,
+                                          PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)[None, :]
     if FIRST_K == BLOCK_K:
         return tl.sum(acc, axis=1)
     return tl.sum(acc0, axis=1) + tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _row_stats(y_row, res_row, wa_ptr, scalar, s_row, eps, k, ref_ptr, PRENORM: tl.constexpr, HAS_WA: tl.constexpr,
+               HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, K_PAD: tl.constexpr):
+    """(scalar, rstd of y, rstd of s) of one row for _row_dots: the add-norm's two norms, s written by program 0,
+    where PRENORM; ones otherwise."""
+    scal = 1.0
+    rstd_y = 1.0
+    rstd_s = 1.0
+    if PRENORM:
+        scal = scalar_value(scalar, SCALAR_PTR)
+        rstd_y, rstd_s = stats(y_row, res_row, wa_ptr, scal, s_row, k, eps, tl.where(tl.program_id(0) == 0, k, 0), ref_ptr, K_PAD,
+                               HAS_WA, HAS_SCALAR, HAS_WB)
+    return scal, rstd_y, rstd_s
 
 
 @triton.jit
@@ -76,24 +97,32 @@ def epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE: tl.constexpr, HAS_SO
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap, M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, HAS_SCALE: tl.constexpr,
-                 HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap, res_ptr, wa_ptr, wb_ptr, scalar, s_ptr, stride_res, stride_s, eps,
+                 M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr,
+                 HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr,
+                 PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
+                 HAS_WB: tl.constexpr, K_PAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
     w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        y = epilogue(_row_dots(x_ptr + m * stride_x, w_rows, w0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr,
-                     scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
+        x_row, res_row = x_ptr + m * stride_x, res_ptr + m * stride_res
+        scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
+                                  HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
+        dots = _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr, BLOCK_N,
+                         BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)
+        y = epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
 def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x, stride_w, stride_mul, stride_out,
-                          M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr,
-                          PAIRED: tl.constexpr, PDL: tl.constexpr):
+                          res_ptr, wa_ptr, wb_ptr, scalar, s_ptr, stride_res, stride_s, eps, M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
+                          PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
+                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
@@ -103,10 +132,14 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
         u0 = _first_chunk(u_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
-        g = round_like(_row_dots(x_ptr + m * stride_x, g_rows, g0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K), out_ptr)
+        x_row, res_row = x_ptr + m * stride_x, res_ptr + m * stride_res
+        scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
+                                  HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
+        g = round_like(_row_dots(x_row, g_rows, g0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
+                                 BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB), out_ptr)
         if PAIRED:
-            u = round_like(_row_dots(x_ptr + m * stride_x, u_rows, u0, row_ok, k, BLOCK_N, BLOCK_K, FIRST_K),
-                           out_ptr)
+            u = round_like(_row_dots(x_row, u_rows, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
+                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB), out_ptr)
         else:
             u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
@@ -158,15 +191,26 @@ def fp32_cap(softcap: float) -> tuple[float, float]:
     return float(1.0 / cap), float(cap)
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
+def _operand(name: str, x, w) -> tuple[torch.Tensor, dict]:
+    """(the rows the kernel reads as x, its prologue arguments): an AddNorm's y with its add-norm computed in the
+    prologue (kernels/add_norm_prologue.py), or x itself."""
+    if isinstance(x, AddNorm):
+        check_operands(name, x.y, w)
+        return x.y, x.kernel_args()
+    check_operands(name, x, w)
+    return x, plain_args(x)
+
+
+def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, first_k: int | None = None, scale: float | None = None,
          softcap: float | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then in the
     epilogue `* scale` and/or `tanh(. / softcap) * softcap`, each rounded to the dtype as the PyTorch ops round
     (Gemma's per-layer-input projection scale, its final logit softcap). Launch parameters left out come from `config`.
 
-    M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows."""
-    check_operands("gemv", x, w)
+    M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows.
+    x may be an AddNorm: the projection of its result, its s written to its `out`."""
+    x, pre = _operand("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
     p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps))
@@ -176,19 +220,19 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int | None = None, block_k: 
     inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
-        inv_cap, cap, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
+        inv_cap, cap, **pre, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         num_warps=p["num_warps"], **pdl.args(x))
     return out
 
 
-def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = None, block_n: int | None = None,
+def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor | None = None, block_n: int | None = None,
                   block_k: int | None = None, num_warps: int | None = None, first_k: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS) -> [M, I] in x's dtype: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K]
     (mul None), or gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride).
     Launch parameters left out come from `config` of the whole w, block_n halved per half when paired (the same
-    bytes a program)."""
-    check_operands("gemv_gelu_mul", x, w)
+    bytes a program). x may be an AddNorm, as for gemv."""
+    x, pre = _operand("gemv_gelu_mul", x, w)
     m, k = x.shape
     paired = mul is None
     if paired and w.shape[0] % 2:
@@ -202,6 +246,6 @@ def gemv_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | None = N
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
-        out.stride(0), M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
+        out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
         num_warps=p["num_warps"], **pdl.args(x))
     return out

@@ -65,11 +65,15 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _launch(y, res, w_a, scalar, w_b, eps, want_b):
+def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None):
     shape = y.shape
     y2 = _rows(y)
     rows, d = y2.shape
-    out = torch.empty(rows, d, dtype=y.dtype, device=y.device)
+    if out is None:
+        out = torch.empty(rows, d, dtype=y.dtype, device=y.device)
+    elif out.shape != (rows, d) or out.dtype != y.dtype or not out.is_contiguous():
+        raise ValueError(f"add_rms_norm out must be a contiguous {y.dtype} [{rows}, {d}], got {out.dtype} "
+                         f"{tuple(out.shape)}")
     outb = torch.empty_like(out) if want_b else out
     res2 = _rows(res) if res is not None else y2
     block = triton.next_power_of_2(d)
@@ -92,7 +96,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
 
 def add_rms_norm(y: torch.Tensor, res: torch.Tensor, w_a: torch.Tensor | None, eps: float,
                  scalar: torch.Tensor | float | None = None,
-                 w_b: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 w_b: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(s, n): s = (res + rms_norm(y, w_a)) [* scalar]; n = rms_norm(s, w_b) when w_b is given, else None.
-    scalar: a one-element tensor (read on the device), or a number (applied in fp32, as `* 0.5` in PyTorch)."""
-    return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None)
+    scalar: a one-element tensor (read on the device), or a number (applied in fp32, as `* 0.5` in PyTorch).
+    out: where s goes (a contiguous [rows, D]; default a new tensor)."""
+    return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None, out)

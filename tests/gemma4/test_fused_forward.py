@@ -61,18 +61,26 @@ def test_fused_equals_unfused_and_hf(models):
 def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     """A batch-1 decode step's projections go to kernels/gemv.py (more rows stay on cuBLAS): same logits
     as the unfused modules and as the cuBLAS baseline mode, and the GEMV really ran, with the per-layer-input scale
-    and the logit softcap in its epilogue."""
+    and the logit softcap in its epilogue; every add-norm of a one-row step ran in the next GEMV's prologue."""
     model, _ = models["all"]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
     ops, rows, glu, epi, gathers, ropes = fused.ops_for("triton"), [], [], [], [], []
     real, real_glu, real_emb, real_rope = ops._gemv, ops._gemv_gelu_mul, ops.embedding, ops.rope_tables
+    real_norm, norms, pending = ops._add_rms_norm, [], []
+    monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append(tuple(y.shape)) or real_norm(y, *a, **kw))
     monkeypatch.setattr(ops, "embedding", lambda ids, w, s: gathers.append(w.shape[1]) or real_emb(ids, w, s))
     monkeypatch.setattr(ops, "rope_tables", lambda p, inv, dt: ropes.append(p.shape[0]) or real_rope(p, inv, dt))
-    monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
-    monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
+    monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw)
+                        or pending.append(isinstance(x, ops._pending)) or real(x, w, **kw))
+    monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None)
+                        or pending.append(isinstance(x, ops._pending)) or real_glu(x, w, mul))
     got = run(model, "triton", prompts, cont)
     assert rows and set(rows) == {1}  # decode only: the 9-row prefill stayed on cuBLAS
+    # one-row add-norm kernels: only the per-layer inputs' ([1, L, P]) and the last layer's (the final norm)
+    assert {s for s in norms if s[0] == 1} == {(1, model.args.hidden_size), (1, len(model.layers), model.ple_dim)}
+    n_ple = sum(bool(layer.ple_dim) for layer in model.layers)
+    assert norms.count((1, model.args.hidden_size)) == 2 and pending.count(True) == 2 * (2 * len(model.layers) - 1 + n_ple)
     n_layers = len(model.layers)
     assert len(rows) >= 2 * 2 * n_layers  # two steps, at least q/k/v and o per layer (and down)
     # GELU*up in the GEMV's epilogue: gate/up of every dense MLP, the per-layer input gate of every PLE layer

@@ -81,8 +81,10 @@ def _s_chunk(y, rstd_y, res_row, wa_ptr, scal, c, c_ok, ref_ptr, HAS_WA: tl.cons
 def scalar_value(scalar, SCALAR_PTR: tl.constexpr):
     """The scalar in fp32: read from its one-element tensor, or the number given."""
     if SCALAR_PTR:
-        return tl.load(scalar).to(tl.float32)
-    return scalar
+        v = tl.load(scalar).to(tl.float32)
+    else:
+        v = scalar
+    return v
 
 
 @triton.jit

@@ -1,0 +1,60 @@
+"""The GEMV kernels compile for SM90 on a CPU machine (Triton's ahead-of-time compile to a cubin): the interpreter
+runs Python and cannot see what Triton's compiler rejects (a constexpr branch returning a pointer in one arm and a
+float in the other ran in the interpreter and failed to compile on the H100). The compile runs in a subprocess
+without TRITON_INTERPRET (this session's kernels are the interpreter's)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+COMPILE = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import gemv as K
+
+POINTERS = ("x_ptr", "w_ptr", "out_ptr", "mul_ptr", "res_ptr", "wa_ptr", "wb_ptr", "s_ptr")
+FLOATS = ("scale", "inv_cap", "cap", "eps")
+done = {}
+for case in json.loads(sys.argv[1]):
+    kernel = getattr(K, case["kernel"])
+    consts = case["consts"]
+    names = list(inspect.signature(kernel.fn).parameters)
+    types = {n: "constexpr" if n in consts else "*bf16" if n in POINTERS else "fp32" if n in FLOATS else "i32"
+             for n in names}
+    types["scalar"] = "*bf16" if consts["SCALAR_PTR"] else "fp32"
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    try:
+        done[case["id"]] = "cubin" in triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm
+    except Exception as e:
+        done[case["id"]] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+PROLOGUE = {"plain": dict(PRENORM=False, HAS_WA=False, HAS_SCALAR=False, SCALAR_PTR=True, HAS_WB=False, K_PAD=1),
+            "add_norm_scalar_tensor": dict(PRENORM=True, HAS_WA=True, HAS_SCALAR=True, SCALAR_PTR=True, HAS_WB=True,
+                                           K_PAD=4096),
+            "add_norm_number_no_wb": dict(PRENORM=True, HAS_WA=True, HAS_SCALAR=True, SCALAR_PTR=False, HAS_WB=False,
+                                          K_PAD=4096)}
+KERNELS = {"_gemv_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=True, EXACT_TANH=True),
+           "_gemv_gelu_mul_kernel": dict(PAIRED=True)}
+
+
+def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
+    cases = [dict(id=f"{k}/{p}", kernel=k, consts=dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True,
+                                                        **pro, **extra))
+             for k, extra in KERNELS.items() for p, pro in PROLOGUE.items()]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(cases)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    if all("ptxas" in str(v) for v in done.values()):
+        pytest.skip("this Triton build has no SM90 assembler")
+    assert done == {c["id"]: True for c in cases}

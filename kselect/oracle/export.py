@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import replace
 
 from kselect.oracle.cells import Cell
 
@@ -13,7 +12,7 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
                     hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
     cell kselect selects (a command, or the export's one-line refusal); `hf_configs`: the registry grid's configs."""
-    from kselect.oracle.compare import _matrix_cell
+    from kselect.oracle.compare import _configs, _kselect_cell
     from kselect.selector.api import CONF_DIR, Builder, resolve
     from kselect.selector.base.errors import KSelectError
 
@@ -23,11 +22,13 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
 
     kselect_records([], rules, conf_dir)  # checks the rules option
     builder = Builder(conf_dir or CONF_DIR)
+    configs = _configs(builder, cells, rules, hf_configs)  # one compose for all cells where none is refused
     out = {}
     for c in cells:
         try:
-            cell = _matrix_cell(c, hf_configs[c.model]) if c.model in (hf_configs or {}) else _matrix_cell(c)
-            ((_, cfg),) = list(builder.configs([replace(cell, rules=rules or None)]))
+            cfg = configs.get(c.key)
+            if cfg is None:
+                ((_, cfg),) = list(builder.configs([_kselect_cell(c, rules, hf_configs)]))
             sel = resolve(cfg)
         except KSelectError:
             continue

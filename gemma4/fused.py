@@ -125,9 +125,10 @@ def _unit_columns(x, w) -> bool:
 # "measured"; "all": every shape), else cuBLAS; more rows on cuBLAS. `projection_rows` changes it for a measurement
 # (kselect/measurement/gemv_variants.py); a CUDA graph captured inside keeps the choice.
 GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = (1, 1), (2, 16), "measured"
-# At GEMV rows the add-norm before a projection runs in that GEMV's prologue (kernels/add_norm_prologue.py);
-# `fold_norms(False)` keeps it a kernel of its own (the measurement's baseline).
-FOLD_NORMS = True
+# FOLD_NORMS: at GEMV rows the add-norm before a projection runs in that GEMV's prologue
+# (kernels/add_norm_prologue.py) instead of its own kernel. Off: on the H100 it removed 125 norm kernels a step and
+# made the GEMVs 1.1 ms slower (every program rebuilds x; bench/results/h100/fold/). `fold_norms(True)` measures it.
+FOLD_NORMS = False
 
 
 @contextlib.contextmanager
@@ -172,7 +173,7 @@ def _kernel_for(x, w, measured_faster) -> str:
 
 class TritonOps(FusedOps):
     name = "triton"
-    folds = True  # add-norms into the GEMV's prologue at GEMV rows (FOLD_NORMS)
+    folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
         from ..kernels import add_norm_prologue, embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables, skinny_gemm

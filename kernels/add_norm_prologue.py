@@ -6,7 +6,9 @@
 Why: in a one-token decode step each add-norm is its own 2.3 us kernel between two projections, 128 of them in
 an E4B step (bench/results/h100/skinny/T_b1/timeline.md). Every GEMV program already reads all of x; here it
 reads y and res instead, reduces both norms itself (x is 2,560 values) and rebuilds each x chunk in its main loop
-(L1/L2 hits), so the step loses the norm kernels and their launches. Each value is rounded where
+(L1/L2 hits), so the step loses the norm kernels and their launches. Measured on the H100 it lost: a GEMV program
+owns 2 to 8 rows of W, so rebuilding x reads more bytes than its W slice, and the GEMVs slowed by more than the
+norms took (bench/results/h100/fold/). gemma4/fused.py keeps it off (FOLD_NORMS). Each value is rounded where
 kernels/rms_norm.py rounds it, in the same order: the result equals that kernel then the GEMV, up to the fp32
 order of the two norms' sums.
 """

@@ -86,8 +86,8 @@ TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE"
 ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py
         "skinny_all": ((1, 1), (2, 16), "all"),  # 2 to 16 rows on the skinny GEMM, every shape
         "skinny_one": (None, (1, 16), "all")}  # one row on the skinny GEMM too
-# the add-norm before a one-row projection as its own kernel: the code before kernels/add_norm_prologue.py
-NO_FOLD = "no_fold"
+# the add-norm before a one-row projection in that GEMV's prologue (kernels/add_norm_prologue.py; off by default)
+FOLD = "fold"
 
 
 def variant(name: str):
@@ -99,15 +99,15 @@ def variant(name: str):
         return gemv.configured(GEMV[name])
     if name in SKINNY:
         return skinny_gemm.configured(SKINNY[name])
-    if name == NO_FOLD:
-        return fused.fold_norms(False)
+    if name == FOLD:
+        return fused.fold_norms(True)
     if name in TUNED:
         env, rows = TUNED[name]
         return (gemv if rows == 1 else skinny_gemm).configured(_best_of(env, rows))
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, NO_FOLD: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -429,22 +429,118 @@ def main(argv: list[str]) -> int:
     return run(opts, " ".join([sys.executable.rsplit("/", 1)[-1], "-m kselect.measurement.prefill_clocks", *argv]))
 
 
+def round_modes(opts: Options, pool: int) -> list[tuple]:
+    """(name, rounds, pause s, gc frozen, threads, GIL switch s, nvidia-smi sampled) of each mode the options ask
+    for, in the order they run."""
+    b2b = opts.rounds
+    modes = [("back to back", b2b, 0.0, False, None, None, True),
+             ("back to back, gc frozen", b2b if opts.freeze else 0, 0.0, True, None, None, True),
+             (f"back to back, {pool} CPU threads", b2b if opts.pool else 0, 0.0, False, pool, None, True),
+             ("back to back, no nvidia-smi", b2b if opts.unsampled else 0, 0.0, False, None, None, False),
+             (f"back to back, GIL switch {opts.switch_ms} ms", b2b if opts.switch_ms else 0, 0.0, False, None,
+              opts.switch_ms / 1e3, True),
+             (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False, None, None, True)]
+    return [m for m in modes if m[1] >= 1]
+
+
+def sampled_rounds(opts: Options, engines: dict, prompt: list[int], mode: tuple, sync) -> tuple[dict, str]:
+    """One mode's rounds with nvidia-smi sampling the clocks beside them (where the mode samples and a driver
+    answers): ({selection: its timed steps}, the raw samples)."""
+    _, n, pause, freeze, threads, switch_s, sampled = mode
+    smi = None
+    try:
+        if sampled:
+            smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
+                                    f"-lms={opts.sample_ms}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+    except FileNotFoundError:  # no NVIDIA driver here: rounds without clocks
+        smi = None
+    time.sleep(0.3)
+    try:
+        steps = rounds(engines, prompt, n, pause, sync, freeze=freeze, threads=threads, switch_s=switch_s)
+    finally:
+        time.sleep(0.1)
+        text = ""
+        if smi is not None:
+            smi.terminate()
+            text = smi.communicate(timeout=10)[0]
+    return steps, text
+
+
+def _engines(opts: Options, model, base: list[str], kv: str, prompt: list[int], cell: dict, sync) -> dict:
+    """{selection: its warmed engine} for one KV dtype; each selection's backends, phase times and busy profile
+    into the cell."""
+    from kselect.measurement.e2e import describe, selection_overrides  # noqa: PLC0415
+    from kselect.gemma4.build import select  # noqa: PLC0415
+    from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: PLC0415
+
+    engines = {}
+    for s in opts.selections:
+        _, sel = select(base + [f"kv_cache={kv}", *selection_overrides(s, opts.rules)])
+        groups = model_groups(sel)
+        cell["backends"][s] = describe(groups)
+        eng = engines[s] = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=opts.len + 1,
+                                                              prefill_graph_tokens=4096))
+        for _ in range(3):  # compiles, plans, the graph's capture
+            eng.generate([prompt], 1, stop_at_eos=False)
+        cell["phases"][s] = phase_times(eng, prompt, opts.phase_reps, sync)
+        cell["profile"][s] = busy_profile(eng, prompt, sync)
+        print(f"kv={kv} {s}: phases {cell['phases'][s]}\n  profile {cell['profile'][s]}", flush=True)
+    return engines
+
+
+def _cell(opts: Options, model, base: list[str], kv: str, prompt: list[int], pool: int, d: dict, save, sync) -> None:
+    """One KV dtype's cell: the engines, then every round mode; saved after each; an error ends the cell, recorded."""
+    cell = dict(preset=opts.preset, kv=kv, tokens=opts.len, phase_reps=opts.phase_reps, backends={}, phases={},
+                profile={}, rounds={})
+    engines = {}
+    try:
+        engines = _engines(opts, model, base, kv, prompt, cell, sync)
+        d["cells"].append(cell)
+        save()
+        smi_text = []
+        for mode in round_modes(opts, pool):
+            name = mode[0]
+            steps, text = sampled_rounds(opts, engines, prompt, mode, sync)
+            samples = parse_smi(text)
+            smi_text.append(f"# {name}\n{text}")
+            save(f"smi_{kv}.csv", "".join(smi_text))  # raw samples, for a reader to re-attribute
+            for st in steps.values():
+                attribute(st, samples)
+            cell["rounds"][name] = {s: summarize(st) for s, st in steps.items()}
+            cell.setdefault("threads", {})[name] = threads_now()
+            cell.setdefault("steps", {})[name] = steps
+            cell.setdefault("smi_samples", {})[name] = len(samples)
+            print(f"kv={kv} {name}: {len(samples)} smi samples; {cell['rounds'][name]}", flush=True)
+            save()
+    except Exception as e:  # noqa: BLE001
+        cell["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        print(f"kv={kv}: error {cell['error']}", flush=True)
+        if cell not in d["cells"]:
+            d["cells"].append(cell)
+        save()
+    engines.clear()
+
+
 def run(opts: Options, command: str) -> int:
     """The rounds on typed options; `command` is what the record keeps as the run's command."""
 
     import torch  # noqa: PLC0415
-    from kselect.measurement.e2e import describe, environment, free, selection_overrides  # noqa: PLC0415
+    from kselect.measurement.e2e import environment, free  # noqa: PLC0415
 
     pool = torch.get_num_threads()  # torch's default, before an engine on a GPU serves on one
 
     from kselect.gemma4.build import build_model, select  # noqa: PLC0415
-    from kselect.gemma4.engine import Engine, EngineConfig, model_groups  # noqa: PLC0415
     from kselect.selector.base.files import atomic_write  # noqa: PLC0415
 
     opts.out.mkdir(parents=True, exist_ok=True)
     d = dict(env=environment([], command=command), cells=[])
 
-    def save():
+    def save(name: str | None = None, text: str | None = None):
+        """The record (json and md), or one named file of the output folder."""
+        if name is not None:
+            atomic_write(opts.out / name, text)
+            return
         atomic_write(opts.out / "prefill_clocks.json", json.dumps(d, indent=1))
         atomic_write(opts.out / "prefill_clocks.md", render(d))
 
@@ -454,72 +550,7 @@ def run(opts: Options, command: str) -> int:
     model, _, _ = build_model(cfg0, 0)
     prompt = torch.randint(3, model.args.vocab_size, (opts.len,), generator=torch.Generator().manual_seed(1)).tolist()
     for kv in opts.kv:
-        cell = dict(preset=opts.preset, kv=kv, tokens=opts.len, phase_reps=opts.phase_reps, backends={}, phases={},
-                    profile={}, rounds={})
-        engines = {}
-        try:
-            for s in opts.selections:
-                over = selection_overrides(s, opts.rules)
-                _, sel = select(base + [f"kv_cache={kv}", *over])
-                groups = model_groups(sel)
-                cell["backends"][s] = describe(groups)
-                eng = engines[s] = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=opts.len + 1,
-                                                                      prefill_graph_tokens=4096))
-                for _ in range(3):  # compiles, plans, the graph's capture
-                    eng.generate([prompt], 1, stop_at_eos=False)
-                cell["phases"][s] = phase_times(eng, prompt, opts.phase_reps, sync)
-                cell["profile"][s] = busy_profile(eng, prompt, sync)
-                print(f"kv={kv} {s}: phases {cell['phases'][s]}\n  profile {cell['profile'][s]}", flush=True)
-            d["cells"].append(cell)
-            save()
-            log = opts.out / f"smi_{kv}.csv"
-            smi_text = []
-            b2b = opts.rounds
-            for mode, n, pause, freeze, threads, switch_s, sampled in [
-                    ("back to back", b2b, 0.0, False, None, None, True),
-                    ("back to back, gc frozen", b2b if opts.freeze else 0, 0.0, True, None, None, True),
-                    (f"back to back, {pool} CPU threads", b2b if opts.pool else 0, 0.0, False, pool, None, True),
-                    ("back to back, no nvidia-smi", b2b if opts.unsampled else 0, 0.0, False, None, None, False),
-                    (f"back to back, GIL switch {opts.switch_ms} ms", b2b if opts.switch_ms else 0, 0.0, False, None,
-                     opts.switch_ms / 1e3, True),
-                    (f"pause {opts.pause_s} s", opts.pause_rounds, opts.pause_s, False, None, None, True)]:
-                if n < 1:
-                    continue
-                smi = None
-                try:
-                    if sampled:
-                        smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
-                                                f"-lms={opts.sample_ms}"], stdout=subprocess.PIPE,
-                                               stderr=subprocess.STDOUT, text=True)
-                except FileNotFoundError:  # no NVIDIA driver here: rounds without clocks
-                    smi = None
-                time.sleep(0.3)
-                try:
-                    steps = rounds(engines, prompt, n, pause, sync, freeze=freeze, threads=threads, switch_s=switch_s)
-                finally:
-                    time.sleep(0.1)
-                    text = ""
-                    if smi is not None:
-                        smi.terminate()
-                        text = smi.communicate(timeout=10)[0]
-                samples = parse_smi(text)
-                smi_text.append(f"# {mode}\n{text}")
-                atomic_write(log, "".join(smi_text))  # raw samples, for a reader to re-attribute
-                for s, st in steps.items():
-                    attribute(st, samples)
-                cell["rounds"][mode] = {s: summarize(st) for s, st in steps.items()}
-                cell.setdefault("threads", {})[mode] = threads_now()
-                cell.setdefault("steps", {})[mode] = steps
-                cell.setdefault("smi_samples", {})[mode] = len(samples)
-                print(f"kv={kv} {mode}: {len(samples)} smi samples; {cell['rounds'][mode]}", flush=True)
-                save()
-        except Exception as e:  # noqa: BLE001
-            cell["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-            print(f"kv={kv}: error {cell['error']}", flush=True)
-            if cell not in d["cells"]:
-                d["cells"].append(cell)
-            save()
-        engines.clear()
+        _cell(opts, model, base, kv, prompt, pool, d, save, sync)
         free()
     return 0
 

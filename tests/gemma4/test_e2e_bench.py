@@ -660,6 +660,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("skinny_all"):
         assert fused.SKINNY_SHAPES == "all"
     assert (fused.SKINNY_ROWS, fused.SKINNY_SHAPES) == ((2, 16), "measured")
+    with gv.variant("fold"):  # the add-norm in the GEMV's prologue: off by default, on inside
+        assert fused.FOLD_NORMS
+    assert not fused.FOLD_NORMS
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
         gv.split_mode("triton+nope")
 
@@ -669,6 +672,15 @@ def test_fusion_refuses_an_unknown_gemv_variant(capsys):
     with pytest.raises(SystemExit) as e:
         fusion.main(["--out", "/tmp/never", "--modes", "triton+nope"])
     assert e.value.code == 2 and "projection variant 'nope'" in capsys.readouterr().err
+
+
+def test_fusion_greedy_check_runs_the_last_fused_mode_measured():
+    """The greedy check compares the unfused modules with the fused mode being measured (a variant included), not
+    always plain "triton"."""
+    fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
+    assert fusion.greedy_mode(["unfused", "triton", "triton+fold", "compile"]) == "triton+fold"
+    assert fusion.greedy_mode(["triton_cublas", "unfused"]) == "triton_cublas"
+    assert fusion.greedy_mode(["unfused"]) == "triton"
 
 
 def test_objective_table_claims_no_prefill_gain_where_the_objective_prefills_on_vllms_kernels():

@@ -61,7 +61,8 @@ def test_fused_equals_unfused_and_hf(models):
 def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     """A batch-1 decode step's projections go to kernels/gemv.py (more rows stay on cuBLAS): same logits
     as the unfused modules and as the cuBLAS baseline mode, and the GEMV really ran, with the per-layer-input scale
-    and the logit softcap in its epilogue; every add-norm of a one-row step ran in the next GEMV's prologue."""
+    and the logit softcap in its epilogue; with fold_norms on (off by default), every add-norm of a one-row step ran
+    in the next GEMV's prologue."""
     model, _ = models["all"]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
@@ -75,7 +76,8 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
                         or pending.append(isinstance(x, ops._pending)) or real(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None)
                         or pending.append(isinstance(x, ops._pending)) or real_glu(x, w, mul))
-    got = run(model, "triton", prompts, cont)
+    with fused.fold_norms(True):
+        got = run(model, "triton", prompts, cont)
     assert rows and set(rows) == {1}  # decode only: the 9-row prefill stayed on cuBLAS
     # one-row add-norm kernels: only the per-layer inputs' ([1, L, P]) and the last layer's (the final norm)
     assert {s for s in norms if s[0] == 1} == {(1, model.args.hidden_size), (1, len(model.layers), model.ple_dim)}

@@ -151,11 +151,7 @@ def _per_model(results: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    from kselect.oracle.cells import grid, models_grid
-    from kselect.oracle.export import command_tokens, kselect_exports
-    from kselect.selector.base.files import atomic_write
-
+def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True)
     p.add_argument("--rules", default=None)
@@ -170,7 +166,13 @@ def main(argv=None) -> int:
     p.add_argument("--model", nargs="*", default=None, help="only these models (presets or registry architectures)")
     p.add_argument("--limit", type=int, default=None, help="run a seeded sample of this many distinct commands")
     p.add_argument("--cells-from", default=None, help="only cells present in this oracle JSONL (.gz)")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def _cells(a: argparse.Namespace) -> tuple[list, dict | None]:
+    """The grid's cells the options keep, and the registry's configs (None for the preset grids)."""
+    from kselect.oracle.cells import grid, models_grid
+
     configs = None
     if a.grid == "registry":
         from kselect.oracle.registry import load_configs, registry_grid
@@ -185,46 +187,60 @@ def main(argv=None) -> int:
 
         have = {r["key"] for r in load_records(a.cells_from)}
         cells = [c for c in cells if c.key in have]
-    t0 = time.perf_counter()
-    exports = kselect_exports(cells, a.rules, None, configs)
-    # one run per distinct (capability, model, command)
+    return cells, configs
+
+
+def _distinct(cells, exports: dict, limit: int | None) -> tuple[dict, dict[str, list[str]]]:
+    """({(cc, model, tokens): the command's item with its cells}, {kselect's refusal: its cells}): one run per
+    distinct command on a capability; --limit keeps a seeded sample."""
+    from kselect.oracle.export import command_tokens
+
     uniq: dict[tuple, dict] = {}
-    members: dict[tuple, list[str]] = {}
-    export_refused: dict[str, list[str]] = {}
+    refused: dict[str, list[str]] = {}
     for c in cells:
         e = exports.get(c.key)
         if e is None:
             continue
         if e["command"] is None:
-            export_refused.setdefault(re.sub(r"'[^']*'", "'…'", e["refused"])[:300], []).append(c.key)
+            refused.setdefault(re.sub(r"'[^']*'", "'…'", e["refused"])[:300], []).append(c.key)
             continue
         toks = command_tokens(e["command"])
         k = (c.cc, c.model, tuple(toks))
         if k not in uniq:
-            uniq[k] = {"cc": c.cc, "model": c.model, "tokens": toks, "command": e["command"], "kselect": e["groups"]}
-        members.setdefault(k, []).append(c.key)
-    if a.limit is not None and a.limit < len(uniq):
+            uniq[k] = {"cc": c.cc, "model": c.model, "tokens": toks, "command": e["command"], "kselect": e["groups"],
+                       "cells": []}
+        uniq[k]["cells"].append(c.key)
+    if limit is not None and limit < len(uniq):
         import random
 
-        keep = set(random.Random(0).sample(sorted(uniq), a.limit))
+        keep = set(random.Random(0).sample(sorted(uniq), limit))
         uniq = {k: v for k, v in uniq.items() if k in keep}
-    by_cc: dict[str, list[dict]] = {}
-    for k, item in uniq.items():
-        by_cc.setdefault(k[0], []).append({**item, "cells": members[k]})
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    parts = out.with_name(out.name + ".parts.jsonl")  # finished chunks, for a re-run to resume from
+    return uniq, refused
+
+
+def _resumed(parts: Path) -> dict[str, dict]:
+    """The results a stopped run kept in OUT.parts.jsonl, by item."""
     done = {}
     if parts.is_file():
         for line in parts.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 r = json.loads(line)
                 done[_item_key(r)] = r
-    by_cc = {cc: [it for it in items if _item_key(it) not in done] for cc, items in by_cc.items()}
+    return done
+
+
+def _run(a: argparse.Namespace, uniq: dict, configs, parts: Path, t0: float) -> list[dict]:
+    """Every distinct command's result: those kept from a stopped run, the rest run in chunks of worker processes
+    (each finished chunk appended to `parts`)."""
+    done = _resumed(parts)
+    by_cc: dict[str, list[dict]] = {}
+    for k, item in uniq.items():
+        if _item_key(item) not in done:
+            by_cc.setdefault(k[0], []).append(item)
     root = tempfile.mkdtemp(prefix="kselect_export_models_")
     tasks = [(a.src, cc, items, root, configs) for cc, items in _interleaved(by_cc, a.chunk)]
-    print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules}); "
-          f"{len(uniq)} distinct commands ({len(done)} done before) in {len(tasks)} chunks", file=sys.stderr, flush=True)
+    print(f"{len(uniq)} distinct commands ({len(done)} done before) in {len(tasks)} chunks", file=sys.stderr,
+          flush=True)
     wanted = {_item_key(it) for it in uniq.values()}
     results = [r for k, r in done.items() if k in wanted]
     with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool, open(parts, "a") as kept:
@@ -234,6 +250,14 @@ def main(argv=None) -> int:
             kept.flush()
             print(f"{len(results)}/{len(uniq)} commands, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     results.sort(key=lambda r: (r["cells"][0]))
+    return results
+
+
+def _report(a: argparse.Namespace, counts: tuple[int, int, int], results: list[dict],
+            export_refused: dict[str, list[str]], t0: float) -> list[str]:
+    """OUT.md's lines; each result gets its outcome and detail. counts: (cells kselect selected, cells, commands)."""
+    from kselect.provenance import project_commit
+
     per_cell = Counter()
     reasons: dict[tuple[str, str], list[str]] = {}
     for item in results:
@@ -241,16 +265,13 @@ def main(argv=None) -> int:
         item["outcome"], item["detail"] = outcome, detail
         per_cell[outcome] += len(item["cells"])
         reasons.setdefault((outcome, detail), []).extend(item["cells"])
-    from kselect.provenance import project_commit
-
-    _commit = lambda: project_commit()["commit"]  # noqa: E731
-
+    n_selected, n_cells, n_commands = counts
     ver = re.search(r"__version__ = version = '([^']+)'", (Path(a.src) / "vllm" / "_version.py").read_text())
     argv_text = shlex.join(sys.argv[1:]).replace(str(Path.home()), "~")
     lines = [f"Command: `python -m kselect.measurement.vllm.export_roundtrip {argv_text}` (vLLM {ver[1] if ver else '?'}'s `vllm serve` parser, "
-             f"EngineArgs and chain; kselect/oracle/vllm_chain.py)  ", f"kselect commit: {_commit()}; "
+             f"EngineArgs and chain; kselect/oracle/vllm_chain.py)  ", f"kselect commit: {project_commit()['commit']}; "
              f"{time.perf_counter() - t0:.0f} s", "",
-             f"{len(exports)} of {len(cells)} cells selected by kselect; {len(uniq)} distinct commands run "
+             f"{n_selected} of {n_cells} cells selected by kselect; {n_commands} distinct commands run "
              f"(the counts below are cells: each cell counts with its command's outcome).", "",
              "| outcome | cells |", "|---|---:|"]
     n_exp_ref = sum(len(v) for v in export_refused.values())
@@ -261,7 +282,24 @@ def main(argv=None) -> int:
         lines.append(f"- **{outcome}** ({len(ks)} cells){': ' + detail if detail else ''}  \n  e.g. `{ks[0]}`")
     for reason, ks in sorted(export_refused.items(), key=lambda t: -len(t[1])):
         lines.append(f"- **export refused** ({len(ks)} cells): {reason}  \n  e.g. `{ks[0]}`")
-    lines += _per_model(results)
+    return lines + _per_model(results)
+
+
+def main(argv=None) -> int:
+    from kselect.oracle.export import kselect_exports
+    from kselect.selector.base.files import atomic_write
+
+    a = parse(argv)
+    cells, configs = _cells(a)
+    t0 = time.perf_counter()
+    exports = kselect_exports(cells, a.rules, None, configs)
+    uniq, export_refused = _distinct(cells, exports, a.limit)
+    print(f"{len(exports)} of {len(cells)} cells selected by kselect (rules={a.rules})", file=sys.stderr, flush=True)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = out.with_name(out.name + ".parts.jsonl")  # finished chunks, for a re-run to resume from
+    results = _run(a, uniq, configs, parts, t0)
+    lines = _report(a, (len(exports), len(cells), len(uniq)), results, export_refused, t0)
     body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results).encode()
     atomic_write(out.with_name(out.name + ".jsonl.gz"), gzip.compress(body, compresslevel=9, mtime=0))
     atomic_write(out.with_name(out.name + ".md"), "\n".join(lines) + "\n")

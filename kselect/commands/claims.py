@@ -7,10 +7,13 @@ from kselect.selector.base.hydra_app import run_app, task_overrides
 from kselect.selector.config.compose import CONF_DIR
 from kselect.selector.measure import claims
 from kselect.selector.measure.claims import declared_claims, objective_claims, selection_claims
+from kselect.selector.review.bulk import configs_of
 
 
 def main(argv: list[str]) -> int:
-    found = selection_claims(argv) | declared_claims(argv) | objective_claims(argv)
+    # the matrix Builder's batch: one Hydra compose per overlay set, not one per preset x cache x mode (~30 s on CPU)
+    found = (selection_claims(argv, compose_all=configs_of) | declared_claims(argv)
+             | objective_claims(argv, compose_all=configs_of))
     print("\n".join(sorted(found)))
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 
 from ..rules import blocks as blk
 from ..config.compose import compose
@@ -31,13 +32,19 @@ OVERLAYS = (("post_pr52987", "[]"), ("post_pr52987", "[pr48666]"), ("post_pr5298
 NO_EVIDENCE = Evidence.none()
 
 
-def selection_claims(platform_overrides: list[str]) -> set[str]:
+ComposeAll = Callable[[list[list[str]]], list]  # requests -> each one's config, or None: compose it on its own
+
+
+def selection_claims(platform_overrides: list[str], compose_all: ComposeAll | None = None) -> set[str]:
+    """`compose_all`: composes many requests at once (`kselect claims` passes the matrix Builder's batch,
+    selector/review/bulk.py configs_of); a request it leaves None is composed here, on its own."""
     out: set[str] = set()
     axes = itertools.product(MODELS, ("auto", "fp8"), ("false", "true"), OVERLAYS)
-    for model, kv, mm, (rules, ov) in axes:
+    requests = [[*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}", f"rules={rules}",
+                 f"overlay={ov}"] for model, kv, mm, (rules, ov) in axes]
+    for over, cfg in zip(requests, compose_all(requests) if compose_all else [None] * len(requests)):
         try:
-            cfg = compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}",
-                           f"rules={rules}", f"overlay={ov}"])
+            cfg = cfg if cfg is not None else compose(over)
             sel = resolve_rules(cfg, rulebook(cfg), NO_EVIDENCE)
         except SelectionError:
             continue
@@ -46,7 +53,7 @@ def selection_claims(platform_overrides: list[str]) -> set[str]:
 
 
 def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("vllm_0_33_0",),
-                     blocks: tuple[int | None, ...] = (None, 64, 128)) -> set[str]:
+                     blocks: tuple[int | None, ...] = (None, 64, 128), compose_all: ComposeAll | None = None) -> set[str]:
     """Claims an objective (selector/measure/objective.py) may rely on: every combination of implemented
     per-group backends, FA3 included, at the combination's own cache block and at the larger blocks
     a prefill kernel may ask for (selector/measure/layout.py best_layout). The 31B full group's head-512 pages of 32
@@ -56,9 +63,11 @@ def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("v
 
     out: set[str] = set()
     names = [n for n in IMPLEMENTED if n != "TORCH_REFERENCE"]
-    for model, kv, r in itertools.product(MODELS, ("auto", "fp8"), rules):
+    requests = [[*platform_overrides, f"model={model}", f"kv_cache={kv}", f"rules={r}", "overlay=[]"]
+                for model, kv, r in itertools.product(MODELS, ("auto", "fp8"), rules)]
+    for over, cfg in zip(requests, compose_all(requests) if compose_all else [None] * len(requests)):
         try:
-            cfg = compose([*platform_overrides, f"model={model}", f"kv_cache={kv}", f"rules={r}", "overlay=[]"])
+            cfg = cfg if cfg is not None else compose(over)
             book = rulebook(cfg)
             kinds = [g.kind for g in resolve_rules(cfg, book, NO_EVIDENCE).groups if not g.draft]
         except SelectionError:

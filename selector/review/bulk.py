@@ -158,13 +158,38 @@ def answer_all(requests: Iterable[Sequence[str] | KSelectError], conf_dir: Path 
             answers[i] = _one(r, conf_dir, evidence)
         else:
             cell, extra = hit
-            declared = tuple(getattr(cell, a) is None for a in ("dtype", "kv_cache", "scales", "spec_decode", "multimodal"))
-            batches.setdefault((extra, declared), []).append((i, cell))
+            batches.setdefault(_batch_key(cell, extra), []).append((i, cell))
     for (extra, _), items in batches.items():
         for i, a in zip((i for i, _ in items), _batch([c for _, c in items], extra, reqs, [i for i, _ in items],
                                                        conf_dir, evidence)):
             answers[i] = a
     return [a for a in answers if a is not None]
+
+
+def configs_of(requests: Sequence[Sequence[str]], conf_dir: Path | str = CONF_DIR) -> list[KSelectConfig | None]:
+    """Each request's config where the matrix Builder composes exactly its overrides (as_cell; an `overlay=[]`
+    is composed into the batch as said), None for any other request and for every request of a batch the
+    Builder refuses: compose those on their own (compose.py), so their errors are compose's."""
+    out: list[KSelectConfig | None] = [None] * len(requests)
+    batches: dict[tuple, list[tuple[int, Cell]]] = {}
+    for i, r in enumerate(requests):
+        said = ("overlay=[]",) if "overlay=[]" in r and sum(o.startswith("overlay=") for o in r) == 1 else ()
+        hit = as_cell([o for o in r if o not in said])
+        if hit is not None:
+            batches.setdefault(_batch_key(hit[0], hit[1] + said), []).append((i, hit[0]))
+    for (extra, _), items in batches.items():
+        try:
+            configs = [cfg for _, cfg in Builder(conf_dir, extra).configs([c for _, c in items])]
+        except KSelectError:
+            continue
+        for (i, _), cfg in zip(items, configs):
+            out[i] = cfg
+    return out
+
+
+def _batch_key(cell: Cell, extra: tuple[str, ...]) -> tuple:
+    """Cells batch together where they compose the same extra overrides and declare the same field axes."""
+    return extra, tuple(getattr(cell, a) is None for a in ("dtype", "kv_cache", "scales", "spec_decode", "multimodal"))
 
 
 def _batch(cells: list[Cell], extra: tuple[str, ...], reqs: list, index: list[int], conf_dir: Path | str,

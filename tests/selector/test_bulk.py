@@ -116,3 +116,21 @@ def test_bulk_equals_the_single_command_on_grid_cells(seed, capsys):
     sample = random.Random(seed).sample(reqs, 12)
     for a in select_many(sample):
         _check_same_as_single(a.record("json"), capsys)
+
+
+def test_configs_of_gives_each_request_the_config_its_own_compose_gives():
+    """configs_of (the batch `kselect claims` composes through): a request the Builder stands in for, an explicit
+    `overlay=[]` included, gets the config a compose of exactly its overrides gives; any other, and every request
+    of a batch the Builder refuses, gets None (composed on its own by the caller)."""
+    from kselect.selector.api import compose
+    from kselect.selector.review.bulk import configs_of
+
+    batched = [["platform=sm90", f"model={m}", f"kv_cache={kv}", "model.multimodal=true", f"rules={r}", f"overlay={ov}"]
+               for m, kv in (("gemma4_31b", "fp8"), ("gemma4_e4b", "auto"))
+               for r, ov in (("post_pr52987", "[]"), ("post_pr52987", "[pr48666]"), ("vllm_0_33_0", "[]"))]
+    alone = [["platform=auto", "model=gemma4_31b"], ["platform=sm90", "platform.packages.fa4=false", "model=gemma4_31b"]]
+    refused = [["platform=sm90", "model=gemma4_31b", "overlay=[]"], ["platform=sm90", "model=no_such_model", "overlay=[]"]]
+    got = configs_of([*batched, *alone, *refused])
+    assert [c is None for c in got] == [False] * len(batched) + [True] * (len(alone) + len(refused))
+    for r, cfg in zip(batched, got):
+        assert cfg.model_dump() == compose(r).model_dump(), r

@@ -23,6 +23,17 @@ if type(rms_norm._add_rms_norm_kernel).__name__ != "InterpretedFunction":
     pytest.skip("no GPU, and kernels were imported before TRITON_INTERPRET=1 was set", allow_module_level=True)
 
 
+@pytest.fixture(autouse=True)
+def wide_gemv_programs():
+    """The interpreter runs a launch program by program, so the GEMV's real configs (two rows of W a program, tuned
+    for a GPU's many SMs) cost tens of seconds a test here. The forward's wiring and numerics do not depend on them:
+    here each GEMV program owns up to 64 rows. The configs themselves are tested in tests/kernels/test_gemv.py."""
+    from kselect.kernels import gemv
+
+    with gemv.configured(lambda n, k: dict(block_n=min(64, 1 << (n - 1).bit_length()))):
+        yield
+
+
 def run(model, mode, prompts, cont):
     old = model.compute
     model.set_compute(mode)

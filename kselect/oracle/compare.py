@@ -46,16 +46,13 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
         opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
         if rules not in opts:
             raise KSelectError(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
-    configs = _configs(builder, cells, rules, hf_configs)
+    config_of = kselect_configs(builder, cells, rules, hf_configs)
     out: dict[str, dict] = {}
     for c in cells:
         # every cell as kselect answers it: a refusal (exit 2) where vLLM selects is a disagreement,
         # also for a setting vLLM ignores (kselect must select as vLLM does and warn, not refuse)
         try:
-            cfg = configs.get(c.key)
-            if cfg is None:  # composed alone: a refused cell raises its own error
-                ((_, cfg),) = list(builder.configs([_kselect_cell(c, rules, hf_configs)]))
-            sel = resolve(cfg)
+            sel = resolve(config_of(c))
         except KSelectError as e:  # a SelectionError, or the config itself refused (a pin the schema rejects)
             out[c.key] = {"groups": {}, "error": _first_line(str(e)), "block_size": None}
             continue
@@ -76,15 +73,23 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
     return out
 
 
-def _configs(builder, cells: list[Cell], rules: str | None, hf_configs: dict[str, dict] | None) -> dict:
-    """{key: validated config} from one Hydra compose per rules option, as a matrix composes (a compose per cell
-    costs about a second). Empty if any cell fails on the way: each cell then composes on its own in
-    kselect_records, so a refused one raises its own error."""
+def kselect_configs(builder, cells: list[Cell], rules: str | None, hf_configs: dict[str, dict] | None):
+    """A function cell -> its validated config: from one Hydra compose per rules option for all `cells`, as a matrix
+    composes (a compose per cell costs about a second). Where any cell fails on the way, every cell composes on its
+    own, so a refused one raises its own error (KSelectError)."""
     try:
-        mcells = [_kselect_cell(c, rules, hf_configs) for c in cells]
-        return {c.key: cfg for c, (_, cfg) in zip(cells, builder.configs(mcells))}
-    except Exception:  # noqa: BLE001 - which cell failed, and how, is decided cell by cell in kselect_records
-        return {}
+        batch = {c.key: cfg for c, (_, cfg) in zip(cells, builder.configs([_kselect_cell(c, rules, hf_configs)
+                                                                           for c in cells]))}
+    except Exception:  # noqa: BLE001 - which cell failed, and how, is told cell by cell below
+        batch = {}
+
+    def config_of(c: Cell):
+        if c.key in batch:
+            return batch[c.key]
+        ((_, cfg),) = list(builder.configs([_kselect_cell(c, rules, hf_configs)]))
+        return cfg
+
+    return config_of
 
 
 def _kselect_cell(c: Cell, rules: str | None, hf_configs: dict[str, dict] | None):

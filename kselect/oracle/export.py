@@ -12,7 +12,7 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
                     hf_configs: dict[str, dict] | None = None) -> dict[str, dict]:
     """{cell key: {"command": text | None, "refused": reason | None, "groups": {...}}} for every
     cell kselect selects (a command, or the export's one-line refusal); `hf_configs`: the registry grid's configs."""
-    from kselect.oracle.compare import _configs, _kselect_cell
+    from kselect.oracle.compare import kselect_configs
     from kselect.selector.api import CONF_DIR, Builder, resolve
     from kselect.selector.base.errors import KSelectError
 
@@ -22,13 +22,11 @@ def kselect_exports(cells: list[Cell], rules: str | None = None, conf_dir=None,
 
     kselect_records([], rules, conf_dir)  # checks the rules option
     builder = Builder(conf_dir or CONF_DIR)
-    configs = _configs(builder, cells, rules, hf_configs)  # one compose for all cells where none is refused
+    config_of = kselect_configs(builder, cells, rules, hf_configs)  # one compose for all cells where none is refused
     out = {}
     for c in cells:
         try:
-            cfg = configs.get(c.key)
-            if cfg is None:
-                ((_, cfg),) = list(builder.configs([_kselect_cell(c, rules, hf_configs)]))
+            cfg = config_of(c)
             sel = resolve(cfg)
         except KSelectError:
             continue

@@ -71,8 +71,7 @@ def prepare(model) -> None:
     with torch.inference_mode(False):
         for layer in model.layers:
             a = layer.self_attn
-            parts = [a.q_proj] if a.kv_shared else [a.q_proj, a.k_proj] + ([a.v_proj] if a.v_proj is not None else [])
-            a.qkv_weight = _concat_linears(parts)
+            a.qkv_weight = _concat_linears(a.input_projections())
             layer.mlp.gate_up_weight = _concat_linears([layer.mlp.gate_proj, layer.mlp.up_proj])
     model._fused_key = _weights_key(model)
 
@@ -142,6 +141,25 @@ def fold_norms(on: bool):
         FOLD_NORMS = was
 
 
+# PREFETCH: inside a CUDA graph of a decode step (up to PREFETCH_MAX_ROWS rows), the weights the next projections read
+# go to L2 on a side stream while latency-bound kernels (attention, norms) leave the memory idle (kernels/l2_prefetch.py;
+# forward.py says what and when). `prefetching(on)` sets it for a measurement. Each weight's first PREFETCH_MAX_BYTES
+# at most: a third of an H100's or H200's 50 MB L2, so what is brought in is not evicted before it is read (31B's
+# o_proj alone is 88 MB; E4B's largest hint, q/k/v, 15.7 MB).
+PREFETCH, PREFETCH_MAX_ROWS, PREFETCH_MAX_BYTES = False, 16, 16 << 20
+
+
+@contextlib.contextmanager
+def prefetching(on: bool):
+    """PREFETCH inside (a CUDA graph captured inside keeps the choice)."""
+    global PREFETCH
+    was, PREFETCH = PREFETCH, on
+    try:
+        yield
+    finally:
+        PREFETCH = was
+
+
 @contextlib.contextmanager
 def projection_rows(gemv_rows, skinny_rows, skinny_shapes="measured"):
     """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) and SKINNY_SHAPES inside."""
@@ -176,8 +194,10 @@ class TritonOps(FusedOps):
     folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
-        from ..kernels import add_norm_prologue, embedding, gelu_mul, gemv, qkv_rope, rms_norm, rope_tables, skinny_gemm
+        from ..kernels import (add_norm_prologue, embedding, gelu_mul, gemv, l2_prefetch, qkv_rope, rms_norm, rope_tables,
+                               skinny_gemm)
 
+        self._l2 = l2_prefetch
         self.embedding = embedding.embedding_scaled
         self.rope_tables = rope_tables.rope_tables
         self.rms_norm = rms_norm.rms_norm
@@ -190,6 +210,42 @@ class TritonOps(FusedOps):
         self._skinny = skinny_gemm.skinny_gemm
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
+        self._side = None  # the side stream prefetches go to, inside a step that prefetches (`launches`)
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def launches(self, model, tokens: int):
+        """PDL where `pdl_step` says; inside a CUDA graph capture of a step of up to PREFETCH_MAX_ROWS rows (PREFETCH
+        on), a side stream for `prefetch`, joined when the step ends (a capture must end on its own stream). Eager steps
+        never prefetch: a decode step run eagerly is host-bound, and a launch more would only add to that."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(super().launches(model, tokens))
+        if PREFETCH and tokens <= PREFETCH_MAX_ROWS and torch.cuda.is_available() \
+                and torch.cuda.is_current_stream_capturing():
+            stack.enter_context(self._side_stream())
+        return stack
+
+    @contextlib.contextmanager
+    def _side_stream(self):
+        main = torch.cuda.current_stream()
+        if main.device not in self._streams:
+            self._streams[main.device] = torch.cuda.Stream(main.device)
+        side = self._streams[main.device]
+        self._side = side
+        try:
+            yield
+        finally:
+            self._side = None
+            main.wait_stream(side)
+
+    def prefetch(self, *weights, limit=None) -> None:
+        """Inside a step that prefetches (`launches`): the weights' bytes (each one's first `limit` bytes, at most
+        PREFETCH_MAX_BYTES) into L2 on the side stream, after what the step has launched so far; adjacent weights are
+        one launch."""
+        if self._side is None or not weights or not self._l2.supported(weights[0]):
+            return
+        self._side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._side):
+            self._l2.prefetch_l2(self._l2.byte_ranges(weights, min(limit or PREFETCH_MAX_BYTES, PREFETCH_MAX_BYTES)))
 
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         """(s, x) as TorchOps'. At GEMV rows (FOLD_NORMS) x is pending: the GEMV that reads it computes the add-norm

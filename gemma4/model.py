@@ -53,6 +53,12 @@ class Attention(nn.Module):
             self.v_norm = RMSNorm(d, args.rms_norm_eps, with_scale=False)
         self.o_proj = nn.Linear(self.n_heads * d, h, bias=False)
 
+    def input_projections(self) -> list[nn.Linear]:
+        """The projections of the layer's input, in q/k/v order: q alone where the layer reuses another's KV."""
+        if self.kv_shared:
+            return [self.q_proj]
+        return [self.q_proj, self.k_proj] + ([self.v_proj] if self.v_proj is not None else [])
+
 
 # ---------------------------------------------------------------------------- decoder layer
 

@@ -3,7 +3,10 @@
 An ops object answers every region of the forward that has more than one implementation:
 
     prepare(model)                     once per forward (fused ops: concatenate q/k/v and gate/up weights)
-    launches(model, tokens)            a context the step's kernels launch in (fused ops: PDL, kernels/pdl.py)
+    launches(model, tokens)            a context the step's kernels launch in (fused ops: PDL, kernels/pdl.py;
+                                       a side stream for prefetches)
+    prefetch(*weights, limit)          a hint: these weights are read soon (fused ops in a CUDA graph: into L2
+                                       beside the step, kernels/l2_prefetch.py); changes no result
     embedding(ids, w, scale)           gather and scale
     rope_tables(positions, inv, dtype) (cos, sin) of one frequency row
     linear(x, w, scale, softcap)       x @ w.T, then `* scale` and the logit softcap where given
@@ -57,6 +60,9 @@ class TorchOps:
 
     def launches(self, model, tokens: int):
         return contextlib.nullcontext()
+
+    def prefetch(self, *weights, limit=None) -> None:
+        """A hint, ignored here."""
 
     def embedding(self, ids, w, scale: float):
         return F.embedding(ids, w) * scale

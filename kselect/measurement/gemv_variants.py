@@ -1,4 +1,5 @@
-"""Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, and which rows run on which, compared inside the real decode step by
+"""Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops' switches
+(the add-norm fold, L2 prefetch), compared inside the real decode step by
 kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
@@ -88,6 +89,8 @@ ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code befor
         "skinny_one": (None, (1, 16), "all")}  # one row on the skinny GEMM too
 # the add-norm before a one-row projection in that GEMV's prologue (kernels/add_norm_prologue.py; off by default)
 FOLD = "fold"
+# weights prefetched into L2 beside a decode step's graph (gemma4/fused.py PREFETCH), on or off whatever the default
+PREFETCH = {"prefetch": True, "no_prefetch": False}
 
 
 def variant(name: str):
@@ -101,13 +104,15 @@ def variant(name: str):
         return skinny_gemm.configured(SKINNY[name])
     if name == FOLD:
         return fused.fold_norms(True)
+    if name in PREFETCH:
+        return fused.prefetching(PREFETCH[name])
     if name in TUNED:
         env, rows = TUNED[name]
         return (gemv if rows == 1 else skinny_gemm).configured(_best_of(env, rows))
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -5,7 +5,7 @@ Every layer starts from its normed input and hands the next its normed output: a
 `add_rms_norm` with the next layer's input norm (the last: the final norm), so the fused ops compute the
 residual add and the next norm in one kernel; at one row the projection after an add-norm computes it in its
 prologue (`add_rms_norm` hands it a pending value, `ready` computes one nothing projects). MoE blocks run their modules (router, experts, norms) under
-every ops.
+every ops. `ops.prefetch` names the weights the next kernels read, a hint that changes no result (gemma4/fused.py).
 """
 
 from __future__ import annotations

@@ -143,7 +143,9 @@ def fold_norms(on: bool):
 
 # PREFETCH: inside a CUDA graph of a decode step (up to PREFETCH_MAX_ROWS rows), the weights the next projections read
 # go to L2 on a side stream while latency-bound kernels (attention, norms) leave the memory idle (kernels/l2_prefetch.py;
-# forward.py says what and when). `prefetching(on)` sets it for a measurement. Each weight's first PREFETCH_MAX_BYTES
+# forward.py says what and when). Off: on the H100 E4B decoded 0.976x (B1) and 0.984x (B16) with it; the projections
+# gained less than attention and the norms lost beside the prefetches (bench/results/h100/README.md, prefetch/).
+# `prefetching(on)` sets it for a measurement. Each weight's first PREFETCH_MAX_BYTES
 # at most: a third of an H100's or H200's 50 MB L2, so what is brought in is not evicted before it is read (31B's
 # o_proj alone is 88 MB; E4B's largest hint, q/k/v, 15.7 MB).
 PREFETCH, PREFETCH_MAX_ROWS, PREFETCH_MAX_BYTES = False, 16, 16 << 20

@@ -5,7 +5,8 @@ Every layer starts from its normed input and hands the next its normed output: a
 `add_rms_norm` with the next layer's input norm (the last: the final norm), so the fused ops compute the
 residual add and the next norm in one kernel; at one row the projection after an add-norm computes it in its
 prologue (`add_rms_norm` hands it a pending value, `ready` computes one nothing projects). MoE blocks run their modules (router, experts, norms) under
-every ops. `ops.prefetch` names the weights the next kernels read, a hint that changes no result (gemma4/fused.py).
+every ops. Where the ops prefetch (`ops.prefetches()`), `ops.prefetch` names the weights the next kernels read,
+a hint that changes no result (gemma4/fused.py).
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import torch
 from .config import FULL, SLIDING
 
 
-def attention(ops, a, xn, cos, sin, ctx) -> torch.Tensor:
+def attention(ops, a, xn, cos, sin, ctx, hints=None) -> torch.Tensor:
     """One attention layer `a` (gemma4/model.py Attention) over normed input xn: q, K/V written, the group's backend,
-    the output projection."""
+    the output projection. hints: the layer's `prefetch_hints` where the ops prefetch this step."""
     t = xn.shape[0]
     g = ctx.groups[a.kind]
     k_cache, v_cache = g.cache.kv(a.kv_source)
     src = g.cache.layer_params(a.kv_source, a.window_left)
     q = ops.qkv(a, xn, cos, sin, ctx, g, src, k_cache.dtype)
-    ops.prefetch(a.o_proj.weight)  # read after attention, which leaves the memory idle meanwhile
+    if hints:  # o_proj's weights: read after attention, which leaves the memory idle meanwhile
+        ops.prefetch(*hints[0][0], limit=hints[0][1])
     o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
     return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
 
@@ -33,22 +35,34 @@ def attention(ops, a, xn, cos, sin, ctx) -> torch.Tensor:
 GATE_UP_HEAD_BYTES = 4 << 20
 
 
-def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, next_weights=()) -> tuple[torch.Tensor, torch.Tensor]:
+def prefetch_hints(model, i: int) -> tuple[tuple, tuple, tuple]:
+    """Layer i's three prefetch hints, (weights, limit) each, in the order the forward gives them: o_proj while
+    attention runs; the head of gate/up during the add-norm before them; after the MLP, what the kernels until the next
+    layer's q/k/v projection read (small or latency-bound), and that projection's weights."""
+    lay, layers = model.layers[i], model.layers
+    after = (lay.per_layer_input_gate.weight, lay.per_layer_projection.weight) if lay.ple_dim else ()
+    if i + 1 < len(layers):
+        after += tuple(m.weight for m in layers[i + 1].self_attn.input_projections())
+    return (((lay.self_attn.o_proj.weight,), None), ((lay.mlp.gate_proj.weight, lay.mlp.up_proj.weight),
+            GATE_UP_HEAD_BYTES), (after, None))
+
+
+def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, hints=None) -> tuple[torch.Tensor, torch.Tensor]:
     """One decoder layer `lay` (gemma4/model.py DecoderLayer): x its input, xn = input_layernorm(x). Returns (the
-    layer's output, its norm with `next_norm`'s weight). next_weights: what the next layer projects first (a
-    prefetch hint)."""
+    layer's output, its norm with `next_norm`'s weight). hints: its `prefetch_hints` where the ops prefetch this step
+    (None elsewhere: building them costs host time an eager step waits on)."""
     eps = lay.input_layernorm.eps
-    o = attention(ops, lay.self_attn, xn, cos, sin, ctx)
-    ops.prefetch(lay.mlp.gate_proj.weight, lay.mlp.up_proj.weight, limit=GATE_UP_HEAD_BYTES)
+    o = attention(ops, lay.self_attn, xn, cos, sin, ctx, hints)
+    if hints:
+        ops.prefetch(*hints[1][0], limit=hints[1][1])
     h, z = ops.add_rms_norm(o, x, lay.post_attention_layernorm.weight, eps, None, lay.pre_feedforward_layernorm.weight)
     y = ops.mlp(lay.mlp, z)
     if lay.moe:  # the expert block also reads the pre-MLP residual h
         w, idx = lay.router(h)
         y2 = lay.experts(lay.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = lay.post_feedforward_layernorm_1(y) + lay.post_feedforward_layernorm_2(y2)
-    # what the kernels after the MLP read: small or latency-bound until the next layer's q/k/v projection
-    ops.prefetch(*((lay.per_layer_input_gate.weight, lay.per_layer_projection.weight) if lay.ple_dim else ()),
-                 *next_weights)
+    if hints:
+        ops.prefetch(*hints[2][0], limit=hints[2][1])
     if lay.ple_dim:
         h, hx = ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps)
         p = ops.linear_gelu_mul(hx, lay.per_layer_input_gate.weight, ple)
@@ -90,12 +104,12 @@ def forward(model, input_ids: torch.Tensor, ctx, ops) -> torch.Tensor:
         rope = rope_tables(model, ctx.positions, x.dtype, ops)
         layers = model.layers
         xn = ops.rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+        hinted = ops.prefetches()
         for i, lay in enumerate(layers):
             cos, sin = rope[model.args.layer_types[i]]
-            last = i + 1 == len(layers)
-            nxt = model.norm.weight if last else layers[i + 1].input_layernorm.weight
-            nxt_w = () if last else [m.weight for m in layers[i + 1].self_attn.input_projections()]
-            x, xn = layer(ops, lay, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt, nxt_w)
+            nxt = layers[i + 1].input_layernorm.weight if i + 1 < len(layers) else model.norm.weight
+            x, xn = layer(ops, lay, x, xn, cos, sin, ctx, None if ple is None else ple[:, i], nxt,
+                          prefetch_hints(model, i) if hinted else None)
         return ops.ready(xn)
 
 

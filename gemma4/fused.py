@@ -239,6 +239,9 @@ class TritonOps(FusedOps):
             self._side = None
             main.wait_stream(side)
 
+    def prefetches(self) -> bool:
+        return self._side is not None
+
     def prefetch(self, *weights, limit=None) -> None:
         """Inside a step that prefetches (`launches`): the weights' bytes (each one's first `limit` bytes, at most
         PREFETCH_MAX_BYTES) into L2 on the side stream, after what the step has launched so far; adjacent weights are

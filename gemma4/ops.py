@@ -5,6 +5,7 @@ An ops object answers every region of the forward that has more than one impleme
     prepare(model)                     once per forward (fused ops: concatenate q/k/v and gate/up weights)
     launches(model, tokens)            a context the step's kernels launch in (fused ops: PDL, kernels/pdl.py;
                                        a side stream for prefetches)
+    prefetches()                       whether this step takes prefetch hints (fused ops: PREFETCH, in a graph)
     prefetch(*weights, limit)          a hint: these weights are read soon (fused ops in a CUDA graph: into L2
                                        beside the step, kernels/l2_prefetch.py); changes no result
     embedding(ids, w, scale)           gather and scale
@@ -60,6 +61,10 @@ class TorchOps:
 
     def launches(self, model, tokens: int):
         return contextlib.nullcontext()
+
+    def prefetches(self) -> bool:
+        """Whether this step takes prefetch hints (inside `launches`); never here."""
+        return False
 
     def prefetch(self, *weights, limit=None) -> None:
         """A hint, ignored here."""

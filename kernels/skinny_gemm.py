@@ -52,38 +52,69 @@ def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLO
 
 
 @triton.jit
-def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, m, n, k, stride_x, stride_w, stride_out, scale, inv_cap, cap,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FP32: tl.constexpr,
-                   HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
-    wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n
-    acc = _tile_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
-                     BLOCK_M, BLOCK_N, BLOCK_K, FP32)
-    y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
+def _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Split-K: this program's fp32 partial to the workspace [SPLIT, BLOCK_M, n]; the tile's last program to arrive
+    (its counter, reset for the next call) sums the SPLIT partials in split order (the same sum whatever the arrival
+    order) and returns (True, sum); the others (False, acc)."""
     ms = tl.arange(0, BLOCK_M)
-    tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :], y.to(out_ptr.dtype.element_ty),
-             mask=(ms < m)[:, None] & row_ok[None, :])
+    at = ms[:, None] * n + rows[None, :]
+    tl.store(ws_ptr + tl.program_id(1) * BLOCK_M * n + at, acc, mask=row_ok[None, :])
+    tl.debug_barrier()  # every thread's partial is written before the release below
+    last = tl.atomic_add(cnt_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu") == SPLIT - 1
+    if last:
+        acc = tl.zeros((BLOCK_M, acc.shape[1]), dtype=tl.float32)
+        for j in tl.static_range(SPLIT):
+            acc += tl.load(ws_ptr + j * BLOCK_M * n + at, mask=row_ok[None, :], other=0.0, cache_modifier=".cg")
+        tl.store(cnt_ptr + tl.program_id(0), 0)
+    return last, acc
 
 
 @triton.jit
-def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, m, n, k, up_row, stride_x, stride_w, stride_mul,
-                            stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            FP32: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr):
+def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, stride_x, stride_w, stride_out,
+                        scale, inv_cap, cap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        SPLIT: tl.constexpr, FP32: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                        EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
+    wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < n
+    k0 = tl.program_id(1) * k_split  # this program's K range (all of K without split-K)
+    acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
+                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+    done = True
+    if SPLIT > 1:
+        done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
+    if done:
+        y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
+        ms = tl.arange(0, BLOCK_M)
+        tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :], y.to(out_ptr.dtype.element_ty),
+                 mask=(ms < m)[:, None] & row_ok[None, :])
+
+
+@triton.jit
+def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, up_row, stride_x,
+                                 stride_w, stride_mul, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, FP32: tl.constexpr, PAIRED: tl.constexpr,
+                                 PDL: tl.constexpr):
     wait_then_release(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     ms = tl.arange(0, BLOCK_M)
     ok = (ms < m)[:, None] & row_ok[None, :]
-    g = round_like(_tile_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
-                              BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
-    if PAIRED:
-        u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
-                                  stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
-    else:
-        u = tl.load(mul_ptr + ms[:, None] * stride_mul + rows[None, :], mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :],
-             gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty), mask=ok)
+    k0 = tl.program_id(1) * k_split  # split-K only with a multiplier (not PAIRED): the whole K otherwise
+    acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
+                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+    done = True
+    if SPLIT > 1:
+        done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
+    if done:
+        g = round_like(acc, out_ptr)
+        if PAIRED:
+            u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
+                                      stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
+        else:
+            u = tl.load(mul_ptr + ms[:, None] * stride_mul + rows[None, :], mask=ok, other=0.0).to(tl.float32)
+        tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :],
+                 gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty), mask=ok)
 
 
 _override = ShapeOverride()
@@ -118,9 +149,9 @@ def measured_faster(t: torch.Tensor, n: int, k: int) -> bool:
 
 def config(n: int, k: int, card: str = "") -> dict:
     """Launch parameters by shape: the card's measured config where it has one, else 16 rows of W a program for N up
-    to 4096 (160 to 192 programs for E4B's small projections), 64 rows for the wide ones. Inside `configured(fn)`,
-    fn(n, k)'s entries replace these."""
-    cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4)
+    to 4096 (160 to 192 programs for E4B's small projections), 64 rows for the wide ones, no split-K. Inside
+    `configured(fn)`, fn(n, k)'s entries replace these."""
+    cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4, split_k=1)
     cfg.update(_card_table(card).get((n, k), {}) if card else {})
     return _override.apply(cfg, n, k)
 
@@ -136,7 +167,24 @@ def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) ->
         v = cfg[key]
         if v < 16 or v & (v - 1):
             raise ValueError(f"skinny_gemm {key} must be a power of two of at least 16 (tensor-core tiles), got {v}")
+    if not (isinstance(cfg["split_k"], int) and 1 <= cfg["split_k"] <= 64):
+        raise ValueError(f"skinny_gemm split_k must be an integer from 1 to 64, got {cfg['split_k']!r}")
     return cfg
+
+
+_COUNTERS: dict = {}  # device -> int32 tile counters of split-K calls, zero between calls (each call resets its own)
+
+
+def _split_buffers(x: torch.Tensor, split: int, n: int, tiles: int, k: int, block_k: int):
+    """(fp32 workspace, tile counters, K columns a split) for a split-K launch; (x, x, k) without one. The splits
+    take whole K tiles; a split past K's end adds zeros."""
+    if split == 1:
+        return x, x, k
+    cnt = _COUNTERS.get(x.device)
+    if cnt is None or cnt.numel() < tiles:
+        cnt = _COUNTERS[x.device] = torch.zeros(max(tiles, 4096), dtype=torch.int32, device=x.device)
+    ws = torch.empty(split, 16, n, dtype=torch.float32, device=x.device)
+    return ws, cnt, triton.cdiv(triton.cdiv(k, split), block_k) * block_k
 
 
 def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -154,7 +202,9 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
                 **given) -> torch.Tensor:
     """x [M, K] (1 <= M <= 16), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then `* scale`
     and/or `tanh(. / softcap) * softcap`, rounded as kernels/gemv.py's epilogue. `given`: config entries
-    (block_n, block_k, num_warps, num_stages) to use instead of `config`'s."""
+    (block_n, block_k, num_warps, num_stages, split_k) to use instead of `config`'s. split_k > 1: K in that many
+    ranges, each its own program (more programs for a small N); the partials are summed in fp32, in split order, by
+    the tile's last program, then rounded once."""
     _check("skinny_gemm", x, w)
     m, k = x.shape
     n = w.shape[0]
@@ -163,10 +213,12 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
         raise ValueError(f"skinny_gemm softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
-    _skinny_gemm_kernel[(triton.cdiv(n, p["block_n"]),)](
-        x, w, out, m, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
-        inv_cap, cap, HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
-        **_launch(p, x))
+    tiles, split = triton.cdiv(n, p["block_n"]), p["split_k"]
+    ws, cnt, k_split = _split_buffers(x, split, n, tiles, k, p["block_k"])
+    _skinny_gemm_kernel[(tiles, split)](
+        x, w, out, ws, cnt, m, n, k, k_split, x.stride(0), w.stride(0), out.stride(0),
+        1.0 if scale is None else float(scale), inv_cap, cap, SPLIT=split, HAS_SCALE=scale is not None,
+        HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda, **_launch(p, x))
     return out
 
 
@@ -185,8 +237,13 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
         raise ValueError(f"skinny_gemm_gelu_mul needs mul [{m}, {n}] with unit column stride, got "
                          f"{tuple(mul.shape)} stride {mul.stride()}")
     p = _params(w.shape[0], k, given, card_of(x), halve=paired)
+    if paired and p["split_k"] != 1:
+        raise ValueError(f"skinny_gemm_gelu_mul has no split-K for [gate; up] (a program reads both halves' rows), "
+                         f"got split_k={p['split_k']}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    _skinny_gemm_gelu_mul_kernel[(triton.cdiv(n, p["block_n"]),)](
-        x, w, out if paired else mul, out, m, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
-        out.stride(0), PAIRED=paired, **_launch(p, x))
+    tiles, split = triton.cdiv(n, p["block_n"]), p["split_k"]
+    ws, cnt, k_split = _split_buffers(x, split, n, tiles, k, p["block_k"])
+    _skinny_gemm_gelu_mul_kernel[(tiles, split)](
+        x, w, out if paired else mul, out, ws, cnt, m, n, k, k_split, n, x.stride(0), w.stride(0),
+        0 if paired else mul.stride(0), out.stride(0), SPLIT=split, PAIRED=paired, **_launch(p, x))
     return out

@@ -10,6 +10,7 @@ tail, which a standalone timing (kselect.measurement.kernels.gemv) cannot show. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -65,6 +66,16 @@ def sk_wide32(n, k):  # 32 rows of W a program for gate/up and the LM head
     return dict(block_n=32) if n > 4096 else None
 
 
+def sk_split(n, k):  # split-K for N <= 4096 (q/k/v, o, down, the per-layer-input gate): >= 2 waves of programs
+    if n > 4096 or k < 1024:
+        return None
+    bn = 16 if n <= 512 else 32
+    tiles, split = -(-n // bn), 1
+    while tiles * split < 264 and k // (2 * split) >= 256 and split < 16:
+        split *= 2
+    return dict(block_n=bn, block_k=128, num_stages=4, split_k=split)
+
+
 def _best_of(env: str, rows: int):
     """fn(n, k) -> the fastest config of (n, k) at `rows` rows in the microbenchmark record named by $env
     (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none."""
@@ -81,7 +92,7 @@ def _best_of(env: str, rows: int):
 
 GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
                                  down_first_4096, combined)}
-SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32)}
+SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
 TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}
 ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py
@@ -91,6 +102,8 @@ ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code befor
 FOLD = "fold"
 # weights prefetched into L2 beside a decode step's graph (gemma4/fused.py PREFETCH), on or off whatever the default
 PREFETCH = {"prefetch": True, "no_prefetch": False}
+# every 2- to 16-row projection on kernels/skinny_gemm.py, with split-K for the small ones (sk_split)
+SPLIT = "sk_split_all"
 
 
 def variant(name: str):
@@ -106,13 +119,18 @@ def variant(name: str):
         return fused.fold_norms(True)
     if name in PREFETCH:
         return fused.prefetching(PREFETCH[name])
+    if name == SPLIT:  # every 2- to 16-row projection on the skinny GEMM, split-K where sk_split says
+        both = contextlib.ExitStack()
+        both.enter_context(fused.projection_rows((1, 1), (2, 16), "all"))
+        both.enter_context(skinny_gemm.configured(sk_split))
+        return both
     if name in TUNED:
         env, rows = TUNED[name]
         return (gemv if rows == 1 else skinny_gemm).configured(_best_of(env, rows))
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, SPLIT: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -125,3 +125,70 @@ def test_gemma_sizes_bf16(m, n, k):
     assert rel(got, x.double() @ w.double().T) < 4e-3
     if m == 1:
         ulp_close(got, gemv.gemv(x, w), torch.bfloat16, max_frac=0.02)
+
+
+@pytest.mark.parametrize("m,n,k,bn,bk,split", [(16, 70, 300, 16, 32, 4), (3, 37, 100, 16, 32, 8),
+                                               (1, 16, 64, 16, 16, 2), (16, 48, 96, 32, 32, 16)])
+def test_split_k_sums_the_partials_once(m, n, k, bn, bk, split):
+    """K cut into split ranges of whole tiles (a split past K's end adds zeros, (3, 37, 100, 8): 4 tiles, 8 splits):
+    the tile's last program sums the fp32 partials and rounds once, and the tile counters are back to zero after the
+    call (the next call, or a graph replay, starts clean); the epilogue runs once."""
+    x, w = inputs(m, n, k, torch.float32, 7)
+    got = K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split)
+    torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
+    assert int(K._COUNTERS[x.device].abs().sum()) == 0
+    assert torch.equal(K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split, scale=0.5), got * 0.5)
+
+
+def test_split_k_in_bf16_rounds_once_and_matches_the_unsplit_sum_closely():
+    x, w = inputs(16, 48, 256, torch.bfloat16, 9)
+    one = K.skinny_gemm(x, w, block_n=16, block_k=32)
+    four = K.skinny_gemm(x, w, block_n=16, block_k=32, split_k=4)
+    want = x.double() @ w.double().T
+    assert float(((four.double() - want).abs() / want.abs().clamp_min(1e-3)).max()) <= 2.0**-8 + 1e-5
+    assert float((four.float() - one.float()).abs().max()) <= float(one.float().abs().max()) * 2.0**-7
+
+
+def test_split_k_is_checked_and_the_gelu_projection_refuses_it():
+    x, w = inputs(2, 32, 64, torch.float32, 3)
+    for bad in (0, 65, 2.0):
+        with pytest.raises(ValueError, match="split_k must be an integer from 1 to 64"):
+            K.skinny_gemm(x, w, split_k=bad)
+    with pytest.raises(ValueError, match="no split-K for"):
+        K.skinny_gemm_gelu_mul(x, w, split_k=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_k_gelu_times_a_multiplier_equals_the_split_projection_then_the_kernel(dtype):
+    """The per-layer-input gate's shape (a multiplier, not [gate; up]): with split-K the tile's last program applies
+    gelu * mul to the summed dots, bit for bit the split projection then kernels/gelu_mul."""
+    from kselect.kernels.gelu_mul import gelu_tanh_mul
+
+    x, w = inputs(5, 40, 160, dtype, 21)
+    x = x * 8
+    mul = torch.randn(5, 40, generator=torch.Generator().manual_seed(4)).to(DEV, dtype)
+    got = K.skinny_gemm_gelu_mul(x, w, mul, block_n=16, block_k=32, split_k=4)
+    want = gelu_tanh_mul(K.skinny_gemm(x, w, block_n=16, block_k=32, split_k=4), mul)
+    assert torch.equal(got, want) and int(K._COUNTERS[x.device].abs().sum()) == 0
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("n,k", [(3072, 2560), (2048, 2560), (2560, 2048), (2560, 10240), (256, 2560)])
+def test_gemma_sizes_split_k_bf16(n, k):
+    """E4B's small projections at 16 rows with the split-K configs of kselect/measurement/gemv_variants.py's sk_split,
+    many times over (a missed release or reset would show as a wrong or stale tile): within the bf16 rounding of an
+    fp64 matmul, the counters zero after; the gate's gelu * mul too."""
+    from kselect.kernels.gelu_mul import gelu_tanh_mul
+    from kselect.measurement.gemv_variants import sk_split
+
+    cfg = sk_split(n, k)
+    x, w = inputs(16, n, k, torch.bfloat16, 3)
+    want = x.double() @ w.double().T
+    for _ in range(20):
+        got = K.skinny_gemm(x, w, **cfg)
+        assert rel(got, want) < 4e-3
+    torch.cuda.synchronize()
+    assert int(K._COUNTERS[x.device].abs().sum()) == 0
+    mul = torch.randn(16, n, device=DEV, dtype=torch.bfloat16)
+    assert torch.equal(K.skinny_gemm_gelu_mul(x, w, mul, **cfg), gelu_tanh_mul(got, mul))

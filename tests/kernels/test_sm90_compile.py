@@ -58,3 +58,43 @@ def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
     if all("ptxas" in str(v) for v in done.values()):
         pytest.skip("this Triton build has no SM90 assembler")
     assert done == {c["id"]: True for c in cases}
+
+
+SKINNY = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import skinny_gemm as K
+
+KERNELS = {"_skinny_gemm_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=False, EXACT_TANH=True),
+           "_skinny_gemm_gelu_mul_kernel": dict(PAIRED=False)}
+done = {}
+for split in json.loads(sys.argv[1]):
+    for name, extra in KERNELS.items():
+        kernel = getattr(K, name)
+        names = list(inspect.signature(kernel.fn).parameters)
+        consts = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=split, FP32=False, PDL=False, **extra)
+        types = {n: "constexpr" if n in consts else "*fp32" if n == "ws_ptr" else "*i32" if n == "cnt_ptr"
+                 else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("scale", "inv_cap", "cap") else "i32"
+                 for n in names}
+        src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+        try:
+            done[f"{name}/{split}"] = "cubin" in triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm
+        except Exception as e:
+            done[f"{name}/{split}"] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
+    """Both skinny kernels' split-K sum (an acquire-release atomic, a barrier, the last program's loads) compiles for SM90, and so
+    does the plain kernel it branches from at compile time."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", SKINNY, json.dumps([1, 4])], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    if all("ptxas" in str(v) for v in done.values()):
+        pytest.skip("this Triton build has no SM90 assembler")
+    assert done == {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}

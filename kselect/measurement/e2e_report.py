@@ -361,6 +361,13 @@ def _throughput_md(d: dict) -> list[str]:
         L.append(f"| {h['preset']} | HF transformers sdpa | auto | {h['batch']} | {fnum(h.get('prefill_tok_s'))} | 1.00x | "
                  f"{fnum(h.get('decode_tok_s'), ',.1f')} | {fnum(h.get('decode_ms_per_step'), '.2f')} | 1.0x |  | "
                  f"{h.get('error', '')} |")
+    ran = {}
+    for r in d["runs"]:
+        if r.get("kernels"):
+            ran.setdefault((r["preset"], sel_label(r), r["kv"]), r["kernels"])
+    if ran:
+        L += ["", "Kernels that ran (the engine's backend and library build per group):"]
+        L += [f"- {p} {s} kv={kv}: " + "; ".join(f"{g}: {k}" for g, k in ks.items()) for (p, s, kv), ks in ran.items()]
     checks = [(n, p["hf_check"]) for n, p in d["presets"].items() if p.get("hf_check")]
     if checks:
         L += ["", "HF logits check (before timing): " + "; ".join(

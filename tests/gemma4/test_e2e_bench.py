@@ -47,6 +47,9 @@ def test_e2e_smoke_writes_results(tmp_path):
         assert r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 and r["decode_steps"] == 5, r
     assert {h["batch"] for h in d["hf"]} == {1, 2} and all(h["decode_tok_s"] > 0 for h in d["hf"])
     assert "| gemma4_tiny | base | auto | 1 |" in md and "HF transformers sdpa" in md
+    # each run names the kernels the engine ran per group (the library build, where a backend has several)
+    assert all(set(r["kernels"]) == {"sliding_window", "full_attention"} for r in runs)
+    assert f"- gemma4_tiny base kv=auto: sliding_window: {runs[0]['kernels']['sliding_window']}" in md
 
 
 def test_e2e_exits_1_naming_a_wrong_selection(tmp_path, monkeypatch, capsys):

@@ -33,7 +33,8 @@ def time_engine(model, groups, prompts, new: int, reps: int, graphs) -> dict:
                decode_tok_s_reps=[round(b * steps / x, 2) for x in dec],
                decode_ms_per_step=d / steps * 1e3, decode_steps=steps, reps=reps, warmup_s=round(warm_s, 2),
                cuda_graphs=r.cuda_graphs, prefill_graph_steps=eng.prefill_graph_steps, notes=r.notes,
-               kv_cache_gib=round(eng.cache.bytes() / 2**30, 3))
+               kv_cache_gib=round(eng.cache.bytes() / 2**30, 3),
+               kernels=eng.backend_names())  # per group, the backend and library build that ran (KSELECT_FA3_BUILD...)
     del eng
     free()
     return out

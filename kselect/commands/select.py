@@ -28,14 +28,15 @@ from kselect.selector.evidence.evidence import Evidence
 from kselect.selector.export.formats import render
 from kselect.selector.measure.select import select
 
+from .plain import run_plain
+
 RENAMED = {"overlays": "write overlay=[pr48666,...] (the config group conf/overlay/)"}
 
 
 def main(argv: list[str]) -> int:
     """In-process `kselect select` (tests, fuzzing): overrides -> guard, compose, validate, resolve."""
     check_renamed("select", argv, RENAMED)
-    cfg = compose(argv)
-    print(render(select(cfg, Evidence.load(CONF_DIR)), cfg.output, cfg.verbose, cfg))  # the conf tree's own evidence
+    _answer(compose(argv))
     return 0
 
 
@@ -46,24 +47,8 @@ def task(cfg) -> int:
     return main(task_overrides())
 
 
-def plain_run(argv: list[str]) -> int | None:
-    """A command line of overrides only, composed once here without the Hydra app; None where compose
-    refuses it, so the Hydra app reports it as it always has."""
-    try:
-        check_renamed("select", argv, RENAMED)
-    except KSelectError as e:
-        report_error(e)
-        return 2
-    try:
-        cfg = compose(argv)
-    except KSelectError:
-        return None
-    try:
-        print(render(select(cfg, Evidence.load(CONF_DIR)), cfg.output, cfg.verbose, cfg))
-    except KSelectError as e:
-        report_error(e)
-        return 2
-    return 0
+def _answer(cfg) -> None:
+    print(render(select(cfg, Evidence.load(CONF_DIR)), cfg.output, cfg.verbose, cfg))  # the conf tree's own evidence
 
 
 def bulk(argv: list[str]) -> int:
@@ -88,20 +73,17 @@ def bulk(argv: list[str]) -> int:
     return 0
 
 
-def _plain(argv: list[str]) -> bool:
-    return all(not a.startswith("-") and not a.lstrip("+~").startswith("hydra") for a in argv)
-
-
 def fast_path(argv: list[str]) -> int | None:
-    """Bulk cells, or overrides alone composed here; None: the Hydra app's turn (flags, a compose error)."""
-    try:
-        check_printable(argv)
-    except KSelectError as e:
-        report_error(e)
-        return 2
+    """Bulk cells, or overrides alone composed here (kselect/commands/plain.py); None: the Hydra app's turn (flags,
+    a compose error)."""
     if any(a.startswith("cells=") for a in argv):
+        try:
+            check_printable(argv)
+        except KSelectError as e:
+            report_error(e)
+            return 2
         return bulk(argv)
-    return plain_run(argv) if _plain(argv) else None
+    return run_plain("select", argv, _answer, RENAMED)
 
 
 def cli() -> None:

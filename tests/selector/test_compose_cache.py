@@ -66,6 +66,17 @@ def test_the_hydra_app_path_gives_the_same_answer(fresh_cache, capsys):
     assert _select(capsys, ["--run", *ARGS]) == plain
 
 
+def test_explain_composes_once_without_the_hydra_app_and_answers_as_it(fresh_cache, composes, capsys):
+    """`kselect explain <overrides>` takes the plain path too (kselect/commands/plain.py): one compose, then none;
+    a flag takes Hydra's app, with the same answer."""
+    argv = ["platform=h100", "model=gemma4_e4b", "kv_cache=fp8"]
+    assert call_main(kselect_main("explain"), argv) == 0, capsys.readouterr().err
+    first = capsys.readouterr().out
+    assert len(composes) == 1 and "Is an FP8 KV cache faster" in first
+    assert call_main(kselect_main("explain"), argv) == 0 and capsys.readouterr().out == first and len(composes) == 1
+    assert call_main(kselect_main("explain"), ["--run", *argv]) == 0 and capsys.readouterr().out == first
+
+
 def test_a_changed_rule_file_changes_the_next_answer(fresh_cache, conf):
     """Same size, same mtime, other content: the cache keys on content."""
     first = select(ARGS, conf)

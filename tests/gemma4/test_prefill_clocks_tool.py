@@ -155,3 +155,38 @@ def test_rounds_restore_threads_and_switch_interval_and_record_the_fill_usage():
     assert all(seen == (1, 0.0005) for e in engines.values() for seen in e.seen)
     assert [len(v) for v in steps.values()] == [4, 4]
     assert all(s[f"fill_{u}"] == 0 for v in steps.values() for s in v for u in pc.USAGE)  # no graph fill ran
+
+
+FAKE_SMI = """#!/usr/bin/env python3
+import datetime, time
+while True:  # what `nvidia-smi --query-gpu=... -lms=N` prints: one CSV line of the fields a tick, until terminated
+    t = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    print(f"{t}, 1755, 3201, 650.5, 44, 0x0000000000000004", flush=True)
+    time.sleep(0.01)
+"""
+
+
+def test_a_cpu_run_end_to_end_attributes_the_drivers_samples_to_its_steps(tmp_path, monkeypatch):
+    """The whole tool on CPU (the tiny model, one selection): the host phases, the rounds back to back and after a
+    pause, each timed step given the samples of an `nvidia-smi` that a script on PATH stands in for; the record's
+    JSON, its Markdown and the raw samples are written."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    out = tmp_path / "out"
+    assert pc.main(["--out", str(out), "--preset", "gemma4_tiny", "--selections", "vllm", "--kv", "auto", "--len", "16",
+                    "--rounds", "3", "--pause-rounds", "1", "--pause-s", "0.01", "--phase-reps", "1",
+                    "--platform", "cpu", "--no-freeze"]) == 0
+    import json
+
+    d = json.loads((out / "prefill_clocks.json").read_text())
+    [cell] = d["cells"]
+    assert "error" not in cell and cell["phases"]["vllm"]["total, synced phases"] > 0
+    assert set(cell["rounds"]) == {"back to back", "pause 0.01 s"}
+    b2b = cell["rounds"]["back to back"]["vllm"]
+    assert b2b["steps"] == 3 and b2b["rest_sm_mhz"] == 1755.0 and b2b["reasons_rest"] == ["sw power cap"]
+    assert cell["smi_samples"]["back to back"] > 0 and all(s["samples"] >= 1 for s in cell["steps"]["back to back"]["vllm"])
+    assert "| back to back | vllm | 3 |" in (out / "prefill_clocks.md").read_text()
+    assert "1755" in (out / "smi_auto.csv").read_text()

@@ -3,11 +3,14 @@ docstring is the usage."""
 
 from __future__ import annotations
 
-from kselect.selector.base.hydra_app import run_app, task_overrides
+import sys
+
 from kselect.selector.config.compose import CONF_DIR
 from kselect.selector.measure import claims
 from kselect.selector.measure.claims import declared_claims, objective_claims, selection_claims
 from kselect.selector.review.bulk import configs_of
+
+from .plain import run_plain
 
 
 def main(argv: list[str]) -> int:
@@ -20,10 +23,18 @@ def main(argv: list[str]) -> int:
 
 def task(cfg) -> int:
     """The Hydra app: the overrides as given (e.g. platform=sm90) select the platform."""
+    from kselect.selector.base.hydra_app import task_overrides  # noqa: PLC0415
+
     return main(task_overrides())
 
 
 def cli() -> None:
+    argv = sys.argv[1:]
+    code = run_plain("claims", argv, lambda cfg: main(argv))  # overrides only: checked by one compose, no Hydra app
+    if code is not None:
+        sys.exit(code)
+    from kselect.selector.base.hydra_app import run_app  # noqa: PLC0415 - Hydra's app only for its flags, or to report an error
+
     run_app("claims", task, doc=claims.__doc__, config_dir=CONF_DIR, config_name="config")
 
 

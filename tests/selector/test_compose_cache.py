@@ -77,6 +77,19 @@ def test_explain_composes_once_without_the_hydra_app_and_answers_as_it(fresh_cac
     assert call_main(kselect_main("explain"), ["--run", *argv]) == 0 and capsys.readouterr().out == first
 
 
+def test_claims_with_plain_overrides_never_starts_hydras_app(fresh_cache, capsys, monkeypatch):
+    """`kselect claims <overrides>` answers on the plain path (its overrides checked by one compose): the same claims
+    as through Hydra's app, which a flag still takes."""
+    from kselect.selector.base import hydra_app
+
+    argv = ["platform=sm90"]
+    assert call_main(kselect_main("claims"), ["--run", *argv]) == 0, capsys.readouterr().err
+    via_app = capsys.readouterr().out
+    monkeypatch.setattr(hydra_app, "run_app", lambda *a, **k: (_ for _ in ()).throw(AssertionError("Hydra's app ran")))
+    assert call_main(kselect_main("claims"), argv) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out == via_app and "FLASH_ATTN" in via_app
+
+
 def test_a_changed_rule_file_changes_the_next_answer(fresh_cache, conf):
     """Same size, same mtime, other content: the cache keys on content."""
     first = select(ARGS, conf)

@@ -176,7 +176,10 @@ def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) ->
     return cfg
 
 
-_COUNTERS: dict = {}  # device -> int32 tile counters of split-K calls, zero between calls (each call resets its own)
+# device -> int32 tile counters of split-K calls, zero between calls (each call's last programs reset theirs). One set
+# a device: two split-K launches must not overlap, which holds on one stream (the engine's; under PDL a kernel
+# here waits for the one before it before it touches them).
+_COUNTERS: dict = {}
 
 
 def _split_buffers(x: torch.Tensor, split: int, n: int, tiles: int, k: int, block_k: int):

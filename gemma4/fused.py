@@ -131,14 +131,20 @@ FOLD_NORMS = False
 
 
 @contextlib.contextmanager
-def fold_norms(on: bool):
-    """FOLD_NORMS inside (a CUDA graph captured inside keeps the choice)."""
-    global FOLD_NORMS
-    was, FOLD_NORMS = FOLD_NORMS, on
+def _switched(**values):
+    """These module switches set inside, restored after (a CUDA graph captured inside keeps the choice)."""
+    g = globals()
+    was = {k: g[k] for k in values}
+    g.update(values)
     try:
         yield
     finally:
-        FOLD_NORMS = was
+        g.update(was)
+
+
+def fold_norms(on: bool):
+    """FOLD_NORMS inside."""
+    return _switched(FOLD_NORMS=on)
 
 
 # PREFETCH: inside a CUDA graph of a decode step (up to PREFETCH_MAX_ROWS rows), the weights the next projections read
@@ -151,27 +157,14 @@ def fold_norms(on: bool):
 PREFETCH, PREFETCH_MAX_ROWS, PREFETCH_MAX_BYTES = False, 16, 16 << 20
 
 
-@contextlib.contextmanager
 def prefetching(on: bool):
-    """PREFETCH inside (a CUDA graph captured inside keeps the choice)."""
-    global PREFETCH
-    was, PREFETCH = PREFETCH, on
-    try:
-        yield
-    finally:
-        PREFETCH = was
+    """PREFETCH inside."""
+    return _switched(PREFETCH=on)
 
 
-@contextlib.contextmanager
 def projection_rows(gemv_rows, skinny_rows, skinny_shapes="measured"):
     """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) and SKINNY_SHAPES inside."""
-    global GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES
-    was = GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES
-    GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = gemv_rows, skinny_rows, skinny_shapes
-    try:
-        yield
-    finally:
-        GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = was
+    return _switched(GEMV_ROWS=gemv_rows, SKINNY_ROWS=skinny_rows, SKINNY_SHAPES=skinny_shapes)
 
 
 def _within(rows, m: int) -> bool:

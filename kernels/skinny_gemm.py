@@ -74,6 +74,21 @@ def _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT: tl.constexpr, BLOCK
 
 
 @triton.jit
+def _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+                FP32: tl.constexpr):
+    """(whether this program holds the tile's whole dots, those dots): its K range's dots (all of K without split-K),
+    and with split-K the sum of every range's once the tile's last program has them (_split_sum)."""
+    k0 = tl.program_id(1) * k_split
+    acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
+                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+    done = True
+    if SPLIT > 1:
+        done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
+    return done, acc
+
+
+@triton.jit
 def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, stride_x, stride_w, stride_out,
                         scale, inv_cap, cap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, FP32: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -81,12 +96,8 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split
     wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
-    k0 = tl.program_id(1) * k_split  # this program's K range (all of K without split-K)
-    acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
-                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
-    done = True
-    if SPLIT > 1:
-        done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
+    done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
+                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
     if done:
         y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         ms = tl.arange(0, BLOCK_M)
@@ -104,12 +115,9 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr
     row_ok = rows < n
     ms = tl.arange(0, BLOCK_M)
     ok = (ms < m)[:, None] & row_ok[None, :]
-    k0 = tl.program_id(1) * k_split  # split-K only with a multiplier (not PAIRED): the whole K otherwise
-    acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
-                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
-    done = True
-    if SPLIT > 1:
-        done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
+    # split-K only with a multiplier (not PAIRED): the whole K otherwise
+    done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
+                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
     if done:
         g = round_like(acc, out_ptr)
         if PAIRED:

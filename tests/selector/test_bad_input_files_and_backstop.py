@@ -219,6 +219,8 @@ SPACED = "+hydra.job.env_set.X='a b'"  # an override the shell must quote
 @pytest.mark.parametrize("command,target,argv", [
     ("select", "kselect.commands.select.select", ["platform=sm90", SPACED]),
     ("explain", "kselect.selector.measure.explain.explain", ["platform=sm90", SPACED]),
+    ("explain", "kselect.selector.measure.explain.explain", ["platform=sm90"]),  # overrides only: no Hydra app
+    ("claims", "kselect.commands.claims.selection_claims", ["platform=sm90"]),
     ("run", "kselect.run.select", ["platform=cpu", SPACED]),
     ("oracle", "kselect.oracle.track._cells", ["0.34.0", "--dry-run", "--rules", "it's"]),
     ("bench", "kselect.commands.bench.main", ["experiment=e2e_smoke", "dry_run=true", "it's"]),

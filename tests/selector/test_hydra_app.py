@@ -43,6 +43,23 @@ def test_every_override_command_is_a_hydra_app(tmp_path, command):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command,answer", [("explain", "Is an FP8 KV cache faster"), ("claims", "FLASH_ATTN"),
+                                            ("select", "full_attention")])
+def test_overrides_alone_answer_through_the_console_script_and_bad_ones_exit_2(tmp_path, command, answer):
+    """The plain path (kselect/commands/plain.py: one compose, no Hydra app) as a user runs it, the `kselect` script
+    of this environment: an answer and exit 0, or for an option no config has, exit 2 and one paragraph."""
+    script = Path(sys.executable).parent / "kselect"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "kselect"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = lambda *a: subprocess.run([*argv, command, *a], cwd=tmp_path, capture_output=True, text=True,  # noqa: E731
+                                    timeout=300, env=env)
+    ok = run("platform=sm90", "model=gemma4_e4b")
+    assert ok.returncode == 0 and answer in ok.stdout, ok.stderr
+    bad = run("platform=nope")
+    assert bad.returncode == 2 and "platform=nope" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert "\n\n" not in bad.stderr.strip() and list(tmp_path.iterdir()) == []
+
+
 def test_help_is_hydras_with_the_commands_text(tmp_path):
     p = kselect("claims", "--help-all", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

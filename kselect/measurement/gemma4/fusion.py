@@ -16,7 +16,7 @@ Per preset (seeded random bf16 weights built on the device, q/k/v and gate/up co
     for each of --greedy-kv;
   * prefill of one 512- and one 4096-token prompt, ours vs HF transformers (sdpa) on the same tensors,
     and HF's decode step time (host-bound: the host is recorded).
-The selection is `base` when FlashAttention imports, else `attention.backend=TRITON_ATTN`.
+The selection is `base` when FlashAttention imports, else `pin_triton` (SELECTIONS).
 Results: --out/fusion.json and fusion.md (fusion_report.py), rewritten (atomically) after every measurement.
 """
 
@@ -37,6 +37,21 @@ from kselect.measurement.gemma4.fusion_report import render
 from kselect.measurement.step_profile import free, profile_decode
 from kselect.gemma4.build import build_model, select
 from kselect.gemma4.engine import Engine, EngineConfig, max_rel_error, model_groups
+
+# Selections the fused step can run on: a Triton kernel needs no FlashAttention or FlashInfer build.
+SELECTIONS = {"base": [],
+              "pin_triton": ["attention.backend=TRITON_ATTN"],  # vLLM's unified_attention on every group
+              # per group, the faster Triton kernel on this card's perf data (conf/perf): vLLM's or kselect's own
+              # (TRITON_ATTN+kselect), at the run's batch-1 decode point; nothing else is installed for it to pick
+              "latency_triton": ["objective=latency", "objective.decode.batch=1", *(
+                  f"platform.packages.{p}=false" for p in ("fa2", "fa3", "fa4", "flashinfer", "fa3_upstream"))]}
+
+
+def selection_overrides(name: str, prompt_len: int) -> list[str]:
+    """The Hydra overrides of a SELECTIONS entry; an objective's decode context is the run's prompt."""
+    over = list(SELECTIONS[name])
+    return over + [f"objective.decode.context={prompt_len}"] if "objective=latency" in over else over
+
 
 def fa_available() -> bool:
     try:
@@ -96,7 +111,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--hf-new", type=int, default=8)
     ap.add_argument("--no-hf", action="store_true")
-    ap.add_argument("--selection", default="auto", choices=["auto", "base", "pin_triton"])
+    ap.add_argument("--selection", default="auto", choices=["auto", *SELECTIONS])
     ap.add_argument("--pdl-max-layer-gb", type=float, default=None,
                     help="the fused forward's PDL rule for this run (gemma4/fused.py PDL_MAX_LAYER_BYTES, in GB): "
                          "a large value launches every one-token step with PDL, 0 none")
@@ -129,7 +144,7 @@ class Session:
         self.o, self.t0 = o, time.perf_counter()
         self.platform = "cpu" if o.smoke else "auto"
         sel_name = o.selection if o.selection != "auto" else ("base" if o.smoke or fa_available() else "pin_triton")
-        self.sel_over = [] if sel_name == "base" else ["attention.backend=TRITON_ATTN"]
+        self.sel_over = selection_overrides(sel_name, o.prompt_len)
         env = environment(argv, "-m kselect.measurement.gemma4.fusion")
         self.data = dict(environment=env, options={k: str(v) for k, v in vars(o).items()}, selection=sel_name,
                          ceilings={}, presets={}, runs=[], fp8=[], profiles=[], greedy=[], prefill=[], hf=[],

@@ -44,10 +44,11 @@ def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
 @triton.jit
 def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, ref_ptr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               FIRST_K: tl.constexpr, PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-              HAS_WB: tl.constexpr):
+              HAS_WB: tl.constexpr, AHEAD: tl.constexpr):
     """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
     accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's. Where PRENORM,
-    x is rebuilt chunk by chunk from the add-norm prologue's row state (res_row .. rstd_s, _row_stats)."""
+    x is rebuilt chunk by chunk from the add-norm prologue's row state (res_row .. rstd_s, _row_stats).
+    AHEAD: W's loads run one chunk ahead of the multiplies (the same sums in the same order)."""
     c0 = tl.arange(0, FIRST_K)
     acc0 = w0 * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c0, c0 < k, ref_ptr, PRENORM, HAS_WA,
                         HAS_SCALAR, HAS_WB)[None, :]
@@ -56,10 +57,18 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_
         acc = acc0
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if AHEAD:  # the next chunk's load issued before this chunk's multiply: two chunks in flight a program
+        w_next = tl.load(w_rows + (FIRST_K + cols)[None, :], mask=row_ok[:, None] & (FIRST_K + cols < k)[None, :],
+                         other=0.0)
     for k0 in range(FIRST_K, k, BLOCK_K):
         c = k0 + cols
         c_ok = c < k
-        w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        if AHEAD:
+            w = w_next
+            w_next = tl.load(w_rows + (c + BLOCK_K)[None, :], mask=row_ok[:, None] & (c + BLOCK_K < k)[None, :],
+                             other=0.0)
+        else:
+            w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
         acc += w.to(tl.float32) * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c, c_ok, ref_ptr,
                                           PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)[None, :]
     if FIRST_K == BLOCK_K:
@@ -101,7 +110,7 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
                  M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr,
                  PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
-                 HAS_WB: tl.constexpr, K_PAD: tl.constexpr):
+                 HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
@@ -112,7 +121,7 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
         scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
                                   HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
         dots = _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr, BLOCK_N,
-                         BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)
+                         BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD)
         y = epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
@@ -122,7 +131,7 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                           res_ptr, wa_ptr, wb_ptr, scalar, s_ptr, stride_res, stride_s, eps, M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
                           PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
-                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr):
+                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
@@ -136,10 +145,10 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
         scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
                                   HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
         g = round_like(_row_dots(x_row, g_rows, g0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
-                                 BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB), out_ptr)
+                                 BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
         if PAIRED:
             u = round_like(_row_dots(x_row, u_rows, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
-                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB), out_ptr)
+                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
         else:
             u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
@@ -156,7 +165,7 @@ def config(n: int, k: int) -> dict:
     (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256. The first
     chunk (read before a PDL wait) is one K chunk. Inside `configured(fn)`, fn(n, k)'s entries replace these."""
     cfg = dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
-    cfg.update(first_k=cfg["block_k"], num_warps=4)
+    cfg.update(first_k=cfg["block_k"], num_warps=4, ahead=0)
     return _override.apply(cfg, n, k)
 
 
@@ -172,6 +181,8 @@ def _launch_params(n: int, k: int, given: dict) -> dict:
         v = cfg[key]
         if v < 1 or v & (v - 1):
             raise ValueError(f"gemv {key} must be a power of two, got {v}")
+    if cfg["ahead"] not in (0, 1, False, True):
+        raise ValueError(f"gemv ahead must be 0 or 1, got {cfg['ahead']!r}")
     return cfg
 
 
@@ -203,7 +214,7 @@ def _operand(name: str, x, w) -> tuple[torch.Tensor, dict]:
 
 def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, first_k: int | None = None, scale: float | None = None,
-         softcap: float | None = None) -> torch.Tensor:
+         softcap: float | None = None, ahead: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then in the
     epilogue `* scale` and/or `tanh(. / softcap) * softcap`, each rounded to the dtype as the PyTorch ops round
     (Gemma's per-layer-input projection scale, its final logit softcap). Launch parameters left out come from `config`.
@@ -213,7 +224,7 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
     x, pre = _operand("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
-    p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps))
+    p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps, ahead=ahead))
     if softcap is not None and not softcap > 0:
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
@@ -222,12 +233,13 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
         inv_cap, cap, **pre, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
-        num_warps=p["num_warps"], **pdl.args(x))
+        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **pdl.args(x))
     return out
 
 
 def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor | None = None, block_n: int | None = None,
-                  block_k: int | None = None, num_warps: int | None = None, first_k: int | None = None) -> torch.Tensor:
+                  block_k: int | None = None, num_warps: int | None = None, first_k: int | None = None,
+                  ahead: int | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS) -> [M, I] in x's dtype: gelu_tanh(x @ Wg.T) * (x @ Wu.T) for w = [Wg; Wu] [2I, K]
     (mul None), or gelu_tanh(x @ w.T) * mul for w [I, K] and mul [M, I] (unit column stride).
     Launch parameters left out come from `config` of the whole w, block_n halved per half when paired (the same
@@ -241,11 +253,11 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
     if not paired and (mul.shape != (m, n) or mul.stride(-1) != 1):
         raise ValueError(f"gemv_gelu_mul needs mul [{m}, {n}] with unit column stride, got {tuple(mul.shape)} "
                          f"stride {mul.stride()}")
-    p = _launch_params(w.shape[0], k, dict(block_k=block_k, first_k=first_k, num_warps=num_warps))
+    p = _launch_params(w.shape[0], k, dict(block_k=block_k, first_k=first_k, num_warps=num_warps, ahead=ahead))
     block_n = block_n or (max(1, p["block_n"] // 2) if paired else p["block_n"])
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
-        num_warps=p["num_warps"], **pdl.args(x))
+        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **pdl.args(x))
     return out

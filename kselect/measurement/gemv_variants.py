@@ -45,6 +45,10 @@ def down_first_4096(n, k):  # down (2560 x 10240): 4,096 columns before the wait
     return dict(first_k=4096) if n <= 4096 and k > 4096 else None
 
 
+def ahead_all(n, k):  # every shape: W's loads one chunk ahead of the multiplies (two chunks in flight a program)
+    return dict(ahead=1)
+
+
 def combined(n, k):  # small_first_2048 + wide_first_1024 + down_first_4096
     return small_first_2048(n, k) or wide_first_1024(n, k) or down_first_4096(n, k)
 
@@ -91,7 +95,7 @@ def _best_of(env: str, rows: int):
 
 
 GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
-                                 down_first_4096, combined)}
+                                 down_first_4096, combined, ahead_all)}
 SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
 TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}

@@ -640,12 +640,15 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         with gemv.configured(fn):
             for proj, (n, k) in e4b.items():
                 cfg = gemv.config(n, k)
-                assert all(v > 0 and not v & (v - 1) for key, v in cfg.items() if key != "num_warps"), (name, proj)
+                assert all(v > 0 and not v & (v - 1) for key, v in cfg.items() if key not in ("num_warps", "ahead")), \
+                    (name, proj)
+                assert cfg["ahead"] in (0, 1), (name, proj)
                 if fn(n, k):
                     changed.setdefault(name, set()).add(proj)
     assert changed["small_whole_k"] == changed["small_first_2048"] == {"qkv", "o", "ple_gate"}
     assert changed["wide_first_1024"] == {"gate_up", "lm_head"} and changed["down_first_4096"] == {"down"}
     assert changed["combined"] == {"qkv", "o", "ple_gate", "gate_up", "lm_head", "down"}
+    assert changed["ahead_all"] == set(e4b)
     with gemv.configured(gv.small_whole_k):
         assert gemv.config(3072, 2560)["first_k"] == 4096 and gemv.config(2560, 2048)["first_k"] == 2048
     assert gv.split_mode("triton") == ("triton", None)

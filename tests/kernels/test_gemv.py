@@ -102,6 +102,32 @@ def test_first_chunk_wider_or_narrower_than_the_loop(m, n, k, bn, bk, fk):
     torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
 
 
+# ---------------------------------------------------------------------------- loads one chunk ahead of the multiplies
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,n,k,bn,bk,fk", [(1, 37, 100, 8, 16, 16), (2, 5, 300, 16, 32, 128), (1, 9, 100, 2, 32, 128),
+                                           (3, 16, 64, 4, 16, 16), (1, 6, 96, 2, 32, 32)])
+def test_loads_ahead_sum_the_same_dots(dtype, m, n, k, bn, bk, fk):
+    """ahead=1 only moves W's loads one chunk earlier: the same result bit for bit, at ragged K (the load past K's
+    end is masked), a first chunk wider than the loop's, one chunk after it, none after it (k <= first_k)."""
+    x, w = inputs(m, n, k, dtype, 17)
+    plain = K.gemv(x, w, block_n=bn, block_k=bk, first_k=fk)
+    assert torch.equal(K.gemv(x, w, block_n=bn, block_k=bk, first_k=fk, ahead=1), plain)
+    torch.testing.assert_close(plain.double(), x.double() @ w.double().T, rtol=2e-2 if dtype != torch.float32 else 1e-5,
+                               atol=1e-2 if dtype != torch.float32 else 1e-5)
+    g = (torch.randn(m, n, generator=torch.Generator().manual_seed(3)) * 0.5).to(DEV, dtype)
+    both = torch.cat([w, w.flip(0)])  # paired [gate; up] and the multiplier form
+    assert torch.equal(K.gemv_gelu_mul(x, both, block_k=bk, first_k=fk, ahead=1),
+                       K.gemv_gelu_mul(x, both, block_k=bk, first_k=fk))
+    assert torch.equal(K.gemv_gelu_mul(x, w, g, block_k=bk, first_k=fk, ahead=1),
+                       K.gemv_gelu_mul(x, w, g, block_k=bk, first_k=fk))
+
+
+def test_ahead_is_off_by_default_and_checked():
+    assert all(K.config(n, k)["ahead"] == 0 for n, k in ((3072, 2560), (2560, 10240), (262144, 2560)))
+    with pytest.raises(ValueError, match="ahead must be 0 or 1, got 2"):
+        K.gemv(*inputs(1, 8, 96, torch.float32), ahead=2)
+
+
 def test_first_chunk_of_one_block_is_the_default():
     """The table's first chunk is one K chunk (what was measured fastest), and a caller's block_k without first_k sets
     both, so explicit block sizes keep meaning what they meant before first_k."""
@@ -117,10 +143,10 @@ def test_configured_overrides_by_shape_and_restores():
     """configured(fn): fn's entries for the shapes it names, the table's elsewhere; restored on exit and on errors;
     the launch runs on them (a bad value is refused at the launch)."""
     base = K.config(64, 300)
-    assert base == dict(block_n=2, block_k=1024, first_k=1024, num_warps=4)
+    assert base == dict(block_n=2, block_k=1024, first_k=1024, num_warps=4, ahead=0)
     pick = lambda n, k: dict(first_k=128, block_k=32) if n == 64 else None  # noqa: E731
     with K.configured(pick):
-        assert K.config(64, 300) == dict(block_n=2, block_k=32, first_k=128, num_warps=4)
+        assert K.config(64, 300) == dict(block_n=2, block_k=32, first_k=128, num_warps=4, ahead=0)
         assert K.config(32, 300) == base
         x, w = inputs(1, 64, 300, torch.float32, 13)
         torch.testing.assert_close(K.gemv(x, w), x @ w.T, rtol=1e-5, atol=1e-5)

@@ -36,6 +36,9 @@ SHAPES = {
 KERNELS = {
     "gemv": (gemv, [dict(block_n=bn, block_k=bk, num_warps=nw) for bn, bk, nw in
                     itertools.product((2, 4, 8, 16), (256, 512, 1024), (4, 8))]),
+    # the GEMV's W loads one chunk ahead of its multiplies (ahead=1) against the same tiles without
+    "gemv_ahead": (gemv, [dict(block_n=bn, block_k=bk, num_warps=4, ahead=a) for bn, bk, a in
+                          itertools.product((2, 4, 8), (256, 512, 1024), (0, 1))]),
     "skinny": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw) for bn, bk, st, nw in
                              itertools.product((16, 32, 64), (64, 128, 256), (3, 4, 6), (4,))]),
 }

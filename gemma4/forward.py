@@ -1,11 +1,12 @@
 """The one forward of the Gemma-4 decoder, over an ops object (gemma4/ops.py's TorchOps, gemma4/fused.py's
 fused ops): the modules of gemma4/model.py hold the weights, this code the order of the maths.
 
-Every layer starts from its normed input and hands the next its normed output: a layer ends in
-`add_rms_norm` with the next layer's input norm (the last: the final norm), so the fused ops compute the
-residual add and the next norm in one kernel; at one row the projection after an add-norm computes it in its
-prologue (`add_rms_norm` hands it a pending value, `ready` computes one nothing projects). MoE blocks run their modules (router, experts, norms) under
-every ops. Where the ops prefetch (`ops.prefetches()`), `ops.prefetch` names the weights the next kernels read,
+Every layer starts from its normed input and hands the next its normed output: a layer ends in an add-norm
+with the next layer's input norm (the last: the final norm), so the fused ops compute the residual add and the
+next norm in one kernel. Each add-norm after a projection is one call, `linear_add_norm`, so the fused ops may
+compute it in that projection's last program (gemma4/fused.py TAIL_NORMS); or at one row the projection after an
+add-norm computes it in its prologue (`add_rms_norm` hands it a pending value, `ready` computes one nothing
+projects). MoE blocks run their modules (router, experts, norms) under every ops. Where the ops prefetch (`ops.prefetches()`), `ops.prefetch` names the weights the next kernels read,
 a hint that changes no result (gemma4/fused.py).
 """
 
@@ -17,8 +18,9 @@ from .config import FULL, SLIDING
 
 
 def attention(ops, a, xn, cos, sin, ctx, hints=None) -> torch.Tensor:
-    """One attention layer `a` (gemma4/model.py Attention) over normed input xn: q, K/V written, the group's backend,
-    the output projection. hints: the layer's `prefetch_hints` where the ops prefetch this step."""
+    """One attention layer `a` (gemma4/model.py Attention) over normed input xn: q, K/V written, the group's backend;
+    its output [T, heads x head dim], which the layer projects with the add-norm after it (`linear_add_norm`).
+    hints: the layer's `prefetch_hints` where the ops prefetch this step."""
     t = xn.shape[0]
     g = ctx.groups[a.kind]
     k_cache, v_cache = g.cache.kv(a.kv_source)
@@ -26,19 +28,18 @@ def attention(ops, a, xn, cos, sin, ctx, hints=None) -> torch.Tensor:
     q = ops.qkv(a, xn, cos, sin, ctx, g, src, k_cache.dtype)
     if hints:  # o_proj's weights: read after attention, which leaves the memory idle meanwhile
         ops.prefetch(*hints[0][0], limit=hints[0][1])
-    o = g.backend.forward(q, k_cache, v_cache, g.meta, src)
-    return ops.linear(o.reshape(t, a.n_heads * a.head_dim), a.o_proj.weight)
+    return g.backend.forward(q, k_cache, v_cache, g.meta, src).reshape(t, a.n_heads * a.head_dim)
 
 
-# The head of gate/up a prefetch brings to L2 during the add-norm before them (each half's first bytes: the first
-# programs of the GEMV read both halves' first rows). The norm lasts ~2 us, ~6 MB at an H100's copy rate.
+# The head of gate/up a prefetch brings to L2 beside o_proj and the add-norm before them (each half's first bytes: the
+# first programs of the GEMV read both halves' first rows). The norm lasts ~2 us, ~6 MB at an H100's copy rate.
 GATE_UP_HEAD_BYTES = 4 << 20
 
 
 def prefetch_hints(model, i: int) -> tuple[tuple, tuple, tuple]:
     """Layer i's three prefetch hints, (weights, limit) each, in the order the forward gives them: o_proj while
-    attention runs; the head of gate/up during the add-norm before them; after the MLP, what the kernels until the next
-    layer's q/k/v projection read (small or latency-bound), and that projection's weights."""
+    attention runs; the head of gate/up beside o_proj and the add-norm after it; after the MLP and its add-norm, what
+    the kernels until the next layer's q/k/v projection read (small or latency-bound), and that projection's weights."""
     lay, layers = model.layers[i], model.layers
     after = (lay.per_layer_input_gate.weight, lay.per_layer_projection.weight) if lay.ple_dim else ()
     if i + 1 < len(layers):
@@ -55,20 +56,27 @@ def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, hints=None) -> tuple[t
     o = attention(ops, lay.self_attn, xn, cos, sin, ctx, hints)
     if hints:
         ops.prefetch(*hints[1][0], limit=hints[1][1])
-    h, z = ops.add_rms_norm(o, x, lay.post_attention_layernorm.weight, eps, None, lay.pre_feedforward_layernorm.weight)
-    y = ops.mlp(lay.mlp, z)
+    h, z = ops.linear_add_norm(o, lay.self_attn.o_proj.weight, x, lay.post_attention_layernorm.weight, eps, None,
+                               lay.pre_feedforward_layernorm.weight)
+    post_ff = lay.post_feedforward_layernorm.weight
+    scalar = (lay.layer_scalar, next_norm) if not lay.ple_dim else (None, None)  # with PLE: after its block
     if lay.moe:  # the expert block also reads the pre-MLP residual h
+        y = ops.mlp(lay.mlp, z)
         w, idx = lay.router(h)
         y2 = lay.experts(lay.pre_feedforward_layernorm_2(h), w, idx, ctx.static)
         y = lay.post_feedforward_layernorm_1(y) + lay.post_feedforward_layernorm_2(y2)
-    if hints:
-        ops.prefetch(*hints[2][0], limit=hints[2][1])
-    if lay.ple_dim:
-        h, hx = ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps)
-        p = ops.linear_gelu_mul(hx, lay.per_layer_input_gate.weight, ple)
-        y = ops.linear(p, lay.per_layer_projection.weight)
-        return ops.add_rms_norm(y, h, lay.post_per_layer_input_norm.weight, eps, lay.layer_scalar, next_norm)
-    return ops.add_rms_norm(y, h, lay.post_feedforward_layernorm.weight, eps, lay.layer_scalar, next_norm)
+        if hints:
+            ops.prefetch(*hints[2][0], limit=hints[2][1])
+        h, hx = ops.add_rms_norm(y, h, post_ff, eps, *scalar)
+    else:
+        h, hx = ops.linear_add_norm(ops.mlp_hidden(lay.mlp, z), lay.mlp.down_proj.weight, h, post_ff, eps, *scalar)
+        if hints:
+            ops.prefetch(*hints[2][0], limit=hints[2][1])
+    if not lay.ple_dim:
+        return h, hx
+    p = ops.linear_gelu_mul(hx, lay.per_layer_input_gate.weight, ple)
+    return ops.linear_add_norm(p, lay.per_layer_projection.weight, h, lay.post_per_layer_input_norm.weight, eps,
+                               lay.layer_scalar, next_norm)
 
 
 def embed(model, ids: torch.Tensor, ops) -> torch.Tensor:

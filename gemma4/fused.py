@@ -111,8 +111,11 @@ class FusedOps(TorchOps):
         return self.qkv_kernel(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps,
                                kc, vc, g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
 
+    def mlp_hidden(self, m, z):
+        return self.linear_gelu_mul(z, m.gate_up_weight)
+
     def mlp(self, m, z):
-        return self.linear(self.linear_gelu_mul(z, m.gate_up_weight), m.down_proj.weight)
+        return self.linear(self.mlp_hidden(m, z), m.down_proj.weight)
 
 
 def _unit_columns(x, w) -> bool:
@@ -145,6 +148,16 @@ def _switched(**values):
 def fold_norms(on: bool):
     """FOLD_NORMS inside."""
     return _switched(FOLD_NORMS=on)
+
+
+# TAIL_NORMS: at GEMV rows the add-norm after a projection (o_proj, down_proj, the per-layer projection) runs in that
+# GEMV's last program (kernels/add_norm_tail.py) instead of its own kernel. `tail_norms(on)` sets it for a measurement.
+TAIL_NORMS = False
+
+
+def tail_norms(on: bool):
+    """TAIL_NORMS inside."""
+    return _switched(TAIL_NORMS=on)
 
 
 # PREFETCH: inside a CUDA graph of a decode step (up to PREFETCH_MAX_ROWS rows), the weights the next projections read
@@ -189,8 +202,8 @@ class TritonOps(FusedOps):
     folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
-        from ..kernels import (add_norm_prologue, embedding, gelu_mul, gemv, l2_prefetch, qkv_rope, rms_norm, rope_tables,
-                               skinny_gemm)
+        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gelu_mul, gemv, l2_prefetch, qkv_rope, rms_norm,
+                               rope_tables, skinny_gemm)
 
         self._l2 = l2_prefetch
         self.embedding = embedding.embedding_scaled
@@ -198,6 +211,7 @@ class TritonOps(FusedOps):
         self.rms_norm = rms_norm.rms_norm
         self._add_rms_norm = rms_norm.add_rms_norm
         self._pending, self._fits = add_norm_prologue.AddNorm, add_norm_prologue.fits
+        self._tail = add_norm_tail.AddNormTail
         self.gelu_mul = gelu_mul.gelu_tanh_mul
         self.qkv_kernel = qkv_rope.qkv_norm_rope_write
         self._gemv = gemv.gemv
@@ -254,6 +268,17 @@ class TritonOps(FusedOps):
         s, n = self._add_rms_norm(y, res, wa, eps, scalar, w_b)
         return s, (s if n is None else n)
 
+    def linear_add_norm(self, x, w, res, wa, eps, scalar=None, w_b=None):
+        """(s, x') as add_rms_norm(linear(x, w), ...); at GEMV rows with TAIL_NORMS on, one kernel: the GEMV's last
+        program computes the add-norm (kernels/add_norm_tail.py)."""
+        if (TAIL_NORMS and not isinstance(x, self._pending) and _kernel_for(x, w, self._measured_faster) == "gemv"
+                and self._tail.fits(res, x.shape[0], w.shape[0])):
+            s = torch.empty(res.shape, dtype=res.dtype, device=res.device)
+            n = torch.empty_like(s) if w_b is not None else None
+            self._gemv(x, w, tail=self._tail(res, wa, eps, scalar, w_b, s, n))
+            return s, (s if n is None else n)
+        return self.add_rms_norm(self.linear(x, w), res, wa, eps, scalar, w_b)
+
     def ready(self, x):
         """x as a tensor: a pending add-norm computed by the norm kernel (s into its `out`)."""
         if not isinstance(x, self._pending):
@@ -298,6 +323,7 @@ class TritonCublasOps(TritonOps):
     folds = False
     linear = TorchOps.linear
     linear_gelu_mul = TorchOps.linear_gelu_mul
+    linear_add_norm = TorchOps.linear_add_norm
 
 
 def _t_qkv(qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_eq_v):

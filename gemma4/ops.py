@@ -94,6 +94,10 @@ class TorchOps:
     def rms_norm(self, x, w, eps):
         return rms_norm(x, w, eps)
 
+    def linear_add_norm(self, x, w, res, wa, eps, scalar=None, w_b=None):
+        """add_rms_norm(x @ w.T, res, ...): a projection whose one reader is the add-norm after it."""
+        return self.add_rms_norm(self.linear(x, w), res, wa, eps, scalar, w_b)
+
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         return add_rms_norm(y, res, wa, eps, scalar, w_b)
 
@@ -115,8 +119,12 @@ class TorchOps:
             g.cache.write(a.layer, k, v, g.slot_mapping, static=ctx.static)
         return q
 
+    def mlp_hidden(self, m, z):
+        """GeGLU's middle, before down_proj."""
+        return gelu_tanh(m.gate_proj(z)) * m.up_proj(z)
+
     def mlp(self, m, z):
-        return m.down_proj(gelu_tanh(m.gate_proj(z)) * m.up_proj(z))
+        return m.down_proj(self.mlp_hidden(m, z))
 
 
 TORCH = TorchOps()

@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .rms_norm import scalar_value
 from .triton_round import round_like
 
 MAX_K = 8192  # every program holds x's row in registers for the norms: Gemma-4's widest hidden size is 5,376
@@ -77,16 +78,6 @@ def _s_chunk(y, rstd_y, res_row, wa_ptr, scal, c, c_ok, ref_ptr, HAS_WA: tl.cons
     if HAS_SCALAR:
         s = round_like(s * scal, ref_ptr)
     return s
-
-
-@triton.jit
-def scalar_value(scalar, SCALAR_PTR: tl.constexpr):
-    """The scalar in fp32: read from its one-element tensor, or the number given."""
-    if SCALAR_PTR:
-        v = tl.load(scalar).to(tl.float32)
-    else:
-        v = scalar
-    return v
 
 
 @triton.jit

@@ -25,7 +25,9 @@ import triton.language as tl
 from . import pdl
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
-from .add_norm_prologue import AddNorm, plain_args, scalar_value, stats, x_chunk
+from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
+from .add_norm_tail import MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
+from .rms_norm import add_norm_values, scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .triton_round import round_like
 
@@ -110,7 +112,10 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
                  M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr,
                  HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr, EXACT_TANH: tl.constexpr, PDL: tl.constexpr,
                  PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
-                 HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr):
+                 HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr,
+                 cnt_ptr, t_res, t_wa, t_wb, t_scalar, t_s, t_n, stride_tres, stride_ts, stride_tn, t_eps,
+                 TAIL: tl.constexpr, T_HAS_WA: tl.constexpr, T_HAS_SCALAR: tl.constexpr, T_SCALAR_PTR: tl.constexpr,
+                 T_HAS_WB: tl.constexpr, N_PAD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
@@ -124,6 +129,9 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
                          BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD)
         y = epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+    if TAIL:  # the add-norm after the projection, in its last program (kernels/add_norm_tail.py)
+        add_norm_tail(out_ptr, stride_out, n, cnt_ptr, t_res, t_wa, t_wb, t_scalar, t_s, t_n, stride_tres, stride_ts,
+                      stride_tn, t_eps, M, N_PAD, T_HAS_WA, T_HAS_SCALAR, T_SCALAR_PTR, T_HAS_WB)
 
 
 @triton.jit
@@ -214,16 +222,22 @@ def _operand(name: str, x, w) -> tuple[torch.Tensor, dict]:
 
 def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None, block_k: int | None = None,
          num_warps: int | None = None, first_k: int | None = None, scale: float | None = None,
-         softcap: float | None = None, ahead: int | None = None) -> torch.Tensor:
+         softcap: float | None = None, ahead: int | None = None, tail: AddNormTail | None = None) -> torch.Tensor:
     """x [M, K] (M <= MAX_ROWS), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then in the
     epilogue `* scale` and/or `tanh(. / softcap) * softcap`, each rounded to the dtype as the PyTorch ops round
     (Gemma's per-layer-input projection scale, its final logit softcap). Launch parameters left out come from `config`.
 
     M > 1 re-reads W per row (from L2 for the later rows); it is meant for one to a few decode rows.
-    x may be an AddNorm: the projection of its result, its s written to its `out`."""
+    x may be an AddNorm: the projection of its result, its s written to its `out`. tail: the add-norm of the result,
+    computed by the last program into tail.s and tail.n (kernels/add_norm_tail.py); x is then a tensor."""
+    if tail is not None and isinstance(x, AddNorm):
+        raise ValueError("gemv takes an add-norm before the projection (x) or after it (tail), not both")
     x, pre = _operand("gemv", x, w)
     m, k = x.shape
     n = w.shape[0]
+    if tail is not None and not AddNormTail.fits(tail.res, m, n):
+        raise ValueError(f"gemv tail needs res [{m}, {n}] with unit column stride and at most 8192 columns, got "
+                         f"{tuple(tail.res.shape)} stride {tail.res.stride()}")
     p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps, ahead=ahead))
     if softcap is not None and not softcap > 0:
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
@@ -233,7 +247,9 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
         inv_cap, cap, **pre, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
-        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **pdl.args(x))
+        AHEAD=bool(p["ahead"]), **(tail.kernel_args(out) if tail is not None else no_tail_args(out)),
+        num_warps=p["num_warps"], **({"maxnreg": MAXNREG_ONE_ROW} if tail is not None and m == 1 and x.is_cuda else {}),
+        **pdl.args(x))
     return out
 
 

@@ -22,6 +22,36 @@ from .triton_round import round_like
 
 
 @triton.jit
+def scalar_value(scalar, SCALAR_PTR: tl.constexpr):
+    """The scalar in fp32: read from its one-element tensor, or the number given."""
+    if SCALAR_PTR:
+        v = tl.load(scalar).to(tl.float32)
+    else:
+        v = scalar
+    return v
+
+
+@triton.jit
+def add_norm_values(y, r, wa, wb, scalar, d, eps, ref_ptr, HAS_RES: tl.constexpr, HAS_WA: tl.constexpr,
+                    HAS_SCALAR: tl.constexpr, HAS_WB: tl.constexpr):
+    """(s, m) of one row in fp32, each rounded to ref_ptr's dtype where the unfused ops round: y, r (the residual),
+    wa, wb (the weights) fp32 values of the row's BLOCK columns (zeros past d), scalar an fp32 number. m is s where
+    not HAS_WB. Shared by the norm kernel and the GEMV's tail (kernels/gemv.py)."""
+    n = y * tl.rsqrt(tl.sum(y * y, axis=0) / d + eps)
+    if HAS_WA:
+        n = n * wa
+    s = round_like(n, ref_ptr)
+    if HAS_RES:
+        s = round_like(r + s, ref_ptr)
+    if HAS_SCALAR:
+        s = round_like(s * scalar, ref_ptr)
+    m = s
+    if HAS_WB:
+        m = round_like(s * tl.rsqrt(tl.sum(s * s, axis=0) / d + eps) * wb, ref_ptr)
+    return s, m
+
+
+@triton.jit
 def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_ptr,
                          D, stride_y, stride_res, stride_out, stride_outb, eps,
                          HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
@@ -30,29 +60,24 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
     offs = tl.arange(0, BLOCK)
     mask = offs < D
     dt = out_ptr.dtype.element_ty
+    wa = 1.0
+    wb = 1.0
     if HAS_WA:  # weights before the PDL wait (kernels/pdl.py)
         wa = tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_WB:
         wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     wait_then_release(PDL)
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
-    n = y * tl.rsqrt(tl.sum(y * y, axis=0) / D + eps)
-    if HAS_WA:
-        n = n * wa
-    s = round_like(n, out_ptr)
+    r = 0.0
     if HAS_RES:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
-        s = round_like(r + s, out_ptr)
+    sc = 1.0
     if HAS_SCALAR:  # a one-element tensor (a model buffer) or an fp32 number
-        if SCALAR_PTR:
-            s = round_like(s * tl.load(scalar).to(tl.float32), out_ptr)
-        else:
-            s = round_like(s * scalar, out_ptr)
+        sc = scalar_value(scalar, SCALAR_PTR)
+    s, m = add_norm_values(y, r, wa, wb, sc, D, eps, out_ptr, HAS_RES, HAS_WA, HAS_SCALAR, HAS_WB)
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
-        m = s * tl.rsqrt(tl.sum(s * s, axis=0) / D + eps)
-        m = m * wb
-        tl.store(outb_ptr + row * stride_outb + offs, round_like(m, out_ptr).to(dt), mask=mask)
+        tl.store(outb_ptr + row * stride_outb + offs, m.to(dt), mask=mask)
 
 
 def row_warps(block: int) -> int:

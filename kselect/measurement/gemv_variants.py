@@ -1,5 +1,5 @@
 """Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops' switches
-(the add-norm fold, L2 prefetch), compared inside the real decode step by
+(the add-norm fold and tail, L2 prefetch), compared inside the real decode step by
 kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
@@ -106,6 +106,8 @@ ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code befor
 FOLD = "fold"
 # weights prefetched into L2 beside a decode step's graph (gemma4/fused.py PREFETCH), on or off whatever the default
 PREFETCH = {"prefetch": True, "no_prefetch": False}
+# the add-norm after a one-row projection in that GEMV's last program (gemma4/fused.py TAIL_NORMS), on or off
+TAIL = {"tail_norms": True, "no_tail_norms": False}
 # every 2- to 16-row projection on kernels/skinny_gemm.py, with split-K for the small ones (sk_split)
 SPLIT = "sk_split_all"
 
@@ -123,6 +125,8 @@ def variant(name: str):
         return fused.fold_norms(True)
     if name in PREFETCH:
         return fused.prefetching(PREFETCH[name])
+    if name in TAIL:
+        return fused.tail_norms(TAIL[name])
     if name == SPLIT:  # every 2- to 16-row projection on the skinny GEMM, split-K where sk_split says
         both = contextlib.ExitStack()
         both.enter_context(fused.projection_rows((1, 1), (2, 16), "all"))
@@ -134,7 +138,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, SPLIT: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

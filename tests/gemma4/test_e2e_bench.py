@@ -669,6 +669,12 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("fold"):  # the add-norm in the GEMV's prologue: off by default, on inside
         assert fused.FOLD_NORMS
     assert not fused.FOLD_NORMS
+    with gv.variant("tail_norms"):  # the add-norm in the GEMV's last program
+        assert fused.TAIL_NORMS
+        with gv.variant("no_tail_norms"):
+            assert not fused.TAIL_NORMS
+        assert fused.TAIL_NORMS
+    assert not fused.TAIL_NORMS
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
         gv.split_mode("triton+nope")
 

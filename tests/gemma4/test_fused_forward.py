@@ -111,6 +111,28 @@ def test_one_row_steps_run_the_gemv_and_equal_unfused(models, monkeypatch):
     assert torch.equal(got, run(model, "triton", prompts, cont))  # the fold rounds where the norm kernel rounds
 
 
+def test_tail_norms_end_one_row_projections_in_their_add_norm(models, monkeypatch):
+    """With tail_norms on (off by default), a one-row step's add-norm after o_proj, down_proj and the per-layer
+    projection runs in that GEMV's last program: no add-norm kernel of one row is left but the per-layer inputs' and
+    the MoE layers' (their expert block is not a projection); the logits are those of the norm kernels."""
+    model, _ = models["all"]
+    g = torch.Generator().manual_seed(4)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    ops, tails, norms = fused.ops_for("triton"), [], []
+    real, real_norm = ops._gemv, ops._add_rms_norm
+    monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: tails.append(kw.get("tail") is not None) or real(x, w, **kw))
+    monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append(tuple(y.shape)) or real_norm(y, *a, **kw))
+    with fused.tail_norms(True):
+        got = run(model, "triton", prompts, cont)
+    n_moe = sum(bool(layer.moe) for layer in model.layers)
+    n_ple = sum(bool(layer.ple_dim) for layer in model.layers)
+    per_step = len(model.layers) + (len(model.layers) - n_moe) + n_ple  # o_proj; down_proj (dense); the PLE projection
+    assert tails.count(True) == 2 * per_step
+    assert norms.count((1, model.args.hidden_size)) == 2 * n_moe  # the MoE layers' add-norm after the expert block
+    assert torch.equal(got, run(model, "triton", prompts, cont))  # the tail rounds where the norm kernel rounds
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+
+
 def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch):
     """Steps of 2 to 16 rows (a small decode batch, a short prefill) put their projections on kernels/skinny_gemm.py
     with the epilogues in it; one row stays on the GEMV, more than 16 on cuBLAS. Same logits as the unfused

@@ -32,14 +32,14 @@ class Recording(TorchOps):
         self.log.append(("linear", self.names.get(w.data_ptr(), "?")))
         return super().linear(x, w, scale, softcap)
 
-    def mlp(self, m, z):
+    def mlp_hidden(self, m, z):
         self.log.append(("mlp",))
-        return super().mlp(m, z)
+        return super().mlp_hidden(m, z)
 
 
 def test_each_hint_names_the_weights_the_next_kernels_read(models, monkeypatch):
     """Per layer: o_proj while attention runs (after the q/k/v region, before the o projection); the head of gate/up
-    before the add-norm that precedes them; after the MLP, the per-layer-input gate and projection and the next layer's
+    before the o projection and its add-norm, which precede them; after the MLP and its add-norm, the per-layer-input gate and projection and the next layer's
     q/k/v (q alone for a KV-shared layer), nothing of a next layer after the last. Logits equal the plain ops'."""
     model, _ = models["all"]
     names = {p.data_ptr(): n for n, p in model.named_parameters()}
@@ -70,8 +70,10 @@ def test_each_hint_names_the_weights_the_next_kernels_read(models, monkeypatch):
     # where each hint stands among the regions of layer 0
     first = rec.log[:rec.log.index(("qkv", 1))]
     assert first.index(hints[0]) == first.index(("qkv", 0)) + 1
-    assert first.index(hints[0]) < first.index(("linear", "layers.0.self_attn.o_proj.weight")) < first.index(hints[1])
+    assert first.index(hints[0]) < first.index(hints[1]) < first.index(("linear", "layers.0.self_attn.o_proj.weight"))
     assert first.index(hints[1]) < first.index(("mlp",)) < first.index(hints[2])
+    if not model.layers[0].moe:  # a dense MLP: after down_proj (and its add-norm); MoE: after the expert block
+        assert first.index(("linear", "layers.0.mlp.down_proj.weight")) < first.index(hints[2])
     assert any(m.self_attn.kv_shared for m in model.layers)  # the config has KV-shared layers: q alone was named
 
 

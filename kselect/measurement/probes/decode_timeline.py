@@ -6,7 +6,7 @@ under PDL a kernel's profiled time includes its wait for the one before.
     python -m kselect.measurement.probes.decode_timeline --out $OUT/timeline --batches 1 16 --modes triton
 
 Seeded random E4B weights, vLLM's Triton attention (the `pin_triton` selection of
-kselect/measurement/gemma4/fusion.py). Writes --out/timeline.json and timeline.md (atomically).
+kselect/measurement/gemma4/fusion.py; `--selection latency_triton`: the faster Triton kernel per group). Writes --out/timeline.json and timeline.md (atomically).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from kselect.measurement.e2e import environment
+from kselect.measurement.gemma4.fusion import SELECTIONS, selection_overrides
 from kselect.measurement.gemv_variants import check_modes, split_mode, variant
 from kselect.measurement.profiling import GAP_MAX_US
 from kselect.measurement.step_profile import category, free, sync
@@ -112,6 +113,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--selection", default="pin_triton", choices=[n for n in SELECTIONS if n != "base"],
+                    help="the attention kernels (kselect/measurement/gemma4/fusion.py SELECTIONS)")
     o = ap.parse_args(argv)
     check_modes(ap, o.modes)
     from kselect.gemma4 import fused
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
     base = [f"platform={'auto' if torch.cuda.is_available() else 'cpu'}", f"model={o.preset}"]
     model, _, _ = build_model(select(base)[0], 0)
     fused.prepare(model)
-    pin = ["attention.backend=TRITON_ATTN"] if torch.cuda.is_available() else []  # CPU: a smoke run
+    pin = selection_overrides(o.selection, o.prompt_len) if torch.cuda.is_available() else []  # CPU: a smoke run
     groups = model_groups(select(base + pin)[1])
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(3, model.args.vocab_size, (max(o.batches), o.prompt_len), generator=g).tolist()

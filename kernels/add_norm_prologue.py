@@ -21,7 +21,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .rms_norm import scalar_value
 from .triton_round import round_like
 
 MAX_K = 8192  # every program holds x's row in registers for the norms: Gemma-4's widest hidden size is 5,376

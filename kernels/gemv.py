@@ -27,7 +27,7 @@ from .pdl import wait_then_release
 from .shape_override import ShapeOverride
 from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
 from .add_norm_tail import MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
-from .rms_norm import add_norm_values, scalar_value
+from .rms_norm import scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .triton_round import round_like
 

@@ -151,7 +151,9 @@ def fold_norms(on: bool):
 
 
 # TAIL_NORMS: at GEMV rows the add-norm after a projection (o_proj, down_proj, the per-layer projection) runs in that
-# GEMV's last program (kernels/add_norm_tail.py) instead of its own kernel. `tail_norms(on)` sets it for a measurement.
+# GEMV's last program (kernels/add_norm_tail.py) instead of its own kernel. Off: on the H100 E4B decoded 0.806x with it
+# (126 norm kernels fewer, but each GEMV carrying one 8.2 us longer; bench/results/h100/kselect_triton/).
+# `tail_norms(on)` sets it for a measurement.
 TAIL_NORMS = False
 
 

@@ -10,7 +10,9 @@ right before it, so the projection after the norm starts its weight reads beside
 projection's tail. Here the projection's programs count themselves out on one counter; the last one reads y back
 from L2 and writes s and n. That is one kernel boundary fewer and the next projection launches beside this one.
 kernels/add_norm_prologue.py is the other direction (every program of the next projection recomputing the norm),
-which measured slower (bench/results/h100/fold/).
+which measured slower (bench/results/h100/fold/). This measured slower too: 0.806x at E4B batch 1 on the H100, each
+GEMV that carries a tail 8.2 us longer, where the norm kernel took 2.2 us (bench/results/h100/kselect_triton/): one
+program of four warps walks the row in chunked passes. gemma4/fused.py keeps it off (TAIL_NORMS).
 
 The row is worked in TAIL_CHUNK-column chunks (norm, then s, then n, each chunk reloaded): the projection's programs
 all hold the registers of their largest path, and a whole 2,560-value row of five tensors would cut how many fit on

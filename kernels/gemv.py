@@ -50,7 +50,8 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_
     """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
     accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's. Where PRENORM,
     x is rebuilt chunk by chunk from the add-norm prologue's row state (res_row .. rstd_s, _row_stats).
-    AHEAD: W's loads run one chunk ahead of the multiplies (the same sums in the same order)."""
+    AHEAD: W's loads run one chunk ahead of the multiplies (the same sums in the same order). Off: E4B's batch-1 step
+    decoded 0.945x with it on the H100, and no shape's fastest config had it (bench/results/h100/kselect_triton/)."""
     c0 = tl.arange(0, FIRST_K)
     acc0 = w0 * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c0, c0 < k, ref_ptr, PRENORM, HAS_WA,
                         HAS_SCALAR, HAS_WB)[None, :]

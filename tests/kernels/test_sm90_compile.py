@@ -19,8 +19,9 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kselect.kernels import gemv as K
 
-POINTERS = ("x_ptr", "w_ptr", "out_ptr", "mul_ptr", "res_ptr", "wa_ptr", "wb_ptr", "s_ptr")
-FLOATS = ("scale", "inv_cap", "cap", "eps")
+POINTERS = ("x_ptr", "w_ptr", "out_ptr", "mul_ptr", "res_ptr", "wa_ptr", "wb_ptr", "s_ptr", "t_res", "t_wa", "t_wb",
+            "t_s", "t_n")
+FLOATS = ("scale", "inv_cap", "cap", "eps", "t_eps")
 done = {}
 for case in json.loads(sys.argv[1]):
     kernel = getattr(K, case["kernel"])
@@ -29,6 +30,9 @@ for case in json.loads(sys.argv[1]):
     types = {n: "constexpr" if n in consts else "*bf16" if n in POINTERS else "fp32" if n in FLOATS else "i32"
              for n in names}
     types["scalar"] = "*bf16" if consts["SCALAR_PTR"] else "fp32"
+    if "TAIL" in consts:
+        types["cnt_ptr"] = "*i32"
+        types["t_scalar"] = "*bf16" if consts["T_SCALAR_PTR"] else "fp32"
     src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
     try:
         done[case["id"]] = "cubin" in triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm
@@ -42,14 +46,22 @@ PROLOGUE = {"plain": dict(PRENORM=False, HAS_WA=False, HAS_SCALAR=False, SCALAR_
                                            K_PAD=4096),
             "add_norm_number_no_wb": dict(PRENORM=True, HAS_WA=True, HAS_SCALAR=True, SCALAR_PTR=False, HAS_WB=False,
                                           K_PAD=4096)}
-KERNELS = {"_gemv_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=True, EXACT_TANH=True),
+NO_TAIL = dict(TAIL=False, T_HAS_WA=False, T_HAS_SCALAR=False, T_SCALAR_PTR=True, T_HAS_WB=False, N_PAD=512)
+KERNELS = {"_gemv_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=True, EXACT_TANH=True, **NO_TAIL),
            "_gemv_gelu_mul_kernel": dict(PAIRED=True)}
+# the add-norm in the GEMV's last program (kernels/add_norm_tail.py), its loads one chunk ahead too
+TAILS = {"tail_scalar_tensor": dict(TAIL=True, T_HAS_WA=True, T_HAS_SCALAR=True, T_SCALAR_PTR=True, T_HAS_WB=True,
+                                    N_PAD=4096, AHEAD=True),
+         "tail_number_no_wb": dict(TAIL=True, T_HAS_WA=False, T_HAS_SCALAR=True, T_SCALAR_PTR=False, T_HAS_WB=False,
+                                   N_PAD=4096, AHEAD=False)}
 
 
 def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
-    cases = [dict(id=f"{k}/{p}", kernel=k, consts=dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True,
-                                                        **pro, **extra))
+    base = dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True)
+    cases = [dict(id=f"{k}/{p}", kernel=k, consts=dict(base, AHEAD=False, **pro, **extra))
              for k, extra in KERNELS.items() for p, pro in PROLOGUE.items()]
+    cases += [dict(id=f"_gemv_kernel/{t}", kernel="_gemv_kernel", consts=dict(
+        base, **PROLOGUE["plain"], **dict(KERNELS["_gemv_kernel"], **tail))) for t, tail in TAILS.items()]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(cases)], env=env, capture_output=True, text=True,
                          timeout=300)

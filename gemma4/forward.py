@@ -59,7 +59,8 @@ def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, hints=None) -> tuple[t
     h, z = ops.linear_add_norm(o, lay.self_attn.o_proj.weight, x, lay.post_attention_layernorm.weight, eps, None,
                                lay.pre_feedforward_layernorm.weight)
     post_ff = lay.post_feedforward_layernorm.weight
-    scalar = (lay.layer_scalar, next_norm) if not lay.ple_dim else (None, None)  # with PLE: after its block
+    # (scalar, next norm) of the MLP's add-norm: the layer's end, unless the per-layer-input block follows
+    end = (lay.layer_scalar, next_norm) if not lay.ple_dim else (None, None)
     if lay.moe:  # the expert block also reads the pre-MLP residual h
         y = ops.mlp(lay.mlp, z)
         w, idx = lay.router(h)
@@ -67,9 +68,9 @@ def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, hints=None) -> tuple[t
         y = lay.post_feedforward_layernorm_1(y) + lay.post_feedforward_layernorm_2(y2)
         if hints:
             ops.prefetch(*hints[2][0], limit=hints[2][1])
-        h, hx = ops.add_rms_norm(y, h, post_ff, eps, *scalar)
+        h, hx = ops.add_rms_norm(y, h, post_ff, eps, *end)
     else:
-        h, hx = ops.linear_add_norm(ops.mlp_hidden(lay.mlp, z), lay.mlp.down_proj.weight, h, post_ff, eps, *scalar)
+        h, hx = ops.linear_add_norm(ops.mlp_hidden(lay.mlp, z), lay.mlp.down_proj.weight, h, post_ff, eps, *end)
         if hints:
             ops.prefetch(*hints[2][0], limit=hints[2][1])
     if not lay.ple_dim:

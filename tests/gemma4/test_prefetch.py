@@ -37,11 +37,12 @@ class Recording(TorchOps):
         return super().mlp_hidden(m, z)
 
 
-def test_each_hint_names_the_weights_the_next_kernels_read(models, monkeypatch):
+@pytest.mark.parametrize("name", ["all", "edge"])  # layer 0 an MoE layer; dense layers with per-layer inputs
+def test_each_hint_names_the_weights_the_next_kernels_read(models, monkeypatch, name):
     """Per layer: o_proj while attention runs (after the q/k/v region, before the o projection); the head of gate/up
     before the o projection and its add-norm, which precede them; after the MLP and its add-norm, the per-layer-input gate and projection and the next layer's
     q/k/v (q alone for a KV-shared layer), nothing of a next layer after the last. Logits equal the plain ops'."""
-    model, _ = models["all"]
+    model, _ = models[name]
     names = {p.data_ptr(): n for n, p in model.named_parameters()}
     rec = Recording(names)
     eng = Engine(model, simple_selection(model.args), EngineConfig(max_seqs=2, max_seq_len=32))

@@ -195,7 +195,7 @@ def test_oracle_out_that_is_no_record(name, content, words, cwd, no_network, cap
     _tree(cwd / "src")
     (cwd / name).write_bytes(content)
     err = kselect(capsys, "oracle", "./src", "--out", name, "--dry-run")
-    assert f"--out: not an oracle record" in err and name in err and words in err, err
+    assert "--out: not an oracle record" in err and name in err and words in err, err
 
 
 @pytest.mark.parametrize("out", ["/proc/self/mem", "/dev/null/x", "fifo"])

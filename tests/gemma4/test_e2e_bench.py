@@ -762,3 +762,20 @@ def test_objective_table_judges_interleaved_prefills_round_by_round():
     t = table([x * 1.01 for x in drift], drift, [x * 0.99 for x in drift])
     assert t["verdict"] == "SLOWER than vllm; SLOWER than pin_fa3"
     assert e2e._ratio(t, "vs_vllm", "paired_vllm") == "0.990 [0.990, 0.990; 94% over 5 rounds]"
+
+
+def test_fusion_latency_triton_picks_the_faster_triton_kernel_from_the_cards_data():
+    """`--selection latency_triton`: the objective at the run's batch-1 decode point over the Triton kernels only. On the
+    H100's data (kselect's own kernel measured faster at B1 x 520) both groups run TRITON_ATTN+kselect; on the CPU
+    platform (no perf data, no Triton) the same overrides still compose to a selection."""
+    fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
+    from kselect.gemma4.build import select
+
+    over = fusion.selection_overrides("latency_triton", 512)
+    assert "objective=latency" in over and "objective.decode.context=512" in over and "objective.decode.batch=1" in over
+    assert {f"platform.packages.{p}=false" for p in ("fa3", "fa4", "flashinfer")} <= set(over)
+    _, sel = select(["platform=h100", "model=gemma4_e4b", *over])
+    assert {(g.backend, g.build) for g in sel.groups if not g.draft} == {("TRITON_ATTN", "kselect")}
+    assert fusion.selection_overrides("pin_triton", 512) == ["attention.backend=TRITON_ATTN"]
+    _, cpu = select(["platform=cpu", "model=gemma4_tiny", *over])
+    assert cpu.groups

@@ -36,7 +36,7 @@ def add_norm_values(y, r, wa, wb, scalar, d, eps, ref_ptr, HAS_RES: tl.constexpr
                     HAS_SCALAR: tl.constexpr, HAS_WB: tl.constexpr):
     """(s, m) of one row in fp32, each rounded to ref_ptr's dtype where the unfused ops round: y, r (the residual),
     wa, wb (the weights) fp32 values of the row's BLOCK columns (zeros past d), scalar an fp32 number. m is s where
-    not HAS_WB. Shared by the norm kernel and the GEMV's tail (kernels/gemv.py)."""
+    not HAS_WB. kernels/add_norm_tail.py rounds at the same points, chunk by chunk."""
     n = y * tl.rsqrt(tl.sum(y * y, axis=0) / d + eps)
     if HAS_WA:
         n = n * wa

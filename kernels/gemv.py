@@ -26,7 +26,7 @@ from . import pdl
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
 from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
-from .add_norm_tail import MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
+from .add_norm_tail import MAX_N, MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
 from .rms_norm import scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .triton_round import round_like
@@ -237,7 +237,7 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
     m, k = x.shape
     n = w.shape[0]
     if tail is not None and not AddNormTail.fits(tail.res, m, n):
-        raise ValueError(f"gemv tail needs res [{m}, {n}] with unit column stride and at most 8192 columns, got "
+        raise ValueError(f"gemv tail needs res [{m}, {n}] with unit column stride and at most {MAX_N} columns, got "
                          f"{tuple(tail.res.shape)} stride {tail.res.stride()}")
     p = _launch_params(n, k, dict(block_n=block_n, block_k=block_k, first_k=first_k, num_warps=num_warps, ahead=ahead))
     if softcap is not None and not softcap > 0:

@@ -36,3 +36,18 @@ def ulp_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, max_fra
         worst = float(((g - w).abs() / bound).max())
         frac = float((g != w).float().mean())
         assert worst <= 1.0 and frac <= max_frac and rel(got, want) < 2e-3, (worst, frac, rel(got, want))
+
+
+# (w_a, scalar, w_b) of an add-norm: Gemma-4's three a layer (gemma4/forward.py), and a number for the scalar
+ADD_NORM_FORMS = {"post_attn+pre_ffw": (True, None, True), "post_ffw": (True, None, False),
+                  "post_ple+scalar+next_input": (True, "tensor", True), "number_scalar": (False, 0.5, True)}
+
+
+def add_norm_weights(r, d: int, dtype: torch.dtype, form: str):
+    """(w_a, scalar, w_b) of an add-norm over d columns in `form`, the weights drawn with r (randn of a generator)."""
+    has_wa, scalar, has_wb = ADD_NORM_FORMS[form]
+    wa = (1 + 0.1 * r(d)).to(DEV, dtype) if has_wa else None
+    wb = (1 + 0.1 * r(d)).to(DEV, dtype) if has_wb else None
+    if scalar == "tensor":
+        scalar = torch.tensor([0.75]).to(DEV, dtype)
+    return wa, scalar, wb

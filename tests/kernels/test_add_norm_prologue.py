@@ -5,7 +5,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, rel, require_interpreter  # noqa: E402
+from fused_helpers import ADD_NORM_FORMS as FORMS, DEV, add_norm_weights, gpu, rel, require_interpreter  # noqa: E402
 
 from kselect.kernels import gemv as K  # noqa: E402
 from kselect.kernels.add_norm_prologue import AddNorm, fits  # noqa: E402
@@ -13,20 +13,11 @@ from kselect.kernels.rms_norm import add_rms_norm  # noqa: E402
 
 require_interpreter(K._gemv_kernel)
 
-# (w_a, scalar, w_b): Gemma-4's three sites a layer (gemma4/forward.py)
-FORMS = {"post_attn+pre_ffw": (True, None, True), "post_ffw": (True, None, False),
-         "post_ple+scalar+next_input": (True, "tensor", True), "number_scalar": (False, 0.5, True)}
-
-
 def operands(m, k, n, dtype, form, seed=0):
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    has_wa, scalar, has_wb = FORMS[form]
     y, res = (r(m, k) * 3).to(DEV, dtype), r(m, k).to(DEV, dtype)
-    wa = (1 + 0.1 * r(k)).to(DEV, dtype) if has_wa else None
-    wb = (1 + 0.1 * r(k)).to(DEV, dtype) if has_wb else None
-    if scalar == "tensor":
-        scalar = torch.tensor([0.75]).to(DEV, dtype)
+    wa, scalar, wb = add_norm_weights(r, k, dtype, form)
     w = (r(n, k) * 0.05).to(DEV, dtype)
     return y, res, wa, scalar, wb, w
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, require_interpreter, ulp_close  # noqa: E402
+from fused_helpers import ADD_NORM_FORMS as FORMS, DEV, add_norm_weights, gpu, require_interpreter, ulp_close  # noqa: E402
 
 from kselect.kernels import add_norm_tail as T  # noqa: E402
 from kselect.kernels import gemv as K  # noqa: E402
@@ -14,20 +14,13 @@ from kselect.kernels.rms_norm import add_rms_norm  # noqa: E402
 
 require_interpreter(K._gemv_kernel)
 
-# (w_a, scalar, w_b): after o_proj, after down_proj (a PLE layer), after the per-layer projection (gemma4/forward.py)
-FORMS = {"post_attn+pre_ffw": (True, None, True), "post_ffw": (True, None, False),
-         "post_ple+scalar+next_input": (True, "tensor", True), "number_scalar": (False, 0.5, True)}
-
-
 def operands(m, k, n, dtype, form, seed=0):
+    """The projection's x [m, k] and W [n, k], the add-norm's residual [m, n] and weights after o_proj, after down_proj
+    (a PLE layer), after the per-layer projection, or with a number scalar (fused_helpers.ADD_NORM_FORMS)."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-    has_wa, scalar, has_wb = FORMS[form]
     x, res = r(m, k).to(DEV, dtype), r(m, n).to(DEV, dtype)
-    wa = (1 + 0.1 * r(n)).to(DEV, dtype) if has_wa else None
-    wb = (1 + 0.1 * r(n)).to(DEV, dtype) if has_wb else None
-    if scalar == "tensor":
-        scalar = torch.tensor([0.75]).to(DEV, dtype)
+    wa, scalar, wb = add_norm_weights(r, n, dtype, form)
     return x, (r(n, k) * 0.05).to(DEV, dtype), res, wa, scalar, wb
 
 

@@ -394,6 +394,14 @@ def ops_for(name: str):
 # 3.81 -> 3.39 ms; 31B's (0.96 GB a layer) 16.68 -> 17.07 ms; 16-token steps 5.25 -> 5.38 ms (E4B), 19.84 -> 19.80
 # (31B). Short kernels gain the launch and ramp PDL hides; the cause of 31B's loss is not measured yet.
 PDL_MAX_LAYER_BYTES = 0.5e9
+# PDL_MAX_TOKENS: the widest step that launches with PDL. One: 16-token steps measured 0.975x with it on the H200
+# (above); `pdl_tokens(n)` sets it for a measurement (kselect/measurement/gemv_variants.py `pdl_b16`).
+PDL_MAX_TOKENS = 1
+
+
+def pdl_tokens(n: int):
+    """PDL_MAX_TOKENS inside."""
+    return _switched(PDL_MAX_TOKENS=n)
 
 
 def layer_bytes(model) -> float:
@@ -406,6 +414,6 @@ def layer_bytes(model) -> float:
 
 
 def pdl_step(model, tokens: int) -> bool:
-    """Whether a step of `tokens` rows launches its Triton kernels with PDL: one-token steps of a model whose layers
-    hold at most PDL_MAX_LAYER_BYTES of weights, where it measured faster; plain elsewhere."""
-    return tokens == 1 and layer_bytes(model) <= PDL_MAX_LAYER_BYTES
+    """Whether a step of `tokens` rows launches its Triton kernels with PDL: steps of up to PDL_MAX_TOKENS rows (one)
+    of a model whose layers hold at most PDL_MAX_LAYER_BYTES of weights, where it measured faster; plain elsewhere."""
+    return tokens <= PDL_MAX_TOKENS and layer_bytes(model) <= PDL_MAX_LAYER_BYTES

@@ -110,13 +110,22 @@ PREFETCH = {"prefetch": True, "no_prefetch": False}
 TAIL = {"tail_norms": True, "no_tail_norms": False}
 # every 2- to 16-row projection on kernels/skinny_gemm.py, with split-K for the small ones (sk_split)
 SPLIT = "sk_split_all"
+# steps of up to 16 rows launch with programmatic dependent launch too (gemma4/fused.py PDL_MAX_TOKENS; default one)
+PDL = {"pdl_b16": 16}
 
 
 def variant(name: str):
-    """The context a variant's step runs (and its graphs are captured) in."""
+    """The context a variant's step runs (and its graphs are captured) in; "a+b": both variants' contexts."""
     from kselect.gemma4 import fused
     from kselect.kernels import gemv, skinny_gemm
 
+    if "+" in name:
+        stack = contextlib.ExitStack()
+        for part in name.split("+"):
+            stack.enter_context(variant(part))
+        return stack
+    if name in PDL:
+        return fused.pdl_tokens(PDL[name])
     if name in GEMV:
         return gemv.configured(GEMV[name])
     if name in SKINNY:
@@ -138,7 +147,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL}
 
 
 def check_modes(ap, modes: list[str]) -> None:
@@ -151,11 +160,12 @@ def check_modes(ap, modes: list[str]) -> None:
 
 
 def split_mode(mode: str) -> tuple[str, str | None]:
-    """"triton+small_whole_k" -> ("triton", "small_whole_k"); a plain compute mode -> (mode, None). Run a step
-    inside `variant(name)`."""
+    """"triton+small_whole_k" -> ("triton", "small_whole_k"); "triton+a+b" -> ("triton", "a+b") (both variants); a
+    plain compute mode -> (mode, None). Run a step inside `variant(name)`."""
     compute, plus, name = mode.partition("+")
     if not plus:
         return mode, None
-    if name not in VARIANTS:
-        raise ValueError(f"projection variant {name!r} in mode {mode!r}: use one of {', '.join(VARIANTS)}")
+    for part in name.split("+"):
+        if part not in VARIANTS:
+            raise ValueError(f"projection variant {part!r} in mode {mode!r}: use one of {', '.join(VARIANTS)}")
     return compute, name

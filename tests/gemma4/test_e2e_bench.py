@@ -677,6 +677,15 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert not fused.TAIL_NORMS
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+nope': use one of small_whole_k"):
         gv.split_mode("triton+nope")
+    # two variants at once: both contexts inside, both restored after; each part is checked
+    assert gv.split_mode("triton+sk_split_all+pdl_b16") == ("triton", "sk_split_all+pdl_b16")
+    with gv.variant("sk_split_all+pdl_b16"):
+        assert fused.PDL_MAX_TOKENS == 16 and fused.SKINNY_SHAPES == "all"
+        assert skinny_gemm._params(3072, 2560, {})["split_k"] > 1
+    assert fused.PDL_MAX_TOKENS == 1 and fused.SKINNY_SHAPES == "measured"
+    assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
+    with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):
+        gv.split_mode("triton+pdl_b16+nope")
 
 
 def test_fusion_refuses_an_unknown_gemv_variant(capsys):
@@ -779,3 +788,21 @@ def test_fusion_latency_triton_picks_the_faster_triton_kernel_from_the_cards_dat
     assert fusion.selection_overrides("pin_triton", 512) == ["attention.backend=TRITON_ATTN"]
     _, cpu = select(["platform=cpu", "model=gemma4_tiny", *over])
     assert cpu.groups
+
+
+@pytest.mark.parametrize("name, kselect_builds", [("latency_vllm_b16", False), ("latency_b16", True)])
+def test_fusion_batch16_selections_resolve_at_the_batch16_point(name, kselect_builds):
+    """`--selection latency_vllm_b16` / `latency_b16`: the objective at B16 x the run's prompt, over the kernels vLLM
+    ships (no TRITON_ATTN+kselect, no upstream FA3) or with kselect's builds. Every group then names the decode
+    point it was chosen at, and the shipped-only one never picks a kselect build."""
+    fusion = importlib.import_module("kselect.measurement.gemma4.fusion")
+    from kselect.gemma4.build import select
+
+    over = fusion.selection_overrides(name, 512)
+    assert {"objective=latency", "objective.decode.batch=16", "objective.decode.context=512"} <= set(over)
+    assert ("platform.packages.kselect_triton=false" in over) is not kselect_builds
+    _, sel = select(["platform=h100", "model=gemma4_e4b", *over])
+    groups = [g for g in sel.groups if not g.draft]
+    assert groups and all("B16 x 512" in " ".join(g.reasons) for g in groups)
+    if not kselect_builds:
+        assert all(g.build != "kselect" for g in groups)

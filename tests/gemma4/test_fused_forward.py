@@ -271,6 +271,9 @@ def test_pdl_only_for_one_token_steps_of_models_with_small_layers(models, monkey
     assert fused.layer_bytes(model) == mean
     monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", mean)
     assert fused.pdl_step(model, 1) and not fused.pdl_step(model, 2)
+    with fused.pdl_tokens(16):  # a measurement's wider rule (gemv_variants pdl_b16), restored after
+        assert fused.pdl_step(model, 16) and not fused.pdl_step(model, 17)
+    assert not fused.pdl_step(model, 2)
     monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", mean - 1)
     assert not fused.pdl_step(model, 1)
     other = build_random(make_args("all"), seed=1)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from kselect.measurement.e2e.options import VLLM_KERNELS_ONLY
 from kselect.measurement.e2e import ceilings, environment, first_line, hf_model, time_engine, time_hf
 from kselect.measurement.gemv_variants import check_modes, split_mode, variant
 from kselect.measurement.gemma4.fusion_report import render
@@ -44,7 +45,11 @@ SELECTIONS = {"base": [],
               # per group, the faster Triton kernel on this card's perf data (conf/perf): vLLM's or kselect's own
               # (TRITON_ATTN+kselect), at the run's batch-1 decode point; nothing else is installed for it to pick
               "latency_triton": ["objective=latency", "objective.decode.batch=1", *(
-                  f"platform.packages.{p}=false" for p in ("fa2", "fa3", "fa4", "flashinfer", "fa3_upstream"))]}
+                  f"platform.packages.{p}=false" for p in ("fa2", "fa3", "fa4", "flashinfer", "fa3_upstream"))],
+              # per group, the fastest kernel on this card's perf data at the run's batch-16 decode point (run it
+              # with --batches 16): among the kernels vLLM ships, and with kselect's builds too
+              "latency_vllm_b16": ["objective=latency", "objective.decode.batch=16", *VLLM_KERNELS_ONLY],
+              "latency_b16": ["objective=latency", "objective.decode.batch=16"]}
 
 
 def selection_overrides(name: str, prompt_len: int) -> list[str]:

@@ -395,7 +395,8 @@ def ops_for(name: str):
 # (31B). Short kernels gain the launch and ramp PDL hides; the cause of 31B's loss is not measured yet.
 PDL_MAX_LAYER_BYTES = 0.5e9
 # PDL_MAX_TOKENS: the widest step that launches with PDL. One: 16-token steps measured 0.975x with it on the H200
-# (above); `pdl_tokens(n)` sets it for a measurement (kselect/measurement/gemv_variants.py `pdl_b16`).
+# (above) and 1.014x, a tie, on the H100 (bench/results/h100/b16_step/); `pdl_tokens(n)` sets it for a measurement
+# (kselect/measurement/gemv_variants.py `pdl_b16`).
 PDL_MAX_TOKENS = 1
 
 

@@ -13,7 +13,8 @@ gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the concatenated [Wg; Wu], or gelu_tanh(x 
 
 split_k > 1 (a config entry, 1 by default): a small N leaves SMs idle, so K is cut into ranges, each its own program,
 and the tile's last program sums the fp32 partials (in split order: the same sum whatever the arrival order) before
-the epilogue. At E4B's batch 16 it measured 1.021x, at the noise band's edge (bench/results/h100/README.md, split_k/).
+the epilogue. At E4B's batch 16 on the H100 it measured 1.021x and 1.023x (bench/results/h100/README.md, split_k/,
+b16_step/): that card's step table (skinny_step_configs.json) has it for q/k/v, o, down and the per-layer-input gate.
 """
 
 from __future__ import annotations
@@ -131,14 +132,19 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr
 
 _override = ShapeOverride()
 configured = _override.configured  # `with configured(fn)`: fn(n, k)'s entries replace config's (benchmarks' variants)
-CARD_CONFIGS = Path(__file__).with_name("skinny_configs.json")
+CARD_CONFIGS = Path(__file__).with_name("skinny_configs.json")  # written by kselect.measurement.kernels.gemv
+STEP_CONFIGS = Path(__file__).with_name("skinny_step_configs.json")  # measured in a decode step; kept apart from it
 
 
 @functools.lru_cache(maxsize=None)
 def _card_table(card: str) -> dict:
     """{(N, K): config} of the shapes where this card's microbenchmark record measured the skinny GEMM faster than
-    cuBLAS at 16 rows by more than the noise band (skinny_configs.json, its record named in it); {} elsewhere."""
-    table = json.loads(CARD_CONFIGS.read_text()).get(card, {}) if card != "_sources" else {}
+    cuBLAS at 16 rows by more than the noise band (skinny_configs.json), then the configs the card measured faster
+    inside a decode step (skinny_step_configs.json: split-K for the small projections), which win; each file names its
+    records. {} elsewhere."""
+    table = {}
+    for path in (CARD_CONFIGS, STEP_CONFIGS):
+        table.update(json.loads(path.read_text()).get(card, {}) if card != "_sources" else {})
     return {tuple(int(v) for v in shape.split("x")): cfg for shape, cfg in table.items()}
 
 

@@ -162,6 +162,16 @@ def tail_norms(on: bool):
     return _switched(TAIL_NORMS=on)
 
 
+# GEMV_TMA: one-row projections on kernels/gemv_tma.py (W through TMA, several chunks in flight a program) instead of
+# kernels/gemv.py, where the operands fit it. Off until a card measures it faster in the step; `gemv_tma(on)` sets it.
+GEMV_TMA = False
+
+
+def gemv_tma(on: bool):
+    """GEMV_TMA inside."""
+    return _switched(GEMV_TMA=on)
+
+
 # PREFETCH: inside a CUDA graph of a decode step (up to PREFETCH_MAX_ROWS rows), the weights the next projections read
 # go to L2 on a side stream while latency-bound kernels (attention, norms) leave the memory idle (kernels/l2_prefetch.py;
 # forward.py says what and when). Off: on the H100 E4B decoded 0.976x (B1) and 0.984x (B16) with it; the projections
@@ -204,8 +214,8 @@ class TritonOps(FusedOps):
     folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
-        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gelu_mul, gemv, l2_prefetch, qkv_rope, rms_norm,
-                               rope_tables, skinny_gemm)
+        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gelu_mul, gemv, gemv_tma, l2_prefetch, qkv_rope,
+                               rms_norm, rope_tables, skinny_gemm)
 
         self._l2 = l2_prefetch
         self.embedding = embedding.embedding_scaled
@@ -216,8 +226,8 @@ class TritonOps(FusedOps):
         self._tail = add_norm_tail.AddNormTail
         self.gelu_mul = gelu_mul.gelu_tanh_mul
         self.qkv_kernel = qkv_rope.qkv_norm_rope_write
-        self._gemv = gemv.gemv
-        self._gemv_gelu_mul = gemv.gemv_gelu_mul
+        self._gemv_plain, self._gemv_gelu_mul_plain = gemv.gemv, gemv.gemv_gelu_mul
+        self._tma = gemv_tma
         self._skinny = skinny_gemm.skinny_gemm
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
@@ -280,6 +290,18 @@ class TritonOps(FusedOps):
             self._gemv(x, w, tail=self._tail(res, wa, eps, scalar, w_b, s, n))
             return s, (s if n is None else n)
         return self.add_rms_norm(self.linear(x, w), res, wa, eps, scalar, w_b)
+
+    def _gemv(self, x, w, **kw):
+        """One row's projection: on kernels/gemv_tma.py where GEMV_TMA is on and it fits (no add-norm before or after
+        it), else kernels/gemv.py."""
+        if GEMV_TMA and not kw.get("tail") and not isinstance(x, self._pending) and self._tma.fits(x, w):
+            return self._tma.gemv_tma(x, w, **kw)
+        return self._gemv_plain(x, w, **kw)
+
+    def _gemv_gelu_mul(self, x, w, mul=None):
+        if GEMV_TMA and not isinstance(x, self._pending) and self._tma.fits(x, w):
+            return self._tma.gemv_tma_gelu_mul(x, w, mul)
+        return self._gemv_gelu_mul_plain(x, w, mul)
 
     def ready(self, x):
         """x as a tensor: a pending add-norm computed by the norm kernel (s into its `out`)."""

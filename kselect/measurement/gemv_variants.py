@@ -80,15 +80,16 @@ def sk_split(n, k):  # split-K for N <= 4096 (q/k/v, o, down, the per-layer-inpu
     return dict(block_n=bn, block_k=128, num_stages=4, split_k=split)
 
 
-def _best_of(env: str, rows: int):
+def _best_of(env: str, rows: int, first_k: bool = True):
     """fn(n, k) -> the fastest config of (n, k) at `rows` rows in the microbenchmark record named by $env
-    (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none."""
+    (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none. first_k: the GEMV's first
+    chunk of one block (gemv's records ran that way)."""
     path = os.environ.get(env)
     if not path:
         raise ValueError(f"the tuned variants read a microbenchmark record: set {env} to its JSON")
     best = {(r["n"], r["k"]): dict(r["triton"]["cfg"]) for r in json.loads(Path(path).read_text())["rows"]
             if r["rows"] == rows and r.get("triton")}
-    if rows == 1:  # the GEMV's record ran each block_k with its first chunk of one block (kernels/gemv.py)
+    if rows == 1 and first_k:  # the GEMV's record ran each block_k with its first chunk of one block (kernels/gemv.py)
         for cfg in best.values():
             cfg["first_k"] = cfg["block_k"]
     return lambda n, k: best.get((n, k))
@@ -112,6 +113,9 @@ TAIL = {"tail_norms": True, "no_tail_norms": False}
 SPLIT = "sk_split_all"
 # steps of up to 16 rows launch with programmatic dependent launch too (gemma4/fused.py PDL_MAX_TOKENS; default one)
 PDL = {"pdl_b16": 16}
+# one-row projections on kernels/gemv_tma.py (gemma4/fused.py GEMV_TMA): its default configs, or this card's fastest
+# in the microbenchmark record $KSELECT_GEMV_TMA_TABLE names (kselect.measurement.kernels.gemv --kernel gemv_tma)
+TMA = {"tma": None, "tma_tuned": "KSELECT_GEMV_TMA_TABLE"}
 
 
 def variant(name: str):
@@ -121,11 +125,24 @@ def variant(name: str):
 
     if "+" in name:
         stack = contextlib.ExitStack()
-        for part in name.split("+"):
-            stack.enter_context(variant(part))
+        try:
+            for part in name.split("+"):
+                stack.enter_context(variant(part))
+        except BaseException:
+            stack.close()  # a part that refuses leaves nothing switched
+            raise
         return stack
     if name in PDL:
         return fused.pdl_tokens(PDL[name])
+    if name in TMA:
+        from kselect.kernels import gemv_tma
+
+        best = _best_of(TMA[name], 1, first_k=False) if TMA[name] else None  # refuses before anything is switched
+        both = contextlib.ExitStack()
+        both.enter_context(fused.gemv_tma(True))
+        if best:
+            both.enter_context(gemv_tma.configured(best))
+        return both
     if name in GEMV:
         return gemv.configured(GEMV[name])
     if name in SKINNY:
@@ -147,7 +164,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, **TMA}
 
 
 def check_modes(ap, modes: list[str]) -> None:

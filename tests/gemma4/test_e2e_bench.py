@@ -683,6 +683,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         assert fused.PDL_MAX_TOKENS == 16 and fused.SKINNY_SHAPES == "all"
         assert skinny_gemm._params(3072, 2560, {})["split_k"] > 1
     assert fused.PDL_MAX_TOKENS == 1 and fused.SKINNY_SHAPES == "measured"
+    with gv.variant("tma"):  # one-row projections through TMA (kernels/gemv_tma.py), off by default
+        assert fused.GEMV_TMA
+    assert not fused.GEMV_TMA
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):
         gv.split_mode("triton+pdl_b16+nope")
@@ -807,3 +810,32 @@ def test_fusion_batch16_selections_resolve_at_the_batch16_point(name, kselect_bu
     assert groups and all("B16 x 512" in " ".join(g.reasons) for g in groups)
     assert {g.kind: g.backend for g in groups} == {"sliding_window": "TRITON_ATTN", "full_attention": "FLASHINFER"}
     assert all(g.build != "kselect" for g in groups)
+
+
+def test_tuned_variants_read_the_cards_microbenchmark_record(tmp_path, monkeypatch):
+    """`tuned` and `tma_tuned` take each shape's fastest config from the record their variable names (the GEMV's with
+    its first chunk of one block; the TMA GEMV's as recorded), leave other shapes to the table, and refuse to run
+    without a record."""
+    gv = importlib.import_module("kselect.measurement.gemv_variants")
+    from kselect.gemma4 import fused
+    from kselect.kernels import gemv, gemv_tma
+
+    def record(cfg):
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"rows": [dict(rows=1, n=3072, k=2560, triton=dict(cfg=cfg)),
+                                             dict(rows=16, n=2560, k=2048, triton=dict(cfg=dict(block_n=64)))]}))
+        return str(path)
+
+    monkeypatch.setenv("KSELECT_GEMV_TABLE", record(dict(block_n=4, block_k=512, num_warps=8)))
+    with gv.variant("tuned"):
+        assert gemv.config(3072, 2560) == dict(block_n=4, block_k=512, first_k=512, num_warps=8, ahead=0)
+        assert gemv.config(2560, 2048)["block_n"] == 2  # not in the record: the table's
+    monkeypatch.setenv("KSELECT_GEMV_TMA_TABLE", record(dict(block_n=16, block_k=128, stages=6, num_warps=4)))
+    with gv.variant("tma_tuned"):
+        assert fused.GEMV_TMA and gemv_tma.config(3072, 2560) == dict(block_n=16, block_k=128, stages=6, num_warps=4)
+        assert gemv_tma.config(2560, 2048) == dict(block_n=8, block_k=256, stages=4, num_warps=4)
+    assert not fused.GEMV_TMA and gemv_tma.config(3072, 2560)["block_n"] == 8
+    monkeypatch.delenv("KSELECT_GEMV_TMA_TABLE")
+    with pytest.raises(ValueError, match="set KSELECT_GEMV_TMA_TABLE"):
+        gv.variant("tma_tuned")
+    assert not fused.GEMV_TMA  # nothing left switched on by the refusal

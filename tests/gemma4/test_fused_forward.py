@@ -133,6 +133,33 @@ def test_tail_norms_end_one_row_projections_in_their_add_norm(models, monkeypatc
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
 
 
+def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypatch):
+    """With gemv_tma on (off by default) every one-row projection of a decode step runs on kernels/gemv_tma.py (W
+    through TMA): its plain, scaled and softcapped GEMVs and both GELU*up forms. The logits are the bits of
+    kernels/gemv.py at the same K chunk (gemv_tma's 256 columns), and the prefill stays on cuBLAS."""
+    from kselect.kernels import gemv as gemv_k
+
+    model, _ = models["all"]
+    g = torch.Generator().manual_seed(5)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    ops, tma, plain = fused.ops_for("triton"), [], []
+    real, real_glu = ops._tma.gemv_tma, ops._tma.gemv_tma_gelu_mul
+    real_plain, real_plain_glu = ops._gemv_plain, ops._gemv_gelu_mul_plain
+    monkeypatch.setattr(ops._tma, "gemv_tma", lambda x, w, **kw: tma.append(kw) or real(x, w, **kw))
+    monkeypatch.setattr(ops._tma, "gemv_tma_gelu_mul", lambda x, w, mul: tma.append("glu") or real_glu(x, w, mul))
+    monkeypatch.setattr(ops, "_gemv_plain", lambda x, w, **kw: plain.append(x.shape) or real_plain(x, w, **kw))
+    monkeypatch.setattr(ops, "_gemv_gelu_mul_plain", lambda x, w, mul: plain.append(x.shape) or real_plain_glu(x, w, mul))
+    with gemv_k.configured(lambda n, k: dict(block_k=256, first_k=256)):
+        want = run(model, "triton", prompts, cont)
+    n_plain = len(plain)
+    with fused.gemv_tma(True):
+        got = run(model, "triton", prompts, cont)
+    assert len(plain) == n_plain and len(tma) == n_plain  # every one-row projection, none left on the GEMV
+    assert tma.count("glu") and any(kw.get("softcap") for kw in tma if kw != "glu")
+    assert torch.equal(got, want)
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+
+
 def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch):
     """Steps of 2 to 16 rows (a small decode batch, a short prefill) put their projections on kernels/skinny_gemm.py
     with the epilogues in it; one row stays on the GEMV, more than 16 on cuBLAS. Same logits as the unfused

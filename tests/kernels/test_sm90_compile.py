@@ -110,3 +110,50 @@ def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
     if all("ptxas" in str(v) for v in done.values()):
         pytest.skip("this Triton build has no SM90 assembler")
     assert done == {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}
+
+
+TMA = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import gemv_tma as K
+
+kernel = K._gemv_tma_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+done = {}
+for case in json.loads(sys.argv[1]):
+    bn, bk, stages = case["box"]
+    consts = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, GELU=case["gelu"], PAIRED=case["gelu"], HAS_SCALE=True,
+                  HAS_SOFTCAP=True, EXACT_TANH=True, PDL=True)
+    types = {n: "constexpr" if n in consts else f"tensordesc<bf16[{bn}, {bk}]>" if n == "w_desc" else "*bf16"
+             if n.endswith("_ptr") else "fp32" if n in ("scale", "inv_cap", "cap") else "i32" for n in names}
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    key = f"{bn}x{bk}x{stages}/{case['gelu']}"
+    try:
+        out = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        # W pipelined: one TMA copy before the PDL wait, the loop's stages after it
+        ptx = out.asm["ptx"].splitlines()
+        tma = [i for i, line in enumerate(ptx) if "cp.async.bulk.tensor" in line]
+        wait = [i for i, line in enumerate(ptx) if "griddepcontrol.wait" in line]
+        done[key] = "cubin" in out.asm and len(wait) == 1 and tma[0] < wait[0] and sum(i > wait[0] for i in tma) >= 2
+    except Exception as e:
+        done[key] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_gemv_tma_compiles_for_sm90_with_w_pipelined_after_a_first_chunk_before_the_wait():
+    """kernels/gemv_tma.py on SM90: W comes through TMA copies, the first chunk's before the PDL wait (weights only)
+    and the loop's pipelined after it (more than one copy: Triton pipelines descriptor loads, not plain ones), for the
+    plain epilogue and the paired GELU*up."""
+    cases = [dict(box=box, gelu=gelu) for box in ((8, 256, 4), (2, 256, 3), (16, 128, 6)) for gelu in (False, True)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", TMA, json.dumps(cases)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    if all("ptxas" in str(v) for v in done.values()):
+        pytest.skip("this Triton build has no SM90 assembler")
+    assert done == {f"{b[0]}x{b[1]}x{b[2]}/{g}": True for b in ((8, 256, 4), (2, 256, 3), (16, 128, 6))
+                    for g in (False, True)}

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from kselect.measurement.kernel_timing import time_graph
 
+from kselect.kernels import gemv_tma
 from kselect.kernels.gemv import gemv
 from kselect.kernels.skinny_gemm import skinny_gemm
 from kselect.selector.base.files import atomic_write
@@ -39,6 +40,9 @@ KERNELS = {
     # the GEMV's W loads one chunk ahead of its multiplies (ahead=1) against the same tiles without
     "gemv_ahead": (gemv, [dict(block_n=bn, block_k=bk, num_warps=4, ahead=a) for bn, bk, a in
                           itertools.product((2, 4, 8), (256, 512, 1024), (0, 1))]),
+    # W through TMA, `stages` chunks in flight a program (one row: the GEMV's rows)
+    "gemv_tma": (gemv_tma.gemv_tma, [dict(block_n=bn, block_k=bk, stages=st, num_warps=4) for bn, bk, st in
+                                     itertools.product((1, 2, 4, 8, 16), (128, 256), (2, 3, 4, 6))]),
     "skinny": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw) for bn, bk, st, nw in
                              itertools.product((16, 32, 64), (64, 128, 256), (3, 4, 6), (4,))]),
 }

@@ -11,8 +11,9 @@ The sums run as kernels/gemv.py's with its first chunk of one block: an fp32 [BL
 chunk in K order, reduced once and rounded once. At the same block sizes it gives gemv's bits. The descriptor zero-fills
 rows and columns past W's edge, as gemv's masks do. The epilogues (`* scale`, the logit softcap, GELU*up) are gemv's.
 
-TMA needs W's row stride in 16-byte units and a box of at most 256 elements a side (`fits`); gemma4/fused.py keeps
-this path off unless a measurement turns it on (`fused.gemv_tma`).
+TMA needs W's row stride in 16-byte units and a box of at most 256 elements a side (`fits`). Measured slower on the
+H100: every E4B shape in the microbenchmark, and the batch-1 step at 0.86x (0.89x with its fastest configs;
+bench/results/h100/gemv_tma/). gemma4/fused.py keeps it off (GEMV_TMA); the variants `tma`, `tma_tuned` measure it.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ configured = _override.configured  # `with configured(fn)`: fn(n, k)'s entries r
 
 
 def config(n: int, k: int) -> dict:
-    """Launch parameters by shape (not yet measured on a card): eight rows of W a program over 256-column chunks,
-    four stages (three chunks ahead). Inside `configured(fn)`, fn(n, k)'s entries replace these."""
+    """Launch parameters by shape: eight rows of W a program over 256-column chunks, four stages (three chunks ahead);
+    the H100's fastest per shape are in bench/results/h100/gemv_tma/G/. Inside `configured(fn)`, fn(n, k)'s entries replace these."""
     return _override.apply(dict(block_n=8, block_k=256, stages=4, num_warps=4), n, k)
 
 

@@ -156,8 +156,7 @@ def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypat
         got = run(model, "triton", prompts, cont)
     assert len(plain) == n_plain and len(tma) == n_plain  # every one-row projection, none left on the GEMV
     assert tma.count("glu") and any(kw.get("softcap") for kw in tma if kw != "glu")
-    assert torch.equal(got, want)
-    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+    assert torch.equal(got, want)  # and "triton" equals the unfused modules (the tests above)
 
 
 def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch):

@@ -28,12 +28,18 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 _wanted = False  # set inside on(): the caller knows its step (gemma4/fused.py pdl_step)
 _blocked = 0  # depth of off(): wins over on(), e.g. a profile around a forward that asks for PDL
+_early = False  # set inside early(): step 3 before step 2 (a measurement; see `early`)
+EARLY = 2  # the PDL constexpr of a kernel that releases before it waits
 
 
 @triton.jit
 def wait_then_release(PDL: tl.constexpr):
-    """Steps 2 and 3 of the protocol above, in a kernel launched with PDL (nothing when PDL is off)."""
-    if PDL:
+    """Steps 2 and 3 of the protocol above, in a kernel launched with PDL (nothing when PDL is off); PDL == EARLY:
+    step 3 first, so the next kernel may launch while this one still waits for the one before it."""
+    if PDL == 2:
+        gdc_launch_dependents()
+        gdc_wait()
+    elif PDL:
         gdc_wait()
         gdc_launch_dependents()
 
@@ -55,7 +61,7 @@ def enabled(t: torch.Tensor) -> bool:
 
 def args(t: torch.Tensor) -> dict:
     """Launch keywords for a kernel here whose tensors live with t: its PDL constexpr, and Triton's launch_pdl."""
-    return {"PDL": True, "launch_pdl": True} if enabled(t) else {"PDL": False}
+    return {"PDL": EARLY if _early else True, "launch_pdl": True} if enabled(t) else {"PDL": False}
 
 
 @contextlib.contextmanager
@@ -79,3 +85,18 @@ def off():
         yield
     finally:
         _blocked -= 1
+
+
+@contextlib.contextmanager
+def early(on: bool = True):
+    """Kernels launched with PDL inside release the next kernel before they wait (protocol step 3 before step 2). Every
+    kernel still waits before it reads activations or writes, so the order of data is the same; what changes is how
+    early a chain of short kernels lets the next one start reading its weights. A measurement's switch
+    (kselect/measurement/gemv_variants.py `pdl_early`), off by default."""
+    global _early
+    was, _early = _early, on
+    try:
+        yield
+    finally:
+        _early = was
+

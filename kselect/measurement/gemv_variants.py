@@ -113,6 +113,8 @@ TAIL = {"tail_norms": True, "no_tail_norms": False}
 SPLIT = "sk_split_all"
 # steps of up to 16 rows launch with programmatic dependent launch too (gemma4/fused.py PDL_MAX_TOKENS; default one)
 PDL = {"pdl_b16": 16}
+# kernels launched with PDL release the next kernel before they wait, not after (kernels/pdl.py `early`)
+PDL_EARLY = "pdl_early"
 # one-row projections on kernels/gemv_tma.py (gemma4/fused.py GEMV_TMA): its default configs, or this card's fastest
 # in the microbenchmark record $KSELECT_GEMV_TMA_TABLE names (kselect.measurement.kernels.gemv --kernel gemv_tma)
 TMA = {"tma": None, "tma_tuned": "KSELECT_GEMV_TMA_TABLE"}
@@ -134,6 +136,10 @@ def variant(name: str):
         return stack
     if name in PDL:
         return fused.pdl_tokens(PDL[name])
+    if name == PDL_EARLY:
+        from kselect.kernels import pdl
+
+        return pdl.early(True)
     if name in TMA:
         from kselect.kernels import gemv_tma
 
@@ -164,7 +170,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, **TMA}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -686,6 +686,11 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("tma"):  # one-row projections through TMA (kernels/gemv_tma.py), off by default
         assert fused.GEMV_TMA
     assert not fused.GEMV_TMA
+    from kselect.kernels import pdl
+
+    with gv.variant("pdl_b16+pdl_early"):  # PDL kernels release the next one before they wait
+        assert pdl._early and fused.PDL_MAX_TOKENS == 16
+    assert not pdl._early
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):
         gv.split_mode("triton+pdl_b16+nope")

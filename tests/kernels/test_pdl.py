@@ -49,3 +49,20 @@ def test_off_wins_over_an_inner_on_and_both_restore_even_on_errors(sm90):
     with pytest.raises(RuntimeError), pdl.on():
         raise RuntimeError("boom")
     assert not pdl.active()
+
+
+def test_early_release_is_a_constexpr_value_only_where_pdl_is_on(sm90):
+    """early(): kernels launched with PDL get PDL == EARLY (release, then wait); a plain launch stays plain, and the
+    switch restores on exit and on errors."""
+    t = fake_cuda_tensor()
+    with pdl.early():
+        assert pdl.args(t) == {"PDL": False}  # not asked for PDL: nothing to release early
+        with pdl.on():
+            assert pdl.args(t) == {"PDL": pdl.EARLY, "launch_pdl": True} and pdl.EARLY not in (True, False)
+            with pdl.early(False):
+                assert pdl.args(t)["PDL"] is True
+    with pdl.on():
+        assert pdl.args(t)["PDL"] is True
+        with pytest.raises(RuntimeError), pdl.early():
+            raise RuntimeError("boom")
+        assert pdl.args(t)["PDL"] is True

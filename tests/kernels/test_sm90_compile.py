@@ -157,3 +157,42 @@ def test_gemv_tma_compiles_for_sm90_with_w_pipelined_after_a_first_chunk_before_
         pytest.skip("this Triton build has no SM90 assembler")
     assert done == {f"{b[0]}x{b[1]}x{b[2]}/{g}": True for b in ((8, 256, 4), (2, 256, 3), (16, 128, 6))
                     for g in (False, True)}
+
+
+EARLY = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import rms_norm as K
+
+kernel = K._add_rms_norm_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+done = {}
+for pdl in (True, 2):
+    consts = dict(json.loads(sys.argv[1]), PDL=pdl)
+    types = {n: "constexpr" if n in consts else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar")
+             else "i32" for n in names}
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    try:
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
+        at = lambda op: [i for i, line in enumerate(ptx) if op in line]
+        done[str(pdl)] = "release first" if at("launch_dependents")[0] < at("griddepcontrol.wait")[0] else "wait first"
+    except Exception as e:
+        done[str(pdl)] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_early_release_orders_the_release_before_the_wait_on_sm90():
+    """kernels/pdl.py: PDL == EARLY compiles to griddepcontrol.launch_dependents before griddepcontrol.wait, and
+    PDL on to the wait first (the add-norm kernel, which every decode layer runs)."""
+    consts = dict(HAS_RES=True, HAS_WA=True, HAS_SCALAR=False, SCALAR_PTR=False, HAS_WB=True, BLOCK=4096)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", EARLY, json.dumps(consts)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    if all("ptxas" in str(v) for v in done.values()):
+        pytest.skip("this Triton build has no SM90 assembler")
+    assert done == {"True": "wait first", "2": "release first"}

@@ -22,7 +22,8 @@ The fused regions come as hand-written Triton (kernels/) or the same regions
 written with PyTorch ops and compiled with torch.compile (`CompiledOps`), measured against each
 other in kselect/measurement/gemma4/fusion.py. The projections of a one-token step (batch-1 decode) run on
 kernels/gemv.py under the Triton ops; of a 2- to 16-token step on kernels/skinny_gemm.py where the card's record
-measured it faster than cuBLAS (kernels/skinny_configs.json); cuBLAS otherwise ("triton_cublas": cuBLAS always).
+measured it faster than cuBLAS (kernels/skinny_configs.json, and kernels/skinny_step_configs.json's split-K configs
+measured in the step); cuBLAS otherwise ("triton_cublas": cuBLAS always).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
 faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
 MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.

@@ -1,6 +1,6 @@
 """Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops' switches
-(the add-norm fold and tail, L2 prefetch), compared inside the real decode step by
-kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, issue #16).
+(the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV), compared inside the real decode
+step by kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
 for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's

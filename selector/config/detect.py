@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -80,8 +82,20 @@ def gpu_model_key(device_name: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", name).strip("_")[:64]
 
 
+# Device nodes through which a Linux process reaches a GPU: NVIDIA's driver, WSL2's GPU, AMD's ROCm. With none of them
+# torch.cuda.is_available() is False, so platform=auto answers "cpu" without importing torch (about a second).
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/dxg", "/dev/kfd")
+
+
+def no_gpu_reachable() -> bool:
+    """Whether this is a Linux machine with none of GPU_NODES (elsewhere torch decides)."""
+    return sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_NODES)
+
+
 def detect_platform() -> dict:
     """The preset matching this machine, with the kernel packages actually importable."""
+    if no_gpu_reachable():
+        return yaml.safe_load((PLATFORM_DIR / "cpu.yaml").read_text())
     try:
         import torch  # noqa: PLC0415 - only platform=auto needs it
 

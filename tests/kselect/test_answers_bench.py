@@ -14,7 +14,7 @@ def _fig(wall: float, cpu: float) -> dict:
 
 def _doc(load: float) -> dict:
     figures = {"baselines": {"python -c pass": _fig(0.02, 0.02), "python -c 'import hydra'": _fig(0.1, 0.1)}}
-    for k in ("help", "select_first_run", "select_cold", "select_warm", "diff_latency", "claims"):
+    for k in ("help", "select_first_run", "select_cold", "select_warm", "select_auto_warm", "diff_latency", "claims"):
         figures[k] = _fig(0.4, 0.3)
     for k in ("bulk_cold", "bulk_warm"):
         figures[k] = {"command": "bulk", "cells": 10, "wall_s": 0.01, "cpu_s": 0.02, "cells_per_s": 1000.0,
@@ -39,8 +39,8 @@ def test_timed_counts_the_child_cpu(tmp_path):
 
 def test_report_lists_the_five_figures_with_cpu_and_baselines():
     text = answers.report(_doc(0.1))
-    for name in ("python -c pass", "import hydra", "help", "select_cold", "select_warm", "diff_latency", "claims",
-                 "bulk_warm"):
+    for name in ("python -c pass", "import hydra", "help", "select_cold", "select_warm", "select_auto_warm",
+                 "diff_latency", "claims", "bulk_warm"):
         assert f"| {name}" in text or name in text
     assert "p50 CPU" in text and "| 0.300 s |" in text  # the CPU column of select/diff/claims
     assert "quiet: 1-minute load average at most 0.1" in text

@@ -168,7 +168,7 @@ def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch
     prompts = [torch.randint(3, 512, (n,), generator=g).tolist() for n in (5, 7, 6)]
     cont = [torch.randint(3, 512, (1,), generator=g).tolist() for _ in prompts]
     ops, rows, glu, epi = fused.ops_for("triton"), [], [], []
-    real, real_glu, real_gemv = ops._skinny, ops._skinny_gelu_mul, ops._gemv
+    real, real_glu = ops._skinny, ops._skinny_gelu_mul
     monkeypatch.setattr(ops, "_skinny", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
     monkeypatch.setattr(ops, "_skinny_gelu_mul", lambda x, w, mul: glu.append(x.shape[0]) or real_glu(x, w, mul))
     monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: pytest.fail("a 3-row step ran the one-row GEMV"))

@@ -51,3 +51,27 @@ def add_norm_weights(r, d: int, dtype: torch.dtype, form: str):
     if scalar == "tensor":
         scalar = torch.tensor([0.75]).to(DEV, dtype)
     return wa, scalar, wb
+
+
+def pdl_chains(gemv, x, w, steps: int = 50) -> dict:
+    """A chain of `steps` one-row GEMVs on the GPU, each reading the last one's output (y = gemv(y, w) * 0.5 + x),
+    launched plainly, with PDL, and with PDL's early release: {"plain", "pdl", "early"} -> the last y. Skips before
+    SM90 (no programmatic dependent launch)."""
+    from kselect.kernels import pdl
+
+    with pdl.on():
+        if not pdl.enabled(torch.zeros(1, device=DEV)):
+            pytest.skip("no programmatic dependent launch before SM90")
+
+    def chain():
+        y = x
+        for _ in range(steps):
+            y = gemv(y, w) * 0.5 + x
+        return y
+
+    out = {"plain": chain()}
+    with pdl.on():
+        out["pdl"] = chain()
+        with pdl.early():
+            out["early"] = chain()
+    return out

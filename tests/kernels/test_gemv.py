@@ -4,7 +4,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, rel, require_interpreter, ulp_close  # noqa: E402
+from fused_helpers import DEV, gpu, pdl_chains, rel, require_interpreter, ulp_close  # noqa: E402
 
 from kselect.kernels import gemv as K  # noqa: E402
 
@@ -240,22 +240,8 @@ def test_softcap_and_scale_epilogues_at_gemma_sizes_bf16():
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 def test_pdl_launch_equals_plain_launch():
     """With programmatic dependent launch (SM90) a chain of GEMVs, each reading the last one's output, gives the
-    bits of the plain launches: every kernel waits for the one before it before reading x."""
-    from kselect.kernels import pdl
-
-    with pdl.on():
-        if not pdl.enabled(torch.zeros(1, device=DEV)):
-            pytest.skip("no programmatic dependent launch before SM90")
+    bits of the plain launches: every kernel waits for the one before it before reading x; with PDL's early release
+    (each GEMV releases the next before it waits) too."""
     x, w = inputs(1, 2560, 2560, torch.bfloat16, 9)
-
-    def chain():
-        y = x
-        for _ in range(50):
-            y = K.gemv(y, w) * 0.5 + x
-        return y
-
-    with pdl.on():
-        got = chain()
-    assert torch.equal(got, chain())
-    with pdl.on(), pdl.early():  # each GEMV releases the next before it waits: the same bits
-        assert torch.equal(chain(), got)
+    got = pdl_chains(K.gemv, x, w)
+    assert torch.equal(got["pdl"], got["plain"]) and torch.equal(got["early"], got["plain"])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, require_interpreter  # noqa: E402
+from fused_helpers import DEV, gpu, pdl_chains, require_interpreter  # noqa: E402
 
 from kselect.kernels import gemv as G  # noqa: E402
 from kselect.kernels import gemv_tma as T  # noqa: E402
@@ -83,20 +83,7 @@ def test_gemma_sizes_equal_the_gemv_on_the_gpu(n, k, paired):
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 def test_pdl_chain_equals_plain_launches():
     """Launched with PDL, each kernel reads its first W chunk before the wait and x after it: a chain of GEMVs, each
-    reading the last one's output, gives the bits of plain launches."""
-    from kselect.kernels import pdl
-
-    with pdl.on():
-        if not pdl.enabled(torch.zeros(1, device=DEV)):
-            pytest.skip("no programmatic dependent launch before SM90")
+    reading the last one's output, gives the bits of plain launches (and with PDL's early release)."""
     x, w, _ = inputs(2560, 2560, torch.bfloat16, 9)
-
-    def chain():
-        y = x
-        for _ in range(50):
-            y = T.gemv_tma(y, w) * 0.5 + x
-        return y
-
-    with pdl.on():
-        got = chain()
-    assert torch.equal(got, chain())
+    got = pdl_chains(T.gemv_tma, x, w)
+    assert torch.equal(got["pdl"], got["plain"]) and torch.equal(got["early"], got["plain"])

@@ -12,6 +12,19 @@ import pytest
 
 pytest.importorskip("triton")
 
+
+def compiled(script: str, arg) -> dict:
+    """The compile script's JSON result for its argument, run in a subprocess without TRITON_INTERPRET (this
+    session's kernels are the interpreter's); the test skips where this Triton build has no SM90 assembler."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    if all("ptxas" in str(v) for v in done.values()):
+        pytest.skip("this Triton build has no SM90 assembler")
+    return done
+
 COMPILE = r'''
 import inspect, json, sys
 import triton
@@ -62,13 +75,7 @@ def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
              for k, extra in KERNELS.items() for p, pro in PROLOGUE.items()]
     cases += [dict(id=f"_gemv_kernel/{t}", kernel="_gemv_kernel", consts=dict(
         base, **PROLOGUE["plain"], **dict(KERNELS["_gemv_kernel"], **tail))) for t, tail in TAILS.items()]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(cases)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    done = json.loads(run.stdout.strip().splitlines()[-1])
-    if all("ptxas" in str(v) for v in done.values()):
-        pytest.skip("this Triton build has no SM90 assembler")
+    done = compiled(COMPILE, cases)
     assert done == {c["id"]: True for c in cases}
 
 
@@ -102,13 +109,7 @@ print(json.dumps(done))
 def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
     """Both skinny kernels' split-K sum (an acquire-release atomic, a barrier, the last program's loads) compiles for SM90, and so
     does the plain kernel it branches from at compile time."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", SKINNY, json.dumps([1, 4])], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    done = json.loads(run.stdout.strip().splitlines()[-1])
-    if all("ptxas" in str(v) for v in done.values()):
-        pytest.skip("this Triton build has no SM90 assembler")
+    done = compiled(SKINNY, [1, 4])
     assert done == {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}
 
 
@@ -148,13 +149,7 @@ def test_gemv_tma_compiles_for_sm90_with_w_pipelined_after_a_first_chunk_before_
     and the loop's pipelined after it (more than one copy: Triton pipelines descriptor loads, not plain ones), for the
     plain epilogue and the paired GELU*up."""
     cases = [dict(box=box, gelu=gelu) for box in ((8, 256, 4), (2, 256, 3), (16, 128, 6)) for gelu in (False, True)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", TMA, json.dumps(cases)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    done = json.loads(run.stdout.strip().splitlines()[-1])
-    if all("ptxas" in str(v) for v in done.values()):
-        pytest.skip("this Triton build has no SM90 assembler")
+    done = compiled(TMA, cases)
     assert done == {f"{b[0]}x{b[1]}x{b[2]}/{g}": True for b in ((8, 256, 4), (2, 256, 3), (16, 128, 6))
                     for g in (False, True)}
 
@@ -188,11 +183,5 @@ def test_early_release_orders_the_release_before_the_wait_on_sm90():
     """kernels/pdl.py: PDL == EARLY compiles to griddepcontrol.launch_dependents before griddepcontrol.wait, and
     PDL on to the wait first (the add-norm kernel, which every decode layer runs)."""
     consts = dict(HAS_RES=True, HAS_WA=True, HAS_SCALAR=False, SCALAR_PTR=False, HAS_WB=True, BLOCK=4096)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", EARLY, json.dumps(consts)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    done = json.loads(run.stdout.strip().splitlines()[-1])
-    if all("ptxas" in str(v) for v in done.values()):
-        pytest.skip("this Triton build has no SM90 assembler")
+    done = compiled(EARLY, consts)
     assert done == {"True": "wait first", "2": "release first"}

@@ -70,14 +70,12 @@ def layer(ops, lay, x, xn, cos, sin, ctx, ple, next_norm, hints=None) -> tuple[t
             ops.prefetch(*hints[2][0], limit=hints[2][1])
         h, hx = ops.add_rms_norm(y, h, post_ff, eps, *end)
     else:
-        h, hx = ops.linear_add_norm(ops.mlp_hidden(lay.mlp, z), lay.mlp.down_proj.weight, h, post_ff, eps, *end)
+        h, hx = ops.mlp_add_norm(lay.mlp, z, h, post_ff, eps, *end)
         if hints:
             ops.prefetch(*hints[2][0], limit=hints[2][1])
     if not lay.ple_dim:
         return h, hx
-    p = ops.linear_gelu_mul(hx, lay.per_layer_input_gate.weight, ple)
-    return ops.linear_add_norm(p, lay.per_layer_projection.weight, h, lay.post_per_layer_input_norm.weight, eps,
-                               lay.layer_scalar, next_norm)
+    return ops.ple_add_norm(lay, hx, ple, h, lay.post_per_layer_input_norm.weight, eps, lay.layer_scalar, next_norm)
 
 
 def embed(model, ids: torch.Tensor, ops) -> torch.Tensor:

@@ -189,6 +189,20 @@ def prefetching(on: bool):
     return _switched(PREFETCH=on)
 
 
+# GATED_PAIR: at GEMV rows a gated projection pair (the MLP's gate/up and down; the per-layer-input gate and projection)
+# runs as one kernel (kernels/gated_pair.py) that adds into an fp32 row, which the add-norm after it reads and zeros.
+# "n": the second projection read in its own [N, I] layout; "t": from a transposed copy made once per model (`prepare`;
+# E4B: 2.2 GB more). Off by default; `gated_pair(mode)` sets it for a measurement.
+GATED_PAIR = False
+
+
+def gated_pair(mode):
+    """GATED_PAIR inside (False, "n" or "t")."""
+    if mode not in (False, "n", "t"):
+        raise ValueError(f"gated_pair mode must be False, 'n' or 't', got {mode!r}")
+    return _switched(GATED_PAIR=mode)
+
+
 def projection_rows(gemv_rows, skinny_rows, skinny_shapes="measured"):
     """GEMV_ROWS and SKINNY_ROWS ((lo, hi) inclusive, or None: that kernel never) and SKINNY_SHAPES inside."""
     return _switched(GEMV_ROWS=gemv_rows, SKINNY_ROWS=skinny_rows, SKINNY_SHAPES=skinny_shapes)
@@ -216,8 +230,8 @@ class TritonOps(FusedOps):
     folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
-        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gelu_mul, gemv, gemv_tma, l2_prefetch, qkv_rope,
-                               rms_norm, rope_tables, skinny_gemm)
+        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gated_pair, gelu_mul, gemv, gemv_tma,
+                               l2_prefetch, qkv_rope, rms_norm, rope_tables, skinny_gemm)
 
         self._l2 = l2_prefetch
         self.embedding = embedding.embedding_scaled
@@ -231,6 +245,8 @@ class TritonOps(FusedOps):
         self._gemv_plain, self._gemv_gelu_mul_plain = gemv.gemv, gemv.gemv_gelu_mul
         self._tma = gemv_tma
         self._skinny = skinny_gemm.skinny_gemm
+        self._gated_pair = gated_pair.gated_pair
+        self._accs: dict[tuple, torch.Tensor] = {}  # GATED_PAIR's fp32 rows, zeros between uses
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
         self._side = None  # the side stream prefetches go to, inside a step that prefetches (`launches`)
@@ -272,6 +288,46 @@ class TritonOps(FusedOps):
         self._side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self._side):
             self._l2.prefetch_l2(self._l2.byte_ranges(weights, min(limit or PREFETCH_MAX_BYTES, PREFETCH_MAX_BYTES)))
+
+    def prepare(self, model) -> None:
+        super().prepare(model)
+        if GATED_PAIR == "t":
+            _transposed_seconds(model)
+
+    def mlp_add_norm(self, m, z, res, wa, eps, scalar=None, w_b=None):
+        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for both projections (kernels/gated_pair.py)."""
+        if self._pairs(z, m.gate_up_weight):
+            acc = self._pair(z, m.gate_up_weight, m.down_proj.weight, getattr(m, "down_t", None), None)
+            return self._acc_norm(acc, res, wa, eps, scalar, w_b)
+        return super().mlp_add_norm(m, z, res, wa, eps, scalar, w_b)
+
+    def ple_add_norm(self, lay, x, ple, res, wa, eps, scalar=None, w_b=None):
+        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for the gate and the projection."""
+        gate = lay.per_layer_input_gate.weight
+        if self._pairs(x, gate) and ple.stride(-1) == 1:
+            acc = self._pair(x, gate, lay.per_layer_projection.weight, getattr(lay, "ple_proj_t", None), ple)
+            return self._acc_norm(acc, res, wa, eps, scalar, w_b)
+        return super().ple_add_norm(lay, x, ple, res, wa, eps, scalar, w_b)
+
+    def _pairs(self, x, w) -> bool:
+        return bool(GATED_PAIR) and not isinstance(x, self._pending) and \
+            _kernel_for(x, w, self._measured_faster) == "gemv"
+
+    def _pair(self, x, w, wd, wd_t, mul):
+        if GATED_PAIR == "t" and wd_t is None:
+            raise RuntimeError("gated_pair 't' has no transposed copy: prepare(model) makes them")
+        n = wd.shape[0]
+        key = (x.device, n)
+        if key not in self._accs:
+            if x.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("gated_pair's accumulator is made by an eager step before a capture")
+            self._accs[key] = torch.zeros(1, n, dtype=torch.float32, device=x.device)
+        t = GATED_PAIR == "t"
+        return self._gated_pair(x, w, wd_t if t else wd, self._accs[key], mul, down_t=t)
+
+    def _acc_norm(self, acc, res, wa, eps, scalar, w_b):
+        s, n = self._add_rms_norm(acc, res, wa, eps, scalar, w_b, zero_y=True)
+        return s, (s if n is None else n)
 
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         """(s, x) as TorchOps'. At GEMV rows (FOLD_NORMS) x is pending: the GEMV that reads it computes the add-norm
@@ -335,6 +391,23 @@ class TritonOps(FusedOps):
         return x.y if isinstance(x, self._pending) else x
 
 
+@torch.no_grad()
+def _transposed_seconds(model) -> None:
+    """GATED_PAIR "t": each dense layer's down_proj and per-layer projection weights also as contiguous [I, N] copies
+    (`mlp.down_t`, `ple_proj_t`), made once per placement of the weights (outside a capture)."""
+    key = _weights_key(model)
+    if getattr(model, "_pair_t_key", None) == key:
+        return
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("gated_pair 't' copies are made by an eager step before a capture")
+    for lay in model.layers:
+        if not lay.moe:
+            lay.mlp.down_t = lay.mlp.down_proj.weight.detach().t().contiguous()
+        if lay.ple_dim:
+            lay.ple_proj_t = lay.per_layer_projection.weight.detach().t().contiguous()
+    model._pair_t_key = key
+
+
 class TritonSerialOps(TritonOps):
     """The Triton ops launched without programmatic dependent launch: PDL's baseline."""
 
@@ -350,6 +423,8 @@ class TritonCublasOps(TritonOps):
     linear = TorchOps.linear
     linear_gelu_mul = TorchOps.linear_gelu_mul
     linear_add_norm = TorchOps.linear_add_norm
+    mlp_add_norm = TorchOps.mlp_add_norm
+    ple_add_norm = TorchOps.ple_add_norm
 
 
 def _t_qkv(qkv, hq, hkv, d, qw, kw, cos, sin, eps, k_eq_v):

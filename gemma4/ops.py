@@ -101,6 +101,15 @@ class TorchOps:
     def add_rms_norm(self, y, res, wa, eps, scalar=None, w_b=None):
         return add_rms_norm(y, res, wa, eps, scalar, w_b)
 
+    def mlp_add_norm(self, m, z, res, wa, eps, scalar=None, w_b=None):
+        """add_rms_norm(mlp(m, z), res, ...): a dense MLP and the add-norm after it."""
+        return self.linear_add_norm(self.mlp_hidden(m, z), m.down_proj.weight, res, wa, eps, scalar, w_b)
+
+    def ple_add_norm(self, lay, x, ple, res, wa, eps, scalar=None, w_b=None):
+        """add_rms_norm((gelu_tanh(x @ Wgate.T) * ple) @ Wproj.T, res, ...): the per-layer-input block."""
+        p = self.linear_gelu_mul(x, lay.per_layer_input_gate.weight, ple)
+        return self.linear_add_norm(p, lay.per_layer_projection.weight, res, wa, eps, scalar, w_b)
+
     def ready(self, x):
         return x
 

@@ -55,7 +55,8 @@ def add_norm_values(y, r, wa, wb, scalar, d, eps, ref_ptr, HAS_RES: tl.constexpr
 def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_ptr,
                          D, stride_y, stride_res, stride_out, stride_outb, eps,
                          HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-                         SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+                         SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
+                         ZERO_Y: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D
@@ -68,6 +69,9 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
         wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     wait_then_release(PDL)
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
+    if ZERO_Y:  # an fp32 accumulator (kernels/gated_pair.py): rounded as a projection's output, left as zeros
+        y = round_like(y, out_ptr)
+        tl.store(y_ptr + row * stride_y + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=mask)
     r = 0.0
     if HAS_RES:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
@@ -90,14 +94,18 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None):
+def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None, zero_y=False):
     shape = y.shape
     y2 = _rows(y)
     rows, d = y2.shape
+    dtype = res.dtype if zero_y else y.dtype
+    if zero_y and (y.dtype != torch.float32 or y2.data_ptr() != y.data_ptr()):
+        raise ValueError(f"add_rms_norm zero_y needs an fp32 y with unit column stride, got {y.dtype} "
+                         f"stride {tuple(y.stride())}")
     if out is None:
-        out = torch.empty(rows, d, dtype=y.dtype, device=y.device)
-    elif out.shape != (rows, d) or out.dtype != y.dtype or not out.is_contiguous():
-        raise ValueError(f"add_rms_norm out must be a contiguous {y.dtype} [{rows}, {d}], got {out.dtype} "
+        out = torch.empty(rows, d, dtype=dtype, device=y.device)
+    elif out.shape != (rows, d) or out.dtype != dtype or not out.is_contiguous():
+        raise ValueError(f"add_rms_norm out must be a contiguous {dtype} [{rows}, {d}], got {out.dtype} "
                          f"{tuple(out.shape)}")
     outb = torch.empty_like(out) if want_b else out
     res2 = _rows(res) if res is not None else y2
@@ -109,7 +117,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None):
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, SCALAR_PTR=on_device,
-            HAS_WB=w_b is not None, BLOCK=block,
+            HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y,
             num_warps=row_warps(block), **pdl.args(out))
     return out.view(shape), (outb.view(shape) if want_b else None)
 
@@ -122,8 +130,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
 def add_rms_norm(y: torch.Tensor, res: torch.Tensor, w_a: torch.Tensor | None, eps: float,
                  scalar: torch.Tensor | float | None = None,
                  w_b: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 out: torch.Tensor | None = None, zero_y: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(s, n): s = (res + rms_norm(y, w_a)) [* scalar]; n = rms_norm(s, w_b) when w_b is given, else None.
     scalar: a one-element tensor (read on the device), or a number (applied in fp32, as `* 0.5` in PyTorch).
-    out: where s goes (a contiguous [rows, D]; default a new tensor)."""
-    return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None, out)
+    out: where s goes (a contiguous [rows, D]; default a new tensor).
+    zero_y: y is an fp32 accumulator (kernels/gated_pair.py): rounded to res's dtype first, then set to zeros."""
+    return _launch(y, res, w_a, scalar, w_b, eps, w_b is not None, out, zero_y)

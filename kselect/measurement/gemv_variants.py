@@ -1,6 +1,7 @@
-"""Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops' switches
-(the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV), compared inside the real decode
-step by kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
+"""Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops'
+switches (the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV, gated pairs), compared
+inside the real decode step by kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, or `triton+<a>+<b>` for
+two; issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
 for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's
@@ -118,6 +119,25 @@ PDL_EARLY = "pdl_early"
 # one-row projections on kernels/gemv_tma.py (gemma4/fused.py GEMV_TMA): its default configs, or this card's fastest
 # in the microbenchmark record $KSELECT_GEMV_TMA_TABLE names (kselect.measurement.kernels.gemv --kernel gemv_tma)
 TMA = {"tma": None, "tma_tuned": "KSELECT_GEMV_TMA_TABLE"}
+# one-row gated projection pairs as one kernel (gemma4/fused.py GATED_PAIR): the second read in its own layout, or
+# from transposed copies; with its default configs, or this card's fastest per layout in the microbenchmark record
+# $KSELECT_PAIR_TABLE names (kselect.measurement.kernels.gated_pair)
+PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True), "pair_t_tuned": ("t", True)}
+
+
+def _pair_best(layout: str):
+    """fn(inter, k) -> the record's fastest config of that pair in `layout` (programs per SM made a count)."""
+    import torch
+
+    path = os.environ.get("KSELECT_PAIR_TABLE")
+    if not path:
+        raise ValueError("the tuned pair variants read a microbenchmark record: set KSELECT_PAIR_TABLE to its JSON")
+    record = json.loads(Path(path).read_text())
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else record["sms"]
+    best = {(r["inter"], r["k"]): dict(r[f"pair_{layout}"]["cfg"]) for r in record["rows"] if r.get(f"pair_{layout}")}
+    for cfg in best.values():
+        cfg["programs"] *= sms
+    return lambda inter, k: best.get((inter, k))
 
 
 def variant(name: str):
@@ -149,6 +169,16 @@ def variant(name: str):
         if best:
             both.enter_context(gemv_tma.configured(best))
         return both
+    if name in PAIR:
+        from kselect.kernels import gated_pair
+
+        layout, tuned = PAIR[name]
+        best = _pair_best(layout) if tuned else None  # refuses before anything is switched
+        both = contextlib.ExitStack()
+        both.enter_context(fused.gated_pair(layout))
+        if best:
+            both.enter_context(gated_pair.configured(best))
+        return both
     if name in GEMV:
         return gemv.configured(GEMV[name])
     if name in SKINNY:
@@ -170,7 +200,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -315,3 +315,33 @@ def test_pdl_only_for_one_token_steps_of_models_with_small_layers(models, monkey
     assert fused.layer_bytes(other) == mean
     other.to(torch.bfloat16)  # the weights move: counted again, at half the bytes
     assert fused.layer_bytes(other) == mean / 2 and fused.pdl_step(other, 1)
+
+
+@pytest.mark.parametrize("layout", ["n", "t"])
+def test_gated_pairs_run_each_dense_mlp_and_per_layer_block_as_one_kernel(models, monkeypatch, layout):
+    """With gated_pair on (off by default) a one-row step runs each dense MLP's gate/up and down, and each per-layer
+    block's gate and projection, as one kernel (kernels/gated_pair.py) adding into the fp32 row its add-norm reads and
+    zeros: no GEMV of those shapes is left, the logits equal the unfused modules' up to the fp32 sum order, and the
+    row is zeros after the step. Layout "t" reads the second projection from transposed copies, made once."""
+    model, _ = models["all"]
+    g = torch.Generator().manual_seed(6)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    ops, pairs, glu, zeroed = fused.ops_for("triton"), [], [], []
+    real_pair, real_glu, real_norm = ops._gated_pair, ops._gemv_gelu_mul, ops._add_rms_norm
+    monkeypatch.setattr(ops, "_gated_pair", lambda x, w, wd, acc, mul, **kw: pairs.append((mul is None, kw))
+                        or real_pair(x, w, wd, acc, mul, **kw))
+    monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(x.shape) or real_glu(x, w, mul))
+    monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: zeroed.append(kw.get("zero_y", False))
+                        or real_norm(y, *a, **kw))
+    with fused.gated_pair(layout):
+        got = run(model, "triton", prompts, cont)
+    dense = sum(not layer.moe for layer in model.layers)
+    n_ple = sum(bool(layer.ple_dim) for layer in model.layers)
+    assert [mlp for mlp, _ in pairs].count(True) == 2 * dense and [mlp for mlp, _ in pairs].count(False) == 2 * n_ple
+    assert {kw["down_t"] for _, kw in pairs} == {layout == "t"}
+    assert zeroed.count(True) == len(pairs)  # each pair's add-norm reads and zeros its row
+    assert glu == [(1, model.args.hidden_size)] * 2 * sum(bool(layer.moe) for layer in model.layers)  # MoE: its MLP
+    assert all(not acc.any() for acc in ops._accs.values())
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+    with pytest.raises(ValueError, match="gated_pair mode"):
+        fused.gated_pair("x")

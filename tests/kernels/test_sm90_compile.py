@@ -185,3 +185,41 @@ def test_early_release_orders_the_release_before_the_wait_on_sm90():
     consts = dict(HAS_RES=True, HAS_WA=True, HAS_SCALAR=False, SCALAR_PTR=False, HAS_WB=True, BLOCK=4096)
     done = compiled(EARLY, consts)
     assert done == {"True": "wait first", "2": "release first"}
+
+
+PAIR_COMPILE = r'''
+import inspect, json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import gated_pair as K
+
+kernel = K._gated_pair_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+done = {}
+for case in json.loads(sys.argv[1]):
+    consts = {(names.index(n),): v for n, v in case["consts"].items()}
+    types = {n: "constexpr" if (names.index(n),) in consts else "*fp32" if n == "acc_ptr" else "*bf16"
+             if n.endswith("_ptr") else "i32" for n in names}
+    # what a launch specializes on: 16-byte aligned pointers, sizes and strides divisible by 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if types[n] != "constexpr"}
+    try:
+        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs=consts, attrs=attrs),
+                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8)).asm["ptx"]
+        done[case["id"]] = sorted(set(re.findall(r"red\.global\.[\w.]+", ptx) + re.findall(r"ld\.global\.v4", ptx)))
+    except Exception as e:
+        done[case["id"]] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_gated_pair_compiles_for_sm90_with_vector_atomics():
+    """kernels/gated_pair.py compiles for SM90 in both layouts of the second projection, adds its row with vector
+    fp32 reductions (red ... add.v4.f32: a quarter of the atomics of scalar ones) and reads W with 16-byte loads."""
+    base = dict(SLICE=4, BLOCK_K=512, N_A=2048, N_B=512, PDL=True)
+    cases = [dict(id=f"{lay}/{'mlp' if paired else 'ple'}", consts=dict(base, PAIRED=paired, **{stride: 1}))
+             for lay, stride in (("t", "stride_dn"), ("n", "stride_di")) for paired in (True, False)]
+    done = compiled(PAIR_COMPILE, cases)
+    for c in cases:
+        assert isinstance(done[c["id"]], list), done[c["id"]]
+        assert "red.global.gpu.relaxed.add.v4.f32" in done[c["id"]] and "ld.global.v4" in done[c["id"]], done

@@ -2,7 +2,7 @@
 the second projection) against the two kernels it replaces (kernels/gemv.py's GELU*up GEMV, then the GEMV), per
 config (issue #52).
 
-    python3 -m kselect.measurement.kernels.gated_pair --out OUT [--models e4b] [--no-pdl]
+    python3 -m kselect.measurement.kernels.gated_pair --out OUT [--models e4b] [--no-pdl] [--programs 1 2 4 64] ...
 
 Each case runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all), launched with
 PDL as a batch-1 decode step launches them on SM90 (--no-pdl: plainly); the figure is the graph's time per call,
@@ -29,8 +29,9 @@ from kselect.selector.base.files import atomic_write
 # (name, I, K, N, paired): the MLP (gate/up then down) and the per-layer-input block (gate then projection)
 SHAPES = {"e4b": [("mlp", 10240, 2560, 2560, True), ("ple", 256, 2560, 2560, False)],
           "31b": [("mlp", 21504, 5376, 5376, True)]}
-CONFIGS = [dict(slice=s, block_k=bk, num_warps=nw, programs=p) for s, bk, nw, p in
-           itertools.product((2, 4, 8), (512, 1024), (4, 8), (1, 2, 4))]  # programs: per SM
+# programs per SM: 1 to 4 walk several slices each (persistent); 64, capped at one a slice, hands the slices to the
+# card's block scheduler in waves, as the GEMVs launch
+SLICES, BLOCK_K, WARPS, PROGRAMS = (2, 4, 8), (512, 1024), (4, 8), (1, 2, 4)
 L2 = 50 << 20
 
 
@@ -40,7 +41,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--models", nargs="+", default=["e4b"], choices=sorted(SHAPES))
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--no-pdl", action="store_true", help="launch plainly")
+    ap.add_argument("--slices", nargs="+", type=int, default=SLICES)
+    ap.add_argument("--block-k", nargs="+", type=int, default=BLOCK_K)
+    ap.add_argument("--warps", nargs="+", type=int, default=WARPS)
+    ap.add_argument("--programs", nargs="+", type=int, default=PROGRAMS, help="per SM (a grid is at most one a slice)")
+    ap.add_argument("--layouts", nargs="+", default=["n", "t"], choices=["n", "t"])
     o = ap.parse_args(argv)
+    configs = [dict(slice=s, block_k=bk, num_warps=nw, programs=p) for s, bk, nw, p in
+               itertools.product(o.slices, o.block_k, o.warps, o.programs)]
     dev = "cuda"
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
@@ -62,7 +70,7 @@ def main(argv: list[str]) -> int:
                 base = time_graph([lambda w=w, wd=wd: gemv(gemv_gelu_mul(x, w, mul), wd) for w, wd in zip(ws, wds)],
                                   o.reps)
                 best = {}
-                for layout, cfg in itertools.product(("n", "t"), CONFIGS):
+                for layout, cfg in itertools.product(o.layouts, configs):
                     seconds = wts if layout == "t" else wds
                     kw = dict(cfg, programs=cfg["programs"] * sms, down_t=layout == "t")
                     try:

@@ -17,6 +17,8 @@ because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -54,8 +56,10 @@ def _attn_fwd(
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
+    PRE: tl.constexpr = False,
 ):
-    wait_then_release(PDL)
+    if not PRE:
+        wait_then_release(PDL)
     M: tl.constexpr = BLOCK_Q * G_PAD
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -65,8 +69,9 @@ def _attn_fwd(
     q_start = tl.load(cu_q_ptr + seq).to(tl.int64)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     kv_len = tl.load(seqused_ptr + seq)
-    if qtile * BLOCK_Q >= q_len:
-        return
+    if not PRE:
+        if qtile * BLOCK_Q >= q_len:
+            return
 
     rows = tl.arange(0, M)
     tok = qtile * BLOCK_Q + rows // G_PAD
@@ -79,14 +84,6 @@ def _attn_fwd(
         qp = tl.load(qpos_ptr + q_start + tok, mask=row_ok, other=0).to(tl.int32)
     else:
         qp = kv_len - q_len + tok
-
-    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
-    scale = sm_scale_log2
-    if HAS_QD:
-        scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
-    if HAS_KD:
-        scale *= tl.load(kd_ptr + seq * (hq // G) + kvh)
 
     # Visible key range of this tile: [lo, hi).
     qp_max = tl.max(tl.where(row_ok, qp, -1), 0)
@@ -103,6 +100,28 @@ def _attn_fwd(
         per = tl.cdiv(tl.cdiv(tl.maximum(hi - begin, 0), BLOCK_N), num_splits) * BLOCK_N
         begin = begin + split * per
         hi = tl.minimum(hi, begin + per)
+    old = kv_len - q_len  # keys before this step's queries: written by earlier steps
+    if PRE:  # before the PDL wait: the first key tile of earlier steps (see `prefetch_kv` below)
+        kp0 = begin + tl.arange(0, BLOCK_N)
+        ok0 = (kp0 < hi) & (kp0 >= lo)
+        blk0 = tl.load(bt_ptr + seq * stride_bt + kp0 // PAGE, mask=ok0, other=0).to(tl.int64)
+        off0 = kp0 % PAGE
+        pre_ok = (ok0 & (kp0 < old))[:, None] & d_ok[None, :]
+        k0 = tl.load(k_ptr + blk0[:, None] * stride_kb + off0[:, None] * stride_ks + kvh * stride_kh + d[None, :],
+                     mask=pre_ok, other=0.0)
+        v0 = tl.load(v_ptr + blk0[:, None] * stride_vb + off0[:, None] * stride_vs + kvh * stride_vh + d[None, :],
+                     mask=pre_ok, other=0.0)
+        wait_then_release(PDL)
+        if qtile * BLOCK_Q >= q_len:
+            return
+
+    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+    scale = sm_scale_log2
+    if HAS_QD:
+        scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
+    if HAS_KD:
+        scale *= tl.load(kd_ptr + seq * (hq // G) + kvh)
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
@@ -110,10 +129,22 @@ def _attn_fwd(
     for start in range(begin, hi, BLOCK_N):
         kp = start + tl.arange(0, BLOCK_N)
         k_ok = (kp < hi) & (kp >= lo)
-        blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+        kv_ok = k_ok[:, None] & d_ok[None, :]
+        if PRE:  # the first tile: earlier steps' keys read before the wait, this step's read now
+            if start == begin:
+                blk = blk0
+                kv_ok = kv_ok & (kp >= old)[:, None]
+            else:
+                blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+        else:
+            blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
         off = kp % PAGE
-        k = _widen(tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                           mask=k_ok[:, None] & d_ok[None, :], other=0.0), DOT_DTYPE, KV_ASM)
+        k_raw = tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
+                        mask=kv_ok, other=0.0)
+        if PRE:
+            if start == begin:
+                k_raw = tl.where((kp < old)[:, None], k0, k_raw)
+        k = _widen(k_raw, DOT_DTYPE, KV_ASM)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -138,8 +169,12 @@ def _attn_fwd(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _widen(tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                           mask=k_ok[:, None] & d_ok[None, :], other=0.0), DOT_DTYPE, KV_ASM)
+        v_raw = tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
+                        mask=kv_ok, other=0.0)
+        if PRE:
+            if start == begin:
+                v_raw = tl.where((kp < old)[:, None], v0, v_raw)
+        v = _widen(v_raw, DOT_DTYPE, KV_ASM)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision="ieee")
         else:
@@ -238,6 +273,31 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
     return block_q, block_n, 4 if d_pad <= 128 else 8, 2, False
 
 
+# PREFETCH_KV: in a small-batch decode launched with PDL, each program reads the tables and its first key tile of earlier
+# steps before the PDL wait, so that after it only q and this step's keys (the last q_len positions, which the kernel
+# before wrote) are read. Safe by kernels/pdl.py's protocol: a PDL kernel starts after every kernel but the one before
+# it has completed. Not with PDL's early release (kernels/pdl.py `early`), which gives that up. Off until measured;
+# `prefetch_kv(on)` sets it.
+PREFETCH_KV = False
+
+
+@contextlib.contextmanager
+def prefetch_kv(on: bool):
+    """PREFETCH_KV inside (a CUDA graph captured inside keeps it)."""
+    global PREFETCH_KV
+    was, PREFETCH_KV = PREFETCH_KV, on
+    try:
+        yield
+    finally:
+        PREFETCH_KV = was
+
+
+def wants_prefetch(small: bool, launch: dict) -> bool:
+    """Whether a call reads its first key tile before the PDL wait: PREFETCH_KV on, a small-batch decode, launched
+    with PDL (`launch`: kernels/pdl.py `args`) and not with its early release."""
+    return PREFETCH_KV and small and launch["PDL"] is True
+
+
 def _descale_arg(x, b, hkv, device):
     if x is None:
         return None
@@ -250,8 +310,10 @@ def _descale_arg(x, b, hkv, device):
 def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale, *,
                            max_seqlen_q=None, max_seqlen_k=None, causal=True, window_left=-1, mm_prefix=None,
                            sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
-                           out_dtype=None, num_splits=None, config=None):
-    """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync."""
+                           out_dtype=None, num_splits=None, config=None, prefetch=None):
+    """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
+    prefetch: the first key tile read before the PDL wait (None: where PREFETCH_KV and a small decode launched with
+    PDL; True: always, for tests)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
@@ -308,6 +370,9 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     snk = sinks.to(device=dev, dtype=torch.float32).contiguous() if sinks is not None else cu
     qd, kd, vd = (_descale_arg(x, b, hkv, dev) for x in (q_descale, k_descale, v_descale))
     grid = (b * n_qt, hkv, num_splits)
+    launch = pdl.args(out)
+    if prefetch is None:
+        prefetch = wants_prefetch(small, launch)
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
         qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
@@ -319,7 +384,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
-        num_warps=warps, num_stages=stages, **pdl.args(out),
+        num_warps=warps, num_stages=stages, PRE=bool(prefetch), **launch,
     )
     if split:
         _merge_splits[(total_q, hq)](

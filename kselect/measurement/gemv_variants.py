@@ -1,7 +1,7 @@
 """Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops'
-switches (the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV, gated pairs), compared
-inside the real decode step by kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, or `triton+<a>+<b>` for
-two; issue #16).
+switches (the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV, gated pairs, the
+attention's key prefetch), compared inside the real decode step by kselect.measurement.gemma4.fusion
+(`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
 for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's
@@ -125,6 +125,10 @@ TMA = {"tma": None, "tma_tuned": "KSELECT_GEMV_TMA_TABLE"}
 PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True), "pair_t_tuned": ("t", True)}
 
 
+# kernels/triton_paged.py reads its first key tile of earlier steps before the PDL wait (PREFETCH_KV)
+KV_PRE = "kv_pre"
+
+
 def _pair_best(layout: str):
     """fn(inter, k) -> the record's fastest config of that pair in `layout` (programs per SM made a count)."""
     import torch
@@ -169,6 +173,10 @@ def variant(name: str):
         if best:
             both.enter_context(gemv_tma.configured(best))
         return both
+    if name == KV_PRE:
+        from kselect.kernels import triton_paged
+
+        return triton_paged.prefetch_kv(True)
     if name in PAIR:
         from kselect.kernels import gated_pair
 
@@ -200,7 +208,7 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, KV_PRE: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

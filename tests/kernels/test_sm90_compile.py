@@ -223,3 +223,48 @@ def test_gated_pair_compiles_for_sm90_with_vector_atomics():
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
         assert "red.global.gpu.relaxed.add.v4.f32" in done[c["id"]] and "ld.global.v4" in done[c["id"]], done
+
+
+ATTN_COMPILE = r'''
+import inspect, json, re, sys
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import triton_paged as K
+
+kernel = K._attn_fwd
+names = list(inspect.signature(kernel.fn).parameters)
+FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
+done = {}
+for case in json.loads(sys.argv[1]):
+    fp8 = case["fp8"]
+    consts = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, D=256, D_PAD=256, PAGE=16, CAUSAL=True, HAS_WINDOW=True,
+                  HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False, HAS_QD=False, HAS_KD=fp8, HAS_VD=fp8, SPLIT=True,
+                  DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16, IEEE=False, KV_ASM=fp8, PDL=True, PRE=case["pre"])
+    types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
+             else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
+             else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")}
+    try:
+        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
+                                                                              consts.items()}, attrs=attrs),
+                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2)).asm["ptx"]
+        wait = ptx.index("griddepcontrol.wait")
+        done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:]))]
+    except Exception as e:
+        done[case["id"]] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_attention_first_tile_prefetch_compiles_for_sm90_with_loads_before_the_wait():
+    """kernels/triton_paged.py's first-tile prefetch (PRE) compiles for SM90, bf16 and FP8 (the inline-asm widening),
+    with global loads before the PDL wait (the tables and the tile); without it, none."""
+    cases = [dict(id=f"{'pre' if pre else 'plain'}/{'fp8' if fp8 else 'bf16'}", pre=pre, fp8=fp8)
+             for pre in (False, True) for fp8 in (False, True)]
+    done = compiled(ATTN_COMPILE, cases)
+    for c in cases:
+        assert isinstance(done[c["id"]], list), done[c["id"]]
+        before, after = done[c["id"]]
+        assert after > 0 and (before > 0 if c["pre"] else before == 0), done

@@ -141,3 +141,59 @@ def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span
     from kselect.kernels.triton_paged import small_decode
 
     assert small_decode(programs, span, 132) == (32, 2, splits), name
+
+
+@pytest.mark.parametrize("mode", ["decode", "mixed"])
+@pytest.mark.parametrize("mask", ["causal", "window", "all"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_first_tile_prefetch_gives_the_same_bits(mode, mask, splits):
+    """The first key tile read before the PDL wait (earlier steps' keys) and this step's keys after it: the bits of
+    the plain read, with one or several tiles a program and several queries of a sequence (its new keys span tiles)."""
+    case = build(mode, mask, seed=11)
+    want = run(case, num_splits=splits, prefetch=False)
+    assert torch.equal(run(case, num_splits=splits, prefetch=True), want)
+    assert rel_err(want, case.reference()) <= 1e-5
+
+
+def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
+    """PREFETCH_KV (off by default) takes effect only in a small-batch decode launched with PDL, not with PDL's early
+    release (which gives up the ordering it relies on)."""
+    wants, pdl = triton_paged.wants_prefetch, triton_paged.pdl
+    on = {"PDL": True, "launch_pdl": True}
+    assert not wants(True, on)
+    with triton_paged.prefetch_kv(True):
+        assert wants(True, on) and not wants(False, on)
+        assert not wants(True, {"PDL": pdl.EARLY, "launch_pdl": True}) and not wants(True, {"PDL": False})
+    assert not triton_paged.PREFETCH_KV
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait():
+    """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
+    and value (the last position), then the attention reads its first tile before the wait. Over 30 steps, each
+    writing new values at that position, the outputs are the bits of plain launches without the prefetch: the step's
+    own key is never read before the kernel that writes it has finished."""
+    from kselect.kernels import pdl
+    from kselect.kernels.kv_write import write_kv_triton
+
+    case = make_case([1], [520], hq=8, hkv=2, d=256, block_size=16, dtype=torch.bfloat16, device=DEV, seed=5)
+    pos = 519
+    slot = (case.block_table[0, pos // 16].long() * 16 + pos % 16).view(1)
+    g = torch.Generator(device=DEV).manual_seed(1)
+    news = [(torch.randn(1, 2, 256, device=DEV, generator=g, dtype=torch.bfloat16),
+             torch.randn(1, 2, 256, device=DEV, generator=g, dtype=torch.bfloat16)) for _ in range(30)]
+
+    def steps(prefetch):
+        outs = []
+        for k, v in news:
+            write_kv_triton(k, v, case.k_cache, case.v_cache, slot)
+            outs.append(run(case, max_seqlen_q=1, max_seqlen_k=520, prefetch=prefetch))
+        torch.cuda.synchronize()
+        return torch.stack(outs)
+
+    want = steps(False)
+    with pdl.on():
+        got = steps(True)
+    assert torch.equal(got, want)
+    assert rel_err(want[-1], case.reference()) < 1e-2  # the case's cache now holds the last step's key and value

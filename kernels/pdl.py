@@ -6,7 +6,9 @@ drained, so every boundary pays a launch, a ramp and a tail. Launched with PDL, 
 while the previous kernel finishes, and read their weights meanwhile (triton-lang/triton#6394 added it).
 
 The protocol every kernel here keeps when its PDL constexpr is on:
-  1. before `gdc_wait()`: loads of weights only (parameters, which no kernel of a step writes);
+  1. before `gdc_wait()`: loads of weights only (parameters, which no kernel of a step writes). One exception, behind
+     a switch: kernels/triton_paged.py's PREFETCH_KV also reads data that only kernels before the previous one
+     wrote (the step's tables, earlier steps' keys), complete by step 3 of the kernel before;
   2. `gdc_wait()`: the previous kernel has completed and its writes are visible. Each PDL kernel waits before
      it can complete, so every earlier kernel has completed too;
   3. `gdc_launch_dependents()`: the next kernel may launch now and do its own step 1 beside this one.

@@ -197,3 +197,31 @@ def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait():
         got = steps(True)
     assert torch.equal(got, want)
     assert rel_err(want[-1], case.reference()) < 1e-2  # the case's cache now holds the last step's key and value
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="the interpreter runs the PDL wait as a Python call")
+@pytest.mark.parametrize("mode,splits", [("decode", 3), ("mixed", 1), ("mixed", 2)])
+def test_prefetch_reads_this_steps_keys_after_the_wait(mode, splits, monkeypatch):
+    """What the GPU chain test checks, in the interpreter: the kernel before writes this step's keys and values (the
+    last q_len positions of each sequence) only when the attention passes its PDL wait, simulated by a wait that
+    writes them. The output is the attention over the new values: nothing of this step's was read before the wait."""
+    case = build(mode, "all", seed=13)
+    q_lens = (case.cu_seqlens_q[1:] - case.cu_seqlens_q[:-1]).tolist()
+    page = case.k_cache.shape[1]
+    g = torch.Generator().manual_seed(14)
+    slots = [(int(case.block_table[s, p // page]), p % page) for s, (ql, kl) in
+             enumerate(zip(q_lens, case.seqused_k.tolist())) for p in range(kl - ql, kl)]
+    news = [(torch.randn(case.k_cache.shape[2:], generator=g), torch.randn(case.k_cache.shape[2:], generator=g))
+            for _ in slots]
+
+    def write():
+        for (blk, off), (k, v) in zip(slots, news):
+            case.k_cache[blk, off], case.v_cache[blk, off] = k, v
+
+    def wait_then_release(pdl):  # the kernel before completes here
+        write()
+
+    monkeypatch.setattr(triton_paged, "wait_then_release", wait_then_release)
+    got = run(case, num_splits=splits, prefetch=True)
+    write()
+    assert rel_err(got, case.reference()) <= 1e-5

@@ -13,7 +13,7 @@ Wd is read through two strides: its own [N, I] layout (a slice is SLICE columns 
 add_rms_norm with `zero_y`, rounds it to the activation dtype as a GEMV's output is rounded and writes zeros back.
 The fp32 sum over programs lands in the atomics' order, so results are not bit-reproducible run to run.
 
-Measured slower on the H100: E4B's MLP pair took 0.952x the two GEMVs' time with the transposed copy, 0.854x without,
+Measured slower on the H100: E4B's MLP pair ran at 0.952x the two GEMVs' speed with the transposed copy, 0.854x without,
 and a decode step's graph check refused the run-to-run sums (bench/results/h100/gated_pair/). gemma4/fused.py keeps
 it off (GATED_PAIR).
 """

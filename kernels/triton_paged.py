@@ -45,6 +45,20 @@ def _widen(x, DOT_DTYPE: tl.constexpr, KV_ASM: tl.constexpr):
 
 
 @triton.jit
+def _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2, stride_qt, stride_qh,
+           G: tl.constexpr, HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """A program's query rows in the dot dtype, and the softmax scale (log2 units) with the q and k descales."""
+    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+    scale = sm_scale_log2
+    if HAS_QD:
+        scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
+    if HAS_KD:
+        scale *= tl.load(kd_ptr + seq * (hq // G) + kvh)
+    return q, scale
+
+
+@triton.jit
 def _attn_fwd(
     q_ptr, k_ptr, v_ptr, out_ptr, bt_ptr, cu_q_ptr, seqused_ptr, qpos_ptr, mm_ptr, sink_ptr,
     qd_ptr, kd_ptr, vd_ptr, ws_acc_ptr, ws_ml_ptr,
@@ -85,6 +99,10 @@ def _attn_fwd(
     else:
         qp = kv_len - q_len + tok
 
+    if not PRE:
+        q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
+                          stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
+
     # Visible key range of this tile: [lo, hi).
     qp_max = tl.max(tl.where(row_ok, qp, -1), 0)
     qp_min = tl.min(tl.where(row_ok, qp, 2147483647), 0)
@@ -114,14 +132,8 @@ def _attn_fwd(
         wait_then_release(PDL)
         if qtile * BLOCK_Q >= q_len:
             return
-
-    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
-    scale = sm_scale_log2
-    if HAS_QD:
-        scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
-    if HAS_KD:
-        scale *= tl.load(kd_ptr + seq * (hq // G) + kvh)
+        q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
+                          stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)

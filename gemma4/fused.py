@@ -292,7 +292,7 @@ class TritonOps(FusedOps):
     def prepare(self, model) -> None:
         super().prepare(model)
         if GATED_PAIR == "t":
-            _transposed_seconds(model)
+            _transposed_second_projections(model)
 
     def mlp_add_norm(self, m, z, res, wa, eps, scalar=None, w_b=None):
         """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for both projections (kernels/gated_pair.py)."""
@@ -392,7 +392,7 @@ class TritonOps(FusedOps):
 
 
 @torch.no_grad()
-def _transposed_seconds(model) -> None:
+def _transposed_second_projections(model) -> None:
     """GATED_PAIR "t": each dense layer's down_proj and per-layer projection weights also as contiguous [I, N] copies
     (`mlp.down_t`, `ple_proj_t`), made once per placement of the weights (outside a capture)."""
     key = _weights_key(model)

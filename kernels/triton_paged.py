@@ -45,6 +45,29 @@ def _widen(x, DOT_DTYPE: tl.constexpr, KV_ASM: tl.constexpr):
 
 
 @triton.jit
+def _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE: tl.constexpr):
+    """The cache block of each key position kp (block-table lookups, masked by k_ok)."""
+    return tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+
+
+@triton.jit
+def _rows(ptr, blk, off, kvh, d, mask, stride_b, stride_s, stride_h):
+    """A K or V tile: the rows at (block, offset) of kv head kvh, raw cache dtype."""
+    return tl.load(ptr + blk[:, None] * stride_b + off[:, None] * stride_s + kvh * stride_h + d[None, :], mask=mask,
+                   other=0.0)
+
+
+@triton.jit
+def _earlier(raw, pre, kp, old, start, begin, PRE: tl.constexpr):
+    """A tile read in the loop, with its earlier steps' rows (kp < old) taken from `pre`, read before the PDL wait,
+    where PRE and this is the first tile."""
+    if PRE:
+        if start == begin:
+            raw = tl.where((kp < old)[:, None], pre, raw)
+    return raw
+
+
+@triton.jit
 def _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2, stride_qt, stride_qh,
            G: tl.constexpr, HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """A program's query rows in the dot dtype, and the softmax scale (log2 units) with the q and k descales."""
@@ -122,18 +145,18 @@ def _attn_fwd(
     if PRE:  # before the PDL wait: the first key tile of earlier steps (see `prefetch_kv` below)
         kp0 = begin + tl.arange(0, BLOCK_N)
         ok0 = (kp0 < hi) & (kp0 >= lo)
-        blk0 = tl.load(bt_ptr + seq * stride_bt + kp0 // PAGE, mask=ok0, other=0).to(tl.int64)
-        off0 = kp0 % PAGE
+        blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, ok0, PAGE)
         pre_ok = (ok0 & (kp0 < old))[:, None] & d_ok[None, :]
-        k0 = tl.load(k_ptr + blk0[:, None] * stride_kb + off0[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                     mask=pre_ok, other=0.0)
-        v0 = tl.load(v_ptr + blk0[:, None] * stride_vb + off0[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                     mask=pre_ok, other=0.0)
+        k0 = _rows(k_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_kb, stride_ks, stride_kh)
+        v0 = _rows(v_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_vb, stride_vs, stride_vh)
         wait_then_release(PDL)
         if qtile * BLOCK_Q >= q_len:
             return
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
                           stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
+    else:
+        k0 = 0.0  # no prefetched tile (`_earlier` keeps the loop's)
+        v0 = 0.0
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
@@ -147,16 +170,12 @@ def _attn_fwd(
                 blk = blk0
                 kv_ok = kv_ok & (kp >= old)[:, None]
             else:
-                blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+                blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
         else:
-            blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+            blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
         off = kp % PAGE
-        k_raw = tl.load(k_ptr + blk[:, None] * stride_kb + off[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                        mask=kv_ok, other=0.0)
-        if PRE:
-            if start == begin:
-                k_raw = tl.where((kp < old)[:, None], k0, k_raw)
-        k = _widen(k_raw, DOT_DTYPE, KV_ASM)
+        k = _widen(_earlier(_rows(k_ptr, blk, off, kvh, d, kv_ok, stride_kb, stride_ks, stride_kh), k0, kp, old,
+                            start, begin, PRE), DOT_DTYPE, KV_ASM)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -181,12 +200,8 @@ def _attn_fwd(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v_raw = tl.load(v_ptr + blk[:, None] * stride_vb + off[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                        mask=kv_ok, other=0.0)
-        if PRE:
-            if start == begin:
-                v_raw = tl.where((kp < old)[:, None], v0, v_raw)
-        v = _widen(v_raw, DOT_DTYPE, KV_ASM)
+        v = _widen(_earlier(_rows(v_ptr, blk, off, kvh, d, kv_ok, stride_vb, stride_vs, stride_vh), v0, kp, old,
+                            start, begin, PRE), DOT_DTYPE, KV_ASM)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision="ieee")
         else:

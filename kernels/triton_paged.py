@@ -9,7 +9,8 @@ inner loop never multiplies by a scale. FP8 q (quant-query) is widened the same 
 
 Split-KV (flash-decoding): for short query tiles the visible KV range [lo, hi) of each program is
 cut into `num_splits` BLOCK_N-aligned chunks; each writes (m, l, acc) partials and a second kernel
-merges them (the sink logit joins there). Prefill uses one split and writes the output directly.
+merges them, or the last of them to finish does (kernels/split_merge.py; the sink logit joins there).
+Prefill uses one split and writes the output directly.
 
 Runs under TRITON_INTERPRET=1 on CPU tensors (FP8 included) for CI; there bf16 dots run in fp32
 because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
@@ -24,8 +25,10 @@ import triton
 import triton.language as tl
 
 from . import pdl
+from . import split_merge
 from .pdl import wait_then_release
 from .reference import is_fp8
+from .split_merge import merge_if_last
 
 LOG2E = 1.4426950408889634
 
@@ -93,7 +96,7 @@ def _attn_fwd(
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
-    PRE: tl.constexpr = False,
+    PRE: tl.constexpr = False, cnt_ptr=None, MERGE: tl.constexpr = False, S_PAD: tl.constexpr = 1,
 ):
     if not PRE:
         wait_then_release(PDL)
@@ -216,6 +219,10 @@ def _attn_fwd(
         tl.store(ws_acc_ptr + base[:, None] * D + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
         tl.store(ws_ml_ptr + base * 2, m_i, mask=row_ok)
         tl.store(ws_ml_ptr + base * 2 + 1, l_i, mask=row_ok)
+        if MERGE:  # the group's last program to get here merges (kernels/split_merge.py)
+            merge_if_last(cnt_ptr + pid * (hq // G) + kvh, ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, q_start,
+                          qtile * BLOCK_Q, q_len, kvh, num_splits, hq, stride_ot, stride_oh, BLOCK_Q, G, S_PAD, D,
+                          D_PAD, HAS_SINK)
     else:
         if HAS_SINK:
             sk = tl.load(sink_ptr + head, mask=row_ok, other=0.0) * 1.4426950408889634
@@ -226,33 +233,6 @@ def _attn_fwd(
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(out_ptr + (q_start + tok)[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
                  o.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
-
-
-@triton.jit
-def _merge_splits(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, num_splits, hq, stride_ot, stride_oh,
-                  S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr,
-                  PDL: tl.constexpr):
-    wait_then_release(PDL)
-    t = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.arange(0, S_PAD)
-    s_ok = s < num_splits
-    d = tl.arange(0, D_PAD)
-    base = (t.to(tl.int64) * num_splits + s) * hq + h
-    m = tl.load(ws_ml_ptr + base * 2, mask=s_ok, other=float("-inf"))
-    l_ = tl.load(ws_ml_ptr + base * 2 + 1, mask=s_ok, other=0.0)
-    m_all = tl.max(m, 0)
-    if HAS_SINK:
-        sk = tl.load(sink_ptr + h) * 1.4426950408889634
-        m_all = tl.maximum(m_all, sk)
-    m_safe = tl.where(m_all == float("-inf"), 0.0, m_all)
-    w = tl.exp2(m - m_safe)
-    denom = tl.sum(l_ * w, 0)
-    if HAS_SINK:
-        denom += tl.exp2(sk - m_safe)
-    acc = tl.load(ws_acc_ptr + base[:, None] * D + d[None, :], mask=s_ok[:, None] & (d < D)[None, :], other=0.0)
-    o = tl.sum(acc * w[:, None], 0) / tl.where(denom == 0.0, 1.0, denom)
-    tl.store(out_ptr + t * stride_ot + h * stride_oh + d, o.to(out_ptr.dtype.element_ty), mask=d < D)
 
 
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
@@ -337,10 +317,11 @@ def _descale_arg(x, b, hkv, device):
 def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale, *,
                            max_seqlen_q=None, max_seqlen_k=None, causal=True, window_left=-1, mm_prefix=None,
                            sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
-                           out_dtype=None, num_splits=None, config=None, prefetch=None):
+                           out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
     prefetch: the first key tile read before the PDL wait (None: where PREFETCH_KV and a small decode launched with
-    PDL; True: always, for tests)."""
+    PDL; True: always, for tests). merge_last: a split call's last program merges (None: where MERGE_LAST and a small
+    decode; True: wherever the call splits, for tests)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
@@ -400,6 +381,8 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     launch = pdl.args(out)
     if prefetch is None:
         prefetch = wants_prefetch(small, launch)
+    merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
+    cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
         qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
@@ -411,10 +394,11 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
-        num_warps=warps, num_stages=stages, PRE=bool(prefetch), **launch,
+        num_warps=warps, num_stages=stages, PRE=bool(prefetch), cnt_ptr=cnt, MERGE=merge,
+        S_PAD=_pow2(num_splits) if merge else 1, **launch,
     )
-    if split:
-        _merge_splits[(total_q, hq)](
+    if split and not merge:
+        split_merge._merge_splits[(total_q, hq)](
             ws_acc, ws_ml, out, snk, num_splits, hq, out.stride(0), out.stride(1),
             S_PAD=_pow2(num_splits), D=d, D_PAD=d_pad, HAS_SINK=sinks is not None, num_warps=4,
             **pdl.args(out))

@@ -1,6 +1,6 @@
 """Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops'
 switches (the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV, gated pairs, the
-attention's key prefetch), compared inside the real decode step by kselect.measurement.gemma4.fusion
+attention's key prefetch and merge), compared inside the real decode step by kselect.measurement.gemma4.fusion
 (`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
@@ -127,6 +127,8 @@ PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True),
 
 # kernels/triton_paged.py reads its first key tile of earlier steps before the PDL wait (PREFETCH_KV)
 KV_PRE = "kv_pre"
+# a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
+MERGE_LAST = "merge_last"
 
 
 def _pair_best(layout: str):
@@ -177,6 +179,10 @@ def variant(name: str):
         from kselect.kernels import triton_paged
 
         return triton_paged.prefetch_kv(True)
+    if name == MERGE_LAST:
+        from kselect.kernels import split_merge
+
+        return split_merge.merge_last(True)
     if name in PAIR:
         from kselect.kernels import gated_pair
 
@@ -208,7 +214,8 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, KV_PRE: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, KV_PRE: None,
+            MERGE_LAST: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -169,11 +169,13 @@ def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
-def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait():
+@pytest.mark.parametrize("switches", [dict(prefetch=True), dict(merge_last=True), dict(prefetch=True, merge_last=True)])
+def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
-    and value (the last position), then the attention reads its first tile before the wait. Over 30 steps, each
-    writing new values at that position, the outputs are the bits of plain launches without the prefetch: the step's
-    own key is never read before the kernel that writes it has finished."""
+    and value (the last position), then the attention reads its first tile before the wait (prefetch), merges in its
+    last program (merge_last), or both. Over 30 steps, each writing new values at that position, the outputs are the
+    bits of plain launches with neither: the step's own key is never read before the kernel that writes it has
+    finished, and the last program merges every split's partials."""
     from kselect.kernels import pdl
     from kselect.kernels.kv_write import write_kv_triton
 
@@ -184,19 +186,47 @@ def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait():
     news = [(torch.randn(1, 2, 256, device=DEV, generator=g, dtype=torch.bfloat16),
              torch.randn(1, 2, 256, device=DEV, generator=g, dtype=torch.bfloat16)) for _ in range(30)]
 
-    def steps(prefetch):
+    def steps(**kw):
         outs = []
         for k, v in news:
             write_kv_triton(k, v, case.k_cache, case.v_cache, slot)
-            outs.append(run(case, max_seqlen_q=1, max_seqlen_k=520, prefetch=prefetch))
+            outs.append(run(case, max_seqlen_q=1, max_seqlen_k=520, **kw))
         torch.cuda.synchronize()
         return torch.stack(outs)
 
-    want = steps(False)
+    want = steps(prefetch=False, merge_last=False)
     with pdl.on():
-        got = steps(True)
+        got = steps(**switches)
     assert torch.equal(got, want)
     assert rel_err(want[-1], case.reference()) < 1e-2  # the case's cache now holds the last step's key and value
+
+
+@pytest.mark.parametrize("mode,splits", [("decode", 3), ("decode", 8), ("mixed", 2), ("mixed", 5)])
+@pytest.mark.parametrize("mask", ["causal", "sinks", "all"])
+def test_merge_in_the_last_program_gives_the_merge_kernels_bits(mode, splits, mask):
+    """kernels/split_merge.py: the last split to store its partials merges its group's rows (several queries of a
+    sequence, GQA heads, sinks, empty splits) with the merge kernel's code, so the output is its bits; each group's
+    counter is back at zero after the call, and a second call (counters reused) gives the same bits again."""
+    from kselect.kernels import split_merge
+
+    case = build(mode, mask, seed=splits, hq=4, hkv=2)
+    got = run(case, num_splits=splits, merge_last=True)  # first: its workspace cannot hold the merge kernel's partials
+    want = run(case, num_splits=splits)
+    assert torch.equal(got, want)
+    assert not split_merge.tickets(got.device, 1).any()
+    assert torch.equal(run(case, num_splits=splits, merge_last=True), want)
+    assert rel_err(want, case.reference()) <= 1e-5
+
+
+def test_merge_in_the_last_program_only_where_switched_on_for_a_small_decode():
+    from kselect.kernels import split_merge
+
+    assert not split_merge.MERGE_LAST
+    with split_merge.merge_last(True):
+        assert split_merge.MERGE_LAST
+    assert not split_merge.MERGE_LAST
+    with pytest.raises(ValueError, match="at most"):
+        split_merge.tickets(torch.device(DEV), split_merge.COUNTERS + 1)
 
 
 @pytest.mark.skipif(DEV != "cpu", reason="the interpreter runs the PDL wait as a Python call")

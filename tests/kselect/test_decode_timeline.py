@@ -25,3 +25,13 @@ def test_a_long_kernel_keeps_its_step_whole():
 
 def test_no_kernels_is_an_empty_summary():
     assert summarize([])["kernel_us"] == 0 and summarize([])["steps_seen"] == 0
+
+
+def test_frontier_times_sum_to_the_span_when_kernels_overlap():
+    """Under PDL kernels overlap: each is charged how far it moves the step's latest end, so the charges sum to the
+    span, a kernel hidden under a longer one is charged nothing, and the first is charged its whole length."""
+    k = [(0, 10, "gemv"), (8, 12, "norm"), (9, 11, "hidden"), (11, 30, "gemv"), (31, 33, "norm")]
+    r = summarize([k])
+    front = {x["name"]: x["frontier_us"] for x in r["kernels"]}
+    assert front == {"gemv": 10 + 18, "norm": 2 + 3, "hidden": 0.0}
+    assert sum(front.values()) == r["span_us"] == 33

@@ -1,7 +1,9 @@
 """Where a fused decode step's time goes, kernel by kernel, in the CUDA-graph replays the engine decodes with
 (issue #52): per kernel name, launches and microseconds a step; the step's span from its first kernel's start to
-its last kernel's end; and the gaps between kernels inside it. Kernels launch plainly here (kernels/pdl.py off):
-under PDL a kernel's profiled time includes its wait for the one before.
+its last kernel's end; and the gaps between kernels inside it. Kernels launch plainly here (kernels/pdl.py off)
+unless `--pdl`, where the step launches as the engine decodes (PDL at batch 1). Under PDL a kernel's profiled time
+includes its wait for the one before and kernels overlap, so each kernel is also charged its "frontier" time: how far
+its end moves the step's latest end so far. Frontier times sum to the span, with or without overlap.
 
     python -m kselect.measurement.probes.decode_timeline --out $OUT/timeline --batches 1 16 --modes triton
 
@@ -51,20 +53,24 @@ def summarize(steps: list[list]) -> dict:
     n = len(steps) or 1  # none: a CPU smoke run
     span = sum(s[-1][1] - s[0][0] for s in steps) / n
     busy = sum(b - a for s in steps for a, b, _ in s) / n
-    us, count = defaultdict(float), defaultdict(int)
+    us, count, front = defaultdict(float), defaultdict(int), defaultdict(float)
     for s in steps:
+        latest = s[0][0]
         for a, b, name in s:
             us[name[:100]] += b - a
             count[name[:100]] += 1
+            front[name[:100]] += max(0.0, b - latest)
+            latest = max(latest, b)
     names = sorted(us, key=lambda k: -us[k])
     return dict(steps=n, span_us=span, kernel_us=busy, gap_us=span - busy, kernels_per_step=sum(count.values()) / n,
                 by_category={c: sum(us[k] for k in names if category(k) == c) / n
                              for c in ("gemm", "attention", "norm", "elementwise")},
-                kernels=[dict(name=k, launches=count[k] / n, us=us[k] / n, mean_us=us[k] / count[k]) for k in names],
+                kernels=[dict(name=k, launches=count[k] / n, us=us[k] / n, mean_us=us[k] / count[k],
+                              frontier_us=front[k] / n) for k in names],
                 steps_seen=len(steps))
 
 
-def profile(model, groups, prompts, steps: int) -> dict:
+def profile(model, groups, prompts, steps: int, launch_pdl: bool = False) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -72,7 +78,7 @@ def profile(model, groups, prompts, steps: int) -> dict:
     from kselect.kernels import pdl
 
     b = len(prompts)
-    with pdl.off():
+    with contextlib.nullcontext() if launch_pdl else pdl.off():
         eng = Engine(model, groups, EngineConfig(max_seqs=b, max_seq_len=len(prompts[0]) + steps + 8, cuda_graphs=True))
         seqs = list(range(b))
         toks = eng.extend(seqs, prompts).argmax(-1).tolist()
@@ -87,19 +93,21 @@ def profile(model, groups, prompts, steps: int) -> dict:
     free()
     out = summarize(steps_of(kernels_of(prof.events())))
     out["graphs"] = graphs
+    out["pdl"] = launch_pdl
     return out
 
 
 def render(data: dict) -> str:
-    lines = [f"# Decode step timeline (CUDA-graph replays, PDL off), {data['environment'].get('gpu', '')}", "",
+    lines = [f"# Decode step timeline (CUDA-graph replays), {data['environment'].get('gpu', '')}", "",
              f"`{data['environment'].get('command', '')}` at `{data['environment'].get('git_commit', '')}`", ""]
     for r in data["runs"]:
         lines += [f"## {r['mode']} B{r['batch']}: span {r['span_us']:.0f} us, kernels {r['kernel_us']:.0f} us, "
-                  f"gaps {r['gap_us']:.0f} us, {r['kernels_per_step']:.0f} kernels (graphs {r['graphs']})", "",
+                  f"gaps {r['gap_us']:.0f} us, {r['kernels_per_step']:.0f} kernels (graphs {r['graphs']}, "
+                  f"PDL {'as the engine launches' if r.get('pdl') else 'off'})", "",
                   "by category (us): " + ", ".join(f"{c} {v:.0f}" for c, v in r["by_category"].items()), "",
-                  "| kernel | launches | us/step | mean us |", "|---|---:|---:|---:|"]
-        lines += [f"| `{k['name'][:70]}` | {k['launches']:.0f} | {k['us']:.1f} | {k['mean_us']:.2f} |"
-                  for k in r["kernels"][:25]]
+                  "| kernel | launches | us/step | mean us | frontier us/step |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| `{k['name'][:70]}` | {k['launches']:.0f} | {k['us']:.1f} | {k['mean_us']:.2f} | "
+                  f"{k.get('frontier_us', 0.0):.1f} |" for k in r["kernels"][:25]]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -115,6 +123,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--selection", default="pin_triton", choices=[n for n in SELECTIONS if n != "base"],
                     help="the attention kernels (kselect/measurement/gemma4/fusion.py SELECTIONS)")
+    ap.add_argument("--pdl", action="store_true", help="launch as the engine decodes (PDL at batch 1), not plainly")
     o = ap.parse_args(argv)
     check_modes(ap, o.modes)
     from kselect.gemma4 import fused
@@ -137,7 +146,7 @@ def main(argv: list[str]) -> int:
             compute, name = split_mode(mode)
             model.set_compute(compute)
             with variant(name) if name else contextlib.nullcontext():
-                r = profile(model, groups, prompts[:b], o.steps)
+                r = profile(model, groups, prompts[:b], o.steps, o.pdl)
             data["runs"].append(dict(r, mode=mode, batch=b))
             print(f"{mode} B{b}: span {r['span_us']:.0f} us, kernels {r['kernel_us']:.0f}, gaps {r['gap_us']:.0f}, "
                   f"{r['kernels_per_step']:.0f} kernels", flush=True)

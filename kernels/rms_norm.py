@@ -12,6 +12,8 @@ One program per row. Runs in Triton's interpreter on CPU tensors (tests).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -56,7 +58,7 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
                          D, stride_y, stride_res, stride_out, stride_outb, eps,
                          HAS_RES: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
                          SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
-                         ZERO_Y: tl.constexpr = False):
+                         ZERO_Y: tl.constexpr = False, RES_EARLY: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D
@@ -67,13 +69,15 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
         wa = tl.load(wa_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_WB:
         wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    r = 0.0
+    if HAS_RES and RES_EARLY:  # written before the kernel before this one (see RES_EARLY below)
+        r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
     wait_then_release(PDL)
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
     if ZERO_Y:  # an fp32 accumulator (kernels/gated_pair.py): rounded as a projection's output, left as zeros
         y = round_like(y, out_ptr)
         tl.store(y_ptr + row * stride_y + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=mask)
-    r = 0.0
-    if HAS_RES:
+    if HAS_RES and not RES_EARLY:
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
     sc = 1.0
     if HAS_SCALAR:  # a one-element tensor (a model buffer) or an fp32 number
@@ -82,6 +86,24 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
         tl.store(outb_ptr + row * stride_outb + offs, m.to(dt), mask=mask)
+
+
+# RES_EARLY: an add-norm launched with PDL reads its residual before the PDL wait, taking a DRAM read off the path
+# after it. Safe only where every residual was written before the kernel before the add-norm (kernels/pdl.py: those
+# kernels have completed), as in the fused decode step, where the residual is the layer's input or the sum of an
+# add-norm two or more kernels back (gemma4/forward.py). Off until measured; `res_before_wait(on)` sets it.
+RES_EARLY = False
+
+
+@contextlib.contextmanager
+def res_before_wait(on: bool):
+    """RES_EARLY inside (a CUDA graph captured inside keeps it)."""
+    global RES_EARLY
+    was, RES_EARLY = RES_EARLY, on
+    try:
+        yield
+    finally:
+        RES_EARLY = was
 
 
 def row_warps(block: int) -> int:
@@ -111,14 +133,15 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None, zero_y=False):
     res2 = _rows(res) if res is not None else y2
     block = triton.next_power_of_2(d)
     on_device = scalar is None or isinstance(scalar, torch.Tensor)  # a tensor is read in the kernel, a number passed
+    launch = pdl.args(out)
     if rows:
         _add_rms_norm_kernel[(rows,)](
             y2, res2, w_a if w_a is not None else y2, (y2 if scalar is None else scalar) if on_device else float(scalar),
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, SCALAR_PTR=on_device,
-            HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y,
-            num_warps=row_warps(block), **pdl.args(out))
+            HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y, RES_EARLY=RES_EARLY and launch["PDL"] is True,
+            num_warps=row_warps(block), **launch)
     return out.view(shape), (outb.view(shape) if want_b else None)
 
 

@@ -61,10 +61,22 @@ def _rows(ptr, blk, off, kvh, d, mask, stride_b, stride_s, stride_h):
 
 
 @triton.jit
+def _to_l2(ptr, blk, off, kvh, k_ok, stride_b, stride_s, stride_h, LINES: tl.constexpr, LINE: tl.constexpr):
+    """Asks L2 for the 128-byte lines of a K or V tile's rows (LINES a row, LINE elements each); nothing comes into
+    registers. L2 is the GPU's point of coherence, so a line fetched before a write to it is never read stale."""
+    if LINES == 0:  # the interpreter runs no inline asm
+        return
+    lines = ptr + blk[:, None] * stride_b + off[:, None] * stride_s + kvh * stride_h + (tl.arange(0, LINES) * LINE)[None, :]
+    lines = tl.where(k_ok[:, None], lines, ptr)  # masked rows ask for the cache's first line
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [lines], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def _earlier(raw, pre, kp, old, start, begin, PRE: tl.constexpr):
     """A tile read in the loop, with its earlier steps' rows (kp < old) taken from `pre`, read before the PDL wait,
-    where PRE and this is the first tile."""
-    if PRE:
+    where PRE is REGS and this is the first tile."""
+    if PRE == 1:
         if start == begin:
             raw = tl.where((kp < old)[:, None], pre, raw)
     return raw
@@ -96,9 +108,9 @@ def _attn_fwd(
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
-    PRE: tl.constexpr = False, cnt_ptr=None, MERGE: tl.constexpr = False, S_PAD: tl.constexpr = 1,
+    PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False, S_PAD: tl.constexpr = 1,
 ):
-    if not PRE:
+    if PRE == 0:
         wait_then_release(PDL)
     M: tl.constexpr = BLOCK_Q * G_PAD
     pid = tl.program_id(0)
@@ -109,7 +121,7 @@ def _attn_fwd(
     q_start = tl.load(cu_q_ptr + seq).to(tl.int64)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     kv_len = tl.load(seqused_ptr + seq)
-    if not PRE:
+    if PRE == 0:
         if qtile * BLOCK_Q >= q_len:
             return
 
@@ -125,7 +137,7 @@ def _attn_fwd(
     else:
         qp = kv_len - q_len + tok
 
-    if not PRE:
+    if PRE == 0:
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
                           stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
 
@@ -145,13 +157,19 @@ def _attn_fwd(
         begin = begin + split * per
         hi = tl.minimum(hi, begin + per)
     old = kv_len - q_len  # keys before this step's queries: written by earlier steps
-    if PRE:  # before the PDL wait: the first key tile of earlier steps (see `prefetch_kv` below)
+    if PRE != 0:  # before the PDL wait: the first key tile (see `prefetch_kv` below)
         kp0 = begin + tl.arange(0, BLOCK_N)
         ok0 = (kp0 < hi) & (kp0 >= lo)
         blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, ok0, PAGE)
-        pre_ok = (ok0 & (kp0 < old))[:, None] & d_ok[None, :]
-        k0 = _rows(k_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_kb, stride_ks, stride_kh)
-        v0 = _rows(v_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_vb, stride_vs, stride_vh)
+        if PRE == 1:  # earlier steps' rows into registers
+            pre_ok = (ok0 & (kp0 < old))[:, None] & d_ok[None, :]
+            k0 = _rows(k_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_kb, stride_ks, stride_kh)
+            v0 = _rows(v_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_vb, stride_vs, stride_vh)
+        else:  # every row's lines into L2
+            _to_l2(k_ptr, blk0, kp0 % PAGE, kvh, ok0, stride_kb, stride_ks, stride_kh, LINES, LINE)
+            _to_l2(v_ptr, blk0, kp0 % PAGE, kvh, ok0, stride_vb, stride_vs, stride_vh, LINES, LINE)
+            k0 = 0.0
+            v0 = 0.0
         wait_then_release(PDL)
         if qtile * BLOCK_Q >= q_len:
             return
@@ -168,7 +186,7 @@ def _attn_fwd(
         kp = start + tl.arange(0, BLOCK_N)
         k_ok = (kp < hi) & (kp >= lo)
         kv_ok = k_ok[:, None] & d_ok[None, :]
-        if PRE:  # the first tile: earlier steps' keys read before the wait, this step's read now
+        if PRE == 1:  # the first tile: earlier steps' keys read before the wait, this step's read now
             if start == begin:
                 blk = blk0
                 kv_ok = kv_ok & (kp >= old)[:, None]
@@ -280,29 +298,40 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
     return block_q, block_n, 4 if d_pad <= 128 else 8, 2, False
 
 
-# PREFETCH_KV: in a small-batch decode launched with PDL, each program reads the tables and its first key tile of earlier
-# steps before the PDL wait, so that after it only q and this step's keys (the last q_len positions, which the kernel
-# before wrote) are read. Safe by kernels/pdl.py's protocol: a PDL kernel starts after every kernel but the one before
-# it has completed. Not with PDL's early release (kernels/pdl.py `early`), which gives that up. Off until measured;
-# `prefetch_kv(on)` sets it.
-PREFETCH_KV = False
+# PREFETCH_KV: in a small-batch decode launched with PDL, each program reads the tables before the PDL wait, and its
+# first key tile: REGS, the earlier steps' rows into registers, so that after the wait only q and this step's keys (the
+# last q_len positions, which the kernel before wrote) are read; L2, every row's lines into L2 only (a hint: nothing
+# is read into registers, and L2 is coherent). Safe by kernels/pdl.py's protocol: a PDL kernel starts after every
+# kernel but the one before it has completed. Not with PDL's early release (kernels/pdl.py `early`), which gives that
+# up. Off: REGS measured 0.930x in E4B's batch-1 step on the H100, its tile spilling registers
+# (bench/results/h100/kv_pre/). `prefetch_kv(mode)` sets it.
+OFF, REGS, L2 = 0, 1, 2
+PREFETCH_KV = OFF
+
+
+def _mode(on) -> int:
+    """True (REGS, as before the L2 mode existed), False or None (OFF), or a mode."""
+    mode = REGS if on is True else OFF if on in (False, None) else on
+    if mode not in (OFF, REGS, L2):
+        raise ValueError(f"prefetch_kv mode must be {OFF}, {REGS} or {L2}, got {on!r}")
+    return mode
 
 
 @contextlib.contextmanager
-def prefetch_kv(on: bool):
+def prefetch_kv(on):
     """PREFETCH_KV inside (a CUDA graph captured inside keeps it)."""
     global PREFETCH_KV
-    was, PREFETCH_KV = PREFETCH_KV, on
+    was, PREFETCH_KV = PREFETCH_KV, _mode(on)
     try:
         yield
     finally:
         PREFETCH_KV = was
 
 
-def wants_prefetch(small: bool, launch: dict) -> bool:
-    """Whether a call reads its first key tile before the PDL wait: PREFETCH_KV on, a small-batch decode, launched
-    with PDL (`launch`: kernels/pdl.py `args`) and not with its early release."""
-    return PREFETCH_KV and small and launch["PDL"] is True
+def wants_prefetch(small: bool, launch: dict) -> int:
+    """How a call reads its first key tile before the PDL wait (OFF: not at all): PREFETCH_KV, in a small-batch decode
+    launched with PDL (`launch`: kernels/pdl.py `args`) and not with its early release."""
+    return PREFETCH_KV if small and launch["PDL"] is True else OFF
 
 
 def _descale_arg(x, b, hkv, device):
@@ -319,8 +348,8 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
                            sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
                            out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
-    prefetch: the first key tile read before the PDL wait (None: where PREFETCH_KV and a small decode launched with
-    PDL; True: always, for tests). merge_last: a split call's last program merges (None: where MERGE_LAST and a small
+    prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV says for a small decode launched with
+    PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program merges (None: where MERGE_LAST and a small
     decode; True: wherever the call splits, for tests)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
@@ -379,8 +408,9 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     qd, kd, vd = (_descale_arg(x, b, hkv, dev) for x in (q_descale, k_descale, v_descale))
     grid = (b * n_qt, hkv, num_splits)
     launch = pdl.args(out)
-    if prefetch is None:
-        prefetch = wants_prefetch(small, launch)
+    pre = wants_prefetch(small, launch) if prefetch is None else _mode(prefetch)
+    line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
+    lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
     cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
     _attn_fwd[grid](
@@ -394,7 +424,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_WINDOW=window_left >= 0, HAS_QPOS=q_positions is not None, NUM_SPANS=spans,
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
-        num_warps=warps, num_stages=stages, PRE=bool(prefetch), cnt_ptr=cnt, MERGE=merge,
+        num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
         S_PAD=_pow2(num_splits) if merge else 1, **launch,
     )
     if split and not merge:

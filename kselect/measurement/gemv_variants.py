@@ -1,7 +1,7 @@
 """Launch-parameter variants of kernels/gemv.py and kernels/skinny_gemm.py, which rows run on which, and the fused ops'
 switches (the add-norm fold and tail, L2 prefetch, PDL's reach and early release, the TMA GEMV, gated pairs, the
-attention's key prefetch and merge), compared inside the real decode step by kselect.measurement.gemma4.fusion
-(`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
+attention's key prefetch and merge, the add-norm's early residual), compared inside the real decode step by
+kselect.measurement.gemma4.fusion (`--modes triton+<variant>`, or `triton+<a>+<b>` for two; issue #16).
 
 Why inside the step: under programmatic dependent launch a GEMV reads its first K chunk of weights before it waits
 for the kernel before it (kernels/pdl.py). A wider first chunk moves more of the weight read into that kernel's
@@ -125,8 +125,11 @@ TMA = {"tma": None, "tma_tuned": "KSELECT_GEMV_TMA_TABLE"}
 PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True), "pair_t_tuned": ("t", True)}
 
 
-# kernels/triton_paged.py reads its first key tile of earlier steps before the PDL wait (PREFETCH_KV)
-KV_PRE = "kv_pre"
+# kernels/triton_paged.py reads its first key tile before the PDL wait (PREFETCH_KV): earlier steps' rows into
+# registers, or every row's lines into L2
+KV_PRE = {"kv_pre": "REGS", "kv_l2": "L2"}
+# an add-norm launched with PDL reads its residual before the wait (kernels/rms_norm.py RES_EARLY)
+RES_EARLY = "res_early"
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
 MERGE_LAST = "merge_last"
 
@@ -175,10 +178,14 @@ def variant(name: str):
         if best:
             both.enter_context(gemv_tma.configured(best))
         return both
-    if name == KV_PRE:
+    if name in KV_PRE:
         from kselect.kernels import triton_paged
 
-        return triton_paged.prefetch_kv(True)
+        return triton_paged.prefetch_kv(getattr(triton_paged, KV_PRE[name]))
+    if name == RES_EARLY:
+        from kselect.kernels import rms_norm
+
+        return rms_norm.res_before_wait(True)
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -214,8 +221,8 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, KV_PRE: None,
-            MERGE_LAST: None}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, **KV_PRE,
+            MERGE_LAST: None, RES_EARLY: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -691,10 +691,13 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("pdl_b16+pdl_early"):  # PDL kernels release the next one before they wait
         assert pdl._early and fused.PDL_MAX_TOKENS == 16
     assert not pdl._early
-    from kselect.kernels import split_merge, triton_paged
+    from kselect.kernels import rms_norm, split_merge, triton_paged
 
     with gv.variant("kv_pre+merge_last"):  # the attention's first-tile prefetch and merge in its last program
-        assert triton_paged.PREFETCH_KV and split_merge.MERGE_LAST
+        assert triton_paged.PREFETCH_KV == triton_paged.REGS and split_merge.MERGE_LAST
+    with gv.variant("kv_l2+res_early"):  # ... the first tile's lines into L2; the add-norm's residual before the wait
+        assert triton_paged.PREFETCH_KV == triton_paged.L2 and rms_norm.RES_EARLY
+    assert not rms_norm.RES_EARLY
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):

@@ -83,3 +83,33 @@ def test_gemma_sizes_bf16(d):
     want_s = (res + na(y)) * s
     ulp_close(got_s, want_s, torch.bfloat16)
     ulp_close(got_n, nb(want_s), torch.bfloat16)
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="the interpreter runs the PDL wait as a Python call")
+def test_residual_before_the_wait_only_where_switched_on_under_pdl(monkeypatch):
+    """RES_EARLY: under PDL the add-norm reads its residual before the wait, y after it. A simulated wait that writes
+    y (the kernel before) and then changes the residual tells the reads apart: with the switch the sum is over the
+    residual as it was before the wait, without it over the residual after; the bits otherwise match the plain call."""
+    d = 96
+    na, nb = norm(d, torch.float32, seed=2), norm(d, torch.float32, seed=3)
+    # one row: the interpreter runs programs one after another, so a second row's program would see the first's wait
+    y_new, res_old, res_new = data(1, d, torch.float32, 4), data(1, d, torch.float32, 5), data(1, d, torch.float32, 6)
+
+    def call(early):
+        y, res = torch.zeros_like(y_new), res_old.clone()
+
+        def wait_then_release(pdl):
+            y.copy_(y_new)
+            res.copy_(res_new)
+
+        with monkeypatch.context() as m:
+            m.setattr(K, "wait_then_release", wait_then_release)
+            m.setattr(K.pdl, "args", lambda t: {"PDL": True})
+            with K.res_before_wait(early):
+                return K.add_rms_norm(y, res, na.weight, na.eps, None, nb.weight)
+
+    for early, res in ((True, res_old), (False, res_new)):
+        want = K.add_rms_norm(y_new, res, na.weight, na.eps, None, nb.weight)
+        got = call(early)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), early
+    assert not K.RES_EARLY

@@ -241,8 +241,8 @@ for case in json.loads(sys.argv[1]):
     fp8 = case["fp8"]
     consts = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, D=256, D_PAD=256, PAGE=16, CAUSAL=True, HAS_WINDOW=True,
                   HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False, HAS_QD=False, HAS_KD=fp8, HAS_VD=fp8, SPLIT=True,
-                  DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16, IEEE=False, KV_ASM=fp8, PDL=True, PRE=case["pre"],
-                  MERGE=case.get("merge", False), S_PAD=32)
+                  DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16, IEEE=False, KV_ASM=fp8, PDL=True, PRE=int(case["pre"]),
+                  LINES=2 if fp8 else 4, LINE=128 if fp8 else 64, MERGE=case.get("merge", False), S_PAD=32)
     types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
              else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
              else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
@@ -253,7 +253,8 @@ for case in json.loads(sys.argv[1]):
                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2)).asm["ptx"]
         wait = ptx.index("griddepcontrol.wait")
         done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])),
-                            len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx))]
+                            len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
+                            len(re.findall(r"prefetch\.global\.L2", ptx[:wait])), len(re.findall(r"prefetch", ptx[wait:]))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))
@@ -268,8 +269,20 @@ def test_attention_first_tile_prefetch_compiles_for_sm90_with_loads_before_the_w
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics = done[c["id"]]
-        assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == 0, done
+        before, after, atomics, to_l2, late = done[c["id"]]
+        assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == to_l2 == late == 0, done
+
+
+def test_attention_first_tile_to_l2_compiles_for_sm90_with_prefetches_before_the_wait():
+    """The L2 mode of the first-tile prefetch (PRE=2): the tables read and the tile's K and V lines asked of L2
+    before the PDL wait (a row's 4 lines in bf16, 2 in FP8, each once per element of the line tensor), no prefetch
+    after it; the tile itself is read after the wait as without the prefetch."""
+    cases = [dict(id=f"l2/{'fp8' if fp8 else 'bf16'}", pre=2, fp8=fp8) for fp8 in (False, True)]
+    done = compiled(ATTN_COMPILE, cases)
+    for c in cases:
+        assert isinstance(done[c["id"]], list), done[c["id"]]
+        before, after, atomics, to_l2, late = done[c["id"]]
+        assert 0 < before < 8 and after > 0 and to_l2 > 0 and late == atomics == 0, done
 
 
 def test_attention_merge_in_the_last_program_compiles_for_sm90_with_one_acq_rel_ticket():
@@ -281,5 +294,5 @@ def test_attention_merge_in_the_last_program_compiles_for_sm90_with_one_acq_rel_
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics = done[c["id"]]
+        before, after, atomics, to_l2, late = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == 1, done

@@ -146,12 +146,14 @@ def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span
 @pytest.mark.parametrize("mode", ["decode", "mixed"])
 @pytest.mark.parametrize("mask", ["causal", "window", "all"])
 @pytest.mark.parametrize("splits", [1, 3])
-def test_first_tile_prefetch_gives_the_same_bits(mode, mask, splits):
-    """The first key tile read before the PDL wait (earlier steps' keys) and this step's keys after it: the bits of
-    the plain read, with one or several tiles a program and several queries of a sequence (its new keys span tiles)."""
+@pytest.mark.parametrize("how", [triton_paged.REGS, triton_paged.L2])
+def test_first_tile_prefetch_gives_the_same_bits(mode, mask, splits, how):
+    """The first key tile read before the PDL wait (earlier steps' keys into registers, or the tables alone where its
+    lines go to L2, which the interpreter skips) and this step's keys after it: the bits of the plain read, with one
+    or several tiles a program and several queries of a sequence (its new keys span tiles)."""
     case = build(mode, mask, seed=11)
     want = run(case, num_splits=splits, prefetch=False)
-    assert torch.equal(run(case, num_splits=splits, prefetch=True), want)
+    assert torch.equal(run(case, num_splits=splits, prefetch=how), want)
     assert rel_err(want, case.reference()) <= 1e-5
 
 
@@ -161,15 +163,19 @@ def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
     wants, pdl = triton_paged.wants_prefetch, triton_paged.pdl
     on = {"PDL": True, "launch_pdl": True}
     assert not wants(True, on)
-    with triton_paged.prefetch_kv(True):
-        assert wants(True, on) and not wants(False, on)
-        assert not wants(True, {"PDL": pdl.EARLY, "launch_pdl": True}) and not wants(True, {"PDL": False})
-    assert not triton_paged.PREFETCH_KV
+    for how in (True, triton_paged.REGS, triton_paged.L2):
+        with triton_paged.prefetch_kv(how):
+            assert wants(True, on) == (triton_paged.REGS if how is True else how) and not wants(False, on)
+            assert not wants(True, {"PDL": pdl.EARLY, "launch_pdl": True}) and not wants(True, {"PDL": False})
+        assert not triton_paged.PREFETCH_KV
+    with pytest.raises(ValueError, match="prefetch_kv mode must be"):
+        triton_paged.prefetch_kv(3).__enter__()
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
-@pytest.mark.parametrize("switches", [dict(prefetch=True), dict(merge_last=True), dict(prefetch=True, merge_last=True)])
+@pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),
+                                      dict(prefetch=True, merge_last=True)])
 def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
     and value (the last position), then the attention reads its first tile before the wait (prefetch), merges in its
@@ -197,7 +203,10 @@ def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     want = steps(prefetch=False, merge_last=False)
     with pdl.on():
         got = steps(**switches)
-    assert torch.equal(got, want)
+    if switches.get("merge_last"):  # compiled into the attention kernel the merge may sum in another order; a
+        assert rel_err(got, want) < 1e-5  # program merging before every split stored would be off by far more
+    else:
+        assert torch.equal(got, want)
     assert rel_err(want[-1], case.reference()) < 1e-2  # the case's cache now holds the last step's key and value
 
 

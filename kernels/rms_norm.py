@@ -70,15 +70,16 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
     if HAS_WB:
         wb = tl.load(wb_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     r = 0.0
-    if HAS_RES and RES_EARLY:  # written before the kernel before this one (see RES_EARLY below)
+    if RES_EARLY:  # written before the kernel before this one (see RES_EARLY below)
         r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
     wait_then_release(PDL)
     y = tl.load(y_ptr + row * stride_y + offs, mask=mask, other=0.0).to(tl.float32)
     if ZERO_Y:  # an fp32 accumulator (kernels/gated_pair.py): rounded as a projection's output, left as zeros
         y = round_like(y, out_ptr)
         tl.store(y_ptr + row * stride_y + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=mask)
-    if HAS_RES and not RES_EARLY:
-        r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RES:
+        if not RES_EARLY:
+            r = tl.load(res_ptr + row * stride_res + offs, mask=mask, other=0.0).to(tl.float32)
     sc = 1.0
     if HAS_SCALAR:  # a one-element tensor (a model buffer) or an fp32 number
         sc = scalar_value(scalar, SCALAR_PTR)
@@ -140,7 +141,8 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None, zero_y=False):
             w_b if w_b is not None else y2, out, outb, d, y2.stride(0), res2.stride(0), out.stride(0),
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, SCALAR_PTR=on_device,
-            HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y, RES_EARLY=RES_EARLY and launch["PDL"] is True,
+            HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y,
+            RES_EARLY=RES_EARLY and res is not None and launch["PDL"] is True,
             num_warps=row_warps(block), **launch)
     return out.view(shape), (outb.view(shape) if want_b else None)
 

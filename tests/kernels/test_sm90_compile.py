@@ -164,15 +164,17 @@ from kselect.kernels import rms_norm as K
 kernel = K._add_rms_norm_kernel
 names = list(inspect.signature(kernel.fn).parameters)
 done = {}
-for pdl in (True, 2):
-    consts = dict(json.loads(sys.argv[1]), PDL=pdl)
+for pdl, early in ((True, False), (2, False), (True, True)):
+    consts = dict(json.loads(sys.argv[1]), PDL=pdl, RES_EARLY=early, ZERO_Y=False)
     types = {n: "constexpr" if n in consts else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar")
              else "i32" for n in names}
     src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
     try:
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
         at = lambda op: [i for i, line in enumerate(ptx) if op in line]
-        done[str(pdl)] = "release first" if at("launch_dependents")[0] < at("griddepcontrol.wait")[0] else "wait first"
+        key = f"{pdl}/res_early" if early else str(pdl)
+        done[key] = "release first" if at("launch_dependents")[0] < at("griddepcontrol.wait")[0] else "wait first"
+        done[key + "/loads before"] = len([i for i in at("ld.global") if i < at("griddepcontrol.wait")[0]])
     except Exception as e:
         done[str(pdl)] = repr(e)[:2000]
 print(json.dumps(done))
@@ -181,10 +183,14 @@ print(json.dumps(done))
 
 def test_early_release_orders_the_release_before_the_wait_on_sm90():
     """kernels/pdl.py: PDL == EARLY compiles to griddepcontrol.launch_dependents before griddepcontrol.wait, and
-    PDL on to the wait first (the add-norm kernel, which every decode layer runs)."""
+    PDL on to the wait first (the add-norm kernel, which every decode layer runs). With RES_EARLY (kernels/rms_norm.py)
+    the residual's loads join the weights' before the wait."""
     consts = dict(HAS_RES=True, HAS_WA=True, HAS_SCALAR=False, SCALAR_PTR=False, HAS_WB=True, BLOCK=4096)
     done = compiled(EARLY, consts)
-    assert done == {"True": "wait first", "2": "release first"}
+    weights = done["True/loads before"]
+    assert weights > 0 and done["True/res_early/loads before"] == 3 * weights // 2, done  # wa, wb, then res too
+    assert {k: v for k, v in done.items() if "loads" not in k} == {"True": "wait first", "2": "release first",
+                                                                  "True/res_early": "wait first"}
 
 
 PAIR_COMPILE = r'''

@@ -273,11 +273,29 @@ def _num_sms(device) -> int:
 SMALL_BATCH = 4
 
 
+# At most this many splits in a small decode. Fewer splits: longer programs, a smaller merge. A measurement's switch
+# (`small_splits(n)`, variants splits1 .. splits8 of kselect/measurement/gemv_variants.py).
+SMALL_MAX_SPLITS = 64
+
+
+@contextlib.contextmanager
+def small_splits(n: int):
+    """SMALL_MAX_SPLITS inside (a CUDA graph captured inside keeps it)."""
+    global SMALL_MAX_SPLITS
+    if n < 1:
+        raise ValueError(f"small_splits needs at least one split, got {n}")
+    was, SMALL_MAX_SPLITS = SMALL_MAX_SPLITS, n
+    try:
+        yield
+    finally:
+        SMALL_MAX_SPLITS = was
+
+
 def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
     """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL_BATCH with `programs` = batch x kv heads x
     query tiles and `span` visible keys: about one program per SM, each at least one 32-key tile."""
     block_n = 32
-    return block_n, 2, max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n), 64))
+    return block_n, 2, max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n), SMALL_MAX_SPLITS))
 
 
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):

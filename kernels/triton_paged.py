@@ -273,29 +273,34 @@ def _num_sms(device) -> int:
 SMALL_BATCH = 4
 
 
-# At most this many splits in a small decode. Fewer splits: longer programs, a smaller merge. A measurement's switch
-# (`small_splits(n)`, variants splits1 .. splits8 of kselect/measurement/gemv_variants.py).
-SMALL_MAX_SPLITS = 64
+# A small decode's launch: at most SMALL["splits"] splits (fewer: longer programs, a smaller merge), SMALL["stages"]
+# software-pipeline stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches
+# (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1 of kselect/measurement/gemv_variants.py).
+SMALL = {"splits": 64, "stages": 2, "warps": None}
 
 
 @contextlib.contextmanager
-def small_splits(n: int):
-    """SMALL_MAX_SPLITS inside (a CUDA graph captured inside keeps it)."""
-    global SMALL_MAX_SPLITS
-    if n < 1:
-        raise ValueError(f"small_splits needs at least one split, got {n}")
-    was, SMALL_MAX_SPLITS = SMALL_MAX_SPLITS, n
+def small_launch(**changes):
+    """SMALL's entries changed inside (a CUDA graph captured inside keeps them)."""
+    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1))]
+    if bad:
+        raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
+                         f"keys {', '.join(SMALL)}, each a positive int (warps may be None)")
+    was = dict(SMALL)
+    SMALL.update(changes)
     try:
         yield
     finally:
-        SMALL_MAX_SPLITS = was
+        SMALL.clear()
+        SMALL.update(was)
 
 
 def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
     """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL_BATCH with `programs` = batch x kv heads x
     query tiles and `span` visible keys: about one program per SM, each at least one 32-key tile."""
     block_n = 32
-    return block_n, 2, max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n), SMALL_MAX_SPLITS))
+    return block_n, SMALL["stages"], max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n),
+                                                 SMALL["splits"]))
 
 
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
@@ -405,6 +410,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     small = decode and b <= SMALL_BATCH and config is None and not interpret
     if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
         block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev))
+        warps = SMALL["warps"] or warps
         num_splits = splits if num_splits is None else num_splits
     if num_splits is None:
         num_splits = 1

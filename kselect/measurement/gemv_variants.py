@@ -128,8 +128,10 @@ PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True),
 # kernels/triton_paged.py reads its first key tile before the PDL wait (PREFETCH_KV): earlier steps' rows into
 # registers, or every row's lines into L2
 KV_PRE = {"kv_pre": "REGS", "kv_l2": "L2"}
-# a small decode's attention split at most n ways (kernels/triton_paged.py SMALL_MAX_SPLITS; default 64)
-SPLITS = {f"splits{n}": n for n in (1, 2, 4, 8)}
+# a small decode's attention launch (kernels/triton_paged.py SMALL): split at most n ways (default 64), 8 warps a
+# program (default 4), one pipeline stage (default 2)
+SMALL_LAUNCH = {**{f"splits{n}": dict(splits=n) for n in (1, 2, 4, 8)}, "attn_w8": dict(warps=8),
+                "attn_s1": dict(stages=1)}
 # an add-norm launched with PDL reads its residual before the wait (kernels/rms_norm.py RES_EARLY)
 RES_EARLY = "res_early"
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
@@ -184,10 +186,10 @@ def variant(name: str):
         from kselect.kernels import triton_paged
 
         return triton_paged.prefetch_kv(getattr(triton_paged, KV_PRE[name]))
-    if name in SPLITS:
+    if name in SMALL_LAUNCH:
         from kselect.kernels import triton_paged
 
-        return triton_paged.small_splits(SPLITS[name])
+        return triton_paged.small_launch(**SMALL_LAUNCH[name])
     if name == RES_EARLY:
         from kselect.kernels import rms_norm
 
@@ -228,7 +230,7 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, **KV_PRE,
-            MERGE_LAST: None, RES_EARLY: None, **SPLITS}
+            MERGE_LAST: None, RES_EARLY: None, **SMALL_LAUNCH}
 
 
 def check_modes(ap, modes: list[str]) -> None:

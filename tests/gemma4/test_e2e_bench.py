@@ -698,9 +698,13 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("kv_l2+res_early"):  # ... the first tile's lines into L2; the add-norm's residual before the wait
         assert triton_paged.PREFETCH_KV == triton_paged.L2 and rms_norm.RES_EARLY
     assert not rms_norm.RES_EARLY
-    with gv.variant("splits4"):  # a small decode's attention split at most four ways
-        assert triton_paged.small_decode(2, 520, 132)[2] == 4
-    assert triton_paged.small_decode(2, 520, 132)[2] == 17
+    with gv.variant("splits4+attn_s1"):  # a small decode's attention split at most four ways, one pipeline stage
+        assert triton_paged.small_decode(2, 520, 132) == (32, 1, 4)
+    with gv.variant("attn_w8"):
+        assert triton_paged.SMALL["warps"] == 8
+    assert triton_paged.small_decode(2, 520, 132) == (32, 2, 17) and triton_paged.SMALL["warps"] is None
+    with pytest.raises(ValueError, match="small_launch: splits=0"):
+        triton_paged.small_launch(splits=0).__enter__()
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):

@@ -204,7 +204,7 @@ def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     with pdl.on():
         got = steps(**switches)
     if switches.get("merge_last"):  # compiled into the attention kernel the merge may sum in another order; a
-        assert rel_err(got, want) < 1e-5  # program merging before every split stored would be off by far more
+        assert rel_err(got, want) < 1e-3  # program merging before every split stored would be off by far more
     else:
         assert torch.equal(got, want)
     assert rel_err(want[-1], case.reference()) < 1e-2  # the case's cache now holds the last step's key and value

@@ -66,7 +66,8 @@ def _to_l2(ptr, blk, off, kvh, k_ok, stride_b, stride_s, stride_h, LINES: tl.con
     registers. L2 is the GPU's point of coherence, so a line fetched before a write to it is never read stale."""
     if LINES == 0:  # the interpreter runs no inline asm
         return
-    lines = ptr + blk[:, None] * stride_b + off[:, None] * stride_s + kvh * stride_h + (tl.arange(0, LINES) * LINE)[None, :]
+    row = ptr + blk * stride_b + off * stride_s + kvh * stride_h
+    lines = row[:, None] + (tl.arange(0, LINES) * LINE)[None, :]
     lines = tl.where(k_ok[:, None], lines, ptr)  # masked rows ask for the cache's first line
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [lines], dtype=tl.int32,
                               is_pure=False, pack=1)
@@ -108,7 +109,8 @@ def _attn_fwd(
     HAS_WINDOW: tl.constexpr, HAS_QPOS: tl.constexpr, NUM_SPANS: tl.constexpr, HAS_SINK: tl.constexpr,
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
-    PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False, S_PAD: tl.constexpr = 1,
+    PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False,
+    S_PAD: tl.constexpr = 1,
 ):
     if PRE == 0:
         wait_then_release(PDL)
@@ -372,8 +374,8 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
                            out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
     prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV says for a small decode launched with
-    PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program merges (None: where MERGE_LAST and a small
-    decode; True: wherever the call splits, for tests)."""
+    PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program merges (None: where
+    MERGE_LAST and a small decode; True: wherever the call splits, for tests)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"

@@ -229,8 +229,8 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA, **PAIR, **KV_PRE,
-            MERGE_LAST: None, RES_EARLY: None, **SMALL_LAUNCH}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
+            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, **SMALL_LAUNCH}
 
 
 def check_modes(ap, modes: list[str]) -> None:

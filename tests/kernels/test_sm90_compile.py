@@ -260,7 +260,8 @@ for case in json.loads(sys.argv[1]):
         wait = ptx.index("griddepcontrol.wait")
         done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])),
                             len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
-                            len(re.findall(r"prefetch\.global\.L2", ptx[:wait])), len(re.findall(r"prefetch", ptx[wait:]))]
+                            len(re.findall(r"prefetch\.global\.L2", ptx[:wait])),
+                            len(re.findall(r"prefetch", ptx[wait:]))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))

@@ -92,7 +92,8 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
 # RES_EARLY: an add-norm launched with PDL reads its residual before the PDL wait, taking a DRAM read off the path
 # after it. Safe only where every residual was written before the kernel before the add-norm (kernels/pdl.py: those
 # kernels have completed), as in the fused decode step, where the residual is the layer's input or the sum of an
-# add-norm two or more kernels back (gemma4/forward.py). Off until measured; `res_before_wait(on)` sets it.
+# add-norm two or more kernels back (gemma4/forward.py). Off: a tie in E4B's batch-1 step on the H100 (0.999x,
+# bench/results/h100/kv_l2/). `res_before_wait(on)` sets it.
 RES_EARLY = False
 
 

@@ -20,8 +20,9 @@ from .pdl import wait_then_release
 
 LOG2E = 1.4426950408889634
 
-# MERGE_LAST: in a small-batch decode, the attention's last program to store its partials merges them (off until
-# measured; `merge_last(on)` sets it).
+# MERGE_LAST: in a small-batch decode, the attention's last program to store its partials merges them. Off: E4B's
+# batch-1 step decoded 0.933x with it on the H100 (bench/results/h100/kv_pre/): one program merges the group's
+# query heads one after another. `merge_last(on)` sets it.
 MERGE_LAST = False
 COUNTERS = 4096  # int32 tickets a device: (sequence x query tile) x kv heads of a small decode, at most
 _TICKETS: dict = {}

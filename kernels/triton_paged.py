@@ -277,7 +277,9 @@ SMALL_BATCH = 4
 
 # A small decode's launch: at most SMALL["splits"] splits (fewer: longer programs, a smaller merge), SMALL["stages"]
 # software-pipeline stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches
-# (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1 of kselect/measurement/gemv_variants.py).
+# (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1 of kselect/measurement/gemv_variants.py). In
+# E4B's batch-1 step on the H100, 8 and 4 splits were slower (0.975x, 0.936x), 8 warps and one stage ties
+# (bench/results/h100/kv_l2/).
 SMALL = {"splits": 64, "stages": 2, "warps": None}
 
 
@@ -328,8 +330,8 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
 # last q_len positions, which the kernel before wrote) are read; L2, every row's lines into L2 only (a hint: nothing
 # is read into registers, and L2 is coherent). Safe by kernels/pdl.py's protocol: a PDL kernel starts after every
 # kernel but the one before it has completed. Not with PDL's early release (kernels/pdl.py `early`), which gives that
-# up. Off: REGS measured 0.930x in E4B's batch-1 step on the H100, its tile spilling registers
-# (bench/results/h100/kv_pre/). `prefetch_kv(mode)` sets it.
+# up. Off: in E4B's batch-1 step on the H100 REGS measured 0.930x, its tile spilling registers
+# (bench/results/h100/kv_pre/), and L2 1.008x, a tie (bench/results/h100/kv_l2/). `prefetch_kv(mode)` sets it.
 OFF, REGS, L2 = 0, 1, 2
 PREFETCH_KV = OFF
 

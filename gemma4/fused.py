@@ -36,6 +36,7 @@ import contextlib
 import torch
 from torch import nn
 
+from ..kernels.switches import switched
 from .layers import apply_rope, gelu_tanh
 from .ops import TORCH, TorchOps, add_rms_norm, rms_norm
 
@@ -134,16 +135,9 @@ GEMV_ROWS, SKINNY_ROWS, SKINNY_SHAPES = (1, 1), (2, 16), "measured"
 FOLD_NORMS = False
 
 
-@contextlib.contextmanager
 def _switched(**values):
     """These module switches set inside, restored after (a CUDA graph captured inside keeps the choice)."""
-    g = globals()
-    was = {k: g[k] for k in values}
-    g.update(values)
-    try:
-        yield
-    finally:
-        g.update(was)
+    return switched(globals(), **values)
 
 
 def fold_norms(on: bool):

@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .switches import switched
+
 _wanted = False  # set inside on(): the caller knows its step (gemma4/fused.py pdl_step)
 _blocked = 0  # depth of off(): wins over on(), e.g. a profile around a forward that asks for PDL
 _early = False  # set inside early(): step 3 before step 2 (a measurement; see `early`)
@@ -66,16 +68,10 @@ def args(t: torch.Tensor) -> dict:
     return {"PDL": EARLY if _early else True, "launch_pdl": True} if enabled(t) else {"PDL": False}
 
 
-@contextlib.contextmanager
 def on():
     """Launch with PDL inside (SM90+), unless an enclosing off() says otherwise. Kernels launch plainly by default:
     whether PDL pays depends on the step (bench/results/h200/pdl/), which the caller knows."""
-    global _wanted
-    was, _wanted = _wanted, True
-    try:
-        yield
-    finally:
-        _wanted = was
+    return switched(globals(), _wanted=True)
 
 
 @contextlib.contextmanager
@@ -89,16 +85,10 @@ def off():
         _blocked -= 1
 
 
-@contextlib.contextmanager
 def early(on: bool = True):
     """Kernels launched with PDL inside release the next kernel before they wait (protocol step 3 before step 2). Every
     kernel still waits before it reads activations or writes, so the order of data is the same; what changes is how
     early a chain of short kernels lets the next one start reading its weights. A measurement's switch
     (kselect/measurement/gemv_variants.py `pdl_early`), off by default."""
-    global _early
-    was, _early = _early, on
-    try:
-        yield
-    finally:
-        _early = was
+    return switched(globals(), _early=on)
 

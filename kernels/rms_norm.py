@@ -12,14 +12,13 @@ One program per row. Runs in Triton's interpreter on CPU tensors (tests).
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
 from . import pdl
 from .pdl import wait_then_release
+from .switches import switched
 from .triton_round import round_like
 
 
@@ -97,15 +96,9 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
 RES_EARLY = False
 
 
-@contextlib.contextmanager
 def res_before_wait(on: bool):
     """RES_EARLY inside (a CUDA graph captured inside keeps it)."""
-    global RES_EARLY
-    was, RES_EARLY = RES_EARLY, on
-    try:
-        yield
-    finally:
-        RES_EARLY = was
+    return switched(globals(), RES_EARLY=on)
 
 
 def row_warps(block: int) -> int:

@@ -10,13 +10,12 @@ Both paths merge a row with the same code, so they give the same bits.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
 
 from .pdl import wait_then_release
+from .switches import switched
 
 LOG2E = 1.4426950408889634
 
@@ -28,15 +27,9 @@ COUNTERS = 4096  # int32 tickets a device: (sequence x query tile) x kv heads of
 _TICKETS: dict = {}
 
 
-@contextlib.contextmanager
 def merge_last(on: bool):
     """MERGE_LAST inside (a CUDA graph captured inside keeps it)."""
-    global MERGE_LAST
-    was, MERGE_LAST = MERGE_LAST, on
-    try:
-        yield
-    finally:
-        MERGE_LAST = was
+    return switched(globals(), MERGE_LAST=on)
 
 
 def tickets(device: torch.device, needed: int) -> torch.Tensor:

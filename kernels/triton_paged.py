@@ -18,8 +18,6 @@ because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -29,6 +27,7 @@ from . import split_merge
 from .pdl import wait_then_release
 from .reference import is_fp8
 from .split_merge import merge_if_last
+from .switches import switched
 
 LOG2E = 1.4426950408889634
 
@@ -283,20 +282,13 @@ SMALL_BATCH = 4
 SMALL = {"splits": 64, "stages": 2, "warps": None}
 
 
-@contextlib.contextmanager
 def small_launch(**changes):
     """SMALL's entries changed inside (a CUDA graph captured inside keeps them)."""
     bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1))]
     if bad:
         raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
                          f"keys {', '.join(SMALL)}, each a positive int (warps may be None)")
-    was = dict(SMALL)
-    SMALL.update(changes)
-    try:
-        yield
-    finally:
-        SMALL.clear()
-        SMALL.update(was)
+    return switched(SMALL, **changes)
 
 
 def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
@@ -344,15 +336,9 @@ def _mode(on) -> int:
     return mode
 
 
-@contextlib.contextmanager
 def prefetch_kv(on):
     """PREFETCH_KV inside (a CUDA graph captured inside keeps it)."""
-    global PREFETCH_KV
-    was, PREFETCH_KV = PREFETCH_KV, _mode(on)
-    try:
-        yield
-    finally:
-        PREFETCH_KV = was
+    return switched(globals(), PREFETCH_KV=_mode(on))
 
 
 def wants_prefetch(small: bool, launch: dict) -> int:

@@ -157,6 +157,16 @@ def tail_norms(on: bool):
     return _switched(TAIL_NORMS=on)
 
 
+# PLE_BLOCK: at one row the per-layer-input block (the gate, the projection, the add-norms before and after) runs as
+# one kernel whose phases meet at a grid barrier (kernels/ple_block.py) instead of four kernels. `ple_block(on)` sets it.
+PLE_BLOCK = False
+
+
+def ple_block(on: bool):
+    """PLE_BLOCK inside."""
+    return _switched(PLE_BLOCK=on)
+
+
 # GEMV_TMA: one-row projections on kernels/gemv_tma.py (W through TMA, several chunks in flight a program) instead of
 # kernels/gemv.py, where the operands fit it. Off: E4B's batch-1 step decoded 0.86x (0.89x tuned) with it on the H100
 # (bench/results/h100/gemv_tma/); `gemv_tma(on)` sets it for a measurement.
@@ -225,7 +235,7 @@ class TritonOps(FusedOps):
 
     def __init__(self):
         from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gated_pair, gelu_mul, gemv, gemv_tma,
-                               l2_prefetch, qkv_rope, rms_norm, rope_tables, skinny_gemm)
+                               l2_prefetch, ple_block, qkv_rope, rms_norm, rope_tables, skinny_gemm)
 
         self._l2 = l2_prefetch
         self.embedding = embedding.embedding_scaled
@@ -240,6 +250,7 @@ class TritonOps(FusedOps):
         self._tma = gemv_tma
         self._skinny = skinny_gemm.skinny_gemm
         self._gated_pair = gated_pair.gated_pair
+        self._ple = ple_block
         self._accs: dict[tuple, torch.Tensor] = {}  # GATED_PAIR's fp32 rows, zeros between uses
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
@@ -289,19 +300,44 @@ class TritonOps(FusedOps):
             _transposed_second_projections(model)
 
     def mlp_add_norm(self, m, z, res, wa, eps, scalar=None, w_b=None):
-        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for both projections (kernels/gated_pair.py)."""
+        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for both projections (kernels/gated_pair.py).
+        With PLE_BLOCK at one row, the add-norm before a per-layer-input block (no scalar, no next norm: the forward's
+        only such call) is pending: the block computes it (`ple_add_norm`), anything else through `ready`."""
         if self._pairs(z, m.gate_up_weight):
             acc = self._pair(z, m.gate_up_weight, m.down_proj.weight, getattr(m, "down_t", None), None)
             return self._acc_norm(acc, res, wa, eps, scalar, w_b)
+        if PLE_BLOCK and scalar is None and w_b is None and self._rows(z).shape[0] == 1:
+            y = self.linear(self.mlp_hidden(m, z), m.down_proj.weight)
+            if self._fits(y, res):
+                s = torch.empty_like(y, memory_format=torch.contiguous_format)
+                return s, self._pending(y, res, wa, eps, None, None, s)
+            return self.add_rms_norm(y, res, wa, eps)
         return super().mlp_add_norm(m, z, res, wa, eps, scalar, w_b)
 
     def ple_add_norm(self, lay, x, ple, res, wa, eps, scalar=None, w_b=None):
-        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for the gate and the projection."""
+        """As TorchOps'; at GEMV rows with GATED_PAIR on, one kernel for the gate and the projection; at one row with
+        PLE_BLOCK on, one kernel for the block and the add-norms around it (kernels/ple_block.py)."""
         gate = lay.per_layer_input_gate.weight
+        if PLE_BLOCK:
+            done = self._block(x, ple, gate, lay.per_layer_projection.weight, res, wa, eps, scalar, w_b)
+            if done is not None:
+                return done
         if self._pairs(x, gate) and ple.stride(-1) == 1:
             acc = self._pair(x, gate, lay.per_layer_projection.weight, getattr(lay, "ple_proj_t", None), ple)
             return self._acc_norm(acc, res, wa, eps, scalar, w_b)
         return super().ple_add_norm(lay, x, ple, res, wa, eps, scalar, w_b)
+
+    def _block(self, x, ple, gate, proj, res, wa, eps, scalar, w_b):
+        """The block on kernels/ple_block.py where it fits: x a tensor, or the add-norm pending from `mlp_add_norm`
+        (its s the block's residual, its eps the block's); None elsewhere."""
+        pre = None
+        if isinstance(x, self._pending):
+            if x.out is not res or x.scalar is not None or x.w_b is not None or x.eps != eps:
+                return None
+            pre = (x.y, x.res, x.w_a, x.out)
+        if not self._ple.fits(x.y if pre else x, gate, proj, ple) or (pre is None and res.shape != x.shape):
+            return None
+        return self._ple.ple_block(None if pre else x, ple, gate, proj, res, wa, eps, scalar, w_b, pre=pre)
 
     def _pairs(self, x, w) -> bool:
         return bool(GATED_PAIR) and not isinstance(x, self._pending) and \

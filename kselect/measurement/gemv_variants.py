@@ -134,6 +134,8 @@ SMALL_LAUNCH = {**{f"splits{n}": dict(splits=n) for n in (1, 2, 4, 8)}, "attn_w8
                 "attn_s1": dict(stages=1)}
 # an add-norm launched with PDL reads its residual before the wait (kernels/rms_norm.py RES_EARLY)
 RES_EARLY = "res_early"
+# the per-layer-input block and the add-norms around it as one kernel with a grid barrier (gemma4/fused.py PLE_BLOCK)
+PLE_BLOCK = "ple_block"
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
 MERGE_LAST = "merge_last"
 
@@ -194,6 +196,8 @@ def variant(name: str):
         from kselect.kernels import rms_norm
 
         return rms_norm.res_before_wait(True)
+    if name == PLE_BLOCK:
+        return fused.ple_block(True)
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -230,7 +234,7 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
-            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, **SMALL_LAUNCH}
+            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **SMALL_LAUNCH}
 
 
 def check_modes(ap, modes: list[str]) -> None:

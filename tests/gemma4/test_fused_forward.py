@@ -133,6 +133,38 @@ def test_tail_norms_end_one_row_projections_in_their_add_norm(models, monkeypatc
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
 
 
+@pytest.mark.parametrize("name", ["edge", "all"])
+def test_ple_block_runs_each_one_row_per_layer_input_block_as_one_kernel(models, monkeypatch, name):
+    """With ple_block on (off by default), a one-row step's per-layer-input block runs on kernels/ple_block.py: with
+    the dense MLP's add-norm before it folded in (pending from mlp_add_norm), the MoE layers' computed before it by the
+    norm kernel; no GEMV of the block and no add-norm after it is left. Logits equal the unfused modules' up to fp32
+    order, and a run is the same bits again (no atomics in the sums). "edge": dense PLE layers; "all": MoE ones."""
+    model, _ = models[name]
+    g = torch.Generator().manual_seed(4)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    ops, blocks, norms, glu = fused.ops_for("triton"), [], [], []
+    real_block, real_norm, real_glu = ops._ple.ple_block, ops._add_rms_norm, ops._gemv_gelu_mul
+    monkeypatch.setattr(ops, "_ple", type("M", (), dict(fits=staticmethod(ops._ple.fits), ple_block=staticmethod(
+        lambda *a, **kw: blocks.append(kw["pre"] is not None) or real_block(*a, **kw))))())
+    monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append(tuple(y.shape)) or real_norm(y, *a, **kw))
+    monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
+    with fused.ple_block(True):
+        got = run(model, "triton", prompts, cont)
+        again = run(model, "triton", prompts, cont)
+    ple = [layer for layer in model.layers if layer.ple_dim]
+    dense_ple = sum(not layer.moe for layer in ple)
+    assert ple and dense_ple == (0 if name == "all" else len(ple))
+    assert blocks.count(True) == 2 * 2 * dense_ple and blocks.count(False) == 2 * 2 * (len(ple) - dense_ple)
+    assert glu.count(False) == 0  # no per-layer-input gate GEMV left at one row
+    one_row = norms.count((1, model.args.hidden_size))
+    # per layer and step, the plain path has three one-row add-norms; the block takes two from a dense PLE layer and
+    # one from an MoE PLE layer
+    layers = len(model.layers)
+    assert one_row == 2 * 2 * (3 * layers - 2 * dense_ple - (len(ple) - dense_ple))  # two runs of two steps
+    assert torch.equal(got, again)
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+
+
 def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypatch):
     """With gemv_tma on (off by default) every one-row projection of a decode step runs on kernels/gemv_tma.py (W
     through TMA): its plain, scaled and softcapped GEMVs and both GELU*up forms. The logits are the bits of

@@ -126,3 +126,49 @@ def test_gpu_chain_under_pdl_equals_plain_launches():
         chained = chain()
     torch.cuda.synchronize()
     assert torch.equal(plain, chained)
+
+
+SM90 = r'''
+import inspect, json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import ple_block as K
+
+kernel = K._ple_block_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+done = {}
+for case in json.loads(sys.argv[1]):
+    consts = dict(H_PAD=4096, P_PAD=256, GR=K.GATE_ROWS, PR=K.PROJ_ROWS, PRENORM=case["pre"], HAS_W0=True, HAS_WA=True,
+                  HAS_SCALAR=True, SCALAR_PTR=True, HAS_WB=True, PHASE=0, PDL=True)
+    types = {n: "constexpr" if n in consts else "*i32" if n == "bar_ptr" else "fp32" if n == "eps"
+             else "*bf16" if n.endswith("_ptr") or n == "scalar" else "i32" for n in names}
+    try:
+        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
+                                                                              consts.items()}),
+                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
+        wait = ptx.index("griddepcontrol.wait")
+        before, after = ptx[:wait], ptx[wait:]
+        done[case["id"]] = dict(loads_before=len(re.findall(r"ld\.global", before)),
+                                writes_before=len(re.findall(r"st\.global|atom\.", before)),
+                                arrivals=len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", after)),
+                                polls=len(re.findall(r"ld\.global\.gpu\.acquire", after)),
+                                l2_reads=len(re.findall(r"ld\.global\.cg", after)))
+    except Exception as e:
+        done[case["id"]] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_block_compiles_for_sm90_with_weights_before_the_wait_and_one_barrier():
+    """One launch (PHASE 0) compiles for SM90: weight loads and no write before the PDL wait; after it two
+    acquire-release arrivals (the barrier, the tail's count), one acquire poll, and g and p read from L2."""
+    from test_sm90_compile import compiled
+
+    cases = [dict(id=f"pre={pre}", pre=pre) for pre in (False, True)]
+    done = compiled(SM90, cases)
+    for c in cases:
+        got = done[c["id"]]
+        assert isinstance(got, dict), got
+        assert got["loads_before"] > 0 and got["writes_before"] == 0, got
+        assert got["arrivals"] == 2 and got["polls"] == 1 and got["l2_reads"] > 0, got

@@ -1,7 +1,7 @@
 """kselect/measurement/probes/decode_timeline: a profile's kernels split into steps at the host's gaps, and a step's
 span, kernel time and gaps."""
 
-from kselect.measurement.probes.decode_timeline import steps_of, summarize
+from kselect.measurement.probes.decode_timeline import by_position, steps_of, summarize
 
 
 def test_steps_split_at_host_gaps_and_sum_kernels_and_gaps():
@@ -35,3 +35,14 @@ def test_frontier_times_sum_to_the_span_when_kernels_overlap():
     front = {x["name"]: x["frontier_us"] for x in r["kernels"]}
     assert front == {"gemv": 10 + 18, "norm": 2 + 3, "hidden": 0.0}
     assert sum(front.values()) == r["span_us"] == 33
+
+
+def test_a_layer_by_position_from_its_anchor():
+    """Two layers of three kernels after an embedding: each position's frontier averaged over the layers, the kernels
+    before the first anchor left out, the last position running to the step's end."""
+    k = [(0, 2, "embed"), (2, 4, "_qkv_kernel"), (4, 10, "attn"), (9, 13, "gemv"),
+         (13, 14, "_qkv_kernel"), (14, 22, "attn"), (22, 24, "gemv")]
+    got = by_position([k])
+    assert [p["pos"] for p in got] == [0, 1, 2]
+    assert [p["names"] for p in got] == [["_qkv_kernel"], ["attn"], ["gemv"]]
+    assert [p["frontier_us"] for p in got] == [(2 + 1) / 2, (6 + 8) / 2, (3 + 2) / 2]

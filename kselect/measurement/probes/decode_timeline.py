@@ -70,6 +70,32 @@ def summarize(steps: list[list]) -> dict:
                 steps_seen=len(steps))
 
 
+ANCHOR = "_qkv_kernel"  # one a layer (kernels/qkv_rope.py): a layer's kernels are counted from it
+
+
+def by_position(steps: list[list], anchor: str = ANCHOR) -> list[dict]:
+    """A layer's kernels in launch order, from each `anchor` launch to the next: per position, the kernel names seen
+    there and the mean frontier us a layer (each step's first and last segments, the embedding and the LM head, left
+    out). Where layers differ (a KV-shared layer has no anchor), their positions mix; the names say so."""
+    front, names, layers = defaultdict(float), defaultdict(set), 0
+    for s in steps:
+        latest, seg = s[0][0], None
+        for a, b, name in s:
+            f = max(0.0, b - latest)
+            latest = max(latest, b)
+            if name.startswith(anchor):
+                seg = 0
+                layers += 1
+            elif seg is None:
+                continue
+            else:
+                seg += 1
+            front[seg] += f
+            names[seg].add(name[:40])
+    n = layers or 1
+    return [dict(pos=i, names=sorted(names[i]), frontier_us=front[i] / n) for i in sorted(front)]
+
+
 def profile(model, groups, prompts, steps: int, launch_pdl: bool = False) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -91,7 +117,9 @@ def profile(model, groups, prompts, steps: int, launch_pdl: bool = False) -> dic
         graphs = eng.use_graphs
     del eng
     free()
-    out = summarize(steps_of(kernels_of(prof.events())))
+    split = steps_of(kernels_of(prof.events()))
+    out = summarize(split)
+    out["layer"] = by_position(split)
     out["graphs"] = graphs
     out["pdl"] = launch_pdl
     return out
@@ -108,6 +136,12 @@ def render(data: dict) -> str:
                   "| kernel | launches | us/step | mean us | frontier us/step |", "|---|---:|---:|---:|---:|"]
         lines += [f"| `{k['name'][:70]}` | {k['launches']:.0f} | {k['us']:.1f} | {k['mean_us']:.2f} | "
                   f"{k.get('frontier_us', 0.0):.1f} |" for k in r["kernels"][:25]]
+        if r.get("layer"):
+            lines += ["", f"A layer from `{ANCHOR}` on (mean frontier us a layer; the last position runs to the next "
+                      "layer's anchor, the LM head's segment included once a step):", "",
+                      "| position | kernels | frontier us |", "|---:|---|---:|"]
+            lines += [f"| {p['pos']} | {', '.join(f'`{x}`' for x in p['names'])} | {p['frontier_us']:.2f} |"
+                      for p in r["layer"]]
         lines.append("")
     return "\n".join(lines) + "\n"
 

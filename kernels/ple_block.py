@@ -31,11 +31,22 @@ from . import pdl
 from .gelu_mul import gelu_mul_rounded
 from .pdl import wait_then_release
 from .rms_norm import add_norm_values, scalar_value
+from .switches import switched
 from .triton_round import round_like
 
 GATE_ROWS = 2  # rows of Wg a program: E4B's 256 gate rows on 128 programs
 PROJ_ROWS = 16  # rows of Wp a program: E4B's 2,560 projection rows on 160 programs (at most 2 an SM on 132)
+WARPS = 4
 MAX_H = 8192
+
+
+def configured(gate_rows: int, proj_rows: int, warps: int):
+    """Other launch parameters inside (a measurement's variant; a CUDA graph captured inside keeps them). More than
+    4 warps a program keeps one program an SM at most for the barrier: `fits` counts it."""
+    for v in (gate_rows, proj_rows, warps):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"ple_block launch parameters must be powers of two, got {gate_rows, proj_rows, warps}")
+    return switched(globals(), GATE_ROWS=gate_rows, PROJ_ROWS=proj_rows, WARPS=warps)
 
 _BARRIERS: dict = {}
 
@@ -95,6 +106,23 @@ def _tail(p_ptr, r, wa_ptr, wb_ptr, scalar, x_ptr, xn_ptr, H, eps, H_PAD: tl.con
 
 
 @triton.jit
+def _line_to_l2(wa_ptr, wb_ptr, H, pid, HAS_WA: tl.constexpr, HAS_WB: tl.constexpr, L2: tl.constexpr):
+    """Program pid asks L2 for one 128-byte line of the tail's weights (wa's lines first, then wb's): the tail runs in
+    whichever program counts itself out last, after the wait, and would otherwise read them from DRAM."""
+    if L2:  # the interpreter runs no inline asm
+        per = tl.cdiv(H * 2, 128)  # 16-bit weights
+        if HAS_WA:
+            if pid < per:
+                tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [wa_ptr + pid * 64],
+                                          dtype=tl.int32, is_pure=False, pack=1)
+        if HAS_WB:
+            if pid >= per:
+                if pid < 2 * per:
+                    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l",
+                                              [wb_ptr + (pid - per) * 64], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _arrive(cnt_ptr):
     """Count this program in (once a program, after every thread's stores); the count before it."""
     tl.debug_barrier()
@@ -106,7 +134,8 @@ def _ple_block_kernel(x_ptr, res0_ptr, w0_ptr, s_ptr, wg_ptr, ple_ptr, g_ptr, wp
                       out_ptr, outn_ptr, bar_ptr, H, P, eps,
                       H_PAD: tl.constexpr, P_PAD: tl.constexpr, GR: tl.constexpr, PR: tl.constexpr,
                       PRENORM: tl.constexpr, HAS_W0: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-                      SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr):
+                      SCALAR_PTR: tl.constexpr, HAS_WB: tl.constexpr, PHASE: tl.constexpr, PDL: tl.constexpr,
+                      L2: tl.constexpr = False):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     c = tl.arange(0, H_PAD)
@@ -122,6 +151,7 @@ def _ple_block_kernel(x_ptr, res0_ptr, w0_ptr, s_ptr, wg_ptr, ple_ptr, g_ptr, wp
     w0 = 1.0
     if HAS_W0:
         w0 = tl.load(w0_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
+    _line_to_l2(wa_ptr, wb_ptr, H, pid, HAS_WA, HAS_WB, L2)
     wait_then_release(PDL)
     if PHASE == 3:  # the interpreter's last launch: the residual as stored (s by program 0 of the first)
         s = tl.load(s_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
@@ -164,7 +194,7 @@ def fits(x: torch.Tensor, wg: torch.Tensor, wp: torch.Tensor, ple: torch.Tensor)
         return False
     if tuple(ple.shape) != (1, p) or h > MAX_H:
         return False
-    return not x.is_cuda or programs(h, p) <= 2 * _sm_count(x.device.index or 0)
+    return not x.is_cuda or programs(h, p) <= (2 if WARPS <= 4 else 1) * _sm_count(x.device.index or 0)
 
 
 def programs(h: int, p: int) -> int:
@@ -195,10 +225,11 @@ def ple_block(x, ple, wg, wp, res, wa, eps, scalar=None, wb=None, *, pre=None):
             (x if scalar is None else scalar) if on_device else float(scalar), x if wb is None else wb, out, outn)
     meta = dict(H_PAD=triton.next_power_of_2(h), P_PAD=triton.next_power_of_2(p), GR=GATE_ROWS, PR=PROJ_ROWS,
                 PRENORM=pre is not None, HAS_W0=w0 is not None, HAS_WA=wa is not None, HAS_SCALAR=scalar is not None,
-                SCALAR_PTR=on_device, HAS_WB=wb is not None, num_warps=4)
+                SCALAR_PTR=on_device, HAS_WB=wb is not None, num_warps=WARPS)
     grid = (programs(h, p),)
     if x.is_cuda:
-        _ple_block_kernel[grid](*args, barriers(x.device), h, p, float(eps), PHASE=0, **meta, **pdl.args(x))
+        _ple_block_kernel[grid](*args, barriers(x.device), h, p, float(eps), PHASE=0, L2=x.dtype.itemsize == 2, **meta,
+                                **pdl.args(x))
     else:  # the interpreter: one phase a launch
         bar = torch.zeros(2, dtype=torch.int32)
         for phase in (1, 2):

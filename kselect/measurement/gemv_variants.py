@@ -136,6 +136,8 @@ SMALL_LAUNCH = {**{f"splits{n}": dict(splits=n) for n in (1, 2, 4, 8)}, "attn_w8
 RES_EARLY = "res_early"
 # the per-layer-input block and the add-norms around it as one kernel with a grid barrier (gemma4/fused.py PLE_BLOCK)
 PLE_BLOCK = "ple_block"
+# ... with other launch parameters (kernels/ple_block.py `configured`: gate rows, projection rows, warps a program)
+PLE_CONFIGS = {"ple_p80": (4, 32, 4), "ple_w8": (4, 32, 8)}
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
 MERGE_LAST = "merge_last"
 
@@ -198,6 +200,10 @@ def variant(name: str):
         return rms_norm.res_before_wait(True)
     if name == PLE_BLOCK:
         return fused.ple_block(True)
+    if name in PLE_CONFIGS:
+        from kselect.kernels import ple_block
+
+        return ple_block.configured(*PLE_CONFIGS[name])
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -234,7 +240,8 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
-            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **SMALL_LAUNCH}
+            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS,
+            **SMALL_LAUNCH}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -77,6 +77,19 @@ def test_without_next_norm_xn_is_x():
     ulp_close(x, want, torch.float32)
 
 
+def test_other_launch_parameters_give_the_same_block():
+    """Fewer programs, more rows each (kernels/ple_block.py `configured`): the same values; bad parameters refused."""
+    o = operands(130, 40, torch.float32, 2)
+    want = fused(o, True)
+    with B.configured(4, 32, 4):
+        assert B.programs(130, 40) == 10
+        got = fused(o, True)
+    for a, b in zip(got, want):
+        ulp_close(a, b, torch.float32)
+    with pytest.raises(ValueError, match="powers of two"):
+        B.configured(3, 32, 4)
+
+
 def test_refuses_what_it_cannot_run():
     o = operands(64, 16, torch.float32)
     two_rows = torch.cat([o["res0"], o["res0"]])
@@ -140,7 +153,7 @@ names = list(inspect.signature(kernel.fn).parameters)
 done = {}
 for case in json.loads(sys.argv[1]):
     consts = dict(H_PAD=4096, P_PAD=256, GR=K.GATE_ROWS, PR=K.PROJ_ROWS, PRENORM=case["pre"], HAS_W0=True, HAS_WA=True,
-                  HAS_SCALAR=True, SCALAR_PTR=True, HAS_WB=True, PHASE=0, PDL=True)
+                  HAS_SCALAR=True, SCALAR_PTR=True, HAS_WB=True, PHASE=0, PDL=True, L2=True)
     types = {n: "constexpr" if n in consts else "*i32" if n == "bar_ptr" else "fp32" if n == "eps"
              else "*bf16" if n.endswith("_ptr") or n == "scalar" else "i32" for n in names}
     try:
@@ -151,6 +164,8 @@ for case in json.loads(sys.argv[1]):
         before, after = ptx[:wait], ptx[wait:]
         done[case["id"]] = dict(loads_before=len(re.findall(r"ld\.global", before)),
                                 writes_before=len(re.findall(r"st\.global|atom\.", before)),
+                                to_l2_before=len(re.findall(r"prefetch\.global\.L2", before)),
+                                to_l2_after=len(re.findall(r"prefetch", after)),
                                 arrivals=len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", after)),
                                 polls=len(re.findall(r"ld\.global\.gpu\.acquire", after)),
                                 l2_reads=len(re.findall(r"ld\.global\.cg", after)))
@@ -161,8 +176,9 @@ print(json.dumps(done))
 
 
 def test_block_compiles_for_sm90_with_weights_before_the_wait_and_one_barrier():
-    """One launch (PHASE 0) compiles for SM90: weight loads and no write before the PDL wait; after it two
-    acquire-release arrivals (the barrier, the tail's count), one acquire poll, and g and p read from L2."""
+    """One launch (PHASE 0) compiles for SM90: weight loads, the tail weights' L2 hints and no write before the PDL
+    wait; after it two acquire-release arrivals (the barrier, the tail's count), one acquire poll, g and p read from
+    L2, and no hint."""
     from test_sm90_compile import compiled
 
     cases = [dict(id=f"pre={pre}", pre=pre) for pre in (False, True)]
@@ -171,4 +187,5 @@ def test_block_compiles_for_sm90_with_weights_before_the_wait_and_one_barrier():
         got = done[c["id"]]
         assert isinstance(got, dict), got
         assert got["loads_before"] > 0 and got["writes_before"] == 0, got
+        assert got["to_l2_before"] == 2 and got["to_l2_after"] == 0, got
         assert got["arrivals"] == 2 and got["polls"] == 1 and got["l2_reads"] > 0, got

@@ -158,7 +158,8 @@ def tail_norms(on: bool):
 
 
 # PLE_BLOCK: at one row the per-layer-input block (the gate, the projection, the add-norms before and after) runs as
-# one kernel whose phases meet at a grid barrier (kernels/ple_block.py) instead of four kernels. `ple_block(on)` sets it.
+# one kernel whose phases meet at a grid barrier (kernels/ple_block.py) instead of four kernels. Off: E4B's batch-1 step
+# tied on the H100 (0.997x, 1.000x; bench/results/h100/ple_block/). `ple_block(on)` sets it.
 PLE_BLOCK = False
 
 

@@ -168,6 +168,17 @@ def ple_block(on: bool):
     return _switched(PLE_BLOCK=on)
 
 
+# NORM_FOLD: at one row an add-norm with a next norm (before q/k/v and gate/up) is folded into the sums of the
+# projection that reads it (kernels/gemv_fold.py, weights W * w_b made once a model) instead of its own kernel; results
+# differ from the norm kernel's by about one rounding of x. `norm_fold(on)` sets it.
+NORM_FOLD = False
+
+
+def norm_fold(on: bool):
+    """NORM_FOLD inside."""
+    return _switched(NORM_FOLD=on)
+
+
 # GEMV_TMA: one-row projections on kernels/gemv_tma.py (W through TMA, several chunks in flight a program) instead of
 # kernels/gemv.py, where the operands fit it. Off: E4B's batch-1 step decoded 0.86x (0.89x tuned) with it on the H100
 # (bench/results/h100/gemv_tma/); `gemv_tma(on)` sets it for a measurement.
@@ -235,7 +246,7 @@ class TritonOps(FusedOps):
     folds = True  # add-norms into the GEMV's prologue at GEMV rows where FOLD_NORMS is on
 
     def __init__(self):
-        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gated_pair, gelu_mul, gemv, gemv_tma,
+        from ..kernels import (add_norm_prologue, add_norm_tail, embedding, gated_pair, gelu_mul, gemv, gemv_fold, gemv_tma,
                                l2_prefetch, ple_block, qkv_rope, rms_norm, rope_tables, skinny_gemm)
 
         self._l2 = l2_prefetch
@@ -252,6 +263,8 @@ class TritonOps(FusedOps):
         self._skinny = skinny_gemm.skinny_gemm
         self._gated_pair = gated_pair.gated_pair
         self._ple = ple_block
+        self._fold = gemv_fold
+        self._wfold: dict[tuple, torch.Tensor] = {}  # (W, w_b) -> W * w_b, made by an eager step (NORM_FOLD)
         self._accs: dict[tuple, torch.Tensor] = {}  # GATED_PAIR's fp32 rows, zeros between uses
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
         self._measured_faster = skinny_gemm.measured_faster
@@ -341,7 +354,7 @@ class TritonOps(FusedOps):
         return self._ple.ple_block(None if pre else x, ple, gate, proj, res, wa, eps, scalar, w_b, pre=pre)
 
     def _pairs(self, x, w) -> bool:
-        return bool(GATED_PAIR) and not isinstance(x, self._pending) and \
+        return bool(GATED_PAIR) and not isinstance(x, (self._pending, self._fold.FoldedNorm)) and \
             _kernel_for(x, w, self._measured_faster) == "gemv"
 
     def _pair(self, x, w, wd, wd_t, mul):
@@ -366,6 +379,9 @@ class TritonOps(FusedOps):
         if self.folds and FOLD_NORMS and _within(GEMV_ROWS, y.shape[0]) and self._fits(y, res):
             s = torch.empty_like(y, memory_format=torch.contiguous_format)
             return s, self._pending(y, res, wa, eps, scalar, w_b, s)
+        if self.folds and NORM_FOLD and self._fold.FoldedNorm.fits(y, res, w_b):
+            s = torch.empty_like(y, memory_format=torch.contiguous_format)
+            return s, self._fold.FoldedNorm(y, res, wa, eps, scalar, w_b, s)
         s, n = self._add_rms_norm(y, res, wa, eps, scalar, w_b)
         return s, (s if n is None else n)
 
@@ -393,8 +409,8 @@ class TritonOps(FusedOps):
         return self._gemv_gelu_mul_plain(x, w, mul)
 
     def ready(self, x):
-        """x as a tensor: a pending add-norm computed by the norm kernel (s into its `out`)."""
-        if not isinstance(x, self._pending):
+        """x as a tensor: a pending or folded add-norm computed by the norm kernel (s into its `out`)."""
+        if not isinstance(x, (self._pending, self._fold.FoldedNorm)):
             return x
         s, n = self._add_rms_norm(x.y, x.res, x.w_a, x.eps, x.scalar, x.w_b, out=x.out)
         return s if n is None else n
@@ -403,6 +419,10 @@ class TritonOps(FusedOps):
         """x @ w.T: a decode step's few rows on the GEMV (one row) or the skinny GEMM (2 to 16) with scale and
         softcap in the epilogue; more rows on cuBLAS's GEMMs then PyTorch's ops."""
         kernel = _kernel_for(self._rows(x), w, self._measured_faster)
+        if isinstance(x, self._fold.FoldedNorm):
+            if kernel == "gemv" and scale is None and softcap is None:
+                return self._fold.gemv_fold(x, self._folded(w, x.w_b))
+            x = self.ready(x)
         if kernel == "gemv":
             return self._gemv(x, w, scale=scale, softcap=softcap)
         if kernel == "skinny":
@@ -413,13 +433,26 @@ class TritonOps(FusedOps):
         """A decode step's few rows: GELU*up in the projection's epilogue (one kernel); more rows: the GEMM, then
         the kernel."""
         kernel = _kernel_for(self._rows(x), w, self._measured_faster)
+        if isinstance(x, self._fold.FoldedNorm):
+            if kernel == "gemv" and mul is None:
+                return self._fold.gemv_fold(x, self._folded(w, x.w_b), paired=True)
+            x = self.ready(x)
         if kernel != "cublas" and (mul is None or mul.stride(-1) == 1):
             return getattr(self, f"_{kernel}_gelu_mul")(x if kernel == "gemv" else self.ready(x), w, mul)
         return super().linear_gelu_mul(self.ready(x), w, mul)
 
     def _rows(self, x):
         """The rows a projection of x reads: a pending add-norm's y (its s and x have y's shape and strides)."""
-        return x.y if isinstance(x, self._pending) else x
+        return x.y if isinstance(x, (self._pending, self._fold.FoldedNorm)) else x
+
+    def _folded(self, w, w_b):
+        """W * w_b (kernels/gemv_fold.py), made once per weight placement by an eager step (a capture cannot)."""
+        key = (w.data_ptr(), tuple(w.shape), w_b.data_ptr())
+        if key not in self._wfold:
+            if w.is_cuda and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("norm_fold's folded weights are made by an eager step before a capture")
+            self._wfold[key] = self._fold.folded_weight(w, w_b)
+        return self._wfold[key]
 
 
 @torch.no_grad()

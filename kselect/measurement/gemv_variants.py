@@ -138,6 +138,10 @@ RES_EARLY = "res_early"
 PLE_BLOCK = "ple_block"
 # ... with other launch parameters (kernels/ple_block.py `configured`: gate rows, projection rows, warps a program)
 PLE_CONFIGS = {"ple_p80": (4, 32, 4), "ple_w8": (4, 32, 8)}
+# an add-norm with a next norm folded into the one-row projection that reads it (gemma4/fused.py NORM_FOLD), and that
+# projection's other launch parameters (kernels/gemv_fold.py `configured`: rows a program, K chunk, warps)
+NORM_FOLD = "norm_fold"
+FOLD_CONFIGS = {"fold_n4": (4, 512, 4), "fold_k256": (8, 256, 4)}
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
 MERGE_LAST = "merge_last"
 
@@ -200,6 +204,12 @@ def variant(name: str):
         return rms_norm.res_before_wait(True)
     if name == PLE_BLOCK:
         return fused.ple_block(True)
+    if name == NORM_FOLD:
+        return fused.norm_fold(True)
+    if name in FOLD_CONFIGS:
+        from kselect.kernels import gemv_fold
+
+        return gemv_fold.configured(*FOLD_CONFIGS[name])
     if name in PLE_CONFIGS:
         from kselect.kernels import ple_block
 
@@ -240,7 +250,7 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
-            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS,
+            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS,
             **SMALL_LAUNCH}
 
 

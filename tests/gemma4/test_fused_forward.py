@@ -165,6 +165,36 @@ def test_ple_block_runs_each_one_row_per_layer_input_block_as_one_kernel(models,
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
 
 
+@pytest.mark.parametrize("name", ["edge", "all"])
+def test_norm_fold_projects_one_row_add_norms_without_their_kernel(models, monkeypatch, name):
+    """With norm_fold on (off by default), a one-row step's add-norms with a next norm (before gate/up, and each layer's
+    end before the next q/k/v) are folded into the projection that reads them (kernels/gemv_fold.py): 2L - 1 folded
+    projections a step (the first layer's q/k/v reads the input norm; the last layer's end is the final norm, computed
+    by the norm kernel), none of those add-norms left as a kernel. fp32 logits equal the unfused modules' up to
+    reduction order, and a run is the same bits again."""
+    from kselect.kernels import gemv_fold
+
+    model, _ = models[name]
+    g = torch.Generator().manual_seed(4)
+    prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
+    ops, calls, norms = fused.ops_for("triton"), [], []
+    real_norm = ops._add_rms_norm
+    monkeypatch.setattr(ops, "_fold", type("M", (), dict(FoldedNorm=gemv_fold.FoldedNorm, gemv_fold=staticmethod(
+        lambda f, w, paired=False: calls.append(paired) or gemv_fold.gemv_fold(f, w, paired)),
+        folded_weight=staticmethod(gemv_fold.folded_weight)))())
+    monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append((tuple(y.shape), kw.get("out") is not None))
+                        or real_norm(y, *a, **kw))
+    with fused.norm_fold(True):
+        got = run(model, "triton", prompts, cont)
+        again = run(model, "triton", prompts, cont)
+    layers = len(model.layers)
+    assert calls.count(True) == 2 * 2 * layers and calls.count(False) == 2 * 2 * (layers - 1)
+    one_row = [out for shape, out in norms if shape == (1, model.args.hidden_size)]
+    assert one_row.count(True) == 2 * 2  # the final norm of each step, through `ready`
+    assert torch.equal(got, again)
+    assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
+
+
 def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypatch):
     """With gemv_tma on (off by default) every one-row projection of a decode step runs on kernels/gemv_tma.py (W
     through TMA): its plain, scaled and softcapped GEMVs and both GELU*up forms. The logits are the bits of

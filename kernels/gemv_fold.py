@@ -1,6 +1,6 @@
 """A one-row projection of an add-norm's output with the add-norm folded into its sums (no kernel for the norm):
 
-    s = (res + norm(y) * wa) [* c]                the residual stream (stored by program 0)
+    s = (res + norm(y) * wa) [* c]                the residual stream (stored a K chunk a program)
     x = norm(s) * wb                              what the projection reads, never formed
     x @ W.T = beta * c * (A + alpha * B),  A = W' . res,  B = W' . (y * wa),  W' = W * wb (columns, made once)
     alpha = rsqrt(mean(y^2) + eps),  beta = rsqrt(c^2 (sum res^2 + 2 alpha sum res*y*wa + alpha^2 sum (y*wa)^2) / K + eps)
@@ -90,9 +90,11 @@ def _fold_out(a, b, alpha, beta, cs):
 @triton.jit
 def _store_s(r_row, y_row, wa_ptr, s_row, alpha, cs, k, BLOCK_K: tl.constexpr, HAS_WA: tl.constexpr,
              HAS_SCALAR: tl.constexpr):
-    """s, rounded as kernels/rms_norm.py's add_norm_values rounds it (program 0, a second pass from L2)."""
+    """s, rounded as kernels/rms_norm.py's add_norm_values rounds it: this program's K chunks of it (chunk pid, then
+    every num_programs-th), read again from L2 after the main loop. Spread so, it costs one round trip in the first
+    programs; one program writing all of s would end a one-wave projection several round trips late."""
     cols = tl.arange(0, BLOCK_K)
-    for k0 in range(0, k, BLOCK_K):
+    for k0 in range(tl.program_id(0) * BLOCK_K, k, tl.num_programs(0) * BLOCK_K):
         c = k0 + cols
         ok = c < k
         v = tl.load(y_row + c, mask=ok, other=0.0).to(tl.float32) * alpha
@@ -150,8 +152,7 @@ def _gemv_fold_kernel(r_ptr, y_ptr, wa_ptr, scalar, s_ptr, w_ptr, out_ptr, n, k,
     if PAIRED:
         g = gelu_mul_rounded(g, round_like(_fold_out(ua, ub, alpha, beta, cs), out_ptr), out_ptr)
     tl.store(out_ptr + rows, g.to(out_ptr.dtype.element_ty), mask=row_ok)
-    if pid == 0:
-        _store_s(r_ptr, y_ptr, wa_ptr, s_ptr, alpha, cs, k, BLOCK_K, HAS_WA, HAS_SCALAR)
+    _store_s(r_ptr, y_ptr, wa_ptr, s_ptr, alpha, cs, k, BLOCK_K, HAS_WA, HAS_SCALAR)
 
 
 def gemv_fold(f: FoldedNorm, w_folded: torch.Tensor, paired: bool = False) -> torch.Tensor:

@@ -170,7 +170,8 @@ def ple_block(on: bool):
 
 # NORM_FOLD: at one row an add-norm with a next norm (before q/k/v and gate/up) is folded into the sums of the
 # projection that reads it (kernels/gemv_fold.py, weights W * w_b made once a model) instead of its own kernel; results
-# differ from the norm kernel's by about one rounding of x. `norm_fold(on)` sets it.
+# differ from the norm kernel's by about one rounding of x. Off: E4B's batch-1 step decoded 0.936x with it on the H100
+# (bench/results/h100/norm_fold/). `norm_fold(on)` sets it.
 NORM_FOLD = False
 
 

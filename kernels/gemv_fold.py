@@ -13,7 +13,9 @@ and the scalars apply at the end. W' absorbs the norm weight. The price is round
 activation dtype (the unfused ops round s and x), and W' is rounded once, so results differ from those ops by about
 one rounding of x, not bit for bit; s, the residual, is rounded where kernels/rms_norm.py rounds it.
 
-gemv_fold_gelu_mul is the same for GeGLU's concatenated [Wg'; Wu'] with GELU*up in the epilogue (kernels/gemv.py).
+`paired` is the same for GeGLU's concatenated [Wg'; Wu'] with GELU*up in the epilogue (kernels/gemv.py). Measured
+on the H100 it lost (0.936x at E4B batch 1): three vectors a chunk and, paired, four accumulators made the projections
+slower than the norms they absorbed (bench/results/h100/norm_fold/). gemma4/fused.py keeps it off (NORM_FOLD).
 """
 
 from __future__ import annotations

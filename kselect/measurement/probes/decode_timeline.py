@@ -75,8 +75,9 @@ ANCHOR = "_qkv_kernel"  # one a layer (kernels/qkv_rope.py): a layer's kernels a
 
 def by_position(steps: list[list], anchor: str = ANCHOR) -> list[dict]:
     """A layer's kernels in launch order, from each `anchor` launch to the next: per position, the kernel names seen
-    there and the mean frontier us a layer (each step's first and last segments, the embedding and the LM head, left
-    out). Where layers differ (a KV-shared layer has no anchor), their positions mix; the names say so."""
+    there and the mean frontier us a layer. The kernels before a step's first anchor (the embedding, the first norm
+    and projection) are left out; the last layer's segment runs to the step's end, so its last positions hold the LM
+    head too, averaged over the layers. Where layers launch different kernels their positions mix; the names say so."""
     front, names, layers = defaultdict(float), defaultdict(set), 0
     for s in steps:
         latest, seg = s[0][0], None

@@ -148,7 +148,9 @@ def test_ple_block_runs_each_one_row_per_layer_input_block_as_one_kernel(models,
         lambda *a, **kw: blocks.append(kw["pre"] is not None) or real_block(*a, **kw))))())
     monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append(tuple(y.shape)) or real_norm(y, *a, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul", lambda x, w, mul: glu.append(mul is None) or real_glu(x, w, mul))
-    with fused.ple_block(True):
+    from kselect.kernels import ple_block
+
+    with fused.ple_block(True), ple_block.configured(8, 64, 4):  # few programs: the interpreter runs them one by one
         got = run(model, "triton", prompts, cont)
         again = run(model, "triton", prompts, cont)
     ple = [layer for layer in model.layers if layer.ple_dim]
@@ -184,7 +186,7 @@ def test_norm_fold_projects_one_row_add_norms_without_their_kernel(models, monke
         folded_weight=staticmethod(gemv_fold.folded_weight)))())
     monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append((tuple(y.shape), kw.get("out") is not None))
                         or real_norm(y, *a, **kw))
-    with fused.norm_fold(True):
+    with fused.norm_fold(True), gemv_fold.configured(64, 512, 4):  # wide programs, as `wide_gemv_programs` does
         got = run(model, "triton", prompts, cont)
         again = run(model, "triton", prompts, cont)
     layers = len(model.layers)

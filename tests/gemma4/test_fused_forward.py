@@ -138,7 +138,8 @@ def test_ple_block_runs_each_one_row_per_layer_input_block_as_one_kernel(models,
     """With ple_block on (off by default), a one-row step's per-layer-input block runs on kernels/ple_block.py: with
     the dense MLP's add-norm before it folded in (pending from mlp_add_norm), the MoE layers' computed before it by the
     norm kernel; no GEMV of the block and no add-norm after it is left. Logits equal the unfused modules' up to fp32
-    order, and a run is the same bits again (no atomics in the sums). "edge": dense PLE layers; "all": MoE ones."""
+    order. "edge": dense PLE layers; "all": MoE ones. (Its bits every run: the GPU tests of tests/kernels/test_ple_block.py;
+    the interpreter runs programs one by one.)"""
     model, _ = models[name]
     g = torch.Generator().manual_seed(4)
     prompts, cont = [torch.randint(3, 512, (9,), generator=g).tolist()], [torch.randint(3, 512, (2,), generator=g).tolist()]
@@ -152,18 +153,16 @@ def test_ple_block_runs_each_one_row_per_layer_input_block_as_one_kernel(models,
 
     with fused.ple_block(True), ple_block.configured(8, 64, 4):  # few programs: the interpreter runs them one by one
         got = run(model, "triton", prompts, cont)
-        again = run(model, "triton", prompts, cont)
     ple = [layer for layer in model.layers if layer.ple_dim]
     dense_ple = sum(not layer.moe for layer in ple)
     assert ple and dense_ple == (0 if name == "all" else len(ple))
-    assert blocks.count(True) == 2 * 2 * dense_ple and blocks.count(False) == 2 * 2 * (len(ple) - dense_ple)
+    assert blocks.count(True) == 2 * dense_ple and blocks.count(False) == 2 * (len(ple) - dense_ple)
     assert glu.count(False) == 0  # no per-layer-input gate GEMV left at one row
     one_row = norms.count((1, model.args.hidden_size))
     # per layer and step, the plain path has three one-row add-norms; the block takes two from a dense PLE layer and
     # one from an MoE PLE layer
     layers = len(model.layers)
-    assert one_row == 2 * 2 * (3 * layers - 2 * dense_ple - (len(ple) - dense_ple))  # two runs of two steps
-    assert torch.equal(got, again)
+    assert one_row == 2 * (3 * layers - 2 * dense_ple - (len(ple) - dense_ple))  # two steps
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
 
 
@@ -173,7 +172,7 @@ def test_norm_fold_projects_one_row_add_norms_without_their_kernel(models, monke
     end before the next q/k/v) are folded into the projection that reads them (kernels/gemv_fold.py): 2L - 1 folded
     projections a step (the first layer's q/k/v reads the input norm; the last layer's end is the final norm, computed
     by the norm kernel), none of those add-norms left as a kernel. fp32 logits equal the unfused modules' up to
-    reduction order, and a run is the same bits again."""
+    reduction order."""
     from kselect.kernels import gemv_fold
 
     model, _ = models[name]
@@ -188,12 +187,10 @@ def test_norm_fold_projects_one_row_add_norms_without_their_kernel(models, monke
                         or real_norm(y, *a, **kw))
     with fused.norm_fold(True), gemv_fold.configured(64, 512, 4):  # wide programs, as `wide_gemv_programs` does
         got = run(model, "triton", prompts, cont)
-        again = run(model, "triton", prompts, cont)
     layers = len(model.layers)
-    assert calls.count(True) == 2 * 2 * layers and calls.count(False) == 2 * 2 * (layers - 1)
+    assert calls.count(True) == 2 * layers and calls.count(False) == 2 * (layers - 1)
     one_row = [out for shape, out in norms if shape == (1, model.args.hidden_size)]
-    assert one_row.count(True) == 2 * 2  # the final norm of each step, through `ready`
-    assert torch.equal(got, again)
+    assert one_row.count(True) == 2  # the final norm of each step, through `ready`
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
 
 
@@ -213,10 +210,11 @@ def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypat
     monkeypatch.setattr(ops._tma, "gemv_tma_gelu_mul", lambda x, w, mul: tma.append("glu") or real_glu(x, w, mul))
     monkeypatch.setattr(ops, "_gemv_plain", lambda x, w, **kw: plain.append(x.shape) or real_plain(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul_plain", lambda x, w, mul: plain.append(x.shape) or real_plain_glu(x, w, mul))
-    with gemv_k.configured(lambda n, k: dict(block_k=256, first_k=256)):
+    wide = lambda n, k: dict(block_n=min(64, 1 << (n - 1).bit_length()))  # noqa: E731 (as wide_gemv_programs)
+    with gemv_k.configured(lambda n, k: dict(wide(n, k), block_k=256, first_k=256)):
         want = run(model, "triton", prompts, cont)
     n_plain = len(plain)
-    with fused.gemv_tma(True):
+    with fused.gemv_tma(True), ops._tma.configured(wide):
         got = run(model, "triton", prompts, cont)
     assert len(plain) == n_plain and len(tma) == n_plain  # every one-row projection, none left on the GEMV
     assert tma.count("glu") and any(kw.get("softcap") for kw in tma if kw != "glu")

@@ -265,6 +265,7 @@ class TritonOps(FusedOps):
         self._gated_pair = gated_pair.gated_pair
         self._ple = ple_block
         self._fold = gemv_fold
+        self._lazy = (self._pending, gemv_fold.FoldedNorm)  # an add-norm a later kernel computes
         self._wfold: dict[tuple, torch.Tensor] = {}  # (W, w_b) -> W * w_b, made by an eager step (NORM_FOLD)
         self._accs: dict[tuple, torch.Tensor] = {}  # GATED_PAIR's fp32 rows, zeros between uses
         self._skinny_gelu_mul = skinny_gemm.skinny_gemm_gelu_mul
@@ -355,7 +356,7 @@ class TritonOps(FusedOps):
         return self._ple.ple_block(None if pre else x, ple, gate, proj, res, wa, eps, scalar, w_b, pre=pre)
 
     def _pairs(self, x, w) -> bool:
-        return bool(GATED_PAIR) and not isinstance(x, (self._pending, self._fold.FoldedNorm)) and \
+        return bool(GATED_PAIR) and not isinstance(x, self._lazy) and \
             _kernel_for(x, w, self._measured_faster) == "gemv"
 
     def _pair(self, x, w, wd, wd_t, mul):
@@ -411,7 +412,7 @@ class TritonOps(FusedOps):
 
     def ready(self, x):
         """x as a tensor: a pending or folded add-norm computed by the norm kernel (s into its `out`)."""
-        if not isinstance(x, (self._pending, self._fold.FoldedNorm)):
+        if not isinstance(x, self._lazy):
             return x
         s, n = self._add_rms_norm(x.y, x.res, x.w_a, x.eps, x.scalar, x.w_b, out=x.out)
         return s if n is None else n
@@ -444,7 +445,7 @@ class TritonOps(FusedOps):
 
     def _rows(self, x):
         """The rows a projection of x reads: a pending add-norm's y (its s and x have y's shape and strides)."""
-        return x.y if isinstance(x, (self._pending, self._fold.FoldedNorm)) else x
+        return x.y if isinstance(x, self._lazy) else x
 
     def _folded(self, w, w_b):
         """W * w_b (kernels/gemv_fold.py), made once per weight placement by an eager step (a capture cannot)."""

@@ -30,7 +30,7 @@ from . import pdl
 from .gelu_mul import gelu_mul_rounded
 from .pdl import wait_then_release
 from .rms_norm import scalar_value
-from .switches import switched
+from .switches import launch_switched
 from .triton_round import round_like
 
 BLOCK_N = 8  # rows of W' a program (a half's rows when paired): the three vectors a chunk are shared by more rows
@@ -40,10 +40,7 @@ WARPS = 4
 
 def configured(block_n: int, block_k: int, warps: int):
     """Other launch parameters inside (a measurement's variant; a CUDA graph captured inside keeps them)."""
-    for v in (block_n, block_k, warps):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"gemv_fold launch parameters must be powers of two, got {block_n, block_k, warps}")
-    return switched(globals(), BLOCK_N=block_n, BLOCK_K=block_k, WARPS=warps)
+    return launch_switched(globals(), "gemv_fold", BLOCK_N=block_n, BLOCK_K=block_k, WARPS=warps)
 
 
 @dataclass(frozen=True)

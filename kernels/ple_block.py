@@ -33,7 +33,7 @@ from . import pdl
 from .gelu_mul import gelu_mul_rounded
 from .pdl import wait_then_release
 from .rms_norm import add_norm_values, scalar_value
-from .switches import switched
+from .switches import launch_switched
 from .triton_round import round_like
 
 GATE_ROWS = 2  # rows of Wg a program: E4B's 256 gate rows on 128 programs
@@ -45,10 +45,8 @@ MAX_H = 8192
 def configured(gate_rows: int, proj_rows: int, warps: int):
     """Other launch parameters inside (a measurement's variant; a CUDA graph captured inside keeps them). More than
     4 warps a program keeps one program an SM at most for the barrier: `fits` counts it."""
-    for v in (gate_rows, proj_rows, warps):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"ple_block launch parameters must be powers of two, got {gate_rows, proj_rows, warps}")
-    return switched(globals(), GATE_ROWS=gate_rows, PROJ_ROWS=proj_rows, WARPS=warps)
+    return launch_switched(globals(), "ple_block", GATE_ROWS=gate_rows, PROJ_ROWS=proj_rows, WARPS=warps)
+
 
 _BARRIERS: dict = {}
 

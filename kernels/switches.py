@@ -15,3 +15,12 @@ def switched(namespace: dict, **values):
         yield
     finally:
         namespace.update(was)
+
+
+def launch_switched(namespace: dict, what: str, **values):
+    """`switched` for a kernel's launch parameters, each a power of two (block shapes, warps); ValueError naming
+    `what` otherwise."""
+    bad = {k: v for k, v in values.items() if not (isinstance(v, int) and v >= 1 and not v & (v - 1))}
+    if bad:
+        raise ValueError(f"{what} launch parameters must be powers of two, got {bad}")
+    return switched(namespace, **values)

@@ -3,6 +3,8 @@ or GELU GEMV) and against gemma4/ops.py's PyTorch maths, for the add-norms Gemma
 gate/up) and the layer's end (a scalar, before q/k/v). fp32 equals up to reduction order; bf16 is as close to the
 float64 maths as the unfused kernels are."""
 
+import re
+
 import pytest
 import torch
 
@@ -124,43 +126,14 @@ def test_gpu_e4b_sizes(paired):
     assert torch.equal(got, again)
 
 
-SM90 = r'''
-import inspect, json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from kselect.kernels import gemv_fold as K
-
-kernel = K._gemv_fold_kernel
-names = list(inspect.signature(kernel.fn).parameters)
-done = {}
-for case in json.loads(sys.argv[1]):
-    consts = dict(BLOCK_N=8, BLOCK_K=512, PAIRED=case["paired"], HAS_WA=True, HAS_SCALAR=True,
-                  SCALAR_PTR=case["scalar_ptr"], PDL=True)
-    types = {n: "constexpr" if n in consts else "fp32" if n == "eps" or (n == "scalar" and not case["scalar_ptr"])
-             else "*bf16" if n.endswith("_ptr") or n == "scalar" else "i32" for n in names}
-    try:
-        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
-                                                                              consts.items()}),
-                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
-        wait = ptx.index("griddepcontrol.wait")
-        done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"st\.global", ptx[:wait])),
-                            len(re.findall(r"st\.global", ptx[wait:]))]
-    except Exception as e:
-        done[case["id"]] = repr(e)[:2000]
-print(json.dumps(done))
-'''
-
-
 def test_fold_compiles_for_sm90_with_the_first_chunk_before_the_wait():
     """Plain and paired, the scalar a tensor or a number: W's first chunk (both halves' when paired) read before the
     PDL wait, nothing written before it."""
-    from test_sm90_compile import compiled
+    from test_sm90_compile import sm90_ptx
 
-    cases = [dict(id=f"paired={p}/ptr={s}", paired=p, scalar_ptr=s) for p in (False, True) for s in (True, False)]
-    done = compiled(SM90, cases)
-    for c in cases:
-        got = done[c["id"]]
-        assert isinstance(got, list), got
-        before, writes_before, writes_after = got
-        assert before > 0 and writes_before == 0 and writes_after > 0, got
+    cases = [dict(id=f"paired={p}/ptr={s}", module="kselect.kernels.gemv_fold", kernel="_gemv_fold_kernel",
+                  consts=dict(BLOCK_N=8, BLOCK_K=512, PAIRED=p, HAS_WA=True, HAS_SCALAR=True, SCALAR_PTR=s, PDL=True),
+                  types={} if s else {"scalar": "fp32"}) for p in (False, True) for s in (True, False)]
+    for ptx in sm90_ptx(cases).values():
+        before, after = ptx.split("griddepcontrol.wait", 1)
+        assert re.findall(r"ld\.global", before) and "st.global" not in before and "st.global" in after

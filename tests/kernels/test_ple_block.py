@@ -3,6 +3,8 @@ and GEMV, the add-norm again) and against gemma4/ops.py's PyTorch maths: the blo
 add-norm before it, at shapes whose rows do not fill the last program. On CPU its phases run as three launches; on the
 GPU (marked) as one, with the grid barrier, at E4B's sizes and chained under PDL."""
 
+import re
+
 import pytest
 import torch
 
@@ -141,51 +143,19 @@ def test_gpu_chain_under_pdl_equals_plain_launches():
     assert torch.equal(plain, chained)
 
 
-SM90 = r'''
-import inspect, json, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from kselect.kernels import ple_block as K
-
-kernel = K._ple_block_kernel
-names = list(inspect.signature(kernel.fn).parameters)
-done = {}
-for case in json.loads(sys.argv[1]):
-    consts = dict(H_PAD=4096, P_PAD=256, GR=K.GATE_ROWS, PR=K.PROJ_ROWS, PRENORM=case["pre"], HAS_W0=True, HAS_WA=True,
-                  HAS_SCALAR=True, SCALAR_PTR=True, HAS_WB=True, PHASE=0, PDL=True, L2=True)
-    types = {n: "constexpr" if n in consts else "*i32" if n == "bar_ptr" else "fp32" if n == "eps"
-             else "*bf16" if n.endswith("_ptr") or n == "scalar" else "i32" for n in names}
-    try:
-        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
-                                                                              consts.items()}),
-                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
-        wait = ptx.index("griddepcontrol.wait")
-        before, after = ptx[:wait], ptx[wait:]
-        done[case["id"]] = dict(loads_before=len(re.findall(r"ld\.global", before)),
-                                writes_before=len(re.findall(r"st\.global|atom\.", before)),
-                                to_l2_before=len(re.findall(r"prefetch\.global\.L2", before)),
-                                to_l2_after=len(re.findall(r"prefetch", after)),
-                                arrivals=len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", after)),
-                                polls=len(re.findall(r"ld\.global\.gpu\.acquire", after)),
-                                l2_reads=len(re.findall(r"ld\.global\.cg", after)))
-    except Exception as e:
-        done[case["id"]] = repr(e)[:2000]
-print(json.dumps(done))
-'''
-
-
 def test_block_compiles_for_sm90_with_weights_before_the_wait_and_one_barrier():
     """One launch (PHASE 0) compiles for SM90: weight loads, the tail weights' L2 hints and no write before the PDL
     wait; after it two acquire-release arrivals (the barrier, the tail's count), one acquire poll, g and p read from
     L2, and no hint."""
-    from test_sm90_compile import compiled
+    from test_sm90_compile import sm90_ptx
 
-    cases = [dict(id=f"pre={pre}", pre=pre) for pre in (False, True)]
-    done = compiled(SM90, cases)
-    for c in cases:
-        got = done[c["id"]]
-        assert isinstance(got, dict), got
-        assert got["loads_before"] > 0 and got["writes_before"] == 0, got
-        assert got["to_l2_before"] == 2 and got["to_l2_after"] == 0, got
-        assert got["arrivals"] == 2 and got["polls"] == 1 and got["l2_reads"] > 0, got
+    consts = dict(H_PAD=4096, P_PAD=256, GR=B.GATE_ROWS, PR=B.PROJ_ROWS, HAS_W0=True, HAS_WA=True, HAS_SCALAR=True,
+                  SCALAR_PTR=True, HAS_WB=True, PHASE=0, PDL=True, L2=True)
+    cases = [dict(id=f"pre={pre}", module="kselect.kernels.ple_block", kernel="_ple_block_kernel",
+                  consts=dict(consts, PRENORM=pre), types={"bar_ptr": "*i32"}) for pre in (False, True)]
+    for ptx in sm90_ptx(cases).values():
+        before, after = ptx.split("griddepcontrol.wait", 1)
+        assert re.findall(r"ld\.global", before) and not re.findall(r"st\.global|atom\.", before)
+        assert len(re.findall(r"prefetch\.global\.L2", before)) == 2 and "prefetch" not in after
+        assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", after)) == 2
+        assert len(re.findall(r"ld\.global\.gpu\.acquire", after)) == 1 and re.findall(r"ld\.global\.cg", after)

@@ -25,6 +25,38 @@ def compiled(script: str, arg) -> dict:
         pytest.skip("this Triton build has no SM90 assembler")
     return done
 
+PTX = r'''
+import importlib, inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+done = {}
+for case in json.loads(sys.argv[1]):
+    kernel = getattr(importlib.import_module(case["module"]), case["kernel"])
+    consts, given = case["consts"], case.get("types", {})
+    names = list(inspect.signature(kernel.fn).parameters)
+    types = {n: "constexpr" if n in consts else given.get(n) or ("*bf16" if n.endswith("_ptr") or n == "scalar"
+             else "fp32" if n == "eps" else "i32") for n in names}
+    try:
+        done[case["id"]] = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={
+            (names.index(n),): v for n, v in consts.items()}), target=GPUTarget("cuda", 90, 32),
+            options=dict(num_warps=case.get("num_warps", 4))).asm["ptx"]
+    except Exception as e:
+        done[case["id"]] = "error: " + repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def sm90_ptx(cases: list[dict]) -> dict:
+    """{id: the PTX} of each case compiled for SM90 (or "error: ..."): a case names its kernel ("module", "kernel"), its
+    "consts", and "types" where a parameter is not the default (`*bf16` for *_ptr and scalar, fp32 eps, else i32)."""
+    done = compiled(PTX, cases)
+    for c in cases:
+        assert not done[c["id"]].startswith("error: "), done[c["id"]]
+    return done
+
+
 COMPILE = r'''
 import inspect, json, sys
 import triton

@@ -274,29 +274,31 @@ def _num_sms(device) -> int:
 SMALL_BATCH = 4
 
 
-# A small decode's launch: at most SMALL["splits"] splits (fewer: longer programs, a smaller merge), SMALL["stages"]
-# software-pipeline stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches
-# (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1 of kselect/measurement/gemv_variants.py). In
-# E4B's batch-1 step on the H100, 8 and 4 splits were slower (0.975x, 0.936x), 8 warps and one stage ties
-# (bench/results/h100/kv_l2/).
-SMALL = {"splits": 64, "stages": 2, "warps": None}
+# A small decode's launch: up to SMALL["batch"] sequences, SMALL["block_n"]-key tiles, at most SMALL["splits"] splits
+# (fewer: longer programs, a smaller merge) and SMALL["per_sm"] programs an SM, SMALL["stages"] software-pipeline
+# stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches (`small_launch(...)`, variants
+# splits1 .. splits8, attn_w8, attn_s1, attn_b16* of kselect/measurement/gemv_variants.py). In E4B's batch-1 step on
+# the H100, 8 and 4 splits were slower (0.975x, 0.936x), 8 warps and one stage ties (bench/results/h100/kv_l2/).
+SMALL = {"batch": SMALL_BATCH, "block_n": 32, "per_sm": 1, "splits": 64, "stages": 2, "warps": None}
 
 
 def small_launch(**changes):
     """SMALL's entries changed inside (a CUDA graph captured inside keeps them)."""
-    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1))]
+    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1))
+           or (k == "block_n" and (v is None or v < 16 or v & (v - 1)))]
     if bad:
         raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
-                         f"keys {', '.join(SMALL)}, each a positive int (warps may be None)")
+                         f"keys {', '.join(SMALL)}, each a positive int (warps may be None, block_n a power of "
+                         f"two >= 16)")
     return switched(SMALL, **changes)
 
 
 def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
-    """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL_BATCH with `programs` = batch x kv heads x
-    query tiles and `span` visible keys: about one program per SM, each at least one 32-key tile."""
-    block_n = 32
-    return block_n, SMALL["stages"], max(1, min(triton.cdiv(sms, programs), triton.cdiv(span, block_n),
-                                                 SMALL["splits"]))
+    """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL["batch"] with `programs` = batch x kv heads x
+    query tiles and `span` visible keys: about SMALL["per_sm"] programs an SM, each at least one key tile."""
+    block_n = SMALL["block_n"]
+    return block_n, SMALL["stages"], max(1, min(triton.cdiv(SMALL["per_sm"] * sms, programs),
+                                                 triton.cdiv(span, block_n), SMALL["splits"]))
 
 
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
@@ -397,7 +399,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     kv_asm = kv_asm and k_cache.dtype == torch.float8_e4m3fn and dot_dtype == torch.float16
     n_qt = triton.cdiv(max_q, block_q)
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
-    small = decode and b <= SMALL_BATCH and config is None and not interpret
+    small = decode and b <= SMALL["batch"] and config is None and not interpret
     if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
         block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev))
         warps = SMALL["warps"] or warps

@@ -703,8 +703,15 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("attn_w8"):
         assert triton_paged.SMALL["warps"] == 8
     assert triton_paged.small_decode(2, 520, 132) == (32, 2, 17) and triton_paged.SMALL["warps"] is None
+    with gv.variant("attn_b16_x2"):  # the small launch up to batch 16, about two programs an SM
+        assert triton_paged.SMALL["batch"] == 16 and triton_paged.small_decode(32, 520, 132) == (32, 2, 9)
+    with gv.variant("attn_b16_n64"):  # ... on 64-key tiles
+        assert triton_paged.small_decode(32, 520, 132) == (64, 2, 9)
+    assert triton_paged.SMALL["batch"] == 4 and triton_paged.small_decode(32, 520, 132) == (32, 2, 5)
     with pytest.raises(ValueError, match="small_launch: splits=0"):
         triton_paged.small_launch(splits=0).__enter__()
+    with pytest.raises(ValueError, match="small_launch: block_n=48"):
+        triton_paged.small_launch(block_n=48).__enter__()
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):

@@ -31,7 +31,8 @@ CASES = [("31b_sliding_d256", 32, 16, 256, 1024, 64, 8192), ("31b_full_d512", 32
          ("e4b_full_d512_b8", 8, 2, 512, None, 8, 32768)]
 SMALL = [("31b_sliding_b1", 32, 16, 256, 1024, 1, 544), ("31b_full_b1", 32, 4, 512, None, 1, 544),
          ("e4b_sliding_b1", 8, 2, 256, 512, 1, 544), ("e4b_full_b1", 8, 2, 512, None, 1, 544),
-         ("31b_sliding_b4", 32, 16, 256, 1024, 4, 544), ("e4b_sliding_b4", 8, 2, 256, 512, 4, 544)]
+         ("31b_sliding_b4", 32, 16, 256, 1024, 4, 544), ("e4b_sliding_b4", 8, 2, 256, 512, 4, 544),
+         ("e4b_sliding_b16", 8, 2, 256, 512, 16, 520), ("e4b_full_b16", 8, 2, 512, None, 16, 520)]
 COLD_BYTES = 150 * 2**20  # input sets x KV bytes >= 3x the H200's 50 MB L2
 
 
@@ -47,11 +48,11 @@ def grid(d, dt, default):
     return [default] + [c for c in out if c != default]
 
 
-def small_grid(d, dt, default):
+def small_grid(d, dt, default, warps=(4,)):
     """(BLOCK_N, warps, stages, asm, key tiles per split), pick_config's default with its 4 tiles first."""
     bns = (32, 16) if d >= 512 else (64, 32)
     asm = int(dt == "fp8")
-    out = [(bn, 4, st, asm, t) for bn, st, t in itertools.product(bns, (2, 3), (1, 2, 3, 4))]
+    out = [(bn, w, st, asm, t) for bn, w, st, t in itertools.product(bns, warps, (2, 3), (1, 2, 3, 4))]
     return [default] + [c for c in out if c != default]
 
 
@@ -60,9 +61,11 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--budget-s", type=float, default=140)
     ap.add_argument("--dtypes", default="fp8")
-    ap.add_argument("--cases", default=",".join(c[0] for c in CASES))
+    ap.add_argument("--cases", default=None, help="comma-separated case names (default: every case of the set)")
     ap.add_argument("--copy-gbs", type=float, default=0, help="skip the copy measurement (H200: 4209)")
-    ap.add_argument("--small", action="store_true", help="the batch-1/4 x 544 split sweep (SMALL) instead of CASES")
+    ap.add_argument("--small", action="store_true", help="the small-batch split sweep (SMALL) instead of CASES")
+    ap.add_argument("--per-sm", type=int, default=2, help="--small: at most this many programs an SM")
+    ap.add_argument("--warps", default="4", help="--small: warps a program to sweep, comma-separated")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -75,7 +78,12 @@ def main():
     print(f"copy {copy:.0f} GB/s", flush=True)
     rows = []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cases = SMALL if args.small else [c for c in CASES if c[0] in args.cases.split(",")]
+    pool = SMALL if args.small else CASES
+    names = args.cases.split(",") if args.cases else [c[0] for c in pool]
+    unknown = [n for n in names if n not in {c[0] for c in pool}]
+    if unknown:
+        raise ValueError(f"--cases: {', '.join(unknown)} unknown; this set has {', '.join(c[0] for c in pool)}")
+    cases = [c for c in pool if c[0] in names]
     jobs = [(c, dt) for c in cases for dt in args.dtypes.split(",")]
     for ji, ((name, hq, hkv, d, win, b, L), dt) in enumerate(jobs):
         deadline = t0 + (ji + 1) * args.budget_s / len(jobs)
@@ -86,9 +94,10 @@ def main():
         sets = [first] + [make_inputs(hq, hkv, d, win, b, L, 1, 64, fp8) for _ in range(n_sets - 1)]
         g_pad = _pow2(hq // hkv)
         bq, dbn, dw, dst, dasm = pick_config(_pow2(d), g_pad, 1, True, False, fp8)
-        base = -(-2 * sms // (b * hkv))
+        base = -(-(args.per_sm if args.small else 2) * sms // (b * hkv))
         span = L if win is None else min(L, win)
-        configs = small_grid(d, dt, (dbn, dw, dst, int(dasm), 4)) if args.small else grid(d, dt, (dbn, dw, dst, int(dasm), 1))
+        configs = small_grid(d, dt, (dbn, dw, dst, int(dasm), 4), tuple(int(w) for w in args.warps.split(","))) \
+            if args.small else grid(d, dt, (dbn, dw, dst, int(dasm), 1))
         for bn, warps, stages, asm, mult in configs:
             if time.time() > deadline:
                 break

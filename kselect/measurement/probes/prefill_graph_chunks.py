@@ -1,6 +1,6 @@
 """Probe: chunked prefill (chunks of 8) of the tiny model, bf16, FP8 cache, TRITON_ATTN: prefill graphs vs eager by
 prompt length, with the fused forward and the unfused modules, whole prefill, and the Triton kernel's small-batch path
-off (SMALL_BATCH = 0). Logits and every KV cache layer compared. From the checkout root, the device kit on PYTHONPATH:
+off (SMALL["batch"] = 0). Logits and every KV cache layer compared. From the checkout root, the device kit on PYTHONPATH:
 
     python3 -m kselect.measurement.probes.prefill_graph_chunks   # bench/results/h200/epilogues/D/chunks.log
 """
@@ -47,7 +47,7 @@ def main() -> None:
         one(n, 8, "auto", "as-is")
     one(101, 8, "unfused", "as-is")
     one(101, None, "auto", "as-is")
-    tp.SMALL_BATCH = 0
+    tp.SMALL["batch"] = 0
     one(101, 8, "auto", "no-small-path")
     one(64, 8, "auto", "no-small-path")
 

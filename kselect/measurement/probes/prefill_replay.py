@@ -40,9 +40,9 @@ def main() -> None:
 
     tp.paged_attention_triton = attn
     for small in (4, 0):
-        tp.SMALL_BATCH = small
+        tp.SMALL["batch"] = small
         e = Engine(model, sel, EngineConfig(max_seqs=1, max_seq_len=256, cuda_graphs=True, max_step_tokens=8))
-        print(f"SMALL_BATCH={small}")
+        print(f"SMALL[\"batch\"]={small}")
         e.generate([[2] + list(range(10, 110))], 1, return_logits=True, stop_at_eos=False)
         print("captured attention calls:", sorted(set(calls)))
         calls.clear()

@@ -3,6 +3,7 @@ decode shapes and report GB/s of KV read under CUDA-graph replay, against measur
 
   python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/tune [--budget-s 140] [--dtypes fp8,bf16]
   python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/splits --small --dtypes bf16,fp8   # B1 x 544
+  python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/S --small --cases e4b_sliding_b16,e4b_full_b16 --dtypes bf16 --per-sm 4 --warps 4,8   # B16 x 520
 
 --small sweeps the split count at the model steps' batch-1 shapes (31B and E4B, 544 tokens), where few
 programs run (kv heads x splits) and each call is bound by latency, not bandwidth: splits of 1-4 BLOCK_N
@@ -67,6 +68,12 @@ def main():
     ap.add_argument("--per-sm", type=int, default=2, help="--small: at most this many programs an SM")
     ap.add_argument("--warps", default="4", help="--small: warps a program to sweep, comma-separated")
     args = ap.parse_args()
+    pool = SMALL if args.small else CASES
+    names = args.cases.split(",") if args.cases else [c[0] for c in pool]
+    unknown = [n for n in names if n not in {c[0] for c in pool}]
+    if unknown:
+        ap.error(f"--cases: {', '.join(unknown)} unknown; this set has {', '.join(c[0] for c in pool)}")
+    cases = [c for c in pool if c[0] in names]
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     copy = args.copy_gbs
@@ -78,12 +85,6 @@ def main():
     print(f"copy {copy:.0f} GB/s", flush=True)
     rows = []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    pool = SMALL if args.small else CASES
-    names = args.cases.split(",") if args.cases else [c[0] for c in pool]
-    unknown = [n for n in names if n not in {c[0] for c in pool}]
-    if unknown:
-        raise ValueError(f"--cases: {', '.join(unknown)} unknown; this set has {', '.join(c[0] for c in pool)}")
-    cases = [c for c in pool if c[0] in names]
     jobs = [(c, dt) for c in cases for dt in args.dtypes.split(",")]
     for ji, ((name, hq, hkv, d, win, b, L), dt) in enumerate(jobs):
         deadline = t0 + (ji + 1) * args.budget_s / len(jobs)

@@ -1,0 +1,24 @@
+"""kselect.measurement.kernels.tune_triton_decode: its case sets and bad input (the sweep itself needs a GPU)."""
+import sys
+
+import pytest
+
+from kselect.measurement.kernels import tune_triton_decode as tune
+
+
+def test_an_unknown_case_is_exit_2_naming_the_sets_cases_before_any_gpu_work(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["tune", "--out", str(tmp_path / "o"), "--small", "--cases", "e4b_sliding_b16,nope"])
+    with pytest.raises(SystemExit) as e:
+        tune.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--cases: nope unknown" in err and "e4b_full_b16" in err and "31b_full_d512" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_small_grid_sweeps_the_warps_asked_for_with_the_default_first():
+    default = (64, 4, 2, 0, 4)
+    grid = tune.small_grid(256, "bf16", default, warps=(4, 8))
+    assert grid[0] == default and len(grid) == len(set(grid))
+    assert {c[1] for c in grid} == {4, 8} and {c[4] for c in grid} == {1, 2, 3, 4}
+    assert {c[1] for c in tune.small_grid(256, "bf16", default)} == {4}

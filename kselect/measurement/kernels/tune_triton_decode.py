@@ -5,7 +5,7 @@ decode shapes and report GB/s of KV read under CUDA-graph replay, against measur
   python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/splits --small --dtypes bf16,fp8   # B1 x 544
   python -m kselect.measurement.kernels.tune_triton_decode --out $OUT/S --small --cases e4b_sliding_b16,e4b_full_b16 --dtypes bf16 --per-sm 4 --warps 4,8   # B16 x 520
 
---small sweeps the split count at the model steps' batch-1 shapes (31B and E4B, 544 tokens), where few
+--small sweeps the split count at the model steps' small-batch shapes (31B and E4B, B1 and B4 x 544, B16 x 520), where few
 programs run (kv heads x splits) and each call is bound by latency, not bandwidth: splits of 1-4 BLOCK_N
 tiles, over enough input sets that the KV is read from HBM, not L2 (as in a model step).
 

@@ -18,6 +18,8 @@ because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -272,6 +274,10 @@ def _num_sms(device) -> int:
 # (FP8 15.6 -> 10.7), 31B full 19.0 -> 10.9, E4B sliding 20.7 -> 8.0, E4B full 18.0 -> 10.2: those calls
 # ran 4-20 programs of 3-5 tiles each. Larger batches keep pick_config's tiles (tuned at B64 x 8192).
 SMALL_BATCH = 4
+# ... and up to batch 16 on the cards that measured it. E4B's batch-16 step on the H100 with this kernel on every layer
+# (`--selection latency_triton`, variant attn_b16): 3,028-3,033 tok/s against 2,884 on pick_config's tiles (1.051x),
+# the sliding layers' call 15.4 us against 21 (bench/results/h100/attn_b16/).
+SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 
 
 # A small decode's launch: up to SMALL["batch"] sequences, SMALL["block_n"]-key tiles, at most SMALL["splits"] splits
@@ -279,7 +285,22 @@ SMALL_BATCH = 4
 # stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches (`small_launch(...)`, variants
 # splits1 .. splits8, attn_w8, attn_s1, attn_b16* of kselect/measurement/gemv_variants.py). In E4B's batch-1 step on
 # the H100, 8 and 4 splits were slower (0.975x, 0.936x), 8 warps and one stage ties (bench/results/h100/kv_l2/).
-SMALL = {"batch": SMALL_BATCH, "block_n": 32, "per_sm": 1, "splits": 64, "stages": 2, "warps": None}
+# SMALL["batch"] None: SMALL_BATCH_BY_CARD's, else SMALL_BATCH.
+SMALL = {"batch": None, "block_n": 32, "per_sm": 1, "splits": 64, "stages": 2, "warps": None}
+
+
+@functools.cache
+def _card_small_batch(index: int) -> int:
+    return SMALL_BATCH_BY_CARD.get(torch.cuda.get_device_name(index), SMALL_BATCH)
+
+
+def small_batch(device) -> int:
+    """The largest batch a decode call on `device` takes the small launch at (SMALL["batch"] where set)."""
+    if SMALL["batch"] is not None:
+        return SMALL["batch"]
+    if device.type != "cuda":
+        return SMALL_BATCH
+    return _card_small_batch(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def small_launch(**changes):
@@ -399,7 +420,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     kv_asm = kv_asm and k_cache.dtype == torch.float8_e4m3fn and dot_dtype == torch.float16
     n_qt = triton.cdiv(max_q, block_q)
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
-    small = decode and b <= SMALL["batch"] and config is None and not interpret
+    small = decode and config is None and not interpret and b <= small_batch(dev)
     if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
         block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev))
         warps = SMALL["warps"] or warps

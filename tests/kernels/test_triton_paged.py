@@ -143,6 +143,39 @@ def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span
     assert small_decode(programs, span, 132) == (32, 2, splits), name
 
 
+def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypatch):
+    """SMALL_BATCH_BY_CARD: the H100 takes the small launch up to batch 16 (bench/results/h100/attn_b16/), another
+    card or the CPU up to SMALL_BATCH; a switch's SMALL["batch"] wins on any card."""
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: names[i])
+    triton_paged._card_small_batch.cache_clear()
+    try:
+        assert triton_paged.small_batch(torch.device("cuda", 0)) == 16
+        assert triton_paged.small_batch(torch.device("cuda", 1)) == triton_paged.SMALL_BATCH == 4
+        assert triton_paged.small_batch(torch.device("cpu")) == 4
+        with triton_paged.small_launch(batch=8):
+            assert triton_paged.small_batch(torch.device("cuda", 0)) == 8
+        assert triton_paged.small_batch(torch.device("cuda", 0)) == 16
+    finally:
+        triton_paged._card_small_batch.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("d, window", [(256, 512), (512, -1)])
+def test_small_launch_at_batch_16(d, window):
+    """E4B's batch-16 decode at 520 keys (the sliding d256 and full d512 layers) on the small launch, at one and four
+    programs an SM: within the decode tolerance of the reference and of pick_config's tiles."""
+    case = make_case([1] * 16, [520 - 7 * i for i in range(16)], hq=8, hkv=2, d=d, block_size=16,
+                     dtype=torch.bfloat16, device=DEV, seed=3, window_left=window)
+    with triton_paged.small_launch(batch=0):
+        plain = run(case, max_seqlen_q=1, max_seqlen_k=520)
+    for per_sm in (1, 4):
+        with triton_paged.small_launch(batch=16, per_sm=per_sm):
+            got = run(case, max_seqlen_q=1, max_seqlen_k=520)
+        assert rel_err(got, case.reference()) < 1e-2 and rel_err(got, plain) < 1e-2, per_sm
+
+
 @pytest.mark.parametrize("mode", ["decode", "mixed"])
 @pytest.mark.parametrize("mask", ["causal", "window", "all"])
 @pytest.mark.parametrize("splits", [1, 3])

@@ -275,8 +275,8 @@ def _num_sms(device) -> int:
 # ran 4-20 programs of 3-5 tiles each. Larger batches keep pick_config's tiles (tuned at B64 x 8192).
 SMALL_BATCH = 4
 # ... and up to batch 16 on the cards that measured it. E4B's batch-16 step on the H100 with this kernel on every layer
-# (`--selection latency_triton`, variant attn_b16): 3,028-3,033 tok/s against 2,884 on pick_config's tiles (1.051x),
-# the sliding layers' call 15.4 us against 21 (bench/results/h100/attn_b16/).
+# (`--selection latency_triton`, variant attn_b16): 3,028-3,033 tok/s against 2,884 on pick_config's tiles (1.051x;
+# bench/results/h100/attn_b16/). Batches 5-15 follow the same rule, unmeasured.
 SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 
 

@@ -160,6 +160,17 @@ def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypa
         triton_paged._card_small_batch.cache_clear()
 
 
+def test_small_launch_geometry_at_batch_16_in_the_interpreter():
+    """The H100's batch-16 small launch, as far as the interpreter takes it (it never picks the small launch itself):
+    16 sequences of unequal length, 32-key tiles and the split count small_decode gives on 132 SMs, against the
+    reference, with a window as E4B's sliding layers have."""
+    block_n, stages, splits = triton_paged.small_decode(16 * 2, 160, 132)
+    assert (block_n, splits) == (32, 5)
+    case = make_case([1] * 16, [160 - 5 * i for i in range(16)], hq=8, hkv=2, d=32, device=DEV, seed=4, window_left=96)
+    out = run(case, max_seqlen_q=1, max_seqlen_k=160, num_splits=splits, config=(4, block_n, 4, stages))
+    assert rel_err(out, case.reference()) <= 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("d, window", [(256, 512), (512, -1)])

@@ -305,12 +305,13 @@ def small_batch(device) -> int:
 
 def small_launch(**changes):
     """SMALL's entries changed inside (a CUDA graph captured inside keeps them)."""
-    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1))
+    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1)
+                                                               and not (k == "batch" and v == 0))
            or (k == "block_n" and (v is None or v < 16 or v & (v - 1)))]
     if bad:
         raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
-                         f"keys {', '.join(SMALL)}, each a positive int (warps may be None, block_n a power of "
-                         f"two >= 16)")
+                         f"keys {', '.join(SMALL)}, each a positive int (batch may be 0: never, or None: the card's; "
+                         f"warps may be None; block_n a power of two >= 16)")
     return switched(SMALL, **changes)
 
 

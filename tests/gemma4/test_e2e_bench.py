@@ -712,6 +712,10 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         triton_paged.small_launch(splits=0).__enter__()
     with pytest.raises(ValueError, match="small_launch: block_n=48"):
         triton_paged.small_launch(block_n=48).__enter__()
+    with triton_paged.small_launch(batch=0):  # never the small launch (the GPU test's baseline)
+        assert triton_paged.small_batch(torch.device("cuda", 0)) == 0
+    with pytest.raises(ValueError, match="small_launch: batch=-1"):
+        triton_paged.small_launch(batch=-1).__enter__()
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):

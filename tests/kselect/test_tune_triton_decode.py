@@ -22,3 +22,14 @@ def test_the_small_grid_sweeps_the_warps_asked_for_with_the_default_first():
     assert grid[0] == default and len(grid) == len(set(grid))
     assert {c[1] for c in grid} == {4, 8} and {c[4] for c in grid} == {1, 2, 3, 4}
     assert {c[1] for c in tune.small_grid(256, "bf16", default)} == {4}
+
+
+@pytest.mark.parametrize("flag, value, says", [("--warps", "4,x", "'4,x': comma-separated warp counts"),
+                                               ("--warps", "3", "each one of 1, 2, 4, 8, 16"),
+                                               ("--per-sm", "0", "'0': a positive integer")])
+def test_bad_warps_or_programs_an_sm_are_exit_2_naming_the_flag(monkeypatch, capsys, tmp_path, flag, value, says):
+    monkeypatch.setattr(sys, "argv", ["tune", "--out", str(tmp_path / "o"), "--small", flag, value])
+    with pytest.raises(SystemExit) as e:
+        tune.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and flag in err and says in err

@@ -57,6 +57,19 @@ def small_grid(d, dt, default, warps=(4,)):
     return [default] + [c for c in out if c != default]
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a positive integer")
+    return int(text)
+
+
+def _warps(text: str) -> tuple[int, ...]:
+    allowed = ("1", "2", "4", "8", "16")
+    if not text or any(w not in allowed for w in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated warp counts, each one of {', '.join(allowed)}")
+    return tuple(int(w) for w in text.split(","))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -65,8 +78,9 @@ def main():
     ap.add_argument("--cases", default=None, help="comma-separated case names (default: every case of the set)")
     ap.add_argument("--copy-gbs", type=float, default=0, help="skip the copy measurement (H200: 4209)")
     ap.add_argument("--small", action="store_true", help="the small-batch split sweep (SMALL) instead of CASES")
-    ap.add_argument("--per-sm", type=int, default=2, help="--small: at most this many programs an SM")
-    ap.add_argument("--warps", default="4", help="--small: warps a program to sweep, comma-separated")
+    ap.add_argument("--per-sm", type=_positive, default=2, help="--small: at most this many programs an SM")
+    ap.add_argument("--warps", type=_warps, default=(4,), help="--small: warps a program to sweep, comma-separated "
+                    "powers of two up to 16")
     args = ap.parse_args()
     pool = SMALL if args.small else CASES
     names = args.cases.split(",") if args.cases else [c[0] for c in pool]
@@ -97,8 +111,8 @@ def main():
         bq, dbn, dw, dst, dasm = pick_config(_pow2(d), g_pad, 1, True, False, fp8)
         base = -(-(args.per_sm if args.small else 2) * sms // (b * hkv))
         span = L if win is None else min(L, win)
-        configs = small_grid(d, dt, (dbn, dw, dst, int(dasm), 4), tuple(int(w) for w in args.warps.split(","))) \
-            if args.small else grid(d, dt, (dbn, dw, dst, int(dasm), 1))
+        default = (dbn, dw, dst, int(dasm), 4 if args.small else 1)
+        configs = small_grid(d, dt, default, args.warps) if args.small else grid(d, dt, default)
         for bn, warps, stages, asm, mult in configs:
             if time.time() > deadline:
                 break

@@ -4,6 +4,9 @@ claim at Gemma-4's head sizes, for the backends kselect implements.
 
     kselect claims platform=sm90 > claims.txt
     kselect conformance --claims claims.txt --gpu-name nvidia_h200 --out conf/conformance/nvidia_h200.yaml
+
+A model, KV cache, multimodal switch, rules or overlay given on the command line narrows that axis to the value given
+(`kselect claims platform=sm90 model=gemma4_e4b`: E4B's claims); the others run over every preset, cache and overlay.
 """
 
 from __future__ import annotations
@@ -34,13 +37,40 @@ NO_EVIDENCE = Evidence.none()
 
 ComposeAll = Callable[[list[list[str]]], list]  # requests -> each one's config, or None: compose it on its own
 
+# the axes the claims run over; a command-line value for one narrows it (one value each, never a repeated key)
+AXES = ("model", "kv_cache", "model.multimodal", "rules", "overlay")
+
+
+def _named(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the overrides that are not an axis, each axis's value where the command line gives one: the last wins)."""
+    rest, named = [], {}
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and key in AXES:
+            named[key] = value
+        else:
+            rest.append(o)
+    return rest, named
+
+
+def _axis(named: dict[str, str], key: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    return (named[key],) if key in named else values
+
+
+def _rule_sets(named: dict[str, str], rules: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(rules, overlay) pairs narrowed to the command line's; a pair it names that is not listed runs as named."""
+    hit = [(r, ov) for r, ov in rules if named.get("rules", r) == r and named.get("overlay", ov) == ov]
+    return hit or [(named.get("rules", rules[0][0]), named.get("overlay", "[]"))]
+
 
 def selection_claims(platform_overrides: list[str], compose_all: ComposeAll | None = None) -> set[str]:
     """`compose_all`: composes many requests at once (`kselect claims` passes the matrix Builder's batch,
     selector/review/bulk.py configs_of); a request it leaves None is composed here, on its own."""
     out: set[str] = set()
-    axes = itertools.product(MODELS, ("auto", "fp8"), ("false", "true"), OVERLAYS)
-    requests = [[*platform_overrides, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}", f"rules={rules}",
+    base, named = _named(platform_overrides)
+    axes = itertools.product(_axis(named, "model", MODELS), _axis(named, "kv_cache", ("auto", "fp8")),
+                             _axis(named, "model.multimodal", ("false", "true")), _rule_sets(named, list(OVERLAYS)))
+    requests = [[*base, f"model={model}", f"kv_cache={kv}", f"model.multimodal={mm}", f"rules={rules}",
                  f"overlay={ov}"] for model, kv, mm, (rules, ov) in axes]
     for over, cfg in zip(requests, compose_all(requests) if compose_all else [None] * len(requests)):
         try:
@@ -63,8 +93,12 @@ def objective_claims(platform_overrides: list[str], rules: tuple[str, ...] = ("v
 
     out: set[str] = set()
     names = [n for n in IMPLEMENTED if n != "TORCH_REFERENCE"]
-    requests = [[*platform_overrides, f"model={model}", f"kv_cache={kv}", f"rules={r}", "overlay=[]"]
-                for model, kv, r in itertools.product(MODELS, ("auto", "fp8"), rules)]
+    base, named = _named(platform_overrides)
+    pairs = _rule_sets(named, [(r, "[]") for r in rules])
+    requests = [[*base, *([f"model.multimodal={named['model.multimodal']}"] if "model.multimodal" in named else []),
+                 f"model={model}", f"kv_cache={kv}", f"rules={r}", f"overlay={ov}"]
+                for model, kv, (r, ov) in itertools.product(_axis(named, "model", MODELS),
+                                                            _axis(named, "kv_cache", ("auto", "fp8")), pairs)]
     for over, cfg in zip(requests, compose_all(requests) if compose_all else [None] * len(requests)):
         try:
             cfg = cfg if cfg is not None else compose(over)

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from . import pdl
 from .gelu_mul import gelu_mul_rounded
+from .cards import card_of
 from .gemv import check_operands, epilogue, fp32_cap
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
@@ -146,18 +147,6 @@ def _card_table(card: str) -> dict:
     for path in (CARD_CONFIGS, STEP_CONFIGS):
         table.update(json.loads(path.read_text()).get(card, {}) if card != "_sources" else {})
     return {tuple(int(v) for v in shape.split("x")): cfg for shape, cfg in table.items()}
-
-
-@functools.lru_cache(maxsize=None)
-def _device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
-def card_of(t: torch.Tensor) -> str:
-    """The card t lives on, by the name its driver gives (the table's key); "cpu" off the GPU."""
-    if not t.is_cuda:
-        return "cpu"
-    return _device_name(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
 def measured_faster(t: torch.Tensor, n: int, k: int) -> bool:

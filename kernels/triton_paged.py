@@ -18,14 +18,13 @@ because the interpreter's tl.dot multiplies bf16 bit patterns as integers.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from . import pdl
 from . import split_merge
+from .cards import card_name
 from .pdl import wait_then_release
 from .reference import is_fp8
 from .split_merge import merge_if_last
@@ -289,18 +288,11 @@ SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 SMALL = {"batch": None, "block_n": 32, "per_sm": 1, "splits": 64, "stages": 2, "warps": None}
 
 
-@functools.cache
-def _card_small_batch(index: int) -> int:
-    return SMALL_BATCH_BY_CARD.get(torch.cuda.get_device_name(index), SMALL_BATCH)
-
-
 def small_batch(device) -> int:
     """The largest batch a decode call on `device` takes the small launch at (SMALL["batch"] where set)."""
     if SMALL["batch"] is not None:
         return SMALL["batch"]
-    if device.type != "cuda":
-        return SMALL_BATCH
-    return _card_small_batch(device.index if device.index is not None else torch.cuda.current_device())
+    return SMALL_BATCH_BY_CARD.get(card_name(device), SMALL_BATCH)
 
 
 def small_launch(**changes):

@@ -705,7 +705,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert triton_paged.small_decode(2, 520, 132) == (32, 2, 17) and triton_paged.SMALL["warps"] is None
     with gv.variant("attn_b16_x2"):  # the small launch up to batch 16, about two programs an SM
         assert triton_paged.SMALL["batch"] == 16 and triton_paged.small_decode(32, 520, 132) == (32, 2, 9)
-    with gv.variant("attn_b16_n64"):  # ... on 64-key tiles
+    with triton_paged.small_launch(block_n=64, per_sm=2):  # ... on 64-key tiles
         assert triton_paged.small_decode(32, 520, 132) == (64, 2, 9)
     assert triton_paged.SMALL["batch"] is None and triton_paged.small_decode(32, 520, 132) == (32, 2, 5)
     with pytest.raises(ValueError, match="small_launch: splits=0"):

@@ -146,9 +146,11 @@ def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span
 def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypatch):
     """SMALL_BATCH_BY_CARD: the H100 takes the small launch up to batch 16 (bench/results/h100/attn_b16/), another
     card or the CPU up to SMALL_BATCH; a switch's SMALL["batch"] wins on any card."""
+    from kselect.kernels import cards
+
     names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: names[i])
-    triton_paged._card_small_batch.cache_clear()
+    cards._device_name.cache_clear()
     try:
         assert triton_paged.small_batch(torch.device("cuda", 0)) == 16
         assert triton_paged.small_batch(torch.device("cuda", 1)) == triton_paged.SMALL_BATCH == 4
@@ -157,7 +159,7 @@ def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypa
             assert triton_paged.small_batch(torch.device("cuda", 0)) == 8
         assert triton_paged.small_batch(torch.device("cuda", 0)) == 16
     finally:
-        triton_paged._card_small_batch.cache_clear()
+        cards._device_name.cache_clear()
 
 
 def test_small_launch_geometry_at_batch_16_in_the_interpreter():

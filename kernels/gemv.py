@@ -6,7 +6,8 @@ Each program owns BLOCK_N rows of W and walks K in BLOCK_K chunks, keeping a [BL
 partial per row of x and reducing it once at the end; x is re-read from L2. The result is rounded once
 to the output dtype (to nearest, kernels/triton_round.py), as cuBLAS rounds its fp32 accumulator.
 On SM90 it launches with PDL where the caller asks for it (kernels/pdl.py), and reads the first K chunk of W
-before waiting.
+before waiting; with PREFETCH_W (a measurement's switch, off by default) it also asks L2 for that many chunks after
+it (kernels/l2_prefetch.py rows_to_l2: no registers hold them).
 
 gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the
 concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer
@@ -29,9 +30,26 @@ from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
 from .add_norm_tail import MAX_N, MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
 from .rms_norm import scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
+from .l2_prefetch import lines_of, rows_to_l2
+from .switches import switched
 from .triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
+PREFETCH_W = 0  # K chunks of W after the first a PDL-launched program asks L2 for before its wait (0: none)
+
+
+def prefetch_w(chunks: int):
+    """PREFETCH_W = chunks inside (0, 1, 2 or 4; a CUDA graph captured inside keeps it)."""
+    if type(chunks) is not int or chunks not in (0, 1, 2, 4):
+        raise ValueError(f"gemv prefetch_w takes 0, 1, 2 or 4 K chunks, got {chunks!r}")
+    return switched(globals(), PREFETCH_W=chunks)
+
+
+def _w_lines(x: torch.Tensor, block_k: int, launch: dict) -> dict:
+    """The kernels' W_LINES and LINE: PREFETCH_W chunks' lines a row, under PDL on a GPU only (without PDL the loop's
+    loads come as soon; the interpreter runs no inline asm)."""
+    pre = PREFETCH_W if launch["PDL"] and x.is_cuda else 0
+    return dict(W_LINES=lines_of(pre, block_k, x), LINE=128 // x.element_size())
 
 
 @triton.jit
@@ -116,10 +134,11 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
                  HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr,
                  cnt_ptr, t_res, t_wa, t_wb, t_scalar, t_s, t_n, stride_tres, stride_ts, stride_tn, t_eps,
                  TAIL: tl.constexpr, T_HAS_WA: tl.constexpr, T_HAS_SCALAR: tl.constexpr, T_SCALAR_PTR: tl.constexpr,
-                 T_HAS_WB: tl.constexpr, N_PAD: tl.constexpr):
+                 T_HAS_WB: tl.constexpr, N_PAD: tl.constexpr, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
+    rows_to_l2(w_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)  # the chunks after the first, into L2
     w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
@@ -140,13 +159,16 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                           res_ptr, wa_ptr, wb_ptr, scalar, s_ptr, stride_res, stride_s, eps, M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
                           PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
-                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr):
+                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr, W_LINES: tl.constexpr = 0,
+                          LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
+    rows_to_l2(g_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)
     g0 = _first_chunk(g_rows, row_ok, k, FIRST_K)
     if PAIRED:
         u_rows = w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w
+        rows_to_l2(u_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)
         u0 = _first_chunk(u_rows, row_ok, k, FIRST_K)
     wait_then_release(PDL)
     for m in tl.static_range(M):
@@ -244,13 +266,14 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
         raise ValueError(f"gemv softcap must be a positive number, got {softcap}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     inv_cap, cap = (1.0, 1.0) if softcap is None else fp32_cap(float(softcap))
+    launch = pdl.args(x)
     _gemv_kernel[(triton.cdiv(n, p["block_n"]),)](
         x, w, out, n, k, x.stride(0), w.stride(0), out.stride(0), 1.0 if scale is None else float(scale),
         inv_cap, cap, **pre, M=m, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"],
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         AHEAD=bool(p["ahead"]), **(tail.kernel_args(out) if tail is not None else no_tail_args(out)),
         num_warps=p["num_warps"], **({"maxnreg": MAXNREG_ONE_ROW} if tail is not None and m == 1 and x.is_cuda else {}),
-        **pdl.args(x))
+        **_w_lines(x, p["block_k"], launch), **launch)
     return out
 
 
@@ -273,8 +296,9 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
     p = _launch_params(w.shape[0], k, dict(block_k=block_k, first_k=first_k, num_warps=num_warps, ahead=ahead))
     block_n = block_n or (max(1, p["block_n"] // 2) if paired else p["block_n"])
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    launch = pdl.args(x)
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
-        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **pdl.args(x))
+        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **_w_lines(x, p["block_k"], launch), **launch)
     return out

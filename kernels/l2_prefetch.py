@@ -31,6 +31,24 @@ def _prefetch_kernel(base, nbytes, CHUNK: tl.constexpr, PER_PROG: tl.constexpr):
         "=r,l,r", [base + off, size], dtype=tl.int32, is_pure=False, pack=1)
 
 
+@triton.jit
+def rows_to_l2(rows_ptr, row_ok, ncols, base, LINES: tl.constexpr, LINE: tl.constexpr):
+    """Inside a kernel: asks L2 for the first LINES 128-byte lines (LINE elements each) from each of a program's rows
+    (rows_ptr [R, 1] pointers), those past `ncols` columns or on rows not row_ok left out (they ask for `base`'s line).
+    One prefetch.global.L2 a line: nothing comes into registers. A kernel launched with PDL may do this before its
+    wait for weights only (kernels/pdl.py). LINES 0: nothing (the interpreter runs no inline asm)."""
+    if LINES != 0:
+        cols = tl.arange(0, LINES) * LINE
+        lines = tl.where(row_ok[:, None] & (cols < ncols)[None, :], rows_ptr + cols[None, :], base)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [lines], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+def lines_of(tiles: int, cols: int, t: torch.Tensor) -> int:
+    """Lines a row for `tiles` tiles of `cols` columns of t's dtype (at least a line a tile): rows_to_l2's LINES."""
+    return tiles * max(1, cols * t.element_size() // 128)
+
+
 def supported(t: torch.Tensor) -> bool:
     """Whether t lives on a CUDA device that has the instruction (SM90 or later)."""
     return t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9

@@ -15,6 +15,11 @@ split_k > 1 (a config entry, 1 by default): a small N leaves SMs idle, so K is c
 and the tile's last program sums the fp32 partials (in split order: the same sum whatever the arrival order) before
 the epilogue. At E4B's batch 16 on the H100 it measured 1.021x and 1.023x (bench/results/h100/README.md, split_k/,
 b16_step/): that card's step table (skinny_step_configs.json) has it for q/k/v, o, down and the per-layer-input gate.
+
+PREFETCH_W (a measurement's switch, off by default): a call launched with PDL asks L2 for its first K tiles of W
+before it waits for the kernel before it, so the loop's first loads after the wait hit L2 rather than HBM. The
+one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
+cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
 """
 
 from __future__ import annotations
@@ -31,11 +36,21 @@ from . import pdl
 from .gelu_mul import gelu_mul_rounded
 from .cards import card_of
 from .gemv import check_operands, epilogue, fp32_cap
+from .l2_prefetch import lines_of, rows_to_l2
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
+from .switches import switched
 from .triton_round import round_like
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
+PREFETCH_W = 0  # K tiles of W a PDL-launched program asks L2 for before its wait (0: none; see the module's doc)
+
+
+def prefetch_w(tiles: int):
+    """PREFETCH_W = tiles inside (0, 1, 2 or 4; a CUDA graph captured inside keeps it)."""
+    if type(tiles) is not int or tiles not in (0, 1, 2, 4):
+        raise ValueError(f"skinny_gemm prefetch_w takes 0, 1, 2 or 4 K tiles, got {tiles!r}")
+    return switched(globals(), PREFETCH_W=tiles)
 
 
 @triton.jit
@@ -91,13 +106,23 @@ def _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, s
 
 
 @triton.jit
+def _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES: tl.constexpr, LINE: tl.constexpr):
+    """Before the PDL wait (weights only): this program's first W_LINES lines a row of W in its K range into L2."""
+    k0 = tl.program_id(1) * k_split
+    rows_to_l2(w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, tl.minimum(k - k0, k_split), w_ptr,
+               W_LINES, LINE)
+
+
+@triton.jit
 def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, stride_x, stride_w, stride_out,
                         scale, inv_cap, cap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, FP32: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                        EXACT_TANH: tl.constexpr, PDL: tl.constexpr):
-    wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
+                        EXACT_TANH: tl.constexpr, PDL: tl.constexpr, W_LINES: tl.constexpr = 0,
+                        LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
+    _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)
+    wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
     done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
                             BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
     if done:
@@ -111,10 +136,11 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split
 def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, up_row, stride_x,
                                  stride_w, stride_mul, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, FP32: tl.constexpr, PAIRED: tl.constexpr,
-                                 PDL: tl.constexpr):
-    wait_then_release(PDL)
+                                 PDL: tl.constexpr, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
+    _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)  # paired: the gate's, read first
+    wait_then_release(PDL)
     ms = tl.arange(0, BLOCK_M)
     ok = (ms < m)[:, None] & row_ok[None, :]
     # split-K only with a multiplier (not PAIRED): the whole K otherwise
@@ -204,8 +230,13 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 def _launch(p: dict, x: torch.Tensor) -> dict:
+    launch = pdl.args(x)
+    # W's first tiles into L2 before the PDL wait: not without PDL (the loop's own loads come as soon), nor in the
+    # interpreter (no inline asm)
+    pre = PREFETCH_W if launch["PDL"] and x.is_cuda else 0
     return dict(BLOCK_M=16, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], FP32=x.dtype == torch.float32 or not x.is_cuda,
-                num_warps=p["num_warps"], num_stages=p["num_stages"], **pdl.args(x))
+                num_warps=p["num_warps"], num_stages=p["num_stages"], W_LINES=lines_of(pre, p["block_k"], x),
+                LINE=128 // x.element_size(), **launch)
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, softcap: float | None = None,

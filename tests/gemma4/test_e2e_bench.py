@@ -717,6 +717,12 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with pytest.raises(ValueError, match="small_launch: batch=-1"):
         triton_paged.small_launch(batch=-1).__enter__()
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
+    with gv.variant("pdl_b16+sk_w_l2_4"):  # batch 16 under PDL, W's first four K tiles into L2 before the wait
+        assert fused.PDL_MAX_TOKENS == 16 and skinny_gemm.PREFETCH_W == 4
+    assert skinny_gemm.PREFETCH_W == 0
+    with gv.variant("gemv_w_l2"):  # batch 1: the GEMV's next two K chunks into L2 before the wait
+        assert gemv.PREFETCH_W == 2
+    assert gemv.PREFETCH_W == 0
     assert skinny_gemm._params(3072, 2560, {}).get("split_k", 1) == 1
     with pytest.raises(ValueError, match="'nope' in mode 'triton\\+pdl_b16\\+nope'"):
         gv.split_mode("triton+pdl_b16+nope")

@@ -245,3 +245,41 @@ def test_pdl_launch_equals_plain_launch():
     x, w = inputs(1, 2560, 2560, torch.bfloat16, 9)
     got = pdl_chains(K.gemv, x, w)
     assert torch.equal(got["pdl"], got["plain"]) and torch.equal(got["early"], got["plain"])
+
+
+def test_w_prefetch_switch_and_lines(monkeypatch):
+    """PREFETCH_W K chunks after the first, in 128-byte lines a row, asked of L2 before the PDL wait: none when the
+    switch is off, the launch is plain or the interpreter runs it; the switch refuses other counts, is restored after
+    its block, and inside it the interpreter's sums are the same."""
+    from kselect.kernels import pdl
+
+    gpu_x = type("X", (), {"is_cuda": True, "element_size": lambda self: 2})()
+    on, plain = {"PDL": True, "launch_pdl": True}, {"PDL": False}
+    assert K._w_lines(gpu_x, 256, on) == dict(W_LINES=0, LINE=64)
+    x, w = inputs(1, 40, 700, torch.float32, 4)
+    want = K.gemv(x, w, block_n=8, block_k=128)
+    with K.prefetch_w(2):
+        assert K.PREFETCH_W == 2
+        assert K._w_lines(gpu_x, 256, on) == dict(W_LINES=8, LINE=64)  # two 512-byte chunks
+        assert K._w_lines(gpu_x, 256, plain)["W_LINES"] == 0 and K._w_lines(x, 256, on)["W_LINES"] == 0
+        monkeypatch.setattr(pdl, "args", lambda t: {"PDL": False})
+        assert torch.equal(K.gemv(x, w, block_n=8, block_k=128), want)
+    assert K.PREFETCH_W == 0
+    for bad in (3, True, 2.0):
+        with pytest.raises(ValueError, match="gemv prefetch_w takes 0, 1, 2 or 4 K chunks"):
+            K.prefetch_w(bad)
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("chunks", [2, 4])
+def test_w_prefetch_under_pdl_equals_plain_launches(chunks):
+    """With the chunks after the first asked of L2 before each PDL wait, a chain of GEMVs and of paired GeGLU
+    projections gives the plain launches' bits (a prefetch reads weights only and changes nothing)."""
+    x, w = inputs(1, 2560, 2560, torch.bfloat16, 9)
+    gu = inputs(1, 2 * 2560, 2560, torch.bfloat16, 10)[1]
+    with K.prefetch_w(chunks):
+        got = pdl_chains(lambda y, w: K.gemv(y, w, block_n=8, block_k=256), x, w)
+        assert torch.equal(got["pdl"], got["plain"]) and torch.equal(got["early"], got["plain"])
+        paired = pdl_chains(lambda y, w: K.gemv_gelu_mul(y, gu) + y, x, w, steps=10)
+        assert torch.equal(paired["pdl"], paired["plain"])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from fused_helpers import DEV, gpu, rel, require_interpreter, ulp_close  # noqa: E402
+from fused_helpers import DEV, gpu, pdl_chains, rel, require_interpreter, ulp_close  # noqa: E402
 
 from kselect.kernels import gemv  # noqa: E402
 from kselect.kernels import skinny_gemm as K  # noqa: E402
@@ -192,3 +192,47 @@ def test_gemma_sizes_split_k_bf16(n, k):
     assert int(K._COUNTERS[x.device].abs().sum()) == 0
     mul = torch.randn(16, n, device=DEV, dtype=torch.bfloat16)
     assert torch.equal(K.skinny_gemm_gelu_mul(x, w, mul, **cfg), gelu_tanh_mul(got, mul))
+
+
+def test_w_prefetch_asks_for_whole_tiles_only_under_pdl_on_a_gpu(monkeypatch):
+    """PREFETCH_W K tiles of W, in 128-byte lines a row (at least one a tile), asked of L2 before the PDL wait; none
+    when the switch is off, the launch is plain or the interpreter runs it; the switch refuses other counts and is
+    restored after its block."""
+    from kselect.kernels import l2_prefetch, pdl
+
+    bf16 = torch.zeros(1, dtype=torch.bfloat16)
+    assert l2_prefetch.lines_of(2, 128, bf16) == 4 and l2_prefetch.lines_of(2, 256, bf16.float()) == 16
+    assert l2_prefetch.lines_of(2, 16, bf16) == 2  # a tile narrower than a line: its line
+    gpu_x = type("X", (), {"is_cuda": True, "dtype": torch.bfloat16, "element_size": lambda self: 2})()
+    p = dict(block_n=32, block_k=128, num_warps=4, num_stages=3)
+    monkeypatch.setattr(pdl, "args", lambda t: {"PDL": True, "launch_pdl": True})
+    assert K._launch(p, gpu_x)["W_LINES"] == 0  # off by default
+    with K.prefetch_w(2):
+        assert K.PREFETCH_W == 2 and K._launch(p, gpu_x)["W_LINES"] == 4
+        assert K._launch(p, bf16)["W_LINES"] == 0  # the interpreter
+        monkeypatch.setattr(pdl, "args", lambda t: {"PDL": False})
+        assert K._launch(p, gpu_x)["W_LINES"] == 0  # a plain launch
+        x, w = inputs(3, 40, 96, torch.float32, 5)  # the same sums
+        torch.testing.assert_close(K.skinny_gemm(x, w, block_n=16, block_k=32), (x.double() @ w.double().T).float(),
+                                   rtol=1e-5, atol=1e-5)
+    assert K.PREFETCH_W == 0
+    for bad in (3, -1, True, "2", 8):
+        with pytest.raises(ValueError, match="prefetch_w takes 0, 1, 2 or 4 K tiles"):
+            K.prefetch_w(bad)
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("tiles", [2, 4])
+@pytest.mark.parametrize("split", [1, 4])
+def test_w_prefetch_under_pdl_equals_plain_launches(tiles, split):
+    """A chain of 16-row projections, each reading the last one's output, with W's first K tiles asked of L2 before
+    each PDL wait: the bits of plain launches (a prefetch is a hint and reads weights only); split-K too, and the
+    paired GeGLU projection."""
+    x, w = inputs(16, 2560, 2560, torch.bfloat16, 11)
+    with K.prefetch_w(tiles):
+        got = pdl_chains(lambda y, w: K.skinny_gemm(y, w, split_k=split), x, w, steps=20)
+        assert torch.equal(got["pdl"], got["plain"]) and torch.equal(got["early"], got["plain"])
+        gu = inputs(16, 2 * 2560, 2560, torch.bfloat16, 12)[1]
+        paired = pdl_chains(lambda y, w: K.skinny_gemm_gelu_mul(y, gu) + y, x, w, steps=10)
+        assert torch.equal(paired["pdl"], paired["plain"])

@@ -30,8 +30,7 @@ from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
 from .add_norm_tail import MAX_N, MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
 from .rms_norm import scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
-from .l2_prefetch import lines_of, rows_to_l2
-from .switches import switched
+from .l2_prefetch import rows_to_l2, tiles_switch, w_lines
 from .triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
@@ -40,16 +39,7 @@ PREFETCH_W = 0  # K chunks of W after the first a PDL-launched program asks L2 f
 
 def prefetch_w(chunks: int):
     """PREFETCH_W = chunks inside (0, 1, 2 or 4; a CUDA graph captured inside keeps it)."""
-    if type(chunks) is not int or chunks not in (0, 1, 2, 4):
-        raise ValueError(f"gemv prefetch_w takes 0, 1, 2 or 4 K chunks, got {chunks!r}")
-    return switched(globals(), PREFETCH_W=chunks)
-
-
-def _w_lines(x: torch.Tensor, block_k: int, launch: dict) -> dict:
-    """The kernels' W_LINES and LINE: PREFETCH_W chunks' lines a row, under PDL on a GPU only (without PDL the loop's
-    loads come as soon; the interpreter runs no inline asm)."""
-    pre = PREFETCH_W if launch["PDL"] and x.is_cuda else 0
-    return dict(W_LINES=lines_of(pre, block_k, x), LINE=128 // x.element_size())
+    return tiles_switch(globals(), "gemv", chunks)
 
 
 @triton.jit
@@ -273,7 +263,7 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         AHEAD=bool(p["ahead"]), **(tail.kernel_args(out) if tail is not None else no_tail_args(out)),
         num_warps=p["num_warps"], **({"maxnreg": MAXNREG_ONE_ROW} if tail is not None and m == 1 and x.is_cuda else {}),
-        **_w_lines(x, p["block_k"], launch), **launch)
+        **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
     return out
 
 
@@ -300,5 +290,5 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
-        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **_w_lines(x, p["block_k"], launch), **launch)
+        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
     return out

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .switches import switched
+
 CHUNK = 16384  # bytes a prefetch instruction
 PER_PROG = 32  # prefetches a program: 512 KB, so a 10 MB weight is ~20 programs
 
@@ -44,9 +46,18 @@ def rows_to_l2(rows_ptr, row_ok, ncols, base, LINES: tl.constexpr, LINE: tl.cons
                                   is_pure=False, pack=1)
 
 
-def lines_of(tiles: int, cols: int, t: torch.Tensor) -> int:
-    """Lines a row for `tiles` tiles of `cols` columns of t's dtype (at least a line a tile): rows_to_l2's LINES."""
-    return tiles * max(1, cols * t.element_size() // 128)
+def tiles_switch(namespace: dict, what: str, tiles):
+    """A projection kernel's PREFETCH_W (K tiles of W asked of L2 before its PDL wait) set to 0, 1, 2 or 4 inside."""
+    if type(tiles) is not int or tiles not in (0, 1, 2, 4):
+        raise ValueError(f"{what} prefetch_w takes 0, 1, 2 or 4 K tiles, got {tiles!r}")
+    return switched(namespace, PREFETCH_W=tiles)
+
+
+def w_lines(tiles: int, launch: dict, x: torch.Tensor, cols: int) -> dict:
+    """rows_to_l2's LINES (as W_LINES) and LINE for `tiles` K tiles of `cols` columns of x's dtype (at least a line a
+    tile): under PDL on a GPU only (without PDL the kernel's own loads come as soon; the interpreter has no asm)."""
+    tiles = tiles if launch["PDL"] and x.is_cuda else 0
+    return dict(W_LINES=tiles * max(1, cols * x.element_size() // 128), LINE=128 // x.element_size())
 
 
 def supported(t: torch.Tensor) -> bool:

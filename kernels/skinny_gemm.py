@@ -36,10 +36,9 @@ from . import pdl
 from .gelu_mul import gelu_mul_rounded
 from .cards import card_of
 from .gemv import check_operands, epilogue, fp32_cap
-from .l2_prefetch import lines_of, rows_to_l2
+from .l2_prefetch import rows_to_l2, tiles_switch, w_lines
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
-from .switches import switched
 from .triton_round import round_like
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
@@ -48,9 +47,7 @@ PREFETCH_W = 0  # K tiles of W a PDL-launched program asks L2 for before its wai
 
 def prefetch_w(tiles: int):
     """PREFETCH_W = tiles inside (0, 1, 2 or 4; a CUDA graph captured inside keeps it)."""
-    if type(tiles) is not int or tiles not in (0, 1, 2, 4):
-        raise ValueError(f"skinny_gemm prefetch_w takes 0, 1, 2 or 4 K tiles, got {tiles!r}")
-    return switched(globals(), PREFETCH_W=tiles)
+    return tiles_switch(globals(), "skinny_gemm", tiles)
 
 
 @triton.jit
@@ -231,12 +228,9 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
 
 def _launch(p: dict, x: torch.Tensor) -> dict:
     launch = pdl.args(x)
-    # W's first tiles into L2 before the PDL wait: not without PDL (the loop's own loads come as soon), nor in the
-    # interpreter (no inline asm)
-    pre = PREFETCH_W if launch["PDL"] and x.is_cuda else 0
     return dict(BLOCK_M=16, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], FP32=x.dtype == torch.float32 or not x.is_cuda,
-                num_warps=p["num_warps"], num_stages=p["num_stages"], W_LINES=lines_of(pre, p["block_k"], x),
-                LINE=128 // x.element_size(), **launch)
+                num_warps=p["num_warps"], num_stages=p["num_stages"], **w_lines(PREFETCH_W, launch, x, p["block_k"]),
+                **launch)
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, softcap: float | None = None,

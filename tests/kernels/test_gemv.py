@@ -253,20 +253,22 @@ def test_w_prefetch_switch_and_lines(monkeypatch):
     its block, and inside it the interpreter's sums are the same."""
     from kselect.kernels import pdl
 
+    from kselect.kernels.l2_prefetch import w_lines
+
     gpu_x = type("X", (), {"is_cuda": True, "element_size": lambda self: 2})()
     on, plain = {"PDL": True, "launch_pdl": True}, {"PDL": False}
-    assert K._w_lines(gpu_x, 256, on) == dict(W_LINES=0, LINE=64)
+    assert w_lines(K.PREFETCH_W, on, gpu_x, 256) == dict(W_LINES=0, LINE=64)
     x, w = inputs(1, 40, 700, torch.float32, 4)
     want = K.gemv(x, w, block_n=8, block_k=128)
     with K.prefetch_w(2):
         assert K.PREFETCH_W == 2
-        assert K._w_lines(gpu_x, 256, on) == dict(W_LINES=8, LINE=64)  # two 512-byte chunks
-        assert K._w_lines(gpu_x, 256, plain)["W_LINES"] == 0 and K._w_lines(x, 256, on)["W_LINES"] == 0
+        assert w_lines(K.PREFETCH_W, on, gpu_x, 256) == dict(W_LINES=8, LINE=64)  # two 512-byte chunks
+        assert w_lines(2, plain, gpu_x, 256)["W_LINES"] == 0 and w_lines(2, on, x, 256)["W_LINES"] == 0
         monkeypatch.setattr(pdl, "args", lambda t: {"PDL": False})
         assert torch.equal(K.gemv(x, w, block_n=8, block_k=128), want)
     assert K.PREFETCH_W == 0
     for bad in (3, True, 2.0):
-        with pytest.raises(ValueError, match="gemv prefetch_w takes 0, 1, 2 or 4 K chunks"):
+        with pytest.raises(ValueError, match="gemv prefetch_w takes 0, 1, 2 or 4 K tiles"):
             K.prefetch_w(bad)
 
 

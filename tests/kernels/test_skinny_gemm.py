@@ -201,9 +201,10 @@ def test_w_prefetch_asks_for_whole_tiles_only_under_pdl_on_a_gpu(monkeypatch):
     from kselect.kernels import l2_prefetch, pdl
 
     bf16 = torch.zeros(1, dtype=torch.bfloat16)
-    assert l2_prefetch.lines_of(2, 128, bf16) == 4 and l2_prefetch.lines_of(2, 256, bf16.float()) == 16
-    assert l2_prefetch.lines_of(2, 16, bf16) == 2  # a tile narrower than a line: its line
     gpu_x = type("X", (), {"is_cuda": True, "dtype": torch.bfloat16, "element_size": lambda self: 2})()
+    on = {"PDL": True}
+    assert l2_prefetch.w_lines(2, on, gpu_x, 128) == dict(W_LINES=4, LINE=64)
+    assert l2_prefetch.w_lines(2, on, gpu_x, 16)["W_LINES"] == 2  # a tile narrower than a line: its line
     p = dict(block_n=32, block_k=128, num_warps=4, num_stages=3)
     monkeypatch.setattr(pdl, "args", lambda t: {"PDL": True, "launch_pdl": True})
     assert K._launch(p, gpu_x)["W_LINES"] == 0  # off by default

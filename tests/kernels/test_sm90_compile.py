@@ -102,7 +102,7 @@ TAILS = {"tail_scalar_tensor": dict(TAIL=True, T_HAS_WA=True, T_HAS_SCALAR=True,
 
 
 def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
-    base = dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True)
+    base = dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True, W_LINES=0, LINE=64)
     cases = [dict(id=f"{k}/{p}", kernel=k, consts=dict(base, AHEAD=False, **pro, **extra))
              for k, extra in KERNELS.items() for p, pro in PROLOGUE.items()]
     cases += [dict(id=f"_gemv_kernel/{t}", kernel="_gemv_kernel", consts=dict(
@@ -125,7 +125,8 @@ for split in json.loads(sys.argv[1]):
     for name, extra in KERNELS.items():
         kernel = getattr(K, name)
         names = list(inspect.signature(kernel.fn).parameters)
-        consts = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=split, FP32=False, PDL=False, **extra)
+        consts = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=split, FP32=False, PDL=False, W_LINES=0, LINE=64,
+                      **extra)
         types = {n: "constexpr" if n in consts else "*fp32" if n == "ws_ptr" else "*i32" if n == "cnt_ptr"
                  else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("scale", "inv_cap", "cap") else "i32"
                  for n in names}
@@ -143,6 +144,30 @@ def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
     does the plain kernel it branches from at compile time."""
     done = compiled(SKINNY, [1, 4])
     assert done == {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}
+
+
+def test_w_prefetch_compiles_for_sm90_before_the_pdl_wait():
+    """PREFETCH_W's L2 prefetches (kernels/l2_prefetch.py rows_to_l2) compile for SM90 in both projection kernels and
+    come before the PDL wait (weights only); with W_LINES 0, the default, there are none."""
+    skinny = dict(module="kselect.kernels.skinny_gemm", kernel="_skinny_gemm_kernel",
+                  types=dict(ws_ptr="*fp32", cnt_ptr="*i32", scale="fp32", inv_cap="fp32", cap="fp32"),
+                  consts=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=4, FP32=False, PDL=True, HAS_SCALE=False,
+                              HAS_SOFTCAP=False, EXACT_TANH=True, LINE=64))
+    gemv = dict(module="kselect.kernels.gemv", kernel="_gemv_gelu_mul_kernel",
+                consts=dict(M=1, BLOCK_N=4, BLOCK_K=256, FIRST_K=256, PAIRED=True, PDL=True, PRENORM=False,
+                            HAS_WA=False, HAS_SCALAR=False, SCALAR_PTR=True, HAS_WB=False, K_PAD=1, AHEAD=False,
+                            LINE=64))
+    cases = [dict(c, id=f"{c['kernel']}/{lines}", consts=dict(c["consts"], W_LINES=lines))
+             for c in (skinny, gemv) for lines in (0, 8)]
+    for key, ptx in sm90_ptx(cases).items():
+        lines = ptx.splitlines()
+        pre = [i for i, line in enumerate(lines) if "prefetch.global.L2" in line]
+        wait = [i for i, line in enumerate(lines) if "griddepcontrol.wait" in line]
+        assert len(wait) == 1, key
+        if key.endswith("/0"):
+            assert not pre, key
+        else:
+            assert pre and max(pre) < wait[0], key
 
 
 TMA = r'''

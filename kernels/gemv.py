@@ -7,7 +7,8 @@ partial per row of x and reducing it once at the end; x is re-read from L2. The 
 to the output dtype (to nearest, kernels/triton_round.py), as cuBLAS rounds its fp32 accumulator.
 On SM90 it launches with PDL where the caller asks for it (kernels/pdl.py), and reads the first K chunk of W
 before waiting; with PREFETCH_W (a measurement's switch, off by default) it also asks L2 for that many chunks after
-it (kernels/l2_prefetch.py rows_to_l2: no registers hold them).
+it (kernels/l2_prefetch.py rows_to_l2: no registers hold them). E4B's batch-1 step on the H100: 0.878x with two, the
+hints slowing the latency-bound kernels beside them (bench/results/h100/w_l2/).
 
 gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the
 concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer

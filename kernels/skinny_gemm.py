@@ -20,6 +20,7 @@ PREFETCH_W (a measurement's switch, off by default): a call launched with PDL as
 before it waits for the kernel before it, so the loop's first loads after the wait hit L2 rather than HBM. The
 one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
 cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
+E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/).
 """
 
 from __future__ import annotations

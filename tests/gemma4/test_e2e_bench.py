@@ -846,7 +846,8 @@ def test_fusion_batch16_selections_resolve_at_the_batch16_point(name, kselect_bu
     _, sel = select(["platform=h100", "model=gemma4_e4b", *over])
     groups = {g.kind: g for g in sel.groups if not g.draft}
     assert groups and all("B16 x 512" in " ".join(g.reasons) for g in groups.values())
-    assert {k: g.backend for k, g in groups.items()} == {"sliding_window": "TRITON_ATTN", "full_attention": "FLASHINFER"}
+    want = {"sliding_window": "TRITON_ATTN", "full_attention": "FLASHINFER"}
+    assert {k: g.backend for k, g in groups.items()} == want
     assert (groups["sliding_window"].build == "kselect") is kselect_builds
     assert groups["full_attention"].build != "kselect"
 

@@ -20,8 +20,9 @@ def inputs(n, k, dtype, seed=0, rows_of_w=None):
     return x, w, torch.randn(1, n, generator=g).to(DEV, dtype)
 
 
-# ragged rows (37 of 8-row blocks), a ragged last chunk (296 of 64), one chunk, a whole-K chunk
-SHAPES = [(37, 296, 8, 64, 3), (16, 64, 4, 64, 2), (5, 256, 16, 128, 4), (64, 2560, 1, 256, 6)]
+# ragged rows (37 of 8-row blocks) and a ragged last chunk (296 of 64); one chunk; fewer chunks than stages; E4B's K
+# in more chunks than stages (16 one-row programs: the interpreter runs each in turn)
+SHAPES = [(37, 296, 8, 64, 3), (16, 64, 4, 64, 2), (5, 256, 16, 128, 4), (16, 2560, 1, 256, 6)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -295,11 +295,17 @@ def small_batch(device) -> int:
     return SMALL_BATCH_BY_CARD.get(card_name(device), SMALL_BATCH)
 
 
+def _bad_small(key, v) -> bool:
+    if key not in SMALL:
+        return True
+    if key == "block_n":
+        return not (isinstance(v, int) and v >= 16 and not v & (v - 1))
+    return v is not None and (not isinstance(v, int) or v < (0 if key == "batch" else 1))
+
+
 def small_launch(**changes):
     """SMALL's entries changed inside (a CUDA graph captured inside keeps them)."""
-    bad = [k for k, v in changes.items() if k not in SMALL or (v is not None and (not isinstance(v, int) or v < 1)
-                                                               and not (k == "batch" and v == 0))
-           or (k == "block_n" and (v is None or v < 16 or v & (v - 1)))]
+    bad = [k for k, v in changes.items() if _bad_small(k, v)]
     if bad:
         raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
                          f"keys {', '.join(SMALL)}, each a positive int (batch may be 0: never, or None: the card's; "

@@ -834,7 +834,7 @@ def test_fusion_latency_triton_picks_the_faster_triton_kernel_from_the_cards_dat
 def test_fusion_batch16_selections_resolve_at_the_batch16_point(name, kselect_builds):
     """`--selection latency_vllm_b16` / `latency_b16`: the objective at B16 x the run's prompt, over the kernels vLLM
     ships (no TRITON_ATTN+kselect, no upstream FA3) or with kselect's builds. On the H100's B16 x 520 data the sliding
-    layers go to vLLM's Triton kernel (17.3 us a call; FA4 18.5) or, with kselect's builds, to kselect's on its B16
+    layers go to vLLM's Triton kernel (17.2 us a call; FA4 18.5) or, with kselect's builds, to kselect's on its B16
     small launch (16.6, bench/results/h100/attn_b16/perf_refresh.log); the full ones to FlashInfer either way (24.7;
     kselect's 24.3, within the tie, where vLLM's order decides; FA4, vLLM's choice, 37.4)."""
     fusion = importlib.import_module("kselect.measurement.gemma4.fusion")

@@ -272,6 +272,20 @@ def test_w_prefetch_switch_and_lines(monkeypatch):
             K.prefetch_w(bad)
 
 
+def test_both_gemv_launches_take_the_switchs_chunks(monkeypatch):
+    """gemv and gemv_gelu_mul launch with PREFETCH_W's lines (kselect's gemv_w_l2 variants measure nothing if a
+    launch drops them); here the interpreter's launch, whose lines are then none."""
+    from kselect.kernels import l2_prefetch
+
+    asked = []
+    monkeypatch.setattr(K, "w_lines", lambda tiles, *a: asked.append(tiles) or l2_prefetch.w_lines(tiles, *a))
+    x, w = inputs(1, 32, 300, torch.float32, 6)
+    with K.prefetch_w(4):
+        K.gemv(x, w, block_n=8, block_k=128)
+        K.gemv_gelu_mul(x, torch.cat([w, w]), block_k=128)
+    assert asked == [4, 4]
+
+
 @gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("chunks", [2, 4])

@@ -1,0 +1,184 @@
+"""What one dependent step costs on this card, three ways (issue #52's batch-1 question):
+
+- `graph`: each step its own kernel, launched plainly, all N in one CUDA graph (the decode step without PDL);
+- `pdl`: the same kernels launched with PDL (kernels/pdl.py: wait, then release the next), as the step decodes;
+- `barrier`: one persistent kernel whose programs meet at a grid barrier (an atomic counter) between steps, as
+  kernels/ple_block.py's phases do, and as a megakernel's would.
+
+A step is what a norm or a GEMV needs between layers: every program reads the whole vector the step before wrote
+(E4B's hidden size, fp32, from L2), reduces it, and writes its slice of the next (x * rsqrt(mean(x^2) + eps) + 1,
+each step its own buffer). The cost a step is the slope between N = STEPS[0] and STEPS[1] steps (launch of the graph,
+the counter's reset and the first step's ramp cancel), at several program counts.
+
+    python3 -m kselect.measurement.probes.sync_floor --out $OUT/S
+
+Writes --out/sync_floor.json and sync_floor.md (atomically), with the command, commit, card and versions.
+On CPU (TRITON_INTERPRET=1) only `check` runs: programs run one after another there, so the barrier takes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from kselect.kernels import pdl
+from kselect.kernels.pdl import wait_then_release
+
+H = 2560  # E4B's hidden size
+EPS = 1e-6
+STEPS = (8, 64)
+BLOCKS = (4096, 256, 64, 16)  # a program's slice: 1, 10, 40 and 160 programs for H = 2560 (160: two an SM at most)
+
+
+@triton.jit
+def _step(src, dst, pid, n, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr):
+    c = tl.arange(0, N_PAD)
+    x = tl.load(src + c, mask=c < n, other=0.0)
+    r = tl.rsqrt(tl.sum(x * x, 0) / n + eps)
+    s = pid * BLOCK + tl.arange(0, BLOCK)
+    y = tl.load(src + s, mask=s < n, other=0.0) * r + 1.0
+    tl.store(dst + s, y, mask=s < n)
+
+
+@triton.jit
+def _one_step_kernel(src, dst, n, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr, PDL: tl.constexpr):
+    wait_then_release(PDL)
+    _step(src, dst, tl.program_id(0), n, eps, BLOCK, N_PAD)
+
+
+@triton.jit
+def _barrier_kernel(buf, cnt_ptr, n, steps, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    for i in range(steps):
+        _step(buf + i * n, buf + (i + 1) * n, pid, n, eps, BLOCK, N_PAD)
+        tl.debug_barrier()  # every thread's stores before the count
+        tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        while seen < nprog * (i + 1):
+            seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+
+
+def reference(x: torch.Tensor, steps: int) -> torch.Tensor:
+    """The last step's vector, in PyTorch."""
+    for _ in range(steps):
+        x = x * torch.rsqrt((x * x).mean() + EPS) + 1.0
+    return x
+
+
+def chain(mode: str, buf: torch.Tensor, cnt: torch.Tensor, steps: int, block: int):
+    """Runs `steps` steps from buf[0] into buf[1..steps] (buf [steps + 1, H] fp32) the `mode` way."""
+    n = buf.shape[1]
+    pad, grid = triton.next_power_of_2(n), (triton.cdiv(n, block),)
+    if mode == "barrier":
+        cnt.zero_()
+        _barrier_kernel[grid](buf, cnt, n, steps, EPS, BLOCK=block, N_PAD=pad, num_warps=4)
+        return
+    if mode not in ("graph", "pdl"):
+        raise ValueError(f"sync_floor mode must be graph, pdl or barrier, got {mode!r}")
+    with pdl.on() if mode == "pdl" else pdl.off():
+        launch = pdl.args(buf)
+        for i in range(steps):
+            _one_step_kernel[grid](buf[i], buf[i + 1], n, EPS, BLOCK=block, N_PAD=pad, num_warps=4, **launch)
+
+
+def check(device: str, block: int, steps: int = 3) -> dict[str, float]:
+    """Each mode's last vector against `reference`: the largest relative error ("barrier" needs every program
+    resident, so on CPU only one program)."""
+    x = torch.randn(H, device=device, generator=torch.Generator(device).manual_seed(0))
+    want = reference(x.double(), steps)
+    errs = {}
+    for mode in ("graph", "pdl", "barrier"):
+        if mode == "barrier" and device == "cpu" and triton.cdiv(H, block) > 1:
+            continue
+        buf = torch.zeros(steps + 1, H, device=device)
+        buf[0] = x
+        chain(mode, buf, torch.zeros(1, dtype=torch.int32, device=device), steps, block)
+        errs[mode] = float(((buf[-1].double() - want).abs().max() / want.abs().max()).item())
+    return errs
+
+
+def _time(mode: str, steps: int, block: int, reps: int) -> float:
+    """Median us of one replay of a graph holding the whole chain."""
+    buf = torch.zeros(steps + 1, H, device="cuda")
+    buf[0] = torch.randn(H, device="cuda")
+    cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
+    chain(mode, buf, cnt, steps, block)  # compile
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        chain(mode, buf, cnt, steps, block)
+    g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) * 1000)
+    return statistics.median(out)
+
+
+def measure(reps: int) -> list[dict]:
+    rows = []
+    lo, hi = STEPS
+    for block in BLOCKS:
+        row = dict(programs=triton.cdiv(H, block), block=block, rel_err=check("cuda", block, 8))
+        for mode in ("graph", "pdl", "barrier"):
+            t_lo, t_hi = _time(mode, lo, block, reps), _time(mode, hi, block, reps)
+            row[mode] = dict(us_step=(t_hi - t_lo) / (hi - lo), us_lo=t_lo, us_hi=t_hi)
+        rows.append(row)
+    return rows
+
+
+def render(rows: list[dict], env: dict) -> str:
+    lo, hi = STEPS
+    out = [f"# One dependent step, three ways: {env.get('gpu', '?')}", "",
+           f"`{env['command']}` at `{env['git_commit']}`", "",
+           f"us a step: the slope between {lo} and {hi} steps in one CUDA graph (median of replays). Each step reads "
+           f"the {H}-value fp32 vector the step before wrote and writes its slice of the next.", "",
+           "| programs | `graph` (plain launches) | `pdl` (launches with PDL) | `barrier` (one kernel, grid barrier) "
+           "| max rel err |", "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['programs']} | {r['graph']['us_step']:.2f} | {r['pdl']['us_step']:.2f} | "
+                   f"{r['barrier']['us_step']:.2f} | {max(r['rel_err'].values()):.1e} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m kselect.measurement.probes.sync_floor", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for sync_floor.json and sync_floor.md")
+    ap.add_argument("--reps", type=int, default=200, help="graph replays a point (median)")
+    args = ap.parse_args(argv)
+    if args.reps < 1:
+        ap.error(f"--reps must be at least 1, got {args.reps}")
+    if not torch.cuda.is_available():
+        print("sync_floor: needs a CUDA device (on CPU, its `check` runs in tests/kselect/test_sync_floor.py)",
+              file=sys.stderr)
+        return 2
+    from kselect.measurement.e2e.environment import environment
+    from kselect.selector.base.files import atomic_write
+
+    env = environment(sys.argv[1:] if argv is None else argv, script="-m kselect.measurement.probes.sync_floor")
+    env["gpu"] = torch.cuda.get_device_name()
+    rows = measure(args.reps)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write(args.out / "sync_floor.json", json.dumps(dict(env=env, steps=STEPS, h=H, rows=rows), indent=1))
+    md = render(rows, env)
+    atomic_write(args.out / "sync_floor.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

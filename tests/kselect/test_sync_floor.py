@@ -1,0 +1,38 @@
+"""kselect/measurement/probes/sync_floor: its three chains compute what PyTorch computes (so a timing is of the right
+work), on CPU in the interpreter (the barrier with one program) and on the GPU (marked) with every program count."""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from kselect.measurement.probes import sync_floor as S  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_each_chain_equals_pytorch_and_a_wrong_step_count_would_not():
+    errs = S.check(DEV, 4096)
+    assert set(errs) == {"graph", "pdl", "barrier"} and max(errs.values()) < 1e-5
+    x = torch.randn(S.H, generator=torch.Generator().manual_seed(0)).double()
+    assert (S.reference(x, 3) - S.reference(x, 2)).abs().max() > 1e-2  # the check tells the step counts apart
+
+
+def test_more_programs_launch_a_slice_each():
+    errs = S.check(DEV, 256)  # ten programs: launched chains only on CPU
+    assert set(errs) >= {"graph", "pdl"} and max(errs.values()) < 1e-5
+
+
+def test_unknown_mode_and_cpu_run_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match="graph, pdl or barrier"):
+        S.chain("fast", torch.zeros(2, S.H), torch.zeros(1, dtype=torch.int32), 1, 4096)
+    if DEV == "cpu":
+        assert S.main(["--out", str(tmp_path)]) == 2 and "needs a CUDA device" in capsys.readouterr().err
+        assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("block", S.BLOCKS)
+def test_barrier_chain_is_right_with_every_program_resident(block):
+    errs = S.check("cuda", block, 16)
+    assert set(errs) == {"graph", "pdl", "barrier"} and max(errs.values()) < 1e-5

@@ -26,12 +26,18 @@ if type(rms_norm._add_rms_norm_kernel).__name__ != "InterpretedFunction":
 @pytest.fixture(autouse=True)
 def wide_gemv_programs():
     """The interpreter runs a launch program by program, so the GEMV's real configs (two rows of W a program, tuned
-    for a GPU's many SMs) cost tens of seconds a test here. The forward's wiring and numerics do not depend on them:
-    here each GEMV program owns up to 64 rows. The configs themselves are tested in tests/kernels/test_gemv.py."""
+    for a GPU's many SMs) cost tens of seconds a test here. The forward's wiring and numerics do not depend on them
+    (a row's sums are the same at any block_n): here each GEMV program owns up to 64 rows, 256 for N >= 512 (q/k/v,
+    gate/up, the LM head), so each projection of 256 rows or more still runs on two programs or more (the tails'
+    "last program"), and a forward costs about 30% less. The configs themselves: tests/kernels/test_gemv.py."""
     from kselect.kernels import gemv
 
-    with gemv.configured(lambda n, k: dict(block_n=min(64, 1 << (n - 1).bit_length()))):
+    with gemv.configured(wide_rows):
         yield
+
+
+def wide_rows(n, k):
+    return dict(block_n=min(256 if n >= 512 else 64, 1 << (n - 1).bit_length()))
 
 
 def run(model, mode, prompts, cont):
@@ -210,7 +216,7 @@ def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypat
     monkeypatch.setattr(ops._tma, "gemv_tma_gelu_mul", lambda x, w, mul: tma.append("glu") or real_glu(x, w, mul))
     monkeypatch.setattr(ops, "_gemv_plain", lambda x, w, **kw: plain.append(x.shape) or real_plain(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul_plain", lambda x, w, mul: plain.append(x.shape) or real_plain_glu(x, w, mul))
-    wide = lambda n, k: dict(block_n=min(64, 1 << (n - 1).bit_length()))  # noqa: E731 (as wide_gemv_programs)
+    wide = wide_rows
     with gemv_k.configured(lambda n, k: dict(wide(n, k), block_k=256, first_k=256)):
         want = run(model, "triton", prompts, cont)
     n_plain = len(plain)
@@ -234,7 +240,10 @@ def test_few_row_steps_run_the_skinny_gemm_and_equal_unfused(models, monkeypatch
     monkeypatch.setattr(ops, "_skinny", lambda x, w, **kw: rows.append(x.shape[0]) or epi.append(kw) or real(x, w, **kw))
     monkeypatch.setattr(ops, "_skinny_gelu_mul", lambda x, w, mul: glu.append(x.shape[0]) or real_glu(x, w, mul))
     monkeypatch.setattr(ops, "_gemv", lambda x, w, **kw: pytest.fail("a 3-row step ran the one-row GEMV"))
-    with fused.projection_rows((1, 1), (2, 16), "all"):  # every shape (by default: those a card measured faster)
+    from kselect.kernels import skinny_gemm
+
+    # every shape (by default: those a card measured faster); wide programs, as `wide_gemv_programs` gives the GEMV
+    with fused.projection_rows((1, 1), (2, 16), "all"), skinny_gemm.configured(wide_rows):
         got = run(model, "triton", prompts, cont)
     assert set(rows) == {3} and set(glu) == {3}  # the decode step; the 18-row prefill stayed on cuBLAS
     assert [kw["softcap"] for kw in epi if kw.get("softcap")] == [model.args.final_logit_softcapping]

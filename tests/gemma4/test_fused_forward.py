@@ -191,7 +191,7 @@ def test_norm_fold_projects_one_row_add_norms_without_their_kernel(models, monke
         folded_weight=staticmethod(gemv_fold.folded_weight)))())
     monkeypatch.setattr(ops, "_add_rms_norm", lambda y, *a, **kw: norms.append((tuple(y.shape), kw.get("out") is not None))
                         or real_norm(y, *a, **kw))
-    with fused.norm_fold(True), gemv_fold.configured(64, 512, 4):  # wide programs, as `wide_gemv_programs` does
+    with fused.norm_fold(True), gemv_fold.configured(64, 512, 4):  # wide programs for the interpreter (64 rows)
         got = run(model, "triton", prompts, cont)
     layers = len(model.layers)
     assert calls.count(True) == 2 * layers and calls.count(False) == 2 * (layers - 1)
@@ -216,11 +216,10 @@ def test_gemv_tma_takes_one_row_projections_with_the_gemv_bits(models, monkeypat
     monkeypatch.setattr(ops._tma, "gemv_tma_gelu_mul", lambda x, w, mul: tma.append("glu") or real_glu(x, w, mul))
     monkeypatch.setattr(ops, "_gemv_plain", lambda x, w, **kw: plain.append(x.shape) or real_plain(x, w, **kw))
     monkeypatch.setattr(ops, "_gemv_gelu_mul_plain", lambda x, w, mul: plain.append(x.shape) or real_plain_glu(x, w, mul))
-    wide = wide_rows
-    with gemv_k.configured(lambda n, k: dict(wide(n, k), block_k=256, first_k=256)):
+    with gemv_k.configured(lambda n, k: dict(wide_rows(n, k), block_k=256, first_k=256)):
         want = run(model, "triton", prompts, cont)
     n_plain = len(plain)
-    with fused.gemv_tma(True), ops._tma.configured(wide):
+    with fused.gemv_tma(True), ops._tma.configured(wide_rows):
         got = run(model, "triton", prompts, cont)
     assert len(plain) == n_plain and len(tma) == n_plain  # every one-row projection, none left on the GEMV
     assert tma.count("glu") and any(kw.get("softcap") for kw in tma if kw != "glu")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import triton.language as tl
 
 from kselect.kernels import pdl
 from kselect.kernels.pdl import wait_then_release
+from kselect.measurement.kernel_timing import time_graph
 
 H = 2560  # E4B's hidden size
 EPS = 1e-6
@@ -111,22 +111,7 @@ def _time(mode: str, steps: int, block: int, reps: int) -> float:
     buf = torch.zeros(steps + 1, H, device="cuda")
     buf[0] = torch.randn(H, device="cuda")
     cnt = torch.zeros(1, dtype=torch.int32, device="cuda")
-    chain(mode, buf, cnt, steps, block)  # compile
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        chain(mode, buf, cnt, steps, block)
-    g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) * 1000)
-    return statistics.median(out)
+    return time_graph([lambda: chain(mode, buf, cnt, steps, block)], reps) * 1000
 
 
 def measure(reps: int) -> list[dict]:

@@ -17,13 +17,25 @@ def compiled(script: str, arg) -> dict:
     """The compile script's JSON result for its argument, run in a subprocess without TRITON_INTERPRET (this
     session's kernels are the interpreter's); the test skips where this Triton build has no SM90 assembler."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], env=env, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-c", ALIGNED + script, json.dumps(arg)], env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     done = json.loads(run.stdout.strip().splitlines()[-1])
     if all("ptxas" in str(v) for v in done.values()):
         pytest.skip("this Triton build has no SM90 assembler")
     return done
+
+
+# Every compile script below starts with this: what a launch specializes on that the signature does not say. Triton's
+# JIT marks a pointer argument 16-byte aligned where the tensor is (torch's allocations are), and that changes the code
+# (16-byte vector loads, cp.async pipelining of a loop's loads, registers): without it the PTX is not the GPU's.
+ALIGNED = r'''
+def aligned(names, types, attrs=None):
+    """ASTSource attrs: each pointer argument 16-byte aligned (as a launch specializes), plus the given ones."""
+    out = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if str(types.get(n, "")).startswith("*")}
+    out.update(attrs or {})
+    return out
+'''
 
 PTX = r'''
 import importlib, inspect, json, sys
@@ -40,7 +52,7 @@ for case in json.loads(sys.argv[1]):
              else "fp32" if n == "eps" else "i32") for n in names}
     try:
         done[case["id"]] = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={
-            (names.index(n),): v for n, v in consts.items()}), target=GPUTarget("cuda", 90, 32),
+            (names.index(n),): v for n, v in consts.items()}, attrs=aligned(names, types)), target=GPUTarget("cuda", 90, 32),
             options=dict(num_warps=case.get("num_warps", 4))).asm["ptx"]
     except Exception as e:
         done[case["id"]] = "error: " + repr(e)[:2000]
@@ -78,7 +90,8 @@ for case in json.loads(sys.argv[1]):
     if "TAIL" in consts:
         types["cnt_ptr"] = "*i32"
         types["t_scalar"] = "*bf16" if consts["T_SCALAR_PTR"] else "fp32"
-    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=aligned(names, types))
     try:
         done[case["id"]] = "cubin" in triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm
     except Exception as e:
@@ -130,7 +143,8 @@ for split in json.loads(sys.argv[1]):
         types = {n: "constexpr" if n in consts else "*fp32" if n == "ws_ptr" else "*i32" if n == "cnt_ptr"
                  else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("scale", "inv_cap", "cap") else "i32"
                  for n in names}
-        src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+        src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                        attrs=aligned(names, types))
         try:
             done[f"{name}/{split}"] = "cubin" in triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm
         except Exception as e:
@@ -186,7 +200,8 @@ for case in json.loads(sys.argv[1]):
                   HAS_SOFTCAP=True, EXACT_TANH=True, PDL=True)
     types = {n: "constexpr" if n in consts else f"tensordesc<bf16[{bn}, {bk}]>" if n == "w_desc" else "*bf16"
              if n.endswith("_ptr") else "fp32" if n in ("scale", "inv_cap", "cap") else "i32" for n in names}
-    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=aligned(names, types))
     key = f"{bn}x{bk}x{stages}/{case['gelu']}"
     try:
         out = triton.compile(src, target=GPUTarget("cuda", 90, 32))
@@ -225,7 +240,8 @@ for pdl, early in ((True, False), (2, False), (True, True)):
     consts = dict(json.loads(sys.argv[1]), PDL=pdl, RES_EARLY=early, ZERO_Y=False)
     types = {n: "constexpr" if n in consts else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar")
              else "i32" for n in names}
-    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()})
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=aligned(names, types))
     try:
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
         at = lambda op: [i for i, line in enumerate(ptx) if op in line]
@@ -309,7 +325,7 @@ for case in json.loads(sys.argv[1]):
     types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
              else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
              else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")}
+    attrs = aligned(names, types, {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")})
     try:
         ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
                                                                               consts.items()}, attrs=attrs),
@@ -318,7 +334,7 @@ for case in json.loads(sys.argv[1]):
         done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])),
                             len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
                             len(re.findall(r"prefetch\.global\.L2", ptx[:wait])),
-                            len(re.findall(r"prefetch", ptx[wait:]))]
+                            len(re.findall(r"prefetch", ptx[wait:])), len(re.findall(r"cp\.async\.cg", ptx[wait:]))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))
@@ -333,8 +349,9 @@ def test_attention_first_tile_prefetch_compiles_for_sm90_with_loads_before_the_w
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late = done[c["id"]]
+        before, after, atomics, to_l2, late, pipelined = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == to_l2 == late == 0, done
+        assert pipelined > 0, done  # the key loop's K and V tiles copied ahead (cp.async): aligned pointers, as launched
 
 
 def test_attention_first_tile_to_l2_compiles_for_sm90_with_prefetches_before_the_wait():
@@ -345,7 +362,7 @@ def test_attention_first_tile_to_l2_compiles_for_sm90_with_prefetches_before_the
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late = done[c["id"]]
+        before, after, atomics, to_l2, late, _ = done[c["id"]]
         assert 0 < before < 8 and after > 0 and to_l2 > 0 and late == atomics == 0, done
 
 
@@ -358,5 +375,5 @@ def test_attention_merge_in_the_last_program_compiles_for_sm90_with_one_acq_rel_
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late = done[c["id"]]
+        before, after, atomics, to_l2, late, _ = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == 1, done

@@ -1,9 +1,12 @@
-"""What one dependent step costs on this card, three ways (issue #52's batch-1 question):
+"""What one dependent step costs on this card, four ways (issue #52's batch-1 question):
 
 - `graph`: each step its own kernel, launched plainly, all N in one CUDA graph (the decode step without PDL);
 - `pdl`: the same kernels launched with PDL (kernels/pdl.py: wait, then release the next), as the step decodes;
 - `barrier`: one persistent kernel whose programs meet at a grid barrier (an atomic counter) between steps, as
-  kernels/ple_block.py's phases do, and as a megakernel's would.
+  kernels/ple_block.py's phases do, and as a megakernel's would; a waiting program polls with atomic adds of 0;
+- `barrier_ld`: the same barrier polled with acquire loads (`ld.acquire.gpu`, inline): many programs' atomics on one
+  word are served one after another at L2, loads are not. Triton 3.9 already lowers the acquire add of 0 to such a
+  load (a local SM90 compile); the device's Triton 3.6 may not, so this mode polls by a load whatever the Triton.
 
 A step is what a norm or a GEMV needs between layers: every program reads the whole vector the step before wrote
 (E4B's hidden size, fp32, from L2), reduces it, and writes its slice of the next (x * rsqrt(mean(x^2) + eps) + 1,
@@ -34,6 +37,7 @@ from kselect.measurement.kernel_timing import time_graph
 H = 2560  # E4B's hidden size
 EPS = 1e-6
 STEPS = (8, 64)
+MODES = ("graph", "pdl", "barrier", "barrier_ld")
 BLOCKS = (4096, 256, 64, 16)  # a program's slice: 1, 10, 40 and 160 programs for H = 2560 (160: two an SM at most)
 
 
@@ -54,16 +58,25 @@ def _one_step_kernel(src, dst, n, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr,
 
 
 @triton.jit
-def _barrier_kernel(buf, cnt_ptr, n, steps, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr):
+def _count(cnt_ptr, LD: tl.constexpr):
+    """The barrier's count, read with acquire semantics: an acquire load (LD; GPU only) or an atomic add of 0."""
+    if LD:
+        return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [cnt_ptr], dtype=tl.int32,
+                                         is_pure=False, pack=1)
+    return tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _barrier_kernel(buf, cnt_ptr, n, steps, eps, BLOCK: tl.constexpr, N_PAD: tl.constexpr, LD: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     for i in range(steps):
         _step(buf + i * n, buf + (i + 1) * n, pid, n, eps, BLOCK, N_PAD)
         tl.debug_barrier()  # every thread's stores before the count
         tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
-        seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+        seen = _count(cnt_ptr, LD)
         while seen < nprog * (i + 1):
-            seen = tl.atomic_add(cnt_ptr, 0, sem="acquire", scope="gpu")
+            seen = _count(cnt_ptr, LD)
         tl.debug_barrier()
 
 
@@ -78,12 +91,13 @@ def chain(mode: str, buf: torch.Tensor, cnt: torch.Tensor, steps: int, block: in
     """Runs `steps` steps from buf[0] into buf[1..steps] (buf [steps + 1, H] fp32) the `mode` way."""
     n = buf.shape[1]
     pad, grid = triton.next_power_of_2(n), (triton.cdiv(n, block),)
-    if mode == "barrier":
+    if mode in ("barrier", "barrier_ld"):
         cnt.zero_()
-        _barrier_kernel[grid](buf, cnt, n, steps, EPS, BLOCK=block, N_PAD=pad, num_warps=4)
+        ld = mode == "barrier_ld" and buf.is_cuda  # the interpreter runs no inline asm: there both poll by atomics
+        _barrier_kernel[grid](buf, cnt, n, steps, EPS, BLOCK=block, N_PAD=pad, LD=ld, num_warps=4)
         return
     if mode not in ("graph", "pdl"):
-        raise ValueError(f"sync_floor mode must be graph, pdl or barrier, got {mode!r}")
+        raise ValueError(f"sync_floor mode must be one of {', '.join(MODES)}, got {mode!r}")
     with pdl.on() if mode == "pdl" else pdl.off():
         launch = pdl.args(buf)
         for i in range(steps):
@@ -96,8 +110,8 @@ def check(device: str, block: int, steps: int = 3) -> dict[str, float]:
     x = torch.randn(H, device=device, generator=torch.Generator(device).manual_seed(0))
     want = reference(x.double(), steps)
     errs = {}
-    for mode in ("graph", "pdl", "barrier"):
-        if mode == "barrier" and device == "cpu" and triton.cdiv(H, block) > 1:
+    for mode in MODES:
+        if mode.startswith("barrier") and device == "cpu" and triton.cdiv(H, block) > 1:
             continue
         buf = torch.zeros(steps + 1, H, device=device)
         buf[0] = x
@@ -119,7 +133,7 @@ def measure(reps: int) -> list[dict]:
     lo, hi = STEPS
     for block in BLOCKS:
         row = dict(programs=triton.cdiv(H, block), block=block, rel_err=check("cuda", block, 8))
-        for mode in ("graph", "pdl", "barrier"):
+        for mode in MODES:
             t_lo, t_hi = _time(mode, lo, block, reps), _time(mode, hi, block, reps)
             row[mode] = dict(us_step=(t_hi - t_lo) / (hi - lo), us_lo=t_lo, us_hi=t_hi)
         rows.append(row)
@@ -128,15 +142,15 @@ def measure(reps: int) -> list[dict]:
 
 def render(rows: list[dict], env: dict) -> str:
     lo, hi = STEPS
-    out = [f"# One dependent step, three ways: {env.get('gpu', '?')}", "",
+    out = [f"# One dependent step, four ways: {env.get('gpu', '?')}", "",
            f"`{env['command']}` at `{env['git_commit']}`", "",
            f"us a step: the slope between {lo} and {hi} steps in one CUDA graph (median of replays). Each step reads "
            f"the {H}-value fp32 vector the step before wrote and writes its slice of the next.", "",
-           "| programs | `graph` (plain launches) | `pdl` (launches with PDL) | `barrier` (one kernel, grid barrier) "
-           "| max rel err |", "|---:|---:|---:|---:|---:|"]
+           "| programs | `graph` (plain launches) | `pdl` (launches with PDL) | `barrier` (one kernel, grid barrier, "
+           "atomic polls) | `barrier_ld` (the same, acquire-load polls) | max rel err |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['programs']} | {r['graph']['us_step']:.2f} | {r['pdl']['us_step']:.2f} | "
-                   f"{r['barrier']['us_step']:.2f} | {max(r['rel_err'].values()):.1e} |")
+        out.append(f"| {r['programs']} | " + " | ".join(f"{r[m]['us_step']:.2f}" for m in MODES)
+                   + f" | {max(r['rel_err'].values()):.1e} |")
     return "\n".join(out) + "\n"
 
 

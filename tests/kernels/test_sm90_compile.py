@@ -17,8 +17,8 @@ def compiled(script: str, arg) -> dict:
     """The compile script's JSON result for its argument, run in a subprocess without TRITON_INTERPRET (this
     session's kernels are the interpreter's); the test skips where this Triton build has no SM90 assembler."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", ALIGNED + script, json.dumps(arg)], env=env, capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run([sys.executable, "-c", ALIGNED + script, json.dumps(arg)], env=env, capture_output=True,
+                         text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     done = json.loads(run.stdout.strip().splitlines()[-1])
     if all("ptxas" in str(v) for v in done.values()):
@@ -52,7 +52,8 @@ for case in json.loads(sys.argv[1]):
              else "fp32" if n == "eps" else "i32") for n in names}
     try:
         done[case["id"]] = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={
-            (names.index(n),): v for n, v in consts.items()}, attrs=aligned(names, types)), target=GPUTarget("cuda", 90, 32),
+            (names.index(n),): v for n, v in consts.items()}, attrs=aligned(names, types)),
+            target=GPUTarget("cuda", 90, 32),
             options=dict(num_warps=case.get("num_warps", 4))).asm["ptx"]
     except Exception as e:
         done[case["id"]] = "error: " + repr(e)[:2000]
@@ -325,7 +326,8 @@ for case in json.loads(sys.argv[1]):
     types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
              else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
              else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
-    attrs = aligned(names, types, {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")})
+    strides = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")}
+    attrs = aligned(names, types, strides)
     try:
         ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
                                                                               consts.items()}, attrs=attrs),
@@ -334,7 +336,8 @@ for case in json.loads(sys.argv[1]):
         done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])),
                             len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
                             len(re.findall(r"prefetch\.global\.L2", ptx[:wait])),
-                            len(re.findall(r"prefetch", ptx[wait:])), len(re.findall(r"cp\.async\.cg", ptx[wait:]))]
+                            len(re.findall(r"prefetch", ptx[wait:])),
+                            len(re.findall(r"cp\.async\.cg", ptx[wait:]))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))
@@ -351,7 +354,7 @@ def test_attention_first_tile_prefetch_compiles_for_sm90_with_loads_before_the_w
         assert isinstance(done[c["id"]], list), done[c["id"]]
         before, after, atomics, to_l2, late, pipelined = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == to_l2 == late == 0, done
-        assert pipelined > 0, done  # the key loop's K and V tiles copied ahead (cp.async): aligned pointers, as launched
+        assert pipelined > 0, done  # the key loop's K and V tiles copied ahead (cp.async), as a launch compiles it
 
 
 def test_attention_first_tile_to_l2_compiles_for_sm90_with_prefetches_before_the_wait():

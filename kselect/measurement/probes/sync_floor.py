@@ -147,7 +147,8 @@ def render(rows: list[dict], env: dict) -> str:
            f"us a step: the slope between {lo} and {hi} steps in one CUDA graph (median of replays). Each step reads "
            f"the {H}-value fp32 vector the step before wrote and writes its slice of the next.", "",
            "| programs | `graph` (plain launches) | `pdl` (launches with PDL) | `barrier` (one kernel, grid barrier, "
-           "atomic polls) | `barrier_ld` (the same, acquire-load polls) | max rel err |", "|---:|---:|---:|---:|---:|---:|"]
+           "atomic polls) | `barrier_ld` (the same, acquire-load polls) | max rel err |",
+           "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['programs']} | " + " | ".join(f"{r[m]['us_step']:.2f}" for m in MODES)
                    + f" | {max(r['rel_err'].values()):.1e} |")

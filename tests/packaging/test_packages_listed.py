@@ -1,6 +1,7 @@
-"""Every package folder ships: pyproject.toml lists each folder with an __init__.py under the folders its
-package-dir maps (a new selector sub-package left out would import from a checkout and be missing from
-the wheel)."""
+"""Every package folder ships: pyproject.toml lists each folder under the folders its package-dir maps (a new
+selector sub-package left out would import from a checkout and be missing from the wheel). That includes folders of
+data only (conf/model/, kselect/oracle/stubs/): setuptools treats every folder with an importable name as a package
+and warns, for each one not listed, that a later version will not ship it."""
 
 from __future__ import annotations
 
@@ -10,20 +11,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _is_data(package: str, rel: Path) -> bool:
-    """Folders shipped as package data, never imported here (kselect/oracle/stubs: run in vLLM's own venv)."""
-    return package == "kselect" and rel.parts[:2] == ("oracle", "stubs")
-
-
 def test_pyproject_lists_every_package_folder():
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed, dirs = set(tool["packages"]), tool["package-dir"]
     found = set()
     for name, folder in dirs.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            if "__pycache__" in rel.parts or _is_data(name, rel):
-                continue
-            found.add(".".join([name, *rel.parts]))
-        found.add(name)  # namespace folders (kernels/, conf/) are listed by name too
+        for d in [ROOT / folder, *(p for p in (ROOT / folder).rglob("*") if p.is_dir())]:
+            rel = d.relative_to(ROOT / folder)
+            if all(part.isidentifier() and part != "__pycache__" for part in rel.parts):  # what Python could import
+                found.add(".".join([name, *rel.parts]))
     assert found == listed

@@ -20,7 +20,6 @@ output is first checked against kernels/reference.py (on CPU, `check` runs in th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from kselect.kernels import pdl
 from kselect.kernels import triton_paged as tp
 from kselect.kernels.reference import paged_attention
 from kselect.measurement.kernel_timing import make_inputs, time_graph
+from kselect.measurement.probes.record import record
 
 HQ, HKV, KV_LEN = 8, 2, 520  # E4B's heads, the step's context (a 512-token prompt and the tokens decoded)
 CASES = {"sliding": dict(d=256, window=512), "full": dict(d=512, window=None)}  # E4B's two layer kinds
@@ -123,26 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--reps must be at least 1, got {args.reps}")
     if args.page < 1 or args.page & (args.page - 1):
         ap.error(f"--page must be a power of two, got {args.page}")
-    if not torch.cuda.is_available():
-        print("attn_floor: needs a CUDA device (on CPU, its `check` runs in tests/kselect/test_attn_floor.py)",
-              file=sys.stderr)
-        return 2
-    from kselect.measurement.e2e.environment import environment
-    from kselect.selector.base.files import atomic_write
-
-    env = environment(sys.argv[1:] if argv is None else argv, script="-m kselect.measurement.probes.attn_floor")
-    env["gpu"] = torch.cuda.get_device_name()
     try:
-        rows = measure(args.page, args.reps)
+        return record("attn_floor", argv, args.out, lambda: measure(args.page, args.reps), render, steps=STEPS,
+                      sets=SETS)
     except WrongResult as e:
         print(e, file=sys.stderr)
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out / "attn_floor.json", json.dumps(dict(env=env, steps=STEPS, sets=SETS, rows=rows), indent=1))
-    md = render(rows, env)
-    atomic_write(args.out / "attn_floor.md", md)
-    print(md)
-    return 0
 
 
 if __name__ == "__main__":

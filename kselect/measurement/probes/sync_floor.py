@@ -22,7 +22,6 @@ On CPU (TRITON_INTERPRET=1) only `check` runs: programs run one after another th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import triton.language as tl
 from kselect.kernels import pdl
 from kselect.kernels.pdl import wait_then_release
 from kselect.measurement.kernel_timing import time_graph
+from kselect.measurement.probes.record import record
 
 H = 2560  # E4B's hidden size
 EPS = 1e-6
@@ -162,22 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error(f"--reps must be at least 1, got {args.reps}")
-    if not torch.cuda.is_available():
-        print("sync_floor: needs a CUDA device (on CPU, its `check` runs in tests/kselect/test_sync_floor.py)",
-              file=sys.stderr)
-        return 2
-    from kselect.measurement.e2e.environment import environment
-    from kselect.selector.base.files import atomic_write
-
-    env = environment(sys.argv[1:] if argv is None else argv, script="-m kselect.measurement.probes.sync_floor")
-    env["gpu"] = torch.cuda.get_device_name()
-    rows = measure(args.reps)
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.out / "sync_floor.json", json.dumps(dict(env=env, steps=STEPS, h=H, rows=rows), indent=1))
-    md = render(rows, env)
-    atomic_write(args.out / "sync_floor.md", md)
-    print(md)
-    return 0
+    return record("sync_floor", argv, args.out, lambda: measure(args.reps), render, steps=STEPS, h=H)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,23 @@ def test_a_chain_cycles_the_sets_and_its_last_call_is_right():
 
 
 def test_unknown_mode_refused():
-    with pytest.raises(ValueError, match="plain, pdl, pdl_kv_l2, pdl_hot"):
+    with pytest.raises(ValueError, match="plain, pdl, pdl_kv_l2, pdl_hot, gemv, pdl_gemv"):
         A.chain("fast", [], 1)
+    with pytest.raises(ValueError, match="pdl_gemv needs the o_proj weights"):
+        A.chain("pdl_gemv", [], 1)
+
+
+def _gemv_right(y, x, w):
+    want = x.float() @ w.float().T
+    return float((y.float() - want).abs().max() / want.abs().max()) <= A.TOL
+
+
+def test_the_gemv_modes_project_what_they_say():
+    sets, ws = A.inputs("sliding", 2, 40, 16, DEV), A.weights("sliding", 2, DEV, hidden=64)
+    y, _ = A.chain("gemv", sets, 3, ws)  # the third GEMV: ws[0] on the fixed input
+    assert y.shape == (1, 64) and _gemv_right(y, sets[0]["q"].reshape(1, -1), ws[0])
+    out, inp = A.chain("pdl_gemv", sets, 2, ws)  # the attention still right with a GEMV after each call
+    assert inp is sets[1] and A.rel_err(out, inp) <= A.TOL
 
 
 @pytest.mark.skipif(DEV != "cpu", reason="the CPU refusal")
@@ -53,9 +68,13 @@ def test_a_real_process_on_cpu_exits_2_in_one_line_and_writes_nothing(tmp_path, 
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("mode", A.MODES)
 def test_every_mode_runs_a_chain_whose_last_call_is_right(mode):
-    sets = A.inputs("sliding", 2, A.KV_LEN, 16, "cuda")
-    out, inp = A.chain(mode, sets, 3)
-    assert inp is sets[0] and A.rel_err(out, inp) <= A.TOL  # the third call: set 2 % 2 (set 0 throughout if hot)
+    sets, ws = A.inputs("sliding", 2, A.KV_LEN, 16, "cuda"), A.weights("sliding", 2, "cuda")
+    out, inp = A.chain(mode, sets, 3, ws)
+    assert inp is sets[0]  # the third call: set 2 % 2 (set 0 throughout if hot)
+    if mode == "gemv":
+        assert _gemv_right(out, sets[0]["q"].reshape(1, -1), ws[0])
+    else:
+        assert A.rel_err(out, inp) <= A.TOL
 
 
 def test_a_wrong_call_stops_the_timing_before_it_starts(monkeypatch):

@@ -9,7 +9,10 @@ HBM as in the step), timed as the slope between N = STEPS[0] and STEPS[1] calls.
 
 - `plain`: launched plainly; `pdl`: with PDL, as the step launches it;
 - `pdl_kv_l2`: with PDL and the first tile asked of L2 before the wait (kernels/triton_paged.py PREFETCH_KV = L2);
-- `pdl_hot`: with PDL, every call on the same KV set (keys from L2: what HBM's latency adds).
+- `pdl_hot`: with PDL, every call on the same KV set (keys from L2: what HBM's latency adds);
+- `gemv`: E4B's o_proj GEMV alone (kernels/gemv.py, PDL), its W cycling over WSETS copies (from HBM, as in the step);
+- `pdl_gemv`: the attention, its merge and that GEMV, as the step runs them. Its slope less `gemv`'s is what the pair
+  costs beside another kernel's code and traffic (the `in step` column).
 
     python3 -m kselect.measurement.probes.attn_floor --out $OUT/A
 
@@ -26,6 +29,7 @@ from pathlib import Path
 import torch
 
 from kselect.kernels import pdl
+from kselect.kernels.gemv import gemv
 from kselect.kernels import triton_paged as tp
 from kselect.kernels.reference import paged_attention
 from kselect.measurement.kernel_timing import make_inputs, time_graph
@@ -33,9 +37,11 @@ from kselect.measurement.probes.record import record
 
 HQ, HKV, KV_LEN = 8, 2, 520  # E4B's heads, the step's context (a 512-token prompt and the tokens decoded)
 CASES = {"sliding": dict(d=256, window=512), "full": dict(d=512, window=None)}  # E4B's two layer kinds
-MODES = ("plain", "pdl", "pdl_kv_l2", "pdl_hot")
+HIDDEN = 2560  # E4B's o_proj: [HIDDEN, HQ x d]
+MODES = ("plain", "pdl", "pdl_kv_l2", "pdl_hot", "gemv", "pdl_gemv")
 STEPS = (8, 64)
 SETS = 64  # 64 x 1.1 MB (sliding) or 2.1 MB (full) of K and V: more than the H100's 50 MB L2
+WSETS = 8  # 8 x 10.5 MB (sliding) or 21 MB (full) of o_proj W: more than L2 too
 TOL = 2e-2
 
 
@@ -62,23 +68,36 @@ def rel_err(got: torch.Tensor, inp: dict) -> float:
     return float(((got.float() - want).abs().max() / want.abs().max()).item())
 
 
+def weights(case: str, sets: int, device: str, hidden: int = HIDDEN) -> list[torch.Tensor]:
+    """`sets` o_proj weights of the case's shape, [hidden, HQ x d] bf16."""
+    return [torch.randn(hidden, HQ * CASES[case]["d"], device=device, dtype=torch.bfloat16) * 0.02
+            for _ in range(sets)]
+
+
 def check(case: str, device: str, kv_len: int = KV_LEN, page: int = 16) -> float:
     """rel_err of one call on a fresh input set."""
     inp = inputs(case, 1, kv_len, page, device)[0]
     return rel_err(call(inp), inp)
 
 
-def chain(mode: str, sets: list[dict], n: int) -> tuple[torch.Tensor, dict]:
-    """n calls in a row, call i on set i % len(sets) (set 0 throughout for `pdl_hot`), launched the `mode` way: the
-    last call's output and its set."""
+def chain(mode: str, sets: list[dict], n: int, ws: list[torch.Tensor] = ()) -> tuple[torch.Tensor, dict]:
+    """n calls in a row, call i on set i % len(sets) (set 0 throughout for `pdl_hot`), launched the `mode` way, each
+    followed by a GEMV on ws[i % len(ws)] in the `*gemv` modes: the last attention call's output (the last GEMV's in
+    `gemv`, which runs no attention) and its set."""
     if mode not in MODES:
         raise ValueError(f"attn_floor mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode.endswith("gemv") and not ws:
+        raise ValueError(f"attn_floor mode {mode} needs the o_proj weights (ws)")
     prefetch = tp.L2 if mode == "pdl_kv_l2" else None
+    x = sets[0]["q"].reshape(1, -1)  # the GEMV-only chain's input: an attention output's shape
     with pdl.off() if mode == "plain" else pdl.on():
         for i in range(n):
             inp = sets[0 if mode == "pdl_hot" else i % len(sets)]
-            out = call(inp, prefetch)
-    return out, inp
+            if mode != "gemv":
+                out = call(inp, prefetch)
+            if mode.endswith("gemv"):
+                y = gemv(x if mode == "gemv" else out.reshape(1, -1), ws[i % len(ws)])
+    return (y if mode == "gemv" else out), inp
 
 
 def measure(page: int, reps: int) -> list[dict]:
@@ -90,9 +109,12 @@ def measure(page: int, reps: int) -> list[dict]:
         if not row["rel_err"] <= TOL:
             raise WrongResult(f"attn_floor: the {case} call differs from kernels/reference.py by {row['rel_err']:.2e} "
                               f"(more than {TOL}); nothing timed or written")
+        ws = weights(case, WSETS, "cuda")
         for mode in MODES:
-            t = {n: time_graph([lambda n=n, sets=sets: chain(mode, sets, n)], reps) * 1000 for n in (lo, hi)}
+            t = {n: time_graph([lambda n=n, sets=sets, ws=ws: chain(mode, sets, n, ws)], reps) * 1000 for n in (lo, hi)}
             row[mode] = dict(us_call=(t[hi] - t[lo]) / (hi - lo), us_lo=t[lo], us_hi=t[hi])
+        row["in_step"] = row["pdl_gemv"]["us_call"] - row["gemv"]["us_call"]
+        del sets, ws
         rows.append(row)
     return rows
 
@@ -103,12 +125,13 @@ def render(rows: list[dict], env: dict) -> str:
            f"`{env['command']}` at `{env['git_commit']}`", "",
            f"us a call (the attention and its merge): the slope between {lo} and {hi} calls in one CUDA graph (median "
            f"of replays), batch 1, {HQ} query and {HKV} KV heads, {KV_LEN} keys, each call on its own of {SETS} KV "
-           "sets except `pdl_hot`.", "",
-           "| layer kind | page | " + " | ".join(f"`{m}`" for m in MODES) + " | rel err |",
-           "|---|---:|" + "---:|" * len(MODES) + "---:|"]
+           f"sets except `pdl_hot`; `gemv` is E4B's o_proj alone ({WSETS} weights), `pdl_gemv` the pair and it, "
+           "`in step` their difference: the pair beside the GEMV.", "",
+           "| layer kind | page | " + " | ".join(f"`{m}`" for m in MODES) + " | in step | rel err |",
+           "|---|---:|" + "---:|" * len(MODES) + "---:|---:|"]
     for r in rows:
         out.append(f"| {r['case']} | {r['page']} | " + " | ".join(f"{r[m]['us_call']:.2f}" for m in MODES)
-                   + f" | {r['rel_err']:.1e} |")
+                   + f" | {r['in_step']:.2f} | {r['rel_err']:.1e} |")
     return "\n".join(out) + "\n"
 
 

@@ -110,7 +110,7 @@ def _attn_fwd(
     HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, HAS_VD: tl.constexpr, SPLIT: tl.constexpr,
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
     PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False,
-    S_PAD: tl.constexpr = 1,
+    S_PAD: tl.constexpr = 1, LEAN: tl.constexpr = False,
 ):
     if PRE == 0:
         wait_then_release(PDL)
@@ -123,7 +123,7 @@ def _attn_fwd(
     q_start = tl.load(cu_q_ptr + seq).to(tl.int64)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     kv_len = tl.load(seqused_ptr + seq)
-    if PRE == 0:
+    if PRE == 0 and not LEAN:
         if qtile * BLOCK_Q >= q_len:
             return
 
@@ -139,7 +139,7 @@ def _attn_fwd(
     else:
         qp = kv_len - q_len + tok
 
-    if PRE == 0:
+    if PRE == 0 and not LEAN:
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
                           stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
 
@@ -173,13 +173,19 @@ def _attn_fwd(
             k0 = 0.0
             v0 = 0.0
         wait_then_release(PDL)
-        if qtile * BLOCK_Q >= q_len:
-            return
+        if not LEAN:
+            if qtile * BLOCK_Q >= q_len:
+                return
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
                           stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
     else:
         k0 = 0.0  # no prefetched tile (`_earlier` keeps the loop's)
         v0 = 0.0
+        if LEAN:  # the first tile's block ids asked for before q, whose trip to shared memory would hold them back
+            kp0 = begin + tl.arange(0, BLOCK_N)
+            blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, (kp0 < hi) & (kp0 >= lo), PAGE)
+            q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
+                              stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
 
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
@@ -194,6 +200,9 @@ def _attn_fwd(
                 kv_ok = kv_ok & (kp >= old)[:, None]
             else:
                 blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
+        elif LEAN:  # the first tile's block ids read above (the loop's own read masked off there)
+            first = kp < begin + BLOCK_N
+            blk = tl.where(first, blk0, _blocks(bt_ptr, seq, stride_bt, kp, k_ok & ~first, PAGE))
         else:
             blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
         off = kp % PAGE
@@ -349,6 +358,19 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
 OFF, REGS, L2 = 0, 1, 2
 PREFETCH_KV = OFF
 
+# LEAN_START: a small decode's programs (one query tile a sequence) start with fewer dependent round trips before
+# the first key tile. Without it the SM90 code waits for cu_seqlens_q, tests the early exit, then loads the sequence's
+# length, then q (stored to shared memory, so waited for), then the block ids, then the tile: four. With it there is
+# no early exit (a tile past its sequence's queries has every row masked: no key read, no store), and the first
+# tile's block ids are asked for before q: the lengths, then q with the block ids, then the tile. Off until measured.
+# `lean_start(on)` sets it.
+LEAN_START = False
+
+
+def lean_start(on: bool):
+    """LEAN_START inside (a CUDA graph captured inside keeps it)."""
+    return switched(globals(), LEAN_START=bool(on))
+
 
 def _mode(on) -> int:
     """True (REGS, as before the L2 mode existed), False or None (OFF), or a mode."""
@@ -381,11 +403,13 @@ def _descale_arg(x, b, hkv, device):
 def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_table, softmax_scale, *,
                            max_seqlen_q=None, max_seqlen_k=None, causal=True, window_left=-1, mm_prefix=None,
                            sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
-                           out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None):
+                           out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None,
+                           lean=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
     prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV says for a small decode launched with
     PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program merges (None: where
-    MERGE_LAST and a small decode; True: wherever the call splits, for tests)."""
+    MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean start (None: as
+    LEAN_START says for a small decode; True: wherever the call has one query tile, for tests)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
@@ -461,7 +485,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, **launch,
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=n_qt == 1 and (LEAN_START and small if lean is None else bool(lean)), **launch,
     )
     if split and not merge:
         split_merge._merge_splits[(total_q, hq)](

@@ -146,6 +146,9 @@ NORM_FOLD = "norm_fold"
 FOLD_CONFIGS = {"fold_n4": (4, 512, 4), "fold_k256": (8, 256, 4)}
 # a small decode's split attention merges in its last program, not in a kernel of its own (kernels/split_merge.py)
 MERGE_LAST = "merge_last"
+# a small decode's attention programs start lean: no early exit, the first tile's block ids before q
+# (kernels/triton_paged.py LEAN_START)
+ATTN_LEAN = "attn_lean"
 # a 2- to 16-row projection launched with PDL asks L2 for its first 2 or 4 K tiles of W before it waits
 # (kernels/skinny_gemm.py PREFETCH_W; off by default): with pdl_b16 at batch 16
 SK_W_L2 = {"sk_w_l2": 2, "sk_w_l2_4": 4}
@@ -225,6 +228,10 @@ def variant(name: str):
         return skinny_gemm.prefetch_w(SK_W_L2[name])
     if name in GEMV_W_L2:
         return gemv.prefetch_w(GEMV_W_L2[name])
+    if name == ATTN_LEAN:
+        from kselect.kernels import triton_paged
+
+        return triton_paged.lean_start(True)
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -261,8 +268,8 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
-            **PAIR, **KV_PRE, MERGE_LAST: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS,
-            **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2}
+            **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS,
+            NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -322,7 +322,8 @@ for case in json.loads(sys.argv[1]):
     consts = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, D=256, D_PAD=256, PAGE=16, CAUSAL=True, HAS_WINDOW=True,
                   HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False, HAS_QD=False, HAS_KD=fp8, HAS_VD=fp8, SPLIT=True,
                   DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16, IEEE=False, KV_ASM=fp8, PDL=True, PRE=int(case["pre"]),
-                  LINES=2 if fp8 else 4, LINE=128 if fp8 else 64, MERGE=case.get("merge", False), S_PAD=32)
+                  LINES=2 if fp8 else 4, LINE=128 if fp8 else 64, MERGE=case.get("merge", False), S_PAD=32,
+                  LEAN=case.get("lean", False))
     types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
              else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
              else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
@@ -337,7 +338,8 @@ for case in json.loads(sys.argv[1]):
                             len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
                             len(re.findall(r"prefetch\.global\.L2", ptx[:wait])),
                             len(re.findall(r"prefetch", ptx[wait:])),
-                            len(re.findall(r"cp\.async\.cg", ptx[wait:]))]
+                            len(re.findall(r"cp\.async\.cg", ptx[wait:])),
+                            len(re.findall(r"ld\.global\.b32", ptx[wait:ptx.index("st.shared", wait)]))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))
@@ -352,7 +354,7 @@ def test_attention_first_tile_prefetch_compiles_for_sm90_with_loads_before_the_w
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late, pipelined = done[c["id"]]
+        before, after, atomics, to_l2, late, pipelined, _ = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == to_l2 == late == 0, done
         assert pipelined > 0, done  # the key loop's K and V tiles copied ahead (cp.async), as a launch compiles it
 
@@ -365,7 +367,7 @@ def test_attention_first_tile_to_l2_compiles_for_sm90_with_prefetches_before_the
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late, _ = done[c["id"]]
+        before, after, atomics, to_l2, late, _, _ = done[c["id"]]
         assert 0 < before < 8 and after > 0 and to_l2 > 0 and late == atomics == 0, done
 
 
@@ -378,5 +380,18 @@ def test_attention_merge_in_the_last_program_compiles_for_sm90_with_one_acq_rel_
     done = compiled(ATTN_COMPILE, cases)
     for c in cases:
         assert isinstance(done[c["id"]], list), done[c["id"]]
-        before, after, atomics, to_l2, late, _ = done[c["id"]]
+        before, after, atomics, to_l2, late, _, _ = done[c["id"]]
         assert after > 0 and (before > 0 if c["pre"] else before == 0) and atomics == 1, done
+
+
+def test_attention_lean_start_compiles_for_sm90_with_the_block_ids_asked_for_before_q():
+    """kernels/triton_paged.py LEAN_START, bf16 and FP8: after the PDL wait, the scalar loads before q's first store
+    to shared memory are the three lengths alone in the plain start, and with the lean start the first tile's block
+    ids too (so they do not wait for q's trip to shared memory); the key loop stays cp.async-pipelined."""
+    cases = [dict(id=f"{'lean' if lean else 'plain'}/{'fp8' if fp8 else 'bf16'}", pre=0, fp8=fp8, lean=lean)
+             for lean in (False, True) for fp8 in (False, True)]
+    done = compiled(ATTN_COMPILE, cases)
+    for c in cases:
+        assert isinstance(done[c["id"]], list), done[c["id"]]
+        *_, pipelined, scalars = done[c["id"]]
+        assert pipelined > 0 and (scalars > 3 if c["lean"] else scalars == 3), done

@@ -203,6 +203,40 @@ def test_first_tile_prefetch_gives_the_same_bits(mode, mask, splits, how):
     assert rel_err(want, case.reference()) <= 1e-5
 
 
+@pytest.mark.parametrize("mask", ["causal", "window", "all"])
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("prefetch", [False, triton_paged.REGS])
+def test_lean_start_gives_the_same_bits(mask, splits, prefetch):
+    """kernels/triton_paged.py LEAN_START, a decode of one query tile: no early exit, the first tile's block ids read
+    before q. The bits of the plain start, with one or several splits, with the first tile's prefetch or without."""
+    case = build("decode", mask, seed=17)
+    want = run(case, num_splits=splits, prefetch=prefetch)
+    assert torch.equal(run(case, num_splits=splits, prefetch=prefetch, lean=True), want)
+    assert rel_err(want, case.reference()) <= 1e-5
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_lean_start_with_a_sequence_without_a_query(splits):
+    """Without the early exit, the programs of a sequence with no query this step (its q_len 0) run on: every row is
+    masked, so they read no key and store nothing, and the other sequences' rows are the plain start's bits."""
+    import dataclasses
+
+    full = make_case([1, 1, 1], [40, 24, 33], hq=4, hkv=2, d=32, device=DEV, seed=18, window_left=16)
+    keep = torch.tensor([0, 2])  # the middle sequence's query dropped
+    case = dataclasses.replace(full, q=full.q[keep].contiguous(),
+                               cu_seqlens_q=torch.tensor([0, 1, 1, 2], dtype=torch.int32, device=DEV))
+    want = run(case, num_splits=splits, max_seqlen_q=1)
+    assert torch.equal(run(case, num_splits=splits, max_seqlen_q=1, lean=True), want)
+    assert rel_err(want, full.reference()[keep]) <= 1e-5
+
+
+def test_lean_start_only_where_switched_on():
+    assert not triton_paged.LEAN_START
+    with triton_paged.lean_start(True):
+        assert triton_paged.LEAN_START
+    assert not triton_paged.LEAN_START
+
+
 def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
     """PREFETCH_KV (off by default) takes effect only in a small-batch decode launched with PDL, not with PDL's early
     release (which gives up the ordering it relies on)."""
@@ -221,7 +255,8 @@ def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),
-                                      dict(prefetch=True, merge_last=True)])
+                                      dict(prefetch=True, merge_last=True), dict(lean=True),
+                                      dict(lean=True, prefetch=triton_paged.L2)])
 def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
     and value (the last position), then the attention reads its first tile before the wait (prefetch), merges in its

@@ -473,6 +473,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
     cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
+    lean_start_on = n_qt == 1 and (LEAN_START and small if lean is None else bool(lean))
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
         qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
@@ -485,7 +486,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, LEAN=n_qt == 1 and (LEAN_START and small if lean is None else bool(lean)), **launch,
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, **launch,
     )
     if split and not merge:
         split_merge._merge_splits[(total_q, hq)](

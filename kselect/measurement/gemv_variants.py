@@ -149,6 +149,8 @@ MERGE_LAST = "merge_last"
 # a small decode's attention programs start lean: no early exit, the first tile's block ids before q
 # (kernels/triton_paged.py LEAN_START)
 ATTN_LEAN = "attn_lean"
+# ... and its positions in 32 bits (kernels/triton_paged.py POSITIONS_32)
+ATTN_POS32 = "attn_pos32"
 # a 2- to 16-row projection launched with PDL asks L2 for its first 2 or 4 K tiles of W before it waits
 # (kernels/skinny_gemm.py PREFETCH_W; off by default): with pdl_b16 at batch 16
 SK_W_L2 = {"sk_w_l2": 2, "sk_w_l2_4": 4}
@@ -232,6 +234,10 @@ def variant(name: str):
         from kselect.kernels import triton_paged
 
         return triton_paged.lean_start(True)
+    if name == ATTN_POS32:
+        from kselect.kernels import triton_paged
+
+        return triton_paged.positions_32(True)
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -267,9 +273,9 @@ def variant(name: str):
     return fused.projection_rows(*ROWS[name])
 
 
-VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None, **TMA,
-            **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS,
-            NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2}
+VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
+            **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
+            PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2}
 
 
 def check_modes(ap, modes: list[str]) -> None:

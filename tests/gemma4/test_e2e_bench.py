@@ -701,6 +701,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("attn_lean+kv_l2"):  # the attention's lean start, with the first tile's lines into L2
         assert triton_paged.LEAN_START and triton_paged.PREFETCH_KV == triton_paged.L2
     assert not triton_paged.LEAN_START
+    with gv.variant("attn_pos32"):  # ... its positions in 32 bits
+        assert triton_paged.POSITIONS_32
+    assert not triton_paged.POSITIONS_32
     with gv.variant("splits4+attn_s1"):  # a small decode's attention split at most four ways, one pipeline stage
         assert triton_paged.small_decode(2, 520, 132) == (32, 1, 4)
     with gv.variant("attn_w8"):

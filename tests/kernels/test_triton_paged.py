@@ -230,6 +230,21 @@ def test_lean_start_with_a_sequence_without_a_query(splits):
     assert rel_err(want, full.reference()[keep]) <= 1e-5
 
 
+@pytest.mark.parametrize("mode", ["decode", "mixed"])
+@pytest.mark.parametrize("mask", ["causal", "window", "all"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_32_bit_positions_give_the_same_bits(mode, mask, splits):
+    """kernels/triton_paged.py POSITIONS_32: positions in 32 bits, the token index alone widened for addresses. The
+    bits of the 64-bit positions, in decode and mixed batches (several query tiles), every mask, one or several
+    splits."""
+    case = build(mode, mask, seed=19)
+    want = run(case, num_splits=splits)
+    assert torch.equal(run(case, num_splits=splits, pos32=True), want)
+    with triton_paged.positions_32(True):
+        assert torch.equal(run(case, num_splits=splits), want)
+    assert not triton_paged.POSITIONS_32
+
+
 def test_lean_start_only_where_switched_on():
     assert not triton_paged.LEAN_START
     with triton_paged.lean_start(True):
@@ -256,7 +271,7 @@ def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),
                                       dict(prefetch=True, merge_last=True), dict(lean=True),
-                                      dict(lean=True, prefetch=triton_paged.L2)])
+                                      dict(lean=True, prefetch=triton_paged.L2), dict(pos32=True)])
 def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
     and value (the last position), then the attention reads its first tile before the wait (prefetch), merges in its

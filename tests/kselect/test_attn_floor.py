@@ -34,7 +34,7 @@ def test_a_chain_cycles_the_sets_and_its_last_call_is_right():
 
 
 def test_unknown_mode_refused():
-    with pytest.raises(ValueError, match="plain, pdl, pdl_kv_l2, pdl_hot, pdl_lean, gemv, pdl_gemv"):
+    with pytest.raises(ValueError, match="plain, pdl, pdl_kv_l2, pdl_hot, pdl_lean, pdl_pos32, gemv, pdl_gemv"):
         A.chain("fast", [], 1)
     with pytest.raises(ValueError, match="pdl_gemv needs the o_proj weights"):
         A.chain("pdl_gemv", [], 1)

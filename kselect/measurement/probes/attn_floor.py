@@ -11,6 +11,7 @@ HBM as in the step), timed as the slope between N = STEPS[0] and STEPS[1] calls.
 - `pdl_kv_l2`: with PDL and the first tile asked of L2 before the wait (kernels/triton_paged.py PREFETCH_KV = L2);
 - `pdl_hot`: with PDL, every call on the same KV set (keys from L2: what HBM's latency adds);
 - `pdl_lean`: with PDL and the lean start (kernels/triton_paged.py LEAN_START: one dependent round trip fewer);
+- `pdl_pos32`: with PDL and 32-bit positions (kernels/triton_paged.py POSITIONS_32: fewer instructions);
 - `gemv`: E4B's o_proj GEMV alone (kernels/gemv.py, PDL), its W cycling over WSETS copies (from HBM, as in the step);
 - `pdl_gemv`: the attention, its merge and that GEMV, as the step runs them. Its slope less `gemv`'s is what the pair
   costs beside another kernel's code and traffic (the `in step` column).
@@ -39,7 +40,7 @@ from kselect.measurement.probes.record import record
 HQ, HKV, KV_LEN = 8, 2, 520  # E4B's heads, the step's context (a 512-token prompt and the tokens decoded)
 CASES = {"sliding": dict(d=256, window=512), "full": dict(d=512, window=None)}  # E4B's two layer kinds
 HIDDEN = 2560  # E4B's o_proj: [HIDDEN, HQ x d]
-MODES = ("plain", "pdl", "pdl_kv_l2", "pdl_hot", "pdl_lean", "gemv", "pdl_gemv")
+MODES = ("plain", "pdl", "pdl_kv_l2", "pdl_hot", "pdl_lean", "pdl_pos32", "gemv", "pdl_gemv")
 STEPS = (8, 64)
 SETS = 64  # 64 x 1.1 MB (sliding) or 2.1 MB (full) of K and V: more than the H100's 50 MB L2
 WSETS = 8  # 8 x 10.5 MB (sliding) or 21 MB (full) of o_proj W: more than L2 too
@@ -91,7 +92,8 @@ def chain(mode: str, sets: list[dict], n: int, ws: list[torch.Tensor] = ()) -> t
         raise ValueError(f"attn_floor mode {mode} needs the o_proj weights (ws)")
     prefetch = tp.L2 if mode == "pdl_kv_l2" else None
     x = sets[0]["q"].reshape(1, -1)  # the GEMV-only chain's input: an attention output's shape
-    with pdl.off() if mode == "plain" else pdl.on(), tp.lean_start(mode == "pdl_lean"):
+    with (pdl.off() if mode == "plain" else pdl.on(), tp.lean_start(mode == "pdl_lean"),
+          tp.positions_32(mode == "pdl_pos32")):
         for i in range(n):
             inp = sets[0 if mode == "pdl_hot" else i % len(sets)]
             if mode != "gemv":

@@ -47,7 +47,8 @@ def _types(names: list[str], consts: dict) -> dict:
 
 
 def cubin(consts: dict) -> bytes:
-    """`_attn_fwd` compiled for SM90 with these constexprs, pointers and strides 16-byte aligned as a launch marks them."""
+    """`_attn_fwd` compiled for SM90 with these constexprs, pointers and strides 16-byte aligned as a launch marks
+    them."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget

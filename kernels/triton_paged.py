@@ -380,9 +380,9 @@ def lean_start(on: bool):
 
 # POSITIONS_32: key and query positions in 32-bit integers (they are: cu_seqlens_q and seqused_k are int32), only the
 # token index widened to 64 bits for addresses. Without it q_len inherits the 64-bit token index, and with it every
-# key position, tile offset and mask: a local SM90 compile of E4B's sliding-layer decode goes from 1,704 to 1,296
-# instructions (full layer 2,896 to 2,208), fewer 64-bit multiplies in each K and V row's address. Off until measured
-# on a card. `positions_32(on)` sets it.
+# key position, tile offset and mask: compiled for SM90, E4B's sliding-layer decode goes from 1,704 to 1,296
+# instructions (full layer 2,896 to 2,208), fewer 64-bit multiplies in each K and V row's address and no 64-bit
+# division (bench/results/sm90_sass/). Off until measured on a card. `positions_32(on)` sets it.
 POSITIONS_32 = False
 
 
@@ -506,7 +506,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=POSITIONS_32 if pos32 is None else pos32,
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=POSITIONS_32 if pos32 is None else bool(pos32),
         **launch,
     )
     if split and not merge:

@@ -335,7 +335,8 @@ def test_a_killed_checkpoint_save_keeps_the_old_weights(tmp_path, monkeypatch):
 # Appending to a journal is not a rewrite: the oracle's resume reader drops an unterminated last line.
 APPEND_JOURNALS = {"kselect/oracle/run.py"}  # append-only; readers drop a torn last line
 # files written inside a fresh temporary folder that is renamed into place whole (or a lock file, not an output)
-WRITES_IN_A_TEMP_FOLDER = {"kselect/oracle/env.py", "kselect/oracle/vllm_chain.py"}
+WRITES_IN_A_TEMP_FOLDER = {"kselect/oracle/env.py", "kselect/oracle/vllm_chain.py",
+                           "kselect/measurement/kernels/attn_sass.py"}  # the cubin it disassembles
 
 
 def test_no_writer_opens_its_output_for_writing_in_place():

@@ -5,7 +5,8 @@ attention and its merge take 9.2 us a layer in the step (7.16 + 2.03, bench/resu
 asks whether that is the kernels' own chain or what the step around them adds (other kernels' code, their traffic):
 kselect's Triton decode attention (kernels/triton_paged.py, the small launch, its merge kernel after it) called N
 times in a row in one CUDA graph, each call on its own KV set (SETS of them, more than L2 holds, so keys come from
-HBM as in the step), timed as the slope between N = STEPS[0] and STEPS[1] calls. Modes:
+HBM as in the step), timed as the slope between N = STEPS[0] and STEPS[1] calls. On the H200 it is their own chain:
+8.7-8.9 us a call alone, as in that card's step (bench/results/h200/attn_floor/). Modes:
 
 - `plain`: launched plainly; `pdl`: with PDL, as the step launches it;
 - `pdl_kv_l2`: with PDL and the first tile asked of L2 before the wait (kernels/triton_paged.py PREFETCH_KV = L2);

@@ -22,13 +22,14 @@ SAMPLE = """
         /*0050*/                   IMAD.WIDE.U32 R38, R46, UR15, RZ ;
 .L_x_1:
         /*0060*/                   BRA 0x60;
+        /*10a90*/              @!UPT UIADD3 URZ, URZ, URZ, URZ ;
 """
 
 
 def test_parse_takes_each_instruction_s_opcode():
     ops = S.parse(SAMPLE)
-    assert ops == ["LDC", "ACQBULK", "EXIT", "LDG", "HMMA", "IMAD", "BRA"]
-    assert S.count(ops) == dict(instructions=7, HMMA=1, LDGSTS=0, LDG=1, STG=0, BAR=0, integer=1)
+    assert ops == ["LDC", "ACQBULK", "EXIT", "LDG", "HMMA", "IMAD", "BRA", "UIADD3"]  # 5-digit addresses too
+    assert S.count(ops) == dict(instructions=8, HMMA=1, LDGSTS=0, LDG=1, STG=0, BAR=0, integer=1)
 
 
 COMPILE = r"""

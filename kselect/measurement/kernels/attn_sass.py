@@ -20,6 +20,7 @@ import collections
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ BASE = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, PAGE=16, CAUSAL=True, HAS_QPOS=
             LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False)
 KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",),
          "integer": ("IMAD", "LEA", "ISETP", "IADD3")}
+INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # address, predicate, opcode
 FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
 
 
@@ -96,14 +98,9 @@ def parse(text: str) -> list[str]:
     predicate and modifiers dropped); headers, encodings and labels are not instructions."""
     ops = []
     for line in text.splitlines():
-        body = line.strip()
-        if not (body.startswith("/*") and body[2:6].isalnum() and "*/" in body[:8]):
-            continue
-        words = body.split("*/", 1)[1].split(";")[0].split()
-        if words and words[0].startswith("@"):
-            words = words[1:]
-        if words:
-            ops.append(words[0].split(".")[0])
+        m = INSTRUCTION.match(line)
+        if m:
+            ops.append(m.group(1))
     return ops
 
 

@@ -40,3 +40,10 @@ def test_a_wrong_attention_result_exits_1_and_writes_nothing(tmp_path, fake_cuda
     out = tmp_path / "A"
     assert attn_floor.main(["--out", str(out)]) == 1
     assert "sliding call differs" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_step_costs_the_slope_between_two_chain_lengths():
+    """A chain of n steps taking 5 + 2n us: 2 us a step, whatever the fixed 5 (launch, the first step's ramp)."""
+    asked = []
+    got = R.slope(lambda n: asked.append(n) or 5.0 + 2.0 * n, (8, 64), "us_step")
+    assert got == {"us_step": 2.0, "us_lo": 21.0, "us_hi": 133.0} and asked == [8, 64]

@@ -36,7 +36,7 @@ from kselect.kernels.gemv import gemv
 from kselect.kernels import triton_paged as tp
 from kselect.kernels.reference import paged_attention
 from kselect.measurement.kernel_timing import make_inputs, time_graph
-from kselect.measurement.probes.record import record
+from kselect.measurement.probes.record import record, slope
 
 HQ, HKV, KV_LEN = 8, 2, 520  # E4B's heads, the step's context (a 512-token prompt and the tokens decoded)
 CASES = {"sliding": dict(d=256, window=512), "full": dict(d=512, window=None)}  # E4B's two layer kinds
@@ -105,22 +105,20 @@ def chain(mode: str, sets: list[dict], n: int, ws: list[torch.Tensor] = ()) -> t
 
 
 def measure(page: int, reps: int) -> list[dict]:
-    lo, hi = STEPS
-    rows = []
-    for case in CASES:
-        sets = inputs(case, SETS, KV_LEN, page, "cuda")
-        row = dict(case=case, page=page, rel_err=check(case, "cuda", KV_LEN, page))
-        if not row["rel_err"] <= TOL:
-            raise WrongResult(f"attn_floor: the {case} call differs from kernels/reference.py by {row['rel_err']:.2e} "
-                              f"(more than {TOL}); nothing timed or written")
-        ws = weights(case, WSETS, "cuda")
-        for mode in MODES:
-            t = {n: time_graph([lambda n=n, sets=sets, ws=ws: chain(mode, sets, n, ws)], reps) * 1000 for n in (lo, hi)}
-            row[mode] = dict(us_call=(t[hi] - t[lo]) / (hi - lo), us_lo=t[lo], us_hi=t[hi])
-        row["in_step"] = row["pdl_gemv"]["us_call"] - row["gemv"]["us_call"]
-        del sets, ws
-        rows.append(row)
-    return rows
+    return [_case(case, page, reps) for case in CASES]  # one case's KV sets and weights freed before the next's
+
+
+def _case(case: str, page: int, reps: int) -> dict:
+    sets = inputs(case, SETS, KV_LEN, page, "cuda")
+    row = dict(case=case, page=page, rel_err=check(case, "cuda", KV_LEN, page))
+    if not row["rel_err"] <= TOL:
+        raise WrongResult(f"attn_floor: the {case} call differs from kernels/reference.py by {row['rel_err']:.2e} "
+                          f"(more than {TOL}); nothing timed or written")
+    ws = weights(case, WSETS, "cuda")
+    for mode in MODES:
+        row[mode] = slope(lambda n: time_graph([lambda: chain(mode, sets, n, ws)], reps) * 1000, STEPS, "us_call")
+    row["in_step"] = row["pdl_gemv"]["us_call"] - row["gemv"]["us_call"]
+    return row
 
 
 def render(rows: list[dict], env: dict) -> str:

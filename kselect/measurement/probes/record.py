@@ -1,5 +1,6 @@
-"""The ending every recording probe shares (sync_floor, attn_floor): refuse without CUDA, measure, then write
-<name>.json and <name>.md atomically under --out with the command, commit, card and versions, and print the table."""
+"""What every recording probe shares (sync_floor, attn_floor): the cost of one step as a slope between two chain
+lengths, and the ending: refuse without CUDA, measure, then write <name>.json and <name>.md atomically under --out
+with the command, commit, card and versions, and print the table."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+
+def slope(time_at: Callable[[int], float], steps: tuple[int, int], key: str) -> dict:
+    """One step's cost from time_at(n), the time of a chain of n steps, at n = steps[0] and steps[1]: {key: the slope,
+    us_lo, us_hi: the two times}. The chain's launch and first step's ramp cancel."""
+    lo, hi = steps
+    t_lo, t_hi = time_at(lo), time_at(hi)
+    return {key: (t_hi - t_lo) / (hi - lo), "us_lo": t_lo, "us_hi": t_hi}
 
 
 def record(name: str, argv: list[str] | None, out: Path, measure: Callable[[], list[dict]],

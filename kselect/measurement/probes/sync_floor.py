@@ -32,7 +32,7 @@ import triton.language as tl
 from kselect.kernels import pdl
 from kselect.kernels.pdl import wait_then_release
 from kselect.measurement.kernel_timing import time_graph
-from kselect.measurement.probes.record import record
+from kselect.measurement.probes.record import record, slope
 
 H = 2560  # E4B's hidden size
 EPS = 1e-6
@@ -130,12 +130,10 @@ def _time(mode: str, steps: int, block: int, reps: int) -> float:
 
 def measure(reps: int) -> list[dict]:
     rows = []
-    lo, hi = STEPS
     for block in BLOCKS:
         row = dict(programs=triton.cdiv(H, block), block=block, rel_err=check("cuda", block, 8))
         for mode in MODES:
-            t_lo, t_hi = _time(mode, lo, block, reps), _time(mode, hi, block, reps)
-            row[mode] = dict(us_step=(t_hi - t_lo) / (hi - lo), us_lo=t_lo, us_hi=t_hi)
+            row[mode] = slope(lambda n: _time(mode, n, block, reps), STEPS, "us_step")
         rows.append(row)
     return rows
 

@@ -306,33 +306,19 @@ def test_gated_pair_compiles_for_sm90_with_vector_atomics():
 
 
 ATTN_COMPILE = r'''
-import inspect, json, re, sys
-import triton
+import json, re, sys
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from kselect.kernels import triton_paged as K
+from kselect.measurement.kernels import attn_sass as S
 
-kernel = K._attn_fwd
-names = list(inspect.signature(kernel.fn).parameters)
-FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
 done = {}
 for case in json.loads(sys.argv[1]):
     fp8 = case["fp8"]
-    consts = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, D=256, D_PAD=256, PAGE=16, CAUSAL=True, HAS_WINDOW=True,
-                  HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False, HAS_QD=False, HAS_KD=fp8, HAS_VD=fp8, SPLIT=True,
-                  DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16, IEEE=False, KV_ASM=fp8, PDL=True, PRE=int(case["pre"]),
-                  LINES=2 if fp8 else 4, LINE=128 if fp8 else 64, MERGE=case.get("merge", False), S_PAD=32,
-                  LEAN=case.get("lean", False), POS32=case.get("pos32", False))
-    types = {n: "constexpr" if n in consts else ("*fp8e4nv" if fp8 else "*bf16") if n in ("k_ptr", "v_ptr")
-             else "*bf16" if n in ("q_ptr", "out_ptr") else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr")
-             else "fp32" if n == "sm_scale_log2" else "i32" for n in names}
-    strides = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n.startswith("stride")}
-    attrs = aligned(names, types, strides)
+    # E4B's batch-1 sliding-layer decode (attn_sass's case), with the case's cache dtype and switches
+    consts = dict(S.BASE, **S.CASES["sliding"], HAS_KD=fp8, HAS_VD=fp8, DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16,
+                  KV_ASM=fp8, PRE=int(case["pre"]), LINES=2 if fp8 else 4, LINE=128 if fp8 else 64,
+                  MERGE=case.get("merge", False), LEAN=case.get("lean", False), POS32=case.get("pos32", False))
     try:
-        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in
-                                                                              consts.items()}, attrs=attrs),
-                             target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2)).asm["ptx"]
+        ptx = S.compile_sm90(consts, fp8).asm["ptx"]
         wait = ptx.index("griddepcontrol.wait")
         done[case["id"]] = [len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])),
                             len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),

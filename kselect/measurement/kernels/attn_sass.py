@@ -42,15 +42,16 @@ class NoAssembler(Exception):
     """This Triton build cannot assemble or disassemble SM90 code."""
 
 
-def _types(names: list[str], consts: dict) -> dict:
-    return {n: "constexpr" if n in consts else "*bf16" if n in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")
+def _types(names: list[str], consts: dict, kv: str) -> dict:
+    return {n: "constexpr" if n in consts else kv if n in ("k_ptr", "v_ptr") else "*bf16" if n in ("q_ptr", "out_ptr")
             else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr") else "fp32" if n == "sm_scale_log2" else "i32"
             for n in names}
 
 
-def cubin(consts: dict) -> bytes:
-    """`_attn_fwd` compiled for SM90 with these constexprs, pointers and strides 16-byte aligned as a launch marks
-    them."""
+def compile_sm90(consts: dict, fp8: bool = False):
+    """`_attn_fwd` compiled for SM90 (Triton's CompiledKernel: its .asm["ptx"], ["cubin"]) with these constexprs
+    (DOT_DTYPE bf16 unless given), a bf16 or FP8 cache, 4 warps and 2 stages, pointers and strides 16-byte aligned as
+    a launch marks them. NoAssembler where this Triton cannot assemble SM90 code."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -60,19 +61,23 @@ def cubin(consts: dict) -> bytes:
 
     kernel = triton_paged._attn_fwd
     names = list(inspect.signature(kernel.fn).parameters)
-    consts = dict(consts, DOT_DTYPE=tl.bfloat16)
-    types = _types(names, consts)
+    consts = {"DOT_DTYPE": tl.bfloat16, **consts}
+    types = _types(names, consts, "*fp8e4nv" if fp8 else "*bf16")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
              if types[n].startswith("*") or n.startswith("stride")}
     src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
                     attrs=attrs)
     try:
-        done = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2))
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2))
     except Exception as e:  # noqa: BLE001 - Triton raises its own types; only the assembler's absence is ours
         if "ptxas" in str(e):
-            raise NoAssembler(f"this Triton ({triton.__version__}) has no SM90 assembler") from e
+            raise NoAssembler(f"this Triton ({triton.__version__}) has no SM90 assembler (ptxas)") from e
         raise
-    return done.asm["cubin"]
+
+
+def cubin(consts: dict) -> bytes:
+    """The bf16 kernel's SM90 binary (compile_sm90)."""
+    return compile_sm90(consts).asm["cubin"]
 
 
 def _cuobjdump() -> Path:

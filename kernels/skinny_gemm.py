@@ -21,6 +21,10 @@ before it waits for the kernel before it, so the loop's first loads after the wa
 one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
 cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
 E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/).
+
+PAIR_ONE_LOOP (a measurement's switch, off by default): the paired GeGLU projection reads its gate rows' K loop, then
+its up rows' (two pipelines, two ramps a program); switched on, both halves' tiles come in one loop (one pipeline,
+twice the bytes a stage, x read once a tile). Each half sums its K tiles in the same order, so the bits are the same.
 """
 
 from __future__ import annotations
@@ -40,10 +44,12 @@ from .gemv import check_operands, epilogue, fp32_cap
 from .l2_prefetch import rows_to_l2, tiles_switch, w_lines
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
+from .switches import switched
 from .triton_round import round_like
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
 PREFETCH_W = 0  # K tiles of W a PDL-launched program asks L2 for before its wait (0: none; see the module's doc)
+PAIR_ONE_LOOP = False  # paired GeGLU: gate and up tiles in one K loop, not a loop each (a measurement's switch)
 
 
 def prefetch_w(tiles: int):
@@ -68,6 +74,35 @@ def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLO
         else:
             acc = tl.dot(xt, tl.trans(wt), acc)
     return acc
+
+
+def pair_one_loop(on: bool):
+    """PAIR_ONE_LOOP inside (a CUDA graph captured inside keeps it)."""
+    return switched(globals(), PAIR_ONE_LOOP=bool(on))
+
+
+@triton.jit
+def _pair_dots(x_ptr, g_rows, u_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, FP32: tl.constexpr):
+    """_tile_dots of the gate's and the up's rows in one K loop: one pipeline of both tiles, x read once a tile.
+    Each accumulator sums its K tiles in the same order as _tile_dots, so the dots are the same."""
+    ms = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_K)
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, k, BLOCK_K):
+        c = k0 + cols
+        c_ok = c < k
+        xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
+        gt = tl.load(g_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        ut = tl.load(u_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        if FP32:  # as _tile_dots
+            acc_g = tl.dot(xt.to(tl.float32), tl.trans(gt.to(tl.float32)), acc_g, input_precision="ieee")
+            acc_u = tl.dot(xt.to(tl.float32), tl.trans(ut.to(tl.float32)), acc_u, input_precision="ieee")
+        else:
+            acc_g = tl.dot(xt, tl.trans(gt), acc_g)
+            acc_u = tl.dot(xt, tl.trans(ut), acc_u)
+    return acc_g, acc_u
 
 
 @triton.jit
@@ -134,19 +169,27 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split
 def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split, up_row, stride_x,
                                  stride_w, stride_mul, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, FP32: tl.constexpr, PAIRED: tl.constexpr,
-                                 PDL: tl.constexpr, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
+                                 PDL: tl.constexpr, ONE_LOOP: tl.constexpr = False, W_LINES: tl.constexpr = 0,
+                                 LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)  # paired: the gate's, read first
     wait_then_release(PDL)
     ms = tl.arange(0, BLOCK_M)
     ok = (ms < m)[:, None] & row_ok[None, :]
-    # split-K only with a multiplier (not PAIRED): the whole K otherwise
-    done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
-                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
+    if ONE_LOOP:  # PAIRED only (no split-K): both halves' tiles in one loop
+        acc, acc_u = _pair_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w,
+                                w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
+                                BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+        done = True
+    else:  # split-K only with a multiplier (not PAIRED): the whole K otherwise
+        done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
+                                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
     if done:
         g = round_like(acc, out_ptr)
-        if PAIRED:
+        if ONE_LOOP:
+            u = round_like(acc_u, out_ptr)
+        elif PAIRED:
             u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
                                       stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
         else:
@@ -281,5 +324,6 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
     ws, cnt, k_split = _split_buffers(x, split, n, tiles, k, p["block_k"])
     _skinny_gemm_gelu_mul_kernel[(tiles, split)](
         x, w, out if paired else mul, out, ws, cnt, m, n, k, k_split, n, x.stride(0), w.stride(0),
-        0 if paired else mul.stride(0), out.stride(0), SPLIT=split, PAIRED=paired, **_launch(p, x))
+        0 if paired else mul.stride(0), out.stride(0), SPLIT=split, PAIRED=paired,
+        ONE_LOOP=paired and PAIR_ONE_LOOP, **_launch(p, x))
     return out

@@ -76,6 +76,27 @@ def test_gelu_mul_paired_equals_projection_then_kernel(dtype, m, i, k):
     assert torch.equal(got, gelu_tanh_mul_packed(K.skinny_gemm(x, w, block_n=16, block_k=32)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,i,k", [(1, 24, 100), (9, 13, 64), (16, 40, 96)])
+def test_gelu_mul_paired_in_one_loop_equals_a_loop_each(dtype, m, i, k):
+    """PAIR_ONE_LOOP (gate and up tiles in one K loop): each half's dots sum their K tiles in the same order, so the
+    same bits as a loop each, ragged edges included; the switch is off outside its block and ignores a multiplier."""
+    from kselect.kernels.gelu_mul import gelu_tanh_mul
+
+    x, w = inputs(m, 2 * i, k, dtype, 6)
+    x = x * 8
+    want = K.skinny_gemm_gelu_mul(x, w, block_n=32, block_k=32)
+    gate, mul = w[:i].contiguous(), inputs(m, i, k, dtype, 7)[0][:, :i].contiguous()
+    with K.pair_one_loop(True):
+        assert K.PAIR_ONE_LOOP
+        got = K.skinny_gemm_gelu_mul(x, w, block_n=32, block_k=32)
+        # the unpaired form keeps its loop, and its split-K
+        y = K.skinny_gemm_gelu_mul(x, gate, mul, block_n=16, block_k=32, split_k=2)
+        assert torch.equal(y, gelu_tanh_mul(K.skinny_gemm(x, gate, block_n=16, block_k=32, split_k=2), mul))
+    assert not K.PAIR_ONE_LOOP
+    assert torch.equal(got, want)
+
+
 def test_gelu_mul_with_a_strided_multiplier():
     from kselect.kernels.gelu_mul import gelu_tanh_mul
 
@@ -237,3 +258,20 @@ def test_w_prefetch_under_pdl_equals_plain_launches(tiles, split):
         gu = inputs(16, 2 * 2560, 2560, torch.bfloat16, 12)[1]
         paired = pdl_chains(lambda y, w: K.skinny_gemm_gelu_mul(y, gu) + y, x, w, steps=10)
         assert torch.equal(paired["pdl"], paired["plain"])
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_gelu_mul_paired_in_one_loop_equals_a_loop_each_on_a_gpu():
+    """E4B's batch-16 gate/up with both halves in one K loop (PAIR_ONE_LOOP): the bits of a loop each, plain and
+    under PDL, at the card's config and at 16 rows a half."""
+    x, gu = inputs(16, 2 * 10240, 2560, torch.bfloat16, 13)
+    for given in ({}, dict(block_n=32, block_k=128, num_stages=3)):
+        want = K.skinny_gemm_gelu_mul(x, gu, **given)
+        with K.pair_one_loop(True):
+            got = K.skinny_gemm_gelu_mul(x, gu, **given)
+        assert torch.equal(got, want)
+    w = inputs(16, 2560, 10240, torch.bfloat16, 14)[1]
+    with K.pair_one_loop(True):
+        chained = pdl_chains(lambda y, w: K.skinny_gemm(K.skinny_gemm_gelu_mul(y, gu), w) + y, x, w, steps=6)
+    assert torch.equal(chained["pdl"], chained["plain"])

@@ -14,6 +14,8 @@ gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x
 concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer
 input gate). Both halves are rounded to the output dtype first, as the unfused GEMV then kernels/gelu_mul.py
 round: at the same block sizes it equals them bit for bit (one kernel and one [M, 2I] round trip a call fewer).
+Paired, a program reads its gate rows' K loop, then its up rows'; PAIR_ONE_LOOP (a measurement's switch, off by
+default) reads both halves' chunks in one loop (twice the loads in flight a program), the same sums in the same order.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import triton.language as tl
 from . import pdl
 from .pdl import wait_then_release
 from .shape_override import ShapeOverride
+from .switches import switched
 from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
 from .add_norm_tail import MAX_N, MAXNREG_ONE_ROW, AddNormTail, add_norm_tail, no_tail_args
 from .rms_norm import scalar_value
@@ -36,11 +39,17 @@ from .triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 PREFETCH_W = 0  # K chunks of W after the first a PDL-launched program asks L2 for before its wait (0: none)
+PAIR_ONE_LOOP = False  # paired GeGLU: gate and up chunks in one K loop, not a loop each (a measurement's switch)
 
 
 def prefetch_w(chunks: int):
     """PREFETCH_W = chunks inside (0, 1, 2 or 4; a CUDA graph captured inside keeps it)."""
     return tiles_switch(globals(), "gemv", chunks)
+
+
+def pair_one_loop(on: bool):
+    """PAIR_ONE_LOOP inside (a CUDA graph captured inside keeps it)."""
+    return switched(globals(), PAIR_ONE_LOOP=bool(on))
 
 
 @triton.jit
@@ -86,6 +95,38 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_
     if FIRST_K == BLOCK_K:
         return tl.sum(acc, axis=1)
     return tl.sum(acc0, axis=1) + tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _pair_row_dots(x_row, g_rows, u_rows, g0, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, ref_ptr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PRENORM: tl.constexpr,
+                   HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, HAS_WB: tl.constexpr):
+    """_row_dots (without AHEAD) of the gate's and the up's rows in one K loop: both halves' chunks in flight
+    together, x's chunk made once. Each half's sums are _row_dots's, in its order, so the dots are the same."""
+    c0 = tl.arange(0, FIRST_K)
+    x0 = x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c0, c0 < k, ref_ptr, PRENORM, HAS_WA,
+                 HAS_SCALAR, HAS_WB)[None, :]
+    g_acc0 = g0 * x0
+    u_acc0 = u0 * x0
+    cols = tl.arange(0, BLOCK_K)
+    if FIRST_K == BLOCK_K:
+        g_acc = g_acc0
+        u_acc = u_acc0
+    else:
+        g_acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        u_acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(FIRST_K, k, BLOCK_K):
+        c = k0 + cols
+        c_ok = c < k
+        g = tl.load(g_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        u = tl.load(u_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        xc = x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c, c_ok, ref_ptr, PRENORM, HAS_WA,
+                     HAS_SCALAR, HAS_WB)[None, :]
+        g_acc += g.to(tl.float32) * xc
+        u_acc += u.to(tl.float32) * xc
+    if FIRST_K == BLOCK_K:
+        return tl.sum(g_acc, axis=1), tl.sum(u_acc, axis=1)
+    return tl.sum(g_acc0, axis=1) + tl.sum(g_acc, axis=1), tl.sum(u_acc0, axis=1) + tl.sum(u_acc, axis=1)
 
 
 @triton.jit
@@ -150,8 +191,8 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                           res_ptr, wa_ptr, wb_ptr, scalar, s_ptr, stride_res, stride_s, eps, M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
                           PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
-                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr, W_LINES: tl.constexpr = 0,
-                          LINE: tl.constexpr = 64):
+                          HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr,
+                          ONE_LOOP: tl.constexpr = False, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
@@ -166,13 +207,20 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
         x_row, res_row = x_ptr + m * stride_x, res_ptr + m * stride_res
         scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
                                   HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
-        g = round_like(_row_dots(x_row, g_rows, g0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
-                                 BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
-        if PAIRED:
-            u = round_like(_row_dots(x_row, u_rows, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
-                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
+        if ONE_LOOP:  # PAIRED, without AHEAD
+            g, u = _pair_row_dots(x_row, g_rows, u_rows, g0, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs,
+                                  out_ptr, BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)
+            g = round_like(g, out_ptr)
+            u = round_like(u, out_ptr)
         else:
-            u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
+            g = round_like(_row_dots(x_row, g_rows, g0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
+                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
+            if PAIRED:
+                u = round_like(_row_dots(x_row, u_rows, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs,
+                                         out_ptr, BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB,
+                                         AHEAD), out_ptr)
+            else:
+                u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
                  mask=row_ok)
 
@@ -291,5 +339,6 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
-        AHEAD=bool(p["ahead"]), num_warps=p["num_warps"], **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
+        AHEAD=bool(p["ahead"]), ONE_LOOP=paired and PAIR_ONE_LOOP and not p["ahead"], num_warps=p["num_warps"],
+        **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
     return out

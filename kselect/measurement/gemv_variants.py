@@ -156,9 +156,9 @@ ATTN_POS32 = "attn_pos32"
 SK_W_L2 = {"sk_w_l2": 2, "sk_w_l2_4": 4}
 # ... and a one-row projection (kernels/gemv.py PREFETCH_W) its 2 or 4 K chunks after the first, held in registers
 GEMV_W_L2 = {"gemv_w_l2": 2, "gemv_w_l2_4": 4}
-# the paired 2- to 16-row GeGLU projection reads both halves' tiles in one K loop (kernels/skinny_gemm.py
-# PAIR_ONE_LOOP; off by default)
-SK_PAIR1 = "sk_pair1"
+# the paired GeGLU projection reads both halves' tiles in one K loop, at 2 to 16 rows (kernels/skinny_gemm.py
+# PAIR_ONE_LOOP) or at one row (kernels/gemv.py PAIR_ONE_LOOP); off by default
+SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
 
 
 def _pair_best(layout: str):
@@ -235,6 +235,8 @@ def variant(name: str):
         return gemv.prefetch_w(GEMV_W_L2[name])
     if name == SK_PAIR1:
         return skinny_gemm.pair_one_loop(True)
+    if name == GEMV_PAIR1:
+        return gemv.pair_one_loop(True)
     if name == ATTN_LEAN:
         from kselect.kernels import triton_paged
 
@@ -281,7 +283,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None}
+            SK_PAIR1: None, GEMV_PAIR1: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -48,6 +48,10 @@ def test_gelu_mul_projection_takes_the_prologue_too(paired):
     got = K.gemv_gelu_mul(AddNorm(y, res, wa, 1e-6, scalar, wb, s), w, mul, block_n=4, block_k=32)
     assert torch.equal(s, s_want)
     assert torch.equal(got, K.gemv_gelu_mul(x, w, mul, block_n=4, block_k=32))
+    if paired:  # both halves' chunks in one loop rebuild x the same way
+        with K.pair_one_loop(True):
+            assert torch.equal(K.gemv_gelu_mul(AddNorm(y, res, wa, 1e-6, scalar, wb, s), w, None, block_n=4,
+                                               block_k=32), got)
 
 
 def test_a_first_chunk_wider_than_the_loop_rebuilds_the_same_x():

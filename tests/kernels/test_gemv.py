@@ -195,6 +195,24 @@ def test_gelu_mul_epilogue_equals_gemv_then_kernel(dtype, m, i, k, bn, bk):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,i,k,bn,bk,fk", [(1, 24, 100, 4, 32, 32), (2, 13, 64, 8, 16, 64), (1, 9, 300, 2, 64, 128)])
+def test_gelu_mul_paired_in_one_loop_equals_a_loop_each(dtype, m, i, k, bn, bk, fk):
+    """PAIR_ONE_LOOP (the gate's and the up's chunks in one K loop): each half's sums in _row_dots's order, so the
+    bits of a loop each, with a first chunk as wide as a chunk or wider, and ragged edges; off outside its block; AHEAD
+    keeps a loop each."""
+    x, w = inputs(m, 2 * i, k, dtype, 15)
+    x = x * 8
+    given = dict(block_n=bn, block_k=bk, first_k=fk)
+    want = K.gemv_gelu_mul(x, w, **given)
+    with K.pair_one_loop(True):
+        assert K.PAIR_ONE_LOOP
+        got = K.gemv_gelu_mul(x, w, **given)
+        ahead = K.gemv_gelu_mul(x, w, ahead=1, **given)
+    assert not K.PAIR_ONE_LOOP
+    assert torch.equal(got, want) and torch.equal(ahead, K.gemv_gelu_mul(x, w, ahead=1, **given))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gelu_mul_epilogue_with_a_strided_multiplier(dtype):
     """gelu(x @ W.T) * mul, mul a strided view (the per-layer input of one layer, ple[:, i])."""
     x, w = inputs(1, 20, 96, dtype, 6)
@@ -223,6 +241,20 @@ def test_gelu_mul_epilogue_gemma_sizes_bf16(i, k):
 
     x, w = inputs(1, 2 * i, k, torch.bfloat16, 8)
     ulp_close(K.gemv_gelu_mul(x, w), unfused_gelu_mul(x, w, None, None, None), torch.bfloat16, max_frac=0.02)
+
+
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_gelu_mul_paired_in_one_loop_at_gemma_sizes_bf16():
+    """E4B's batch-1 gate/up at the default config with both halves in one K loop (PAIR_ONE_LOOP): the bits of a loop
+    each, plain and in a PDL chain."""
+    x, w = inputs(1, 2 * 10240, 2560, torch.bfloat16, 19)
+    want = K.gemv_gelu_mul(x, w)
+    with K.pair_one_loop(True):
+        assert torch.equal(K.gemv_gelu_mul(x, w), want)
+        down = inputs(1, 2560, 10240, torch.bfloat16, 20)[1]
+        chained = pdl_chains(lambda y, d: K.gemv(K.gemv_gelu_mul(y, w), d), x, down, steps=6)
+    assert torch.equal(chained["pdl"], chained["plain"])
 
 
 @gpu

@@ -14,8 +14,8 @@ gemv_gelu_mul is GeGLU's projection with its middle in the epilogue: gelu_tanh(x
 concatenated [Wg; Wu] (a program owns the same rows of both halves), or gelu_tanh(x @ W.T) * mul (the per-layer
 input gate). Both halves are rounded to the output dtype first, as the unfused GEMV then kernels/gelu_mul.py
 round: at the same block sizes it equals them bit for bit (one kernel and one [M, 2I] round trip a call fewer).
-Paired, a program reads its gate rows' K loop, then its up rows'; PAIR_ONE_LOOP (a measurement's switch, off by
-default) reads both halves' chunks in one loop (twice the loads in flight a program), the same sums in the same order.
+Paired, a program reads its gate rows' K loop, then its up rows'; PAIR_ONE_LOOP (on the H100 by default) reads both
+halves' chunks in one loop (twice the loads in flight a program), the same sums in the same order.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import triton.language as tl
 
 from . import pdl
 from .pdl import wait_then_release
+from .cards import card_of
 from .shape_override import ShapeOverride
 from .switches import switched
 from .add_norm_prologue import AddNorm, plain_args, stats, x_chunk
@@ -39,7 +40,11 @@ from .triton_round import round_like
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 PREFETCH_W = 0  # K chunks of W after the first a PDL-launched program asks L2 for before its wait (0: none)
-PAIR_ONE_LOOP = False  # paired GeGLU: gate and up chunks in one K loop, not a loop each (a measurement's switch)
+# PAIR_ONE_LOOP: the paired GeGLU projection reads its gate's and its up's chunks in one K loop, not a loop each.
+# None (the default): on the cards of PAIR_ONE_LOOP_CARDS. On the H100, E4B's batch-1 step gained 1.014x with it alone
+# (a tie) and 1.028x with kernels/triton_paged.py's PDL_DECODE_BY_CARD switches (bench/results/h100/pair1/).
+PAIR_ONE_LOOP = None
+PAIR_ONE_LOOP_CARDS = {"NVIDIA H100 80GB HBM3"}
 
 
 def prefetch_w(chunks: int):
@@ -50,6 +55,10 @@ def prefetch_w(chunks: int):
 def pair_one_loop(on: bool):
     """PAIR_ONE_LOOP inside (a CUDA graph captured inside keeps it)."""
     return switched(globals(), PAIR_ONE_LOOP=bool(on))
+
+
+def _one_loop(x: torch.Tensor) -> bool:
+    return PAIR_ONE_LOOP if PAIR_ONE_LOOP is not None else card_of(x) in PAIR_ONE_LOOP_CARDS
 
 
 @triton.jit
@@ -339,6 +348,6 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
     _gemv_gelu_mul_kernel[(triton.cdiv(n, block_n),)](
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
-        AHEAD=bool(p["ahead"]), ONE_LOOP=paired and PAIR_ONE_LOOP and not p["ahead"], num_warps=p["num_warps"],
+        AHEAD=bool(p["ahead"]), ONE_LOOP=paired and _one_loop(x) and not p["ahead"], num_warps=p["num_warps"],
         **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
     return out

@@ -358,19 +358,20 @@ def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: boo
 # last q_len positions, which the kernel before wrote) are read; L2, every row's lines into L2 only (a hint: nothing
 # is read into registers, and L2 is coherent). Safe by kernels/pdl.py's protocol: a PDL kernel starts after every
 # kernel but the one before it has completed. Not with PDL's early release (kernels/pdl.py `early`), which gives that
-# up. Off: in E4B's batch-1 step on the H100 REGS measured 0.930x, its tile spilling registers
-# (bench/results/h100/kv_pre/), and L2 1.008x, a tie (bench/results/h100/kv_l2/). `prefetch_kv(mode)` sets it.
+# up. In E4B's batch-1 step on the H100 REGS measured 0.930x, its tile spilling registers
+# (bench/results/h100/kv_pre/), and L2 1.008x alone, a tie (bench/results/h100/kv_l2/). `prefetch_kv(mode)` sets it;
+# None (the default): the card's rule (PDL_DECODE_BY_CARD), else OFF.
 OFF, REGS, L2 = 0, 1, 2
-PREFETCH_KV = OFF
+PREFETCH_KV = None
 
 # LEAN_START: a small decode's programs (one query tile a sequence) start with fewer dependent round trips before
 # the first key tile. Without it the SM90 code waits for cu_seqlens_q, tests the early exit, then loads the sequence's
 # length, then q (stored to shared memory, so waited for), then the block ids, then the tile: four. With it there is
 # no early exit (a tile past its sequence's queries has every row masked: no key read, no store), and the first
-# tile's block ids are asked for before q: the lengths, then q with the block ids, then the tile. Off: on the H200 it
-# took 0.24-0.40 us off E4B's batch-1 attention and merge alone, and E4B's batch-1 step tied, 1.001x
-# (bench/results/h200/attn_floor/). `lean_start(on)` sets it.
-LEAN_START = False
+# tile's block ids are asked for before q: the lengths, then q with the block ids, then the tile. Alone, on the H200,
+# it took 0.24-0.40 us off E4B's batch-1 attention and merge, and E4B's batch-1 step tied, 1.001x
+# (bench/results/h200/attn_floor/). `lean_start(on)` sets it; None: the card's rule, else off.
+LEAN_START = None
 
 
 def lean_start(on: bool):
@@ -382,13 +383,26 @@ def lean_start(on: bool):
 # token index widened to 64 bits for addresses. Without it q_len inherits the 64-bit token index, and with it every
 # key position, tile offset and mask: compiled for SM90, E4B's sliding-layer decode goes from 1,704 to 1,296
 # instructions (full layer 2,896 to 2,208), fewer 64-bit multiplies in each K and V row's address and no 64-bit
-# division (bench/results/sm90_sass/). Off until measured on a card. `positions_32(on)` sets it.
-POSITIONS_32 = False
+# division (bench/results/sm90_sass/). Alone, a tie in E4B's batch-1 step on the H100 (1.006x,
+# bench/results/h100/pos32/). `positions_32(on)` sets it for every call; None: the card's rule, else off.
+POSITIONS_32 = None
 
 
 def positions_32(on: bool):
     """POSITIONS_32 inside (a CUDA graph captured inside keeps it)."""
     return switched(globals(), POSITIONS_32=bool(on))
+
+
+# The three above, in a small decode launched with PDL (a one-token step's), on the cards that measured them faster
+# together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step went from 249.0-249.4
+# to 256.0-256.2 tok/s, 1.028x, in two calls (bench/results/h100/pair1/). A switch set above overrides its entry.
+PDL_DECODE_BY_CARD = {"NVIDIA H100 80GB HBM3": dict(prefetch=L2, lean=True, pos32=True)}
+
+
+def pdl_decode_rule(device, small: bool, launch: dict) -> dict:
+    """PDL_DECODE_BY_CARD's entry of `device`'s card for a small decode launched with PDL (`launch`: kernels/pdl.py
+    `args`; not its early release); {} for any other call or card."""
+    return PDL_DECODE_BY_CARD.get(card_name(device), {}) if small and launch["PDL"] is True else {}
 
 
 def _mode(on) -> int:
@@ -404,10 +418,13 @@ def prefetch_kv(on):
     return switched(globals(), PREFETCH_KV=_mode(on))
 
 
-def wants_prefetch(small: bool, launch: dict) -> int:
-    """How a call reads its first key tile before the PDL wait (OFF: not at all): PREFETCH_KV, in a small-batch decode
-    launched with PDL (`launch`: kernels/pdl.py `args`) and not with its early release."""
-    return PREFETCH_KV if small and launch["PDL"] is True else OFF
+def wants_prefetch(small: bool, launch: dict, rule: dict | None = None) -> int:
+    """How a call reads its first key tile before the PDL wait (OFF: not at all): in a small-batch decode launched
+    with PDL (`launch`: kernels/pdl.py `args`) and not with its early release, PREFETCH_KV where set, else the card's
+    `rule` (pdl_decode_rule)."""
+    if not (small and launch["PDL"] is True):
+        return OFF
+    return PREFETCH_KV if PREFETCH_KV is not None else (rule or {}).get("prefetch", OFF)
 
 
 def _descale_arg(x, b, hkv, device):
@@ -425,11 +442,11 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
                            out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None,
                            lean=None, pos32=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
-    prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV says for a small decode launched with
-    PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program merges (None: where
-    MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean start (None: as
-    LEAN_START says for a small decode; True: wherever the call has one query tile, for tests). pos32: 32-bit
-    positions (None: as POSITIONS_32 says)."""
+    prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV, or the card's rule, says for a small
+    decode launched with PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program
+    merges (None: where MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean
+    start (None: as LEAN_START, or the card's rule, says for a small decode; True: wherever the call has one query
+    tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says)."""
     total_q, hq, d = q.shape
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
@@ -488,12 +505,15 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     qd, kd, vd = (_descale_arg(x, b, hkv, dev) for x in (q_descale, k_descale, v_descale))
     grid = (b * n_qt, hkv, num_splits)
     launch = pdl.args(out)
-    pre = wants_prefetch(small, launch) if prefetch is None else _mode(prefetch)
+    rule = pdl_decode_rule(dev, small, launch)
+    pre = wants_prefetch(small, launch, rule) if prefetch is None else _mode(prefetch)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
     cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
-    lean_start_on = n_qt == 1 and (LEAN_START and small if lean is None else bool(lean))
+    lean_on = LEAN_START if LEAN_START is not None else rule.get("lean", False)
+    lean_start_on = n_qt == 1 and (lean_on and small if lean is None else bool(lean))
+    pos32_on = POSITIONS_32 if POSITIONS_32 is not None else rule.get("pos32", False)
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
         qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
@@ -506,7 +526,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=POSITIONS_32 if pos32 is None else bool(pos32),
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on if pos32 is None else bool(pos32),
         **launch,
     )
     if split and not merge:

@@ -159,6 +159,9 @@ GEMV_W_L2 = {"gemv_w_l2": 2, "gemv_w_l2_4": 4}
 # the paired GeGLU projection reads both halves' tiles in one K loop, at 2 to 16 rows (kernels/skinny_gemm.py
 # PAIR_ONE_LOOP) or at one row (kernels/gemv.py PAIR_ONE_LOOP); off by default
 SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
+# the batch-1 switches a card's rule turns on (kernels/triton_paged.py PDL_DECODE_BY_CARD, kernels/gemv.py
+# PAIR_ONE_LOOP_CARDS) all off, whatever the card: the code before bench/results/h100/pair1/
+B1_OFF = "b1_off"
 
 
 def _pair_best(layout: str):
@@ -237,6 +240,14 @@ def variant(name: str):
         return skinny_gemm.pair_one_loop(True)
     if name == GEMV_PAIR1:
         return gemv.pair_one_loop(True)
+    if name == B1_OFF:
+        from kselect.kernels import triton_paged
+
+        off = contextlib.ExitStack()
+        for switch in (triton_paged.prefetch_kv(triton_paged.OFF), triton_paged.lean_start(False),
+                       triton_paged.positions_32(False), gemv.pair_one_loop(False)):
+            off.enter_context(switch)
+        return off
     if name == ATTN_LEAN:
         from kselect.kernels import triton_paged
 
@@ -283,7 +294,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None, GEMV_PAIR1: None}
+            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

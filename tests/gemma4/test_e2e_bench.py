@@ -704,6 +704,12 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("attn_pos32"):  # ... its positions in 32 bits
         assert triton_paged.POSITIONS_32
     assert not triton_paged.POSITIONS_32
+    with gv.variant("gemv_pair1"):  # the batch-1 GeGLU pair in one K loop
+        assert gemv.PAIR_ONE_LOOP
+    with gv.variant("b1_off"):  # every switch of the cards' batch-1 rules off, whatever the card
+        assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
+        assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False
+    assert triton_paged.PREFETCH_KV is None and gemv.PAIR_ONE_LOOP is None  # the card's rule again
     with gv.variant("splits4+attn_s1"):  # a small decode's attention split at most four ways, one pipeline stage
         assert triton_paged.small_decode(2, 520, 132) == (32, 1, 4)
     with gv.variant("attn_w8"):

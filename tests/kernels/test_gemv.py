@@ -212,6 +212,21 @@ def test_gelu_mul_paired_in_one_loop_equals_a_loop_each(dtype, m, i, k, bn, bk, 
     assert torch.equal(got, want) and torch.equal(ahead, K.gemv_gelu_mul(x, w, ahead=1, **given))
 
 
+def test_gelu_mul_pair_in_one_loop_by_default_on_the_cards_that_measured_it(monkeypatch):
+    """PAIR_ONE_LOOP None: one loop on the cards of PAIR_ONE_LOOP_CARDS (the H100), a loop each elsewhere; set, it
+    wins over the card."""
+    x = torch.zeros(1, 8)
+    assert K.PAIR_ONE_LOOP is None and not K._one_loop(x)  # off the GPU
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H100 80GB HBM3")
+    assert K._one_loop(x)
+    with K.pair_one_loop(False):
+        assert not K._one_loop(x)
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H200")
+    assert not K._one_loop(x)
+    with K.pair_one_loop(True):
+        assert K._one_loop(x)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gelu_mul_epilogue_with_a_strided_multiplier(dtype):
     """gelu(x @ W.T) * mul, mul a strided view (the per-layer input of one layer, ple[:, i])."""

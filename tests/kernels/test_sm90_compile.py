@@ -107,7 +107,7 @@ PROLOGUE = {"plain": dict(PRENORM=False, HAS_WA=False, HAS_SCALAR=False, SCALAR_
                                           K_PAD=4096)}
 NO_TAIL = dict(TAIL=False, T_HAS_WA=False, T_HAS_SCALAR=False, T_SCALAR_PTR=True, T_HAS_WB=False, N_PAD=512)
 KERNELS = {"_gemv_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=True, EXACT_TANH=True, **NO_TAIL),
-           "_gemv_gelu_mul_kernel": dict(PAIRED=True)}
+           "_gemv_gelu_mul_kernel": dict(PAIRED=True, ONE_LOOP=False)}
 # the add-norm in the GEMV's last program (kernels/add_norm_tail.py), its loads one chunk ahead too
 TAILS = {"tail_scalar_tensor": dict(TAIL=True, T_HAS_WA=True, T_HAS_SCALAR=True, T_SCALAR_PTR=True, T_HAS_WB=True,
                                     N_PAD=4096, AHEAD=True),
@@ -121,6 +121,9 @@ def test_gemv_kernels_compile_for_sm90_with_and_without_the_add_norm_prologue():
              for k, extra in KERNELS.items() for p, pro in PROLOGUE.items()]
     cases += [dict(id=f"_gemv_kernel/{t}", kernel="_gemv_kernel", consts=dict(
         base, **PROLOGUE["plain"], **dict(KERNELS["_gemv_kernel"], **tail))) for t, tail in TAILS.items()]
+    # the paired GeGLU's halves in one K loop (PAIR_ONE_LOOP), with each prologue
+    cases += [dict(id=f"_gemv_gelu_mul_kernel/one_loop/{p}", kernel="_gemv_gelu_mul_kernel",
+                   consts=dict(base, AHEAD=False, **pro, PAIRED=True, ONE_LOOP=True)) for p, pro in PROLOGUE.items()]
     done = compiled(COMPILE, cases)
     assert done == {c["id"]: True for c in cases}
 
@@ -133,11 +136,14 @@ from triton.compiler import ASTSource
 from kselect.kernels import skinny_gemm as K
 
 KERNELS = {"_skinny_gemm_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=False, EXACT_TANH=True),
-           "_skinny_gemm_gelu_mul_kernel": dict(PAIRED=False)}
+           "_skinny_gemm_gelu_mul_kernel": dict(PAIRED=False, ONE_LOOP=False),
+           "_skinny_gemm_gelu_mul_kernel/one_loop": dict(PAIRED=True, ONE_LOOP=True)}  # no split-K: split 1 only
 done = {}
 for split in json.loads(sys.argv[1]):
     for name, extra in KERNELS.items():
-        kernel = getattr(K, name)
+        if name.endswith("one_loop") and split > 1:
+            continue
+        kernel = getattr(K, name.split("/")[0])
         names = list(inspect.signature(kernel.fn).parameters)
         consts = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=split, FP32=False, PDL=False, W_LINES=0, LINE=64,
                       **extra)
@@ -156,9 +162,10 @@ print(json.dumps(done))
 
 def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
     """Both skinny kernels' split-K sum (an acquire-release atomic, a barrier, the last program's loads) compiles for SM90, and so
-    does the plain kernel it branches from at compile time."""
+    does the plain kernel it branches from at compile time, and the paired GeGLU's halves in one K loop."""
     done = compiled(SKINNY, [1, 4])
-    assert done == {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}
+    want = {f"{k}/{s}": True for s in (1, 4) for k in ("_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")}
+    assert done == {**want, "_skinny_gemm_gelu_mul_kernel/one_loop/1": True}
 
 
 def test_w_prefetch_compiles_for_sm90_before_the_pdl_wait():

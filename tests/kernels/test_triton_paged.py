@@ -267,6 +267,27 @@ def test_prefetch_only_where_switched_on_for_a_small_decode_with_pdl():
         triton_paged.prefetch_kv(3).__enter__()
 
 
+def test_the_cards_rule_for_a_small_decode_under_pdl(monkeypatch):
+    """PDL_DECODE_BY_CARD: on the H100 a small decode launched with PDL reads its first tile into L2, starts lean and
+    keeps 32-bit positions; not a larger or plain launch, not PDL's early release, not another card. A switch set
+    explicitly wins over the rule."""
+    tp = triton_paged
+    on, plain, early = {"PDL": True, "launch_pdl": True}, {"PDL": False}, {"PDL": tp.pdl.EARLY, "launch_pdl": True}
+    dev = torch.device("cuda", 0)
+    monkeypatch.setattr(tp, "card_name", lambda d: "NVIDIA H100 80GB HBM3")
+    rule = tp.pdl_decode_rule(dev, True, on)
+    assert rule == dict(prefetch=tp.L2, lean=True, pos32=True)
+    assert tp.pdl_decode_rule(dev, False, on) == {} and tp.pdl_decode_rule(dev, True, plain) == {}
+    assert tp.pdl_decode_rule(dev, True, early) == {}
+    assert tp.wants_prefetch(True, on, rule) == tp.L2 and tp.wants_prefetch(False, on, rule) == tp.OFF
+    with tp.prefetch_kv(False):
+        assert tp.wants_prefetch(True, on, rule) == tp.OFF
+    with tp.prefetch_kv(tp.REGS):
+        assert tp.wants_prefetch(True, on, rule) == tp.REGS
+    monkeypatch.setattr(tp, "card_name", lambda d: "NVIDIA H200")
+    assert tp.pdl_decode_rule(dev, True, on) == {}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),

@@ -8,7 +8,8 @@ times in a row in one CUDA graph, each call on its own KV set (SETS of them, mor
 HBM as in the step), timed as the slope between N = STEPS[0] and STEPS[1] calls. On the H200 it is their own chain:
 8.7-8.9 us a call alone, as in that card's step (bench/results/h200/attn_floor/). Modes:
 
-- `plain`: launched plainly; `pdl`: with PDL, as the step launches it;
+- `plain`: launched plainly; `pdl`: with PDL, as the step launched it before the H100's rule (each switch below
+  off, whatever kernels/triton_paged.py PDL_DECODE_BY_CARD says);
 - `pdl_kv_l2`: with PDL and the first tile asked of L2 before the wait (kernels/triton_paged.py PREFETCH_KV = L2);
 - `pdl_hot`: with PDL, every call on the same KV set (keys from L2: what HBM's latency adds);
 - `pdl_lean`: with PDL and the lean start (kernels/triton_paged.py LEAN_START: one dependent round trip fewer);
@@ -91,7 +92,7 @@ def chain(mode: str, sets: list[dict], n: int, ws: list[torch.Tensor] = ()) -> t
         raise ValueError(f"attn_floor mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode.endswith("gemv") and not ws:
         raise ValueError(f"attn_floor mode {mode} needs the o_proj weights (ws)")
-    prefetch = tp.L2 if mode == "pdl_kv_l2" else None
+    prefetch = tp.L2 if mode == "pdl_kv_l2" else tp.OFF  # explicit: not the card's rule (PDL_DECODE_BY_CARD)
     x = sets[0]["q"].reshape(1, -1)  # the GEMV-only chain's input: an attention output's shape
     with (pdl.off() if mode == "plain" else pdl.on(), tp.lean_start(mode == "pdl_lean"),
           tp.positions_32(mode == "pdl_pos32")):

@@ -101,9 +101,20 @@ def res_before_wait(on: bool):
     return switched(globals(), RES_EARLY=on)
 
 
+ROW_WARPS = None  # warps per row program for every width (a measurement's switch); None: the rule below
+
+
 def row_warps(block: int) -> int:
-    """Warps per row program (kselect/measurement/gemma4/fusion_tune.py measures the alternatives)."""
-    return max(1, min(16, block // 512))
+    """Warps per row program: ROW_WARPS where set, else one per 512 columns, 1 to 16
+    (kselect/measurement/gemma4/fusion_tune.py measures the alternatives alone)."""
+    return ROW_WARPS or max(1, min(16, block // 512))
+
+
+def warps_per_row(n: int):
+    """ROW_WARPS = n inside (a power of two, 1 to 32; a CUDA graph captured inside keeps it)."""
+    if type(n) is not int or n < 1 or n > 32 or n & (n - 1):
+        raise ValueError(f"rms_norm warps_per_row takes a power of two from 1 to 32, got {n!r}")
+    return switched(globals(), ROW_WARPS=n)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:

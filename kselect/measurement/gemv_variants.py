@@ -162,6 +162,9 @@ SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
 # the batch-1 switches a card's rule turns on (kernels/triton_paged.py PDL_DECODE_BY_CARD, kernels/gemv.py
 # PAIR_ONE_LOOP_CARDS) all off, whatever the card: the code before bench/results/h100/pair1/
 B1_OFF = "b1_off"
+# the add-norm kernel with 2, 4 or 16 warps a row, not one per 512 columns (kernels/rms_norm.py ROW_WARPS; 8 at E4B's
+# 2560)
+NORM_WARPS = {f"norm_w{n}": n for n in (2, 4, 16)}
 
 
 def _pair_best(layout: str):
@@ -240,6 +243,10 @@ def variant(name: str):
         return skinny_gemm.pair_one_loop(True)
     if name == GEMV_PAIR1:
         return gemv.pair_one_loop(True)
+    if name in NORM_WARPS:
+        from kselect.kernels import rms_norm
+
+        return rms_norm.warps_per_row(NORM_WARPS[name])
     if name == B1_OFF:
         from kselect.kernels import triton_paged
 
@@ -294,7 +301,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None}
+            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -710,6 +710,14 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
         assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False
     assert triton_paged.PREFETCH_KV is None and gemv.PAIR_ONE_LOOP is None  # the card's rule again
+    from kselect.kernels import rms_norm
+
+    with gv.variant("norm_w4"):  # the add-norm kernel with 4 warps a row, whatever its width
+        assert rms_norm.row_warps(4096) == 4 and rms_norm.row_warps(1024) == 4
+    assert rms_norm.row_warps(4096) == 8 and rms_norm.ROW_WARPS is None
+    for bad in (3, 0, 64, True):
+        with pytest.raises(ValueError, match="warps_per_row takes a power of two"):
+            rms_norm.warps_per_row(bad)
     with gv.variant("splits4+attn_s1"):  # a small decode's attention split at most four ways, one pipeline stage
         assert triton_paged.small_decode(2, 520, 132) == (32, 1, 4)
     with gv.variant("attn_w8"):

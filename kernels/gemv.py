@@ -65,7 +65,7 @@ def _one_loop(x: torch.Tensor) -> bool:
 def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
     """W's first FIRST_K columns of a program's rows, in fp32: read before the PDL wait (kernels/pdl.py: weights
     only). A wider first chunk would move more of the weight read into the previous kernel's tail; it measured slower
-    (bench/results/h200/gemv_first/), so `config` keeps one K chunk."""
+    (bench/results/h200/gemv_first/; on the H100, bench/results/h100/first_chunk/), so `config` keeps one K chunk."""
     c0 = tl.arange(0, FIRST_K)
     return tl.load(w_rows + c0[None, :], mask=row_ok[:, None] & (c0 < k)[None, :], other=0.0).to(tl.float32)
 

@@ -157,7 +157,7 @@ SK_W_L2 = {"sk_w_l2": 2, "sk_w_l2_4": 4}
 # ... and a one-row projection (kernels/gemv.py PREFETCH_W) its 2 or 4 K chunks after the first, held in registers
 GEMV_W_L2 = {"gemv_w_l2": 2, "gemv_w_l2_4": 4}
 # the paired GeGLU projection reads both halves' tiles in one K loop, at 2 to 16 rows (kernels/skinny_gemm.py
-# PAIR_ONE_LOOP) or at one row (kernels/gemv.py PAIR_ONE_LOOP); off by default
+# PAIR_ONE_LOOP; off by default) or at one row (kernels/gemv.py PAIR_ONE_LOOP; on the H100 by default)
 SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
 # the batch-1 switches a card's rule turns on (kernels/triton_paged.py PDL_DECODE_BY_CARD, kernels/gemv.py
 # PAIR_ONE_LOOP_CARDS) all off, whatever the card: the code before bench/results/h100/pair1/

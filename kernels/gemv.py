@@ -243,9 +243,14 @@ def config(n: int, k: int) -> dict:
     (bench/results/h200/prefill_gemv/G/gemv.md): two rows of W a program over long K chunks for the small projections
     (more programs in flight), eight rows over 256 columns for the wide ones (N >= 16384) and for K <= 256. The first
     chunk (read before a PDL wait) is one K chunk. Inside `configured(fn)`, fn(n, k)'s entries replace these."""
+    return _override.apply(base_config(n, k), n, k)
+
+
+def base_config(n: int, k: int) -> dict:
+    """`config`'s rule, without a `configured` block's entries (a measurement's variants start from it)."""
     cfg = dict(block_n=8, block_k=256) if n >= 16384 or k <= 256 else dict(block_n=2, block_k=1024)
     cfg.update(first_k=cfg["block_k"], num_warps=4, ahead=0)
-    return _override.apply(cfg, n, k)
+    return cfg
 
 
 def _launch_params(n: int, k: int, given: dict) -> dict:

@@ -50,6 +50,18 @@ def ahead_all(n, k):  # every shape: W's loads one chunk ahead of the multiplies
     return dict(ahead=1)
 
 
+def chunks_2x(n, k):  # every shape: K chunks after the first twice as long (twice the bytes a load in flight)
+    from kselect.kernels import gemv
+
+    return dict(block_k=2 * gemv.base_config(n, k)["block_k"])
+
+
+def rows_2x(n, k):  # every shape: twice the rows of W a program (twice the bytes a load, half the programs)
+    from kselect.kernels import gemv
+
+    return dict(block_n=2 * gemv.base_config(n, k)["block_n"])
+
+
 def combined(n, k):  # small_first_2048 + wide_first_1024 + down_first_4096
     return small_first_2048(n, k) or wide_first_1024(n, k) or down_first_4096(n, k)
 
@@ -96,7 +108,7 @@ def _best_of(env: str, rows: int, first_k: bool = True):
     return lambda n, k: best.get((n, k))
 
 
-GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024,
+GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024, chunks_2x, rows_2x,
                                  down_first_4096, combined, ahead_all)}
 SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16

@@ -651,6 +651,13 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert changed["ahead_all"] == set(e4b)
     with gemv.configured(gv.small_whole_k):
         assert gemv.config(3072, 2560)["first_k"] == 4096 and gemv.config(2560, 2048)["first_k"] == 2048
+    assert changed["chunks_2x"] == changed["rows_2x"] == set(e4b)
+    for (n, k) in e4b.values():  # twice the default's chunk after an unchanged first one; twice its rows a program
+        base = gemv.base_config(n, k)
+        with gemv.configured(gv.chunks_2x):
+            assert gemv.config(n, k) == dict(base, block_k=2 * base["block_k"])
+        with gemv.configured(gv.rows_2x):
+            assert gemv.config(n, k) == dict(base, block_n=2 * base["block_n"])
     assert gv.split_mode("triton") == ("triton", None)
     assert gv.split_mode("triton+combined") == ("triton", "combined")
     from kselect.kernels import skinny_gemm

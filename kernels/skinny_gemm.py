@@ -58,6 +58,14 @@ def prefetch_w(tiles: int):
 
 
 @triton.jit
+def _dot_acc(xt, wt, acc, FP32: tl.constexpr):
+    """acc + xt @ wt.T. FP32: fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32."""
+    if FP32:
+        return tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc, input_precision="ieee")
+    return tl.dot(xt, tl.trans(wt), acc)
+
+
+@triton.jit
 def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, FP32: tl.constexpr):
     """[BLOCK_M, BLOCK_N] fp32 dots of x's rows with a program's rows of W."""
@@ -69,10 +77,7 @@ def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLO
         c_ok = c < k
         xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
         wt = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        if FP32:  # fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32
-            acc = tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(xt, tl.trans(wt), acc)
+        acc = _dot_acc(xt, wt, acc, FP32)
     return acc
 
 
@@ -96,12 +101,8 @@ def _pair_dots(x_ptr, g_rows, u_rows, row_ok, m, k, stride_x, BLOCK_M: tl.conste
         xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
         gt = tl.load(g_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
         ut = tl.load(u_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        if FP32:  # as _tile_dots
-            acc_g = tl.dot(xt.to(tl.float32), tl.trans(gt.to(tl.float32)), acc_g, input_precision="ieee")
-            acc_u = tl.dot(xt.to(tl.float32), tl.trans(ut.to(tl.float32)), acc_u, input_precision="ieee")
-        else:
-            acc_g = tl.dot(xt, tl.trans(gt), acc_g)
-            acc_u = tl.dot(xt, tl.trans(ut), acc_u)
+        acc_g = _dot_acc(xt, gt, acc_g, FP32)
+        acc_u = _dot_acc(xt, ut, acc_u, FP32)
     return acc_g, acc_u
 
 

@@ -427,6 +427,19 @@ def wants_prefetch(small: bool, launch: dict, rule: dict | None = None) -> int:
     return PREFETCH_KV if PREFETCH_KV is not None else (rule or {}).get("prefetch", OFF)
 
 
+def decode_switches(device, small: bool, launch: dict, n_qt: int, prefetch=None, lean=None,
+                    pos32=None) -> tuple[int, bool, bool]:
+    """(PRE, LEAN, POS32) of a call: the call's own arguments where given (paged_attention_triton's), else the module's
+    switches where set, else the card's rule for a small decode launched with PDL (pdl_decode_rule). The lean start
+    only where the call has one query tile, and without an argument only in a small decode."""
+    rule = pdl_decode_rule(device, small, launch)
+    pre = wants_prefetch(small, launch, rule) if prefetch is None else _mode(prefetch)
+    lean_on = (LEAN_START if LEAN_START is not None else rule.get("lean", False)) and small if lean is None else lean
+    if pos32 is None:
+        pos32 = POSITIONS_32 if POSITIONS_32 is not None else rule.get("pos32", False)
+    return pre, n_qt == 1 and bool(lean_on), bool(pos32)
+
+
 def _descale_arg(x, b, hkv, device):
     if x is None:
         return None
@@ -505,15 +518,11 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     qd, kd, vd = (_descale_arg(x, b, hkv, dev) for x in (q_descale, k_descale, v_descale))
     grid = (b * n_qt, hkv, num_splits)
     launch = pdl.args(out)
-    rule = pdl_decode_rule(dev, small, launch)
-    pre = wants_prefetch(small, launch, rule) if prefetch is None else _mode(prefetch)
+    pre, lean_start_on, pos32_on = decode_switches(dev, small, launch, n_qt, prefetch, lean, pos32)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
     cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
-    lean_on = LEAN_START if LEAN_START is not None else rule.get("lean", False)
-    lean_start_on = n_qt == 1 and (lean_on and small if lean is None else bool(lean))
-    pos32_on = POSITIONS_32 if POSITIONS_32 is not None else rule.get("pos32", False)
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,
         qd if qd is not None else cu, kd if kd is not None else cu, vd if vd is not None else cu, ws_acc, ws_ml,
@@ -526,7 +535,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on if pos32 is None else bool(pos32),
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on,
         **launch,
     )
     if split and not merge:

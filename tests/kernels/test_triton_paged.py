@@ -288,6 +288,27 @@ def test_the_cards_rule_for_a_small_decode_under_pdl(monkeypatch):
     assert tp.pdl_decode_rule(dev, True, on) == {}
 
 
+def test_a_calls_switches_follow_the_rule_and_what_overrides_it(monkeypatch):
+    """decode_switches, what paged_attention_triton launches with: on the H100 a small decode under PDL gets the rule's
+    (L2, lean, 32-bit); a larger or plain call, or another card, none; the module's switches override the rule, and
+    the call's arguments override both; the lean start only with one query tile."""
+    tp = triton_paged
+    on, plain = {"PDL": True, "launch_pdl": True}, {"PDL": False}
+    dev = torch.device("cuda", 0)
+    monkeypatch.setattr(tp, "card_name", lambda d: "NVIDIA H100 80GB HBM3")
+    assert tp.decode_switches(dev, True, on, 1) == (tp.L2, True, True)
+    assert tp.decode_switches(dev, True, on, 2) == (tp.L2, False, True)  # two query tiles: no lean start
+    assert tp.decode_switches(dev, False, on, 1) == (tp.OFF, False, False)
+    assert tp.decode_switches(dev, True, plain, 1) == (tp.OFF, False, False)
+    with tp.lean_start(False), tp.positions_32(False), tp.prefetch_kv(tp.OFF):
+        assert tp.decode_switches(dev, True, on, 1) == (tp.OFF, False, False)
+        assert tp.decode_switches(dev, True, on, 1, tp.REGS, True, True) == (tp.REGS, True, True)
+    with tp.positions_32(True):  # set, for every call
+        assert tp.decode_switches(dev, False, plain, 1) == (tp.OFF, False, True)
+    monkeypatch.setattr(tp, "card_name", lambda d: "NVIDIA H200")
+    assert tp.decode_switches(dev, True, on, 1) == (tp.OFF, False, False)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),

@@ -70,6 +70,9 @@ class AttentionBackend(ABC):
     # the kernel library's version, {package: version}, where it is not an installed distribution's (vLLM's
     # Triton kernel runs from a release's source: {"vllm": "0.33.0"}); perf and conformance records carry it
     kernel_versions: dict[str, str] = {}
+    # forward() takes a kernels/attn_qkv.py RawQKV for q (its kernel makes q, k and v; gemma4/fused.py
+    # QKV_IN_ATTENTION); other backends get q made
+    takes_raw_qkv: bool = False
 
     def __init__(self, group: GroupSelection):
         self.group = group

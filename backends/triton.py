@@ -23,6 +23,7 @@ import os
 import torch
 
 from .base import AttentionBackend, AttentionMetadata, BackendUnavailableError, LayerParams
+from ..kernels.reference import is_fp8
 from .common import expand_descale, kernel_block_view, quant_inputs
 
 KSELECT_BUILD = "kselect"
@@ -48,6 +49,7 @@ class TritonAttnBackend(AttentionBackend):
 class KselectTritonBackend(TritonAttnBackend):
     label = "TRITON_ATTN+kselect"
     kernel_build = "kselect kernels/triton_paged.py"
+    takes_raw_qkv = True
 
     def __init__(self, group):
         super().__init__(group)
@@ -61,6 +63,8 @@ class KselectTritonBackend(TritonAttnBackend):
 
     def forward(self, q, k_cache, v_cache, meta: AttentionMetadata, layer: LayerParams):
         kc, vc, bt = kernel_block_view(k_cache, v_cache, meta, self.group.kernel_block_size)
+        if isinstance(q, self.kernel.RawQKV) and is_fp8(k_cache.dtype):
+            q = q.ready()  # the kernel takes raw q/k/v with 16-bit caches only
         qi = quant_inputs(self.group.descale, q, k_cache, layer)
         b, hkv = meta.seqused_k.numel(), k_cache.shape[2]
         return self.kernel.paged_attention_triton(

@@ -36,6 +36,7 @@ import contextlib
 import torch
 from torch import nn
 
+from ..kernels.dtypes import is_fp8
 from ..kernels.switches import switched
 from .layers import apply_rope, gelu_tanh
 from .ops import TORCH, TorchOps, add_rms_norm, rms_norm
@@ -106,12 +107,24 @@ class FusedOps(TorchOps):
         # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer)
         qs = g.backend.query_scale(g.meta, params, cache_dtype)
         quant = dict(q_scale=qs, q_dtype=cache_dtype) if qs is not None else {}
+        if QKV_IN_ATTENTION and qs is None and g.backend.takes_raw_qkv and not is_fp8(cache_dtype):
+            return self._raw_qkv(a, qkv, cos, sin, eps, g)
         if a.kv_shared:
             return self.qkv_kernel(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)
         kc, vc = g.cache.kv(a.layer)
         p = g.cache.layer_params(a.layer, a.window_left)
         return self.qkv_kernel(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps,
                                kc, vc, g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
+
+    def _raw_qkv(self, a, qkv, cos, sin, eps, g):
+        """The q/k/v kernel's arguments for the attention kernel to run it (QKV_IN_ATTENTION)."""
+        from ..kernels.attn_qkv import RawQKV
+
+        if a.kv_shared:
+            return RawQKV(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps)
+        kc, vc = g.cache.kv(a.layer)
+        return RawQKV(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps, kc, vc,
+                      g.slot_mapping, a.v_proj is None)
 
     def mlp_hidden(self, m, z):
         return self.linear_gelu_mul(z, m.gate_up_weight)
@@ -166,6 +179,17 @@ PLE_BLOCK = False
 def ple_block(on: bool):
     """PLE_BLOCK inside."""
     return _switched(PLE_BLOCK=on)
+
+
+# QKV_IN_ATTENTION: where the group's backend takes raw q/k/v (kselect's Triton kernel: `takes_raw_qkv`), a 16-bit
+# cache and no quantized q, the q/k/v norms, rope and KV write run inside the attention kernel at one new token a
+# sequence (kernels/attn_qkv.py), one kernel a layer fewer. `qkv_in_attention(on)` sets it.
+QKV_IN_ATTENTION = False
+
+
+def qkv_in_attention(on: bool):
+    """QKV_IN_ATTENTION inside."""
+    return _switched(QKV_IN_ATTENTION=on)
 
 
 # NORM_FOLD: at one row an add-norm with a next norm (before q/k/v and gate/up) is folded into the sums of the

@@ -27,11 +27,14 @@ from .triton_round import round_like
 
 
 @triton.jit
-def _norm_rope(src, t, w_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, ref_ptr, D: tl.constexpr,
-               HAS_W: tl.constexpr, ROPE: tl.constexpr):
+def norm_rope(src, t, w_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, ref_ptr, D: tl.constexpr,
+              HAS_W: tl.constexpr, ROPE: tl.constexpr):
+    """One head row normed (and rotated), rounded as the unfused ops round: src + offs its D columns, t its token
+    (the rope tables' row). Rows too: src and t [M, 1] with offs [1, D] give [M, D], each row normed alone
+    (kernels/triton_paged.py's q rows)."""
     half: tl.constexpr = D // 2
     x = tl.load(src + offs).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=-1, keep_dims=True) / D + eps)
     xn = x * rstd
     if HAS_W:
         xn = xn * tl.load(w_ptr + offs).to(tl.float32)
@@ -61,7 +64,7 @@ def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr
     dt = q_ptr.dtype.element_ty
     row = qkv_ptr + t * stride_t
     if h < hq:
-        q = _norm_rope(row + h * D, t, qw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
+        q = norm_rope(row + h * D, t, qw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
         if QUANT_Q:
             q = tl.minimum(tl.maximum(tl.div_rn(q, tl.load(qs_ptr)), -QMAX), QMAX)  # IEEE division, as PyTorch
         tl.store(q_ptr + t * stride_qt + h * D + offs, q.to(dt))
@@ -70,11 +73,11 @@ def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr
         mask = offs < D
         if h < hq + hkv:
             kh = h - hq
-            k = _norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
+            k = norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
             store_kv_row(kc_ptr, ks_ptr, slot, kh, hkv, k, offs, mask, D, IS_FP8, SCALE_PER_HEAD, FMAX)
         else:
             vh = h - hq - hkv
-            v = _norm_rope(row + v_col + vh * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D,
+            v = norm_rope(row + v_col + vh * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D,
                            False, False)
             store_kv_row(vc_ptr, vs_ptr, slot, vh, hkv, v, offs, mask, D, IS_FP8, SCALE_PER_HEAD, FMAX)
 

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from . import pdl
 from . import split_merge
+from .attn_qkv import RawQKV, new_row, query_rows, with_new_key
 from .cards import card_name
 from .pdl import wait_then_release
 from .reference import is_fp8
@@ -85,10 +86,16 @@ def _earlier(raw, pre, kp, old, start, begin, PRE: tl.constexpr):
 
 @triton.jit
 def _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2, stride_qt, stride_qh,
-           G: tl.constexpr, HAS_QD: tl.constexpr, HAS_KD: tl.constexpr, DOT_DTYPE: tl.constexpr):
-    """A program's query rows in the dot dtype, and the softmax scale (log2 units) with the q and k descales."""
-    q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
+           qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G: tl.constexpr, HAS_QD: tl.constexpr, HAS_KD: tl.constexpr,
+           DOT_DTYPE: tl.constexpr, QKV: tl.constexpr, D: tl.constexpr, G_PAD: tl.constexpr, M: tl.constexpr):
+    """A program's query rows in the dot dtype (QKV: normed and rotated here from the raw q columns,
+    kernels/attn_qkv.py), and the softmax scale (log2 units) with the q and k descales."""
+    if QKV:
+        q = query_rows(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G, G_PAD,
+                       M // G_PAD, D).to(DOT_DTYPE)
+    else:
+        q = tl.load(q_ptr + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(DOT_DTYPE)
     scale = sm_scale_log2
     if HAS_QD:
         scale *= tl.load(qd_ptr + seq * (hq // G) + kvh)
@@ -111,6 +118,8 @@ def _attn_fwd(
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
     PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False,
     S_PAD: tl.constexpr = 1, LEAN: tl.constexpr = False, POS32: tl.constexpr = False,
+    qw_ptr=None, kw_ptr=None, cos_ptr=None, sin_ptr=None, slot_ptr=None, kcw_ptr=None, vcw_ptr=None, stride_cs=0,
+    v_col=0, eps=0.0, QKV: tl.constexpr = False, NEW_KV: tl.constexpr = False,
 ):
     if PRE == 0:
         wait_then_release(PDL)
@@ -146,7 +155,8 @@ def _attn_fwd(
 
     if PRE == 0 and not LEAN:
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
-                          stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
+                          stride_qt, stride_qh, qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G, HAS_QD, HAS_KD,
+                          DOT_DTYPE, QKV, D, G_PAD, M)
 
     # Visible key range of this tile: [lo, hi).
     qp_max = tl.max(tl.where(row_ok, qp, -1), 0)
@@ -182,7 +192,8 @@ def _attn_fwd(
             if qtile * BLOCK_Q >= q_len:
                 return
         q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
-                          stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
+                          stride_qt, stride_qh, qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G, HAS_QD, HAS_KD,
+                          DOT_DTYPE, QKV, D, G_PAD, M)
     else:
         k0 = 0.0  # no prefetched tile (`_earlier` keeps the loop's)
         v0 = 0.0
@@ -190,14 +201,26 @@ def _attn_fwd(
             kp0 = begin + tl.arange(0, BLOCK_N)
             blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, (kp0 < hi) & (kp0 >= lo), PAGE)
             q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
-                              stride_qt, stride_qh, G, HAS_QD, HAS_KD, DOT_DTYPE)
+                              stride_qt, stride_qh, qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G, HAS_QD, HAS_KD,
+                              DOT_DTYPE, QKV, D, G_PAD, M)
 
+    new_pos = kv_len - 1  # NEW_KV: the sequence's one new token, made by the program whose keys hold it
+    own = (q_len == 1) & (new_pos >= begin) & (new_pos < hi)
+    k_new = tl.zeros([D_PAD], k_ptr.dtype.element_ty)
+    v_new = k_new
+    skip = tl.where(own, new_pos, -1)  # the key position the tiles leave to the new key (-1: none)
+    if NEW_KV:
+        if own:
+            k_new, v_new = new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start, kvh, hq // G,
+                                   hq, d, stride_qt, stride_cs, v_col, eps, D)
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
     acc = tl.zeros([M, D_PAD], tl.float32)
     for start in range(begin, hi, BLOCK_N):
         kp = start + tl.arange(0, BLOCK_N)
         k_ok = (kp < hi) & (kp >= lo)
+        if NEW_KV:  # the new key joins after the loop (the cache row read back could be the old one)
+            k_ok = k_ok & (kp != skip)
         kv_ok = k_ok[:, None] & d_ok[None, :]
         if PRE == 1:  # the first tile: earlier steps' keys read before the wait, this step's read now
             if start == begin:
@@ -244,6 +267,9 @@ def _attn_fwd(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v)
         m_i = m_new
+    if NEW_KV:
+        if own:
+            m_i, l_i, acc = with_new_key(q, k_new, v_new, scale, m_i, l_i, acc, DOT_DTYPE)
 
     if HAS_VD:
         acc = acc * tl.load(vd_ptr + seq * (hq // G) + kvh)
@@ -459,8 +485,20 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     decode launched with PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program
     merges (None: where MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean
     start (None: as LEAN_START, or the card's rule, says for a small decode; True: wherever the call has one query
-    tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says)."""
+    tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says).
+    q may be a kernels/attn_qkv.py RawQKV: at one new token a sequence the kernel norms and rotates q and makes the new
+    k and v itself; any other call runs its q/k/v kernel first."""
+    raw = None
+    if isinstance(q, RawQKV):
+        max_q = max_seqlen_q if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+        if q.fits(int(max_q), k_cache) and q_descale is None and q_positions is None:
+            raw = q
+            q = raw.qkv.view(raw.qkv.shape[0], -1, raw.d)  # (T, columns / d, d): the kernel's q strides
+        else:
+            q = q.ready()
     total_q, hq, d = q.shape
+    if raw is not None:
+        hq = raw.hq
     nb, page, hkv, dk = k_cache.shape
     assert dk == d and v_cache.shape[-1] == d, "head_size_v != head_size is not supported"
     assert hq % hkv == 0
@@ -536,7 +574,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
         S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on,
-        **launch,
+        **(raw.args() if raw is not None else {}), **launch,
     )
     if split and not merge:
         split_merge._merge_splits[(total_q, hq)](

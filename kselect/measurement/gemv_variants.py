@@ -174,6 +174,9 @@ SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
 # the batch-1 switches a card's rule turns on (kernels/triton_paged.py PDL_DECODE_BY_CARD, kernels/gemv.py
 # PAIR_ONE_LOOP_CARDS) all off, whatever the card: the code before bench/results/h100/pair1/
 B1_OFF = "b1_off"
+# q/k/v's norms, rope and KV write inside the attention kernel at one new token a sequence (gemma4/fused.py
+# QKV_IN_ATTENTION, kernels/attn_qkv.py): one kernel a layer fewer
+ATTN_QKV = "attn_qkv"
 # the add-norm kernel with 2, 4 or 16 warps a row, not one per 512 columns (kernels/rms_norm.py ROW_WARPS; 8 at E4B's
 # 2560)
 NORM_WARPS = {f"norm_w{n}": n for n in (2, 4, 16)}
@@ -267,6 +270,8 @@ def variant(name: str):
                        triton_paged.positions_32(False), gemv.pair_one_loop(False)):
             off.enter_context(switch)
         return off
+    if name == ATTN_QKV:
+        return fused.qkv_in_attention(True)
     if name == ATTN_LEAN:
         from kselect.kernels import triton_paged
 
@@ -313,7 +318,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS}
+            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -713,6 +713,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert not triton_paged.POSITIONS_32
     with gv.variant("gemv_pair1"):  # the batch-1 GeGLU pair in one K loop
         assert gemv.PAIR_ONE_LOOP
+    with gv.variant("attn_qkv"):  # q/k/v's norms, rope and KV write inside the attention kernel
+        assert fused.QKV_IN_ATTENTION
+    assert not fused.QKV_IN_ATTENTION
     with gv.variant("b1_off"):  # every switch of the cards' batch-1 rules off, whatever the card
         assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
         assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False

@@ -415,3 +415,44 @@ def test_gated_pairs_run_each_dense_mlp_and_per_layer_block_as_one_kernel(models
     assert max_rel_error(got, run(model, "unfused", prompts, cont)) < 1e-5
     with pytest.raises(ValueError, match="gated_pair mode"):
         fused.gated_pair("x")
+
+
+@pytest.mark.parametrize("name", ["edge", "all"])
+def test_qkv_in_attention_gives_the_logits_of_the_qkv_kernel(models, monkeypatch, name):
+    """With qkv_in_attention on and kselect's Triton attention on every group, a one-token step's layers hand the
+    attention their raw q/k/v (no q/k/v kernel; KV-shared layers too, K=V in "all"); a prefill's attention runs the
+    kernel first. The
+    logits are the switch off's up to the new key's fp32 summation order. On the reference backend (no raw q/k/v
+    taken) the q/k/v kernel runs at every step."""
+    model, _ = models[name]
+    sel = simple_selection(model.args, backend="TRITON_ATTN")
+    sel = sel.model_copy(update={"groups": tuple(g.model_copy(update={"build": "kselect"}) for g in sel.groups)})
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(3, 512, (9,), generator=g).tolist(), torch.randint(3, 512, (6,), generator=g).tolist()]
+    cont = [torch.randint(3, 512, (2,), generator=g).tolist() for _ in prompts]
+    from kselect.kernels.attn_qkv import RawQKV
+
+    ops, rows, readies = fused.ops_for("triton"), [], []
+    real, real_ready = ops.qkv_kernel, RawQKV.ready
+    monkeypatch.setattr(ops, "qkv_kernel", lambda qkv, *a, **kw: rows.append(qkv.shape[0]) or real(qkv, *a, **kw))
+    monkeypatch.setattr(RawQKV, "ready", lambda self: readies.append(self.qkv.shape[0]) or real_ready(self))
+
+    def logits(selection):
+        model.set_compute("triton")
+        try:
+            eng = Engine(model, selection, EngineConfig(max_seqs=2, max_seq_len=32))
+            out = [torch.cat(eng.extend([0, 1], prompts, all_logits=True))]
+            out += [eng.decode([0, 1], [c[i] for c in cont]) for i in range(2)]
+            return torch.cat(out)
+        finally:
+            model.set_compute("auto")
+
+    want = logits(sel)
+    assert rows.count(2) == 2 * len(model.layers)  # the switch off: the kernel at every decode step's layer
+    rows.clear()
+    with fused.qkv_in_attention(True):
+        got = logits(sel)
+        assert not rows and readies == [15] * len(model.layers)  # the q/k/v kernel at the prefill only
+        ref = logits(simple_selection(model.args))
+        assert rows.count(2) == 2 * len(model.layers)
+    assert max_rel_error(got, want) < 1e-5 and max_rel_error(ref, want) < 1e-5

@@ -323,7 +323,8 @@ for case in json.loads(sys.argv[1]):
     # E4B's batch-1 sliding-layer decode (attn_sass's case), with the case's cache dtype and switches
     consts = dict(S.BASE, **S.CASES["sliding"], HAS_KD=fp8, HAS_VD=fp8, DOT_DTYPE=tl.float16 if fp8 else tl.bfloat16,
                   KV_ASM=fp8, PRE=int(case["pre"]), LINES=2 if fp8 else 4, LINE=128 if fp8 else 64,
-                  MERGE=case.get("merge", False), LEAN=case.get("lean", False), POS32=case.get("pos32", False))
+                  MERGE=case.get("merge", False), LEAN=case.get("lean", False), POS32=case.get("pos32", False),
+                  QKV=case.get("qkv", False), NEW_KV=case.get("qkv", False))
     try:
         ptx = S.compile_sm90(consts, fp8).asm["ptx"]
         wait = ptx.index("griddepcontrol.wait")
@@ -333,7 +334,8 @@ for case in json.loads(sys.argv[1]):
                             len(re.findall(r"prefetch", ptx[wait:])),
                             len(re.findall(r"cp\.async\.cg", ptx[wait:])),
                             len(re.findall(r"ld\.global\.b32", ptx[wait:ptx.index("st.shared", wait)])),
-                            len(re.findall(r"mul\.lo\.s64", ptx)), len(re.findall(r"div\.s64", ptx))]
+                            len(re.findall(r"mul\.lo\.s64", ptx)), len(re.findall(r"div\.s64", ptx)),
+                            len(re.findall(r"st\.global", ptx[wait:])), len(re.findall(r"rsqrt", ptx))]
     except Exception as e:
         done[case["id"]] = repr(e)[:2000]
 print(json.dumps(done))
@@ -402,3 +404,17 @@ def test_attention_32_bit_positions_compile_for_sm90_without_64_bit_division():
     for fp8 in ("bf16", "fp8"):
         wide, narrow = done[f"pos64/{fp8}"], done[f"pos32/{fp8}"]
         assert wide[8] > 0 and narrow[8] == 0 and narrow[7] < wide[7] and narrow[5] > 0, json.dumps(done)
+
+
+def test_attention_with_raw_qkv_compiles_for_sm90_with_the_norms_and_the_new_rows_store():
+    """kernels/attn_qkv.py inside the attention (QKV, NEW_KV), bf16, with the H100's batch-1 switches and without: the
+    q rows' and the new k's and v's norms (rsqrt), the new rows stored after the PDL wait beside the partials, and the
+    key loop still cp.async-pipelined."""
+    cases = [dict(id=f"{'qkv' if qkv else 'q'}/{'rule' if rule else 'plain'}", pre=2 if rule else 0, fp8=False,
+                  lean=rule, pos32=rule, qkv=qkv) for qkv in (False, True) for rule in (False, True)]
+    done = compiled(ATTN_COMPILE, cases)
+    for c in cases:
+        assert isinstance(done[c["id"]], list), done[c["id"]]
+    for rule in ("plain", "rule"):
+        q, qkv = done[f"q/{rule}"], done[f"qkv/{rule}"]
+        assert q[10] == 0 and qkv[10] > 0 and qkv[9] > q[9] and qkv[5] > 0, json.dumps(done)

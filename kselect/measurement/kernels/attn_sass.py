@@ -31,11 +31,13 @@ SWITCHES = {"plain": {}, "lean": dict(LEAN=True), "pos32": dict(POS32=True)}
 # E4B at batch 1 on the small launch (kernels/triton_paged.py small_decode): bf16, page 16
 BASE = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, PAGE=16, CAUSAL=True, HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False,
             HAS_QD=False, HAS_KD=False, HAS_VD=False, SPLIT=True, IEEE=False, KV_ASM=False, PDL=True, PRE=0, LINES=4,
-            LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False)
+            LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False, QKV=False, NEW_KV=False)
 KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",),
          "integer": ("IMAD", "LEA", "ISETP", "IADD3")}
 INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # address, predicate, opcode
 FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
+# the raw q/k/v path's inputs (kernels/attn_qkv.py): the norm weights, rope tables and the cache it writes, bf16
+BF16 = ("q_ptr", "out_ptr", "qw_ptr", "kw_ptr", "cos_ptr", "sin_ptr", "kcw_ptr", "vcw_ptr")
 
 
 class NoAssembler(Exception):
@@ -43,9 +45,9 @@ class NoAssembler(Exception):
 
 
 def _types(names: list[str], consts: dict, kv: str) -> dict:
-    return {n: "constexpr" if n in consts else kv if n in ("k_ptr", "v_ptr") else "*bf16" if n in ("q_ptr", "out_ptr")
-            else "*fp32" if n in FP32 else "*i32" if n.endswith("_ptr") else "fp32" if n == "sm_scale_log2" else "i32"
-            for n in names}
+    return {n: "constexpr" if n in consts else kv if n in ("k_ptr", "v_ptr") else "*bf16" if n in BF16
+            else "*fp32" if n in FP32 else "*i64" if n == "slot_ptr" else "*i32" if n.endswith("_ptr")
+            else "fp32" if n in ("sm_scale_log2", "eps") else "i32" for n in names}
 
 
 def compile_sm90(consts: dict, fp8: bool = False):

@@ -4,13 +4,14 @@ After the fused q/k/v projection, kernels/qkv_rope.py's kernel norms and rotates
 paged cache, and the attention kernel then reads q and the cache. A decode step's attention (every sequence one
 new token) can do that work itself (kernels/triton_paged.py with a `RawQKV` for q):
 - every program norms and rotates its query rows from the raw q columns (`query_rows`), where it read q;
-- the one program whose key range holds a sequence's new position makes that token's k and v (`new_row`), writes
-  them to the cache as the q/k/v kernel would, masks that position in its tiles (its cache row is not read back:
-  other threads of the program wrote it) and adds the new key from its registers after them (`with_new_key`).
+- one more split a (sequence, kv head), the last, makes the new token's k and v (`new_row`), writes them to the
+  cache as the q/k/v kernel would, and stores that one key's partial from its registers (`new_key_split`); the
+  other splits share the tiles and leave that position out (their read of it could come before the write), and the
+  merge joins the partials as it joins any split's.
 q, k and v round where the q/k/v kernel rounds (kernels/qkv_rope.py `norm_rope`), so q and the cache have its bits;
-the output differs from the two kernels' only by where the new key's score and product are summed (elementwise, not
-in the tile's dot) and when it joins the online softmax. KV-shared layers make only q. FP8 caches and quantized
-queries keep the q/k/v kernel.
+the output differs from the two kernels' only by the new key's score being summed elementwise, not in a tile's dot,
+and by which split's partial holds it. KV-shared layers make only q. FP8 caches and quantized queries keep the q/k/v
+kernel.
 """
 
 from __future__ import annotations
@@ -108,13 +109,24 @@ def new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start
 
 
 @triton.jit
-def with_new_key(q, k_row, v_row, scale, m_i, l_i, acc, DOT_DTYPE: tl.constexpr):
-    """The online softmax's (m, l, acc) with the new token's key and value added, as one more key of the tile loop
-    (scores in log2 units times `scale`, p rounded to the dot dtype for the PV product): the diagonal, visible to every
-    row of its query whatever the mask."""
-    s = tl.sum(q.to(tl.float32) * k_row.to(tl.float32)[None, :], axis=1) * scale
-    m_new = tl.maximum(m_i, s)
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new)
-    pv = p.to(DOT_DTYPE).to(tl.float32)[:, None] * v_row.to(tl.float32)[None, :]
-    return m_new, l_i * alpha + p, acc * alpha[:, None] + pv
+def new_key_split(q_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, ws_acc_ptr, ws_ml_ptr, q_start,
+                  q_len, kv_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh, stride_cs, v_col, eps,
+                  G: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, D: tl.constexpr,
+                  DOT_DTYPE: tl.constexpr):
+    """The last split's program: the new token's k and v made and written (`new_row`), and its key's partial for the
+    group's query rows, as a split holding that one key stores it (m = the score, l = 1, acc = v: p = 1 exactly)."""
+    if q_len == 1:
+        g = tl.arange(0, G_PAD)
+        d = tl.arange(0, D)
+        h = kvh * G + tl.where(g < G, g, 0)
+        q = norm_rope(q_ptr + q_start * stride_qt + h[:, None] * stride_qh, q_start, qw_ptr, cos_ptr, sin_ptr,
+                      stride_cs, d[None, :] + 0 * h[:, None], eps, q_ptr, D, True, True)
+        k, v = new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start, kvh, hq // G, hq, d,
+                       stride_qt, stride_cs, v_col, eps, D)
+        s = tl.sum(q.to(DOT_DTYPE).to(tl.float32) * k.to(tl.float32)[None, :], axis=1) * sm_scale_log2
+        ok = g < G
+        base = (q_start * num_splits + split) * hq + kvh * G + g
+        tl.store(ws_acc_ptr + base[:, None] * D + d[None, :], tl.broadcast_to(v.to(tl.float32)[None, :], (G_PAD, D)),
+                 mask=ok[:, None])
+        tl.store(ws_ml_ptr + base * 2, s, mask=ok)
+        tl.store(ws_ml_ptr + base * 2 + 1, tl.full([G_PAD], 1.0, tl.float32), mask=ok)

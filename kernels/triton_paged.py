@@ -24,7 +24,7 @@ import triton.language as tl
 
 from . import pdl
 from . import split_merge
-from .attn_qkv import RawQKV, new_row, query_rows, with_new_key
+from .attn_qkv import RawQKV, new_key_split, query_rows
 from .cards import card_name
 from .pdl import wait_then_release
 from .reference import is_fp8
@@ -140,6 +140,14 @@ def _attn_fwd(
     if PRE == 0 and not LEAN:
         if qtile * BLOCK_Q >= q_len:
             return
+    if NEW_KV:
+        if split == num_splits - 1:
+            if PRE != 0:
+                wait_then_release(PDL)
+            new_key_split(q_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, ws_acc_ptr, ws_ml_ptr,
+                          q_start, q_len, kv_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh,
+                          stride_cs, v_col, eps, G, G_PAD, BLOCK_Q, D, DOT_DTYPE)
+            return
 
     rows = tl.arange(0, M)
     tok = qtile * BLOCK_Q + rows // G_PAD
@@ -169,8 +177,8 @@ def _attn_fwd(
         lo = tl.maximum(lo, qp_min - window_left)
     # Tiles start on BLOCK_N multiples (a window's lo is arbitrary); masks use the exact lo.
     begin = (lo // BLOCK_N) * BLOCK_N
-    if SPLIT:
-        per = tl.cdiv(tl.cdiv(tl.maximum(hi - begin, 0), BLOCK_N), num_splits) * BLOCK_N
+    if SPLIT:  # NEW_KV: the last split is the new key's (new_key_split); the others share the tiles
+        per = tl.cdiv(tl.cdiv(tl.maximum(hi - begin, 0), BLOCK_N), num_splits - NEW_KV) * BLOCK_N
         begin = begin + split * per
         hi = tl.minimum(hi, begin + per)
     old = kv_len - q_len  # keys before this step's queries: written by earlier steps
@@ -204,22 +212,14 @@ def _attn_fwd(
                               stride_qt, stride_qh, qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G, HAS_QD, HAS_KD,
                               DOT_DTYPE, QKV, D, G_PAD, M)
 
-    new_pos = kv_len - 1  # NEW_KV: the sequence's one new token, made by the program whose keys hold it
-    own = (q_len == 1) & (new_pos >= begin) & (new_pos < hi)
-    k_new = tl.zeros([D_PAD], k_ptr.dtype.element_ty)
-    v_new = k_new
-    skip = tl.where(own, new_pos, -1)  # the key position the tiles leave to the new key (-1: none)
-    if NEW_KV:
-        if own:
-            k_new, v_new = new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start, kvh, hq // G,
-                                   hq, d, stride_qt, stride_cs, v_col, eps, D)
+    skip = tl.where(q_len == 1, kv_len - 1, -1)  # NEW_KV: the new token's key, the last split's (-1: none)
     m_i = tl.full([M], float("-inf"), tl.float32)
     l_i = tl.zeros([M], tl.float32)
     acc = tl.zeros([M, D_PAD], tl.float32)
     for start in range(begin, hi, BLOCK_N):
         kp = start + tl.arange(0, BLOCK_N)
         k_ok = (kp < hi) & (kp >= lo)
-        if NEW_KV:  # the new key joins after the loop (the cache row read back could be the old one)
+        if NEW_KV:  # the last split's alone (a read of its cache row here could come before that split's write)
             k_ok = k_ok & (kp != skip)
         kv_ok = k_ok[:, None] & d_ok[None, :]
         if PRE == 1:  # the first tile: earlier steps' keys read before the wait, this step's read now
@@ -267,9 +267,6 @@ def _attn_fwd(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v)
         m_i = m_new
-    if NEW_KV:
-        if own:
-            m_i, l_i, acc = with_new_key(q, k_new, v_new, scale, m_i, l_i, acc, DOT_DTYPE)
 
     if HAS_VD:
         acc = acc * tl.load(vd_ptr + seq * (hq // G) + kvh)
@@ -542,6 +539,8 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
             want = triton.cdiv(2 * _num_sms(dev), b * hkv * n_qt)
             num_splits = max(1, min(want, triton.cdiv(span, 4 * block_n), 64))
     out = torch.empty(total_q, hq, d, dtype=out_dtype, device=dev)
+    new_kv = raw is not None and raw.k_cache is not None
+    num_splits += new_kv  # the new key's split (kernels/attn_qkv.py new_key_split)
     split = num_splits > 1
     ws_acc = ws_ml = out
     if split:
@@ -559,7 +558,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     pre, lean_start_on, pos32_on = decode_switches(dev, small, launch, n_qt, prefetch, lean, pos32)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
-    merge = split and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
+    merge = split and not new_kv and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
     cnt = split_merge.tickets(dev, b * n_qt * hkv) if merge else cu
     _attn_fwd[grid](
         q, k_cache, v_cache, out, bt, cu, su, qpos, mm, snk,

@@ -141,11 +141,11 @@ PAIR = {"pair": ("n", False), "pair_t": ("t", False), "pair_tuned": ("n", True),
 # registers, or every row's lines into L2
 KV_PRE = {"kv_pre": "REGS", "kv_l2": "L2"}
 # a small decode's attention launch (kernels/triton_paged.py SMALL): split at most n ways (default 64), 8 warps a
-# program (default 4), one pipeline stage (default 2); attn_b16*: the small launch up to batch 16 (default 4), with
-# about 1, 2 or 4 programs an SM (default 1)
+# program (default 4), one pipeline stage (default 2), 16-key tiles (default 32); attn_b16*: the small launch up to
+# batch 16 (default 4), with about 1, 2 or 4 programs an SM (default 1)
 SMALL_LAUNCH = {**{f"splits{n}": dict(splits=n) for n in (1, 2, 4, 8)}, "attn_w8": dict(warps=8),
-                "attn_s1": dict(stages=1), "attn_b16": dict(batch=16), "attn_b16_x2": dict(batch=16, per_sm=2),
-                "attn_b16_x4": dict(batch=16, per_sm=4)}
+                "attn_s1": dict(stages=1), "attn_n16": dict(block_n=16), "attn_b16": dict(batch=16),
+                "attn_b16_x2": dict(batch=16, per_sm=2), "attn_b16_x4": dict(batch=16, per_sm=4)}
 # an add-norm launched with PDL reads its residual before the wait (kernels/rms_norm.py RES_EARLY)
 RES_EARLY = "res_early"
 # the per-layer-input block and the add-norms around it as one kernel with a grid barrier (gemma4/fused.py PLE_BLOCK)

@@ -732,6 +732,8 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         assert triton_paged.small_decode(2, 520, 132) == (32, 1, 4)
     with gv.variant("attn_w8"):
         assert triton_paged.SMALL["warps"] == 8
+    with gv.variant("attn_n16"):  # 16-key tiles: at batch 1 one page a program, twice the splits
+        assert triton_paged.small_decode(2, 520, 132) == (16, 2, 33)
     assert triton_paged.small_decode(2, 520, 132) == (32, 2, 17) and triton_paged.SMALL["warps"] is None
     with gv.variant("attn_b16_x2"):  # the small launch up to batch 16, about two programs an SM
         assert triton_paged.SMALL["batch"] == 16 and triton_paged.small_decode(32, 520, 132) == (32, 2, 9)

@@ -183,7 +183,8 @@ def ple_block(on: bool):
 
 # QKV_IN_ATTENTION: where the group's backend takes raw q/k/v (kselect's Triton kernel: `takes_raw_qkv`), a 16-bit
 # cache and no quantized q, the q/k/v norms, rope and KV write run inside the attention kernel at one new token a
-# sequence (kernels/attn_qkv.py), one kernel a layer fewer. `qkv_in_attention(on)` sets it.
+# sequence (kernels/attn_qkv.py), one kernel a layer fewer. Off: in E4B's step on the H100 the attention grew by more
+# than the kernel it absorbed, 0.993x at batch 1 and 16 (bench/results/h100/attn_qkv/). `qkv_in_attention(on)` sets it.
 QKV_IN_ATTENTION = False
 
 

@@ -62,6 +62,16 @@ def rows_2x(n, k):  # every shape: twice the rows of W a program (twice the byte
     return dict(block_n=2 * gemv.base_config(n, k)["block_n"])
 
 
+def first_64(n, k):  # every shape: 64 columns of W before the wait (a 128-byte line a row), the rest after
+    return dict(first_k=64)
+
+
+def first_256(n, k):  # the shapes on 1,024-column chunks (q/k/v, o, down, the per-layer gate): 256 columns before
+    from kselect.kernels import gemv
+
+    return dict(first_k=256) if gemv.base_config(n, k)["block_k"] > 256 else None
+
+
 def combined(n, k):  # small_first_2048 + wide_first_1024 + down_first_4096
     return small_first_2048(n, k) or wide_first_1024(n, k) or down_first_4096(n, k)
 
@@ -109,7 +119,7 @@ def _best_of(env: str, rows: int, first_k: bool = True):
 
 
 GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024, chunks_2x, rows_2x,
-                                 down_first_4096, combined, ahead_all)}
+                                 down_first_4096, combined, ahead_all, first_64, first_256)}
 SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
 TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}

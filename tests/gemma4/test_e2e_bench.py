@@ -651,7 +651,11 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert changed["ahead_all"] == set(e4b)
     with gemv.configured(gv.small_whole_k):
         assert gemv.config(3072, 2560)["first_k"] == 4096 and gemv.config(2560, 2048)["first_k"] == 2048
-    assert changed["chunks_2x"] == changed["rows_2x"] == set(e4b)
+    assert changed["chunks_2x"] == changed["rows_2x"] == changed["first_64"] == set(e4b)
+    assert changed["first_256"] == {"qkv", "o", "down", "ple_gate"}  # the 1,024-column chunks' shapes
+    for (n, k) in e4b.values():  # a narrower first chunk, the chunks after it as they were
+        with gemv.configured(gv.first_64):
+            assert gemv.config(n, k) == dict(gemv.base_config(n, k), first_k=64)
     for (n, k) in e4b.values():  # twice the default's chunk after an unchanged first one; twice its rows a program
         base = gemv.base_config(n, k)
         with gemv.configured(gv.chunks_2x):

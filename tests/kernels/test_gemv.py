@@ -195,11 +195,12 @@ def test_gelu_mul_epilogue_equals_gemv_then_kernel(dtype, m, i, k, bn, bk):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("m,i,k,bn,bk,fk", [(1, 24, 100, 4, 32, 32), (2, 13, 64, 8, 16, 64), (1, 9, 300, 2, 64, 128)])
+@pytest.mark.parametrize("m,i,k,bn,bk,fk", [(1, 24, 100, 4, 32, 32), (2, 13, 64, 8, 16, 64), (1, 9, 300, 2, 64, 128),
+                                           (1, 24, 300, 4, 64, 16)])
 def test_gelu_mul_paired_in_one_loop_equals_a_loop_each(dtype, m, i, k, bn, bk, fk):
     """PAIR_ONE_LOOP (the gate's and the up's chunks in one K loop): each half's sums in _row_dots's order, so the
-    bits of a loop each, with a first chunk as wide as a chunk or wider, and ragged edges; off outside its block; AHEAD
-    keeps a loop each."""
+    bits of a loop each, with a first chunk as wide as a chunk, wider or narrower, and ragged edges; off outside its
+    block; AHEAD keeps a loop each."""
     x, w = inputs(m, 2 * i, k, dtype, 15)
     x = x * 8
     given = dict(block_n=bn, block_k=bk, first_k=fk)

@@ -33,7 +33,9 @@ from .switches import switched
 _wanted = False  # set inside on(): the caller knows its step (gemma4/fused.py pdl_step)
 _blocked = 0  # depth of off(): wins over on(), e.g. a profile around a forward that asks for PDL
 _early = False  # set inside early(): step 3 before step 2 (a measurement; see `early`)
+_late = False  # set inside late(): step 3 after the kernel's reads, in the kernels that have such a point
 EARLY = 2  # the PDL constexpr of a kernel that releases before it waits
+LATE = 3  # ... of a kernel that releases after its reads (`release_late`), before its stores
 
 
 @triton.jit
@@ -43,8 +45,18 @@ def wait_then_release(PDL: tl.constexpr):
     if PDL == 2:
         gdc_launch_dependents()
         gdc_wait()
+    elif PDL == 3:
+        gdc_wait()  # step 3 comes at the kernel's `release_late`
     elif PDL:
         gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def release_late(PDL: tl.constexpr):
+    """Step 3 where PDL == LATE: called after the kernel's reads are used (so done) and before its stores, so the
+    next kernel's programs, which read their weights as soon as they launch, do not queue beside those reads."""
+    if PDL == 3:
         gdc_launch_dependents()
 
 
@@ -63,9 +75,12 @@ def enabled(t: torch.Tensor) -> bool:
     return active() and t.is_cuda and _supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
-def args(t: torch.Tensor) -> dict:
-    """Launch keywords for a kernel here whose tensors live with t: its PDL constexpr, and Triton's launch_pdl."""
-    return {"PDL": EARLY if _early else True, "launch_pdl": True} if enabled(t) else {"PDL": False}
+def args(t: torch.Tensor, late: bool = False) -> dict:
+    """Launch keywords for a kernel here whose tensors live with t: its PDL constexpr, and Triton's launch_pdl.
+    late: the kernel calls `release_late` (it gets LATE inside late())."""
+    if not enabled(t):
+        return {"PDL": False}
+    return {"PDL": EARLY if _early else LATE if _late and late else True, "launch_pdl": True}
 
 
 def on():
@@ -83,6 +98,15 @@ def off():
         yield
     finally:
         _blocked -= 1
+
+
+def late(on: bool = True):
+    """Kernels launched with PDL inside that have a late point (the add-norm, kernels/rms_norm.py; the split merge,
+    kernels/split_merge.py) release the next kernel there, after their reads, not right after their wait. Why: a big
+    projection's programs read their first chunk of W as soon as they launch, and those reads slowed the latency-bound
+    kernel before it (E4B's batch-1 timeline on the H100, bench/results/h100/late_release/). A measurement's switch
+    (kselect/measurement/gemv_variants.py `pdl_late`), off by default."""
+    return switched(globals(), _late=on)
 
 
 def early(on: bool = True):

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from . import pdl
-from .pdl import wait_then_release
+from .pdl import release_late, wait_then_release
 from .switches import switched
 from .triton_round import round_like
 
@@ -83,6 +83,7 @@ def _add_rms_norm_kernel(y_ptr, res_ptr, wa_ptr, scalar, wb_ptr, out_ptr, outb_p
     if HAS_SCALAR:  # a one-element tensor (a model buffer) or an fp32 number
         sc = scalar_value(scalar, SCALAR_PTR)
     s, m = add_norm_values(y, r, wa, wb, sc, D, eps, out_ptr, HAS_RES, HAS_WA, HAS_SCALAR, HAS_WB)
+    release_late(PDL)
     tl.store(out_ptr + row * stride_out + offs, s.to(dt), mask=mask)
     if HAS_WB:
         tl.store(outb_ptr + row * stride_outb + offs, m.to(dt), mask=mask)
@@ -139,7 +140,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None, zero_y=False):
     res2 = _rows(res) if res is not None else y2
     block = triton.next_power_of_2(d)
     on_device = scalar is None or isinstance(scalar, torch.Tensor)  # a tensor is read in the kernel, a number passed
-    launch = pdl.args(out)
+    launch = pdl.args(out, late=True)
     if rows:
         _add_rms_norm_kernel[(rows,)](
             y2, res2, w_a if w_a is not None else y2, (y2 if scalar is None else scalar) if on_device else float(scalar),
@@ -147,7 +148,7 @@ def _launch(y, res, w_a, scalar, w_b, eps, want_b, out=None, zero_y=False):
             outb.stride(0), float(eps), HAS_RES=res is not None, HAS_WA=w_a is not None,
             HAS_SCALAR=scalar is not None, SCALAR_PTR=on_device,
             HAS_WB=w_b is not None, BLOCK=block, ZERO_Y=zero_y,
-            RES_EARLY=RES_EARLY and res is not None and launch["PDL"] is True,
+            RES_EARLY=RES_EARLY and res is not None and launch["PDL"] in (True, pdl.LATE),
             num_warps=row_warps(block), **launch)
     return out.view(shape), (outb.view(shape) if want_b else None)
 

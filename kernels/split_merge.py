@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .pdl import wait_then_release
+from .pdl import release_late, wait_then_release
 from .switches import switched
 
 LOG2E = 1.4426950408889634
@@ -44,7 +44,8 @@ def tickets(device: torch.device, needed: int) -> torch.Tensor:
 
 @triton.jit
 def merge_row(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, t, h, num_splits, hq, stride_ot, stride_oh,
-              S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr):
+              S_PAD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, HAS_SINK: tl.constexpr,
+              PDL: tl.constexpr = False):
     """out[t, h] from the splits' (acc, m, l) partials, m in log2 units; the sink logit joins here."""
     s = tl.arange(0, S_PAD)
     s_ok = s < num_splits
@@ -63,6 +64,7 @@ def merge_row(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, t, h, num_splits, hq, st
         denom += tl.exp2(sk - m_safe)
     acc = tl.load(ws_acc_ptr + base[:, None] * D + d[None, :], mask=s_ok[:, None] & (d < D)[None, :], other=0.0)
     o = tl.sum(acc * w[:, None], 0) / tl.where(denom == 0.0, 1.0, denom)
+    release_late(PDL)  # kernels/pdl.py LATE: after the partials' reads, before the store
     tl.store(out_ptr + t * stride_ot + h * stride_oh + d, o.to(out_ptr.dtype.element_ty), mask=d < D)
 
 
@@ -73,7 +75,7 @@ def _merge_splits(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, num_splits, hq, stri
     """The default: one program a (token, query head), after the attention kernel."""
     wait_then_release(PDL)
     merge_row(ws_acc_ptr, ws_ml_ptr, out_ptr, sink_ptr, tl.program_id(0), tl.program_id(1), num_splits, hq,
-              stride_ot, stride_oh, S_PAD, D, D_PAD, HAS_SINK)
+              stride_ot, stride_oh, S_PAD, D, D_PAD, HAS_SINK, PDL)
 
 
 @triton.jit

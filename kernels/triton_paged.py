@@ -580,6 +580,6 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         split_merge._merge_splits[(total_q, hq)](
             ws_acc, ws_ml, out, snk, num_splits, hq, out.stride(0), out.stride(1),
             S_PAD=_pow2(num_splits), D=d, D_PAD=d_pad, HAS_SINK=sinks is not None, num_warps=4,
-            **pdl.args(out))
+            **pdl.args(out, late=True))
     return out
 

@@ -187,6 +187,9 @@ B1_OFF = "b1_off"
 # q/k/v's norms, rope and KV write inside the attention kernel at one new token a sequence (gemma4/fused.py
 # QKV_IN_ATTENTION, kernels/attn_qkv.py): one kernel a layer fewer
 ATTN_QKV = "attn_qkv"
+# PDL kernels with a late point (the add-norm, the split merge) release the next kernel after their reads
+# (kernels/pdl.py `late`)
+PDL_LATE = "pdl_late"
 # the add-norm kernel with 2, 4 or 16 warps a row, not one per 512 columns (kernels/rms_norm.py ROW_WARPS; 8 at E4B's
 # 2560)
 NORM_WARPS = {f"norm_w{n}": n for n in (2, 4, 16)}
@@ -227,6 +230,10 @@ def variant(name: str):
         from kselect.kernels import pdl
 
         return pdl.early(True)
+    if name == PDL_LATE:
+        from kselect.kernels import pdl
+
+        return pdl.late(True)
     if name in TMA:
         from kselect.kernels import gemv_tma
 
@@ -328,7 +335,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None}
+            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -702,6 +702,9 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("pdl_b16+pdl_early"):  # PDL kernels release the next one before they wait
         assert pdl._early and fused.PDL_MAX_TOKENS == 16
     assert not pdl._early
+    with gv.variant("pdl_late"):  # ... or, where they have a late point, after their reads
+        assert pdl._late
+    assert not pdl._late
     from kselect.kernels import rms_norm, split_merge, triton_paged
 
     with gv.variant("kv_pre+merge_last"):  # the attention's first-tile prefetch and merge in its last program

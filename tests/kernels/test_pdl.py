@@ -66,3 +66,19 @@ def test_early_release_is_a_constexpr_value_only_where_pdl_is_on(sm90):
         with pytest.raises(RuntimeError), pdl.early():
             raise RuntimeError("boom")
         assert pdl.args(t)["PDL"] is True
+
+
+def test_late_release_only_for_kernels_with_a_late_point(sm90):
+    """late(): a kernel that calls release_late (args(..., late=True)) gets PDL == LATE; any other keeps PDL on (it
+    would never release otherwise); early() wins; a plain launch stays plain."""
+    t = fake_cuda_tensor()
+    with pdl.late():
+        assert pdl.args(t, late=True) == {"PDL": False}
+        with pdl.on():
+            assert pdl.args(t, late=True) == {"PDL": pdl.LATE, "launch_pdl": True}
+            assert pdl.LATE not in (True, False, pdl.EARLY)
+            assert pdl.args(t)["PDL"] is True
+            with pdl.early():
+                assert pdl.args(t, late=True)["PDL"] == pdl.EARLY
+    with pdl.on():
+        assert pdl.args(t, late=True)["PDL"] is True

@@ -104,7 +104,7 @@ def test_residual_before_the_wait_only_where_switched_on_under_pdl(monkeypatch):
 
         with monkeypatch.context() as m:
             m.setattr(K, "wait_then_release", wait_then_release)
-            m.setattr(K.pdl, "args", lambda t: {"PDL": True})
+            m.setattr(K.pdl, "args", lambda t, **kw: {"PDL": True})
             with K.res_before_wait(early):
                 return K.add_rms_norm(y, res, na.weight, na.eps, None, nb.weight)
 

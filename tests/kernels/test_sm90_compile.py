@@ -244,7 +244,7 @@ from kselect.kernels import rms_norm as K
 kernel = K._add_rms_norm_kernel
 names = list(inspect.signature(kernel.fn).parameters)
 done = {}
-for pdl, early in ((True, False), (2, False), (True, True)):
+for pdl, early in ((True, False), (2, False), (True, True), (3, False)):
     consts = dict(json.loads(sys.argv[1]), PDL=pdl, RES_EARLY=early, ZERO_Y=False)
     types = {n: "constexpr" if n in consts else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar")
              else "i32" for n in names}
@@ -256,6 +256,9 @@ for pdl, early in ((True, False), (2, False), (True, True)):
         key = f"{pdl}/res_early" if early else str(pdl)
         done[key] = "release first" if at("launch_dependents")[0] < at("griddepcontrol.wait")[0] else "wait first"
         done[key + "/loads before"] = len([i for i in at("ld.global") if i < at("griddepcontrol.wait")[0]])
+        if pdl == 3:  # the late release: after the last load, before the first store
+            release = at("launch_dependents")[0]
+            done["3/late"] = at("ld.global")[-1] < release < at("st.global")[0]
     except Exception as e:
         done[str(pdl)] = repr(e)[:2000]
 print(json.dumps(done))
@@ -264,14 +267,16 @@ print(json.dumps(done))
 
 def test_early_release_orders_the_release_before_the_wait_on_sm90():
     """kernels/pdl.py: PDL == EARLY compiles to griddepcontrol.launch_dependents before griddepcontrol.wait, and
-    PDL on to the wait first (the add-norm kernel, which every decode layer runs). With RES_EARLY (kernels/rms_norm.py)
-    the residual's loads join the weights' before the wait."""
+    PDL on to the wait first (the add-norm kernel, which every decode layer runs); PDL == LATE to the wait first and the
+    release after the last load, before the first store. With RES_EARLY (kernels/rms_norm.py) the residual's loads join
+    the weights' before the wait."""
     consts = dict(HAS_RES=True, HAS_WA=True, HAS_SCALAR=False, SCALAR_PTR=False, HAS_WB=True, BLOCK=4096)
     done = compiled(EARLY, consts)
     weights = done["True/loads before"]
     assert weights > 0 and done["True/res_early/loads before"] == 3 * weights // 2, done  # wa, wb, then res too
     assert {k: v for k, v in done.items() if "loads" not in k} == {"True": "wait first", "2": "release first",
-                                                                  "True/res_early": "wait first"}
+                                                                  "True/res_early": "wait first", "3": "wait first",
+                                                                  "3/late": True}
 
 
 PAIR_COMPILE = r'''
@@ -418,3 +423,37 @@ def test_attention_with_raw_qkv_compiles_for_sm90_with_the_norms_and_the_new_row
     for rule in ("plain", "rule"):
         q, qkv = done[f"q/{rule}"], done[f"qkv/{rule}"]
         assert q[10] == 0 and qkv[10] > 0 and qkv[9] > q[9] and qkv[5] > 0, json.dumps(done)
+
+
+MERGE_LATE = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import split_merge as K
+
+kernel = K._merge_splits
+names = list(inspect.signature(kernel.fn).parameters)
+done = {}
+for pdl in (True, 3):
+    consts = dict(S_PAD=32, D=256, D_PAD=256, HAS_SINK=False, PDL=pdl)
+    types = {n: "constexpr" if n in consts else "*bf16" if n == "out_ptr" else "*fp32" if n.endswith("_ptr")
+             else "i32" for n in names}
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=aligned(names, types))
+    try:
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
+        at = lambda op: [i for i, line in enumerate(ptx) if op in line]
+        wait, release = at("griddepcontrol.wait")[0], at("launch_dependents")[0]
+        done[str(pdl)] = [wait < release, release < at("ld.global")[-1], release < at("st.global")[0]]
+    except Exception as e:
+        done[str(pdl)] = repr(e)[:2000]
+print(json.dumps(done))
+'''
+
+
+def test_merge_releases_late_after_its_reads_on_sm90():
+    """kernels/split_merge.py's merge: PDL on releases right after the wait, before the partials' loads; PDL == LATE
+    after them, before the store."""
+    done = compiled(MERGE_LATE, None)
+    assert done == {"True": [True, True, True], "3": [True, False, True]}, done

@@ -103,9 +103,10 @@ def off():
 def late(on: bool = True):
     """Kernels launched with PDL inside that have a late point (the add-norm, kernels/rms_norm.py; the split merge,
     kernels/split_merge.py) release the next kernel there, after their reads, not right after their wait. Why: a big
-    projection's programs read their first chunk of W as soon as they launch, and those reads slowed the latency-bound
-    kernel before it (E4B's batch-1 timeline on the H100, bench/results/h100/late_release/). A measurement's switch
-    (kselect/measurement/gemv_variants.py `pdl_late`), off by default."""
+    projection's programs read their first chunk of W as soon as they launch, and those reads slow the latency-bound
+    kernel before it. Off: in E4B's batch-1 step on the H100 those kernels got 0.6-0.9 us shorter and the projections
+    after them longer by more, 0.972x (bench/results/h100/late_release/). A measurement's switch
+    (kselect/measurement/gemv_variants.py `pdl_late`)."""
     return switched(globals(), _late=on)
 
 

@@ -417,14 +417,12 @@ def test_gated_pairs_run_each_dense_mlp_and_per_layer_block_as_one_kernel(models
         fused.gated_pair("x")
 
 
-@pytest.mark.parametrize("name", ["edge", "all"])
-def test_qkv_in_attention_gives_the_logits_of_the_qkv_kernel(models, monkeypatch, name):
+def test_qkv_in_attention_gives_the_logits_of_the_qkv_kernel(models, monkeypatch):
     """With qkv_in_attention on and kselect's Triton attention on every group, a one-token step's layers hand the
-    attention their raw q/k/v (no q/k/v kernel; KV-shared layers too, K=V in "all"); a prefill's attention runs the
-    kernel first. The
-    logits are the switch off's up to the new key's fp32 summation order. On the reference backend (no raw q/k/v
-    taken) the q/k/v kernel runs at every step."""
-    model, _ = models[name]
+    attention their raw q/k/v (no q/k/v kernel; KV-shared and K=V layers too: "all" has every feature); a prefill's
+    attention runs the kernel first. The logits are the switch off's up to the new key's fp32 summation order. On the
+    reference backend (no raw q/k/v taken) the q/k/v kernel runs at every step."""
+    model, _ = models["all"]
     sel = simple_selection(model.args, backend="TRITON_ATTN")
     sel = sel.model_copy(update={"groups": tuple(g.model_copy(update={"build": "kselect"}) for g in sel.groups)})
     g = torch.Generator().manual_seed(6)

@@ -58,11 +58,10 @@ def both(case, qkv, qw, kw, cos, sin, slots, hq, hkv, d, k_eq_v=False, shared=Fa
     return got
 
 
-@pytest.mark.parametrize("window", [-1, 20])
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("k_eq_v", [False, True])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("window,splits,k_eq_v,dtype", [(-1, 1, False, torch.bfloat16), (20, 3, True, torch.bfloat16),
+                                                       (-1, 3, False, torch.float32), (20, 1, True, torch.float32)])
 def test_same_bits_as_the_qkv_kernel_then_attention(window, splits, k_eq_v, dtype):
+    """Full and sliding layers, one split or several, K = V or not, bf16 and fp32 (each pair of values at least once)."""
     hq, hkv, d = 4, 2, 32
     case, *rest = layer([37, 16, 50], hq, hkv, d, window, k_eq_v, dtype=dtype, seed=5)
     (want, wk, wv), (got, gk, gv) = both(case, *rest, hq, hkv, d, k_eq_v, num_splits=splits)
@@ -98,9 +97,9 @@ def test_kv_shared_layer_makes_q_only(splits):
     assert torch.equal(gk, case.k_cache) and torch.equal(gv, case.v_cache)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("switches", [dict(lean=True), dict(pos32=True), dict(prefetch=triton_paged.REGS),
-                                      dict(lean=True, pos32=True, prefetch=triton_paged.REGS)])
+@pytest.mark.parametrize("splits,switches", [(3, dict(lean=True)), (1, dict(pos32=True)),
+                                             (3, dict(prefetch=triton_paged.REGS)),
+                                             (3, dict(lean=True, pos32=True, prefetch=triton_paged.REGS))])
 def test_with_the_decode_switches(splits, switches):
     hq, hkv, d = 8, 2, 32
     case, *rest = layer([70, 41], hq, hkv, d, 24, seed=9)

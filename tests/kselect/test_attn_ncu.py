@@ -50,3 +50,11 @@ def test_refuses_without_cuda_or_ncu(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.startswith("attn_ncu: needs a CUDA device") and "\n" not in err
     assert not (tmp_path / "N").exists()
+
+
+def test_batch_is_checked_before_anything_runs(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        attn_ncu.main(["--out", "x", "--batch", "17"])
+    assert e.value.code == 2 and "--batch" in capsys.readouterr().err

@@ -1,14 +1,16 @@
-"""Nsight Compute on E4B's batch-1 decode attention and its merge (issue #52, bench/results/h100/attn_qkv/ncu/).
+"""Nsight Compute on E4B's decode attention and its merge (issue #52, bench/results/h100/attn_qkv/ncu/).
 
-Each layer kind's attention (kernels/triton_paged.py, the small launch) and its merge, launched as the step launches
-them (PDL, the card's batch-1 rule; probes/attn_floor.py's inputs, 520 keys), profiled by `ncu --set full` with the
-clocks left alone. Under the profiler each kernel runs alone, so its duration includes the launch and drain PDL hides.
+Each layer kind's attention (kernels/triton_paged.py, the small launch) and its merge at --batch sequences of 520
+keys (probes/attn_floor.py's inputs at batch 1), launched as the step launches them (batch 1: PDL and the card's
+batch-1 rule; more: plainly, gemma4/fused.py PDL_MAX_TOKENS), profiled by `ncu --set full` with the clocks left
+alone. Under the profiler each kernel runs alone, so its duration includes the launch and drain PDL hides.
 
-    python3 -m kselect.measurement.probes.attn_ncu --out $OUT/N
+    python3 -m kselect.measurement.probes.attn_ncu --out $OUT/N [--batch 16]
 
 Writes --out/metrics.txt (each kernel's duration, cycles, instructions, occupancy and stall reasons) and
-sass_<kind>.csv (the attention's SASS instructions: executions and stall samples), atomically. Exits 2 with one line
-where there is no CUDA device or no `ncu`. `--run KIND` is the program ncu profiles.
+sass_<kind>.csv (the attention's SASS instructions: executions and stall samples; sass_<kind>_b<batch>.csv past
+batch 1), atomically. Exits 2 with one line where there is no CUDA device or no `ncu`. `--run KIND` is the program
+ncu profiles.
 """
 
 from __future__ import annotations
@@ -34,17 +36,20 @@ SASS_COLUMNS = ("Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampl
 _ROW = re.compile(r"^\s+(.+?)\s{2,}(\S+\s+)?([\d,.]+)\s*$")  # name, unit, value of a details line
 
 
-def run(kind: str, calls: int = 12) -> None:
-    """The profiled program: `calls` attention calls (and merges) of one layer kind under PDL."""
+def run(kind: str, batch: int = 1, calls: int = 12) -> None:
+    """The profiled program: `calls` attention calls (and merges) of one layer kind at `batch` sequences, under PDL
+    at batch 1."""
     import torch
 
     from kselect.kernels import pdl
-    from kselect.measurement.probes import attn_floor
+    from kselect.measurement.kernel_timing import make_inputs
+    from kselect.measurement.probes import attn_floor as A
 
-    sets = attn_floor.inputs(kind, 8, attn_floor.KV_LEN, 16, "cuda")
-    with pdl.on():
+    c = A.CASES[kind]
+    sets = [make_inputs(A.HQ, A.HKV, c["d"], c["window"], batch, A.KV_LEN, 1, 16, False, "cuda") for _ in range(8)]
+    with pdl.on() if batch == 1 else pdl.off():
         for i in range(calls):
-            attn_floor.call(sets[i % len(sets)])
+            A.call(sets[i % len(sets)])
     torch.cuda.synchronize()
 
 
@@ -83,26 +88,29 @@ def sass_table(source_csv: str) -> str:
     return buf.getvalue()
 
 
-def profile(ncu: str, kind: str, tmp: Path) -> tuple[list[str], str]:
+def profile(ncu: str, kind: str, batch: int, tmp: Path) -> tuple[list[str], str]:
     rep = tmp / kind
     subprocess.run([ncu, "--clock-control", "none", "--kernel-name", f"regex:{KERNELS}", "--launch-skip", "8",
                     "--launch-count", "2", "--set", "full", "--import-source", "no", "-f", "-o", str(rep),
-                    sys.executable, "-m", __name__, "--run", kind], check=True, capture_output=True, text=True)
+                    sys.executable, "-m", __name__, "--run", kind, "--batch", str(batch)], check=True,
+                   capture_output=True, text=True)
     page = [ncu, "--import", f"{rep}.ncu-rep", "--page"]
     details = subprocess.run(page + ["details", "--print-details", "all"], check=True, capture_output=True,
                              text=True).stdout
     source = subprocess.run(page + ["source", "--print-source", "sass", "--csv", "--kernel-name", "_attn_fwd",
                                     "--launch-count", "1"], check=True, capture_output=True, text=True).stdout
-    return metrics(details, kind), sass_table(source)
+    return metrics(details, kind if batch == 1 else f"{kind}, batch {batch}"), sass_table(source)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="folder for metrics.txt and sass_<kind>.csv")
+    ap.add_argument("--batch", type=int, default=1, choices=range(1, 17), metavar="1..16",
+                    help="sequences a call (default 1)")
     ap.add_argument("--run", choices=KINDS, help="(what ncu runs) one layer kind's calls, nothing written")
     a = ap.parse_args(argv)
     if a.run:
-        run(a.run)
+        run(a.run, a.batch)
         return 0
     if a.out is None:
         ap.error("--out is required")
@@ -116,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.selector.base.files import atomic_write
 
     env = environment(sys.argv[1:] if argv is None else argv, script=f"-m {__name__}")
-    lines = [f"# Nsight Compute: E4B's batch-1 decode attention and merge, {torch.cuda.get_device_name()}", "",
+    lines = [f"# Nsight Compute: E4B's decode attention and merge at batch {a.batch}, {torch.cuda.get_device_name()}", "",
              f"`{env['command']}` at `{env['git_commit']}`", ""]
     a.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for kind in KINDS:
-            got, sass = profile(ncu, kind, Path(tmp))
+            got, sass = profile(ncu, kind, a.batch, Path(tmp))
             lines += got
-            atomic_write(a.out / f"sass_{kind}.csv", sass)
+            atomic_write(a.out / (f"sass_{kind}.csv" if a.batch == 1 else f"sass_{kind}_b{a.batch}.csv"), sass)
     atomic_write(a.out / "metrics.txt", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

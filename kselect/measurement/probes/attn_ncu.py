@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+MODULE = "kselect.measurement.probes.attn_ncu"  # what ncu runs (`-m`; __name__ is "__main__" there)
 KINDS = ("sliding", "full")
 KERNELS = "_attn_fwd|_merge_splits"
 METRICS = ("SM Frequency", "Elapsed Cycles", "Duration", "SM Active Cycles", "DRAM Throughput", "Executed Ipc Active",
@@ -92,7 +93,7 @@ def profile(ncu: str, kind: str, batch: int, tmp: Path) -> tuple[list[str], str]
     rep = tmp / kind
     subprocess.run([ncu, "--clock-control", "none", "--kernel-name", f"regex:{KERNELS}", "--launch-skip", "8",
                     "--launch-count", "2", "--set", "full", "--import-source", "no", "-f", "-o", str(rep),
-                    sys.executable, "-m", __name__, "--run", kind, "--batch", str(batch)], check=True,
+                    sys.executable, "-m", MODULE, "--run", kind, "--batch", str(batch)], check=True,
                    capture_output=True, text=True)
     page = [ncu, "--import", f"{rep}.ncu-rep", "--page"]
     details = subprocess.run(page + ["details", "--print-details", "all"], check=True, capture_output=True,
@@ -123,13 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.measurement.e2e.environment import environment
     from kselect.selector.base.files import atomic_write
 
-    env = environment(sys.argv[1:] if argv is None else argv, script=f"-m {__name__}")
+    env = environment(sys.argv[1:] if argv is None else argv, script=f"-m {MODULE}")
     lines = [f"# Nsight Compute: E4B's decode attention and merge at batch {a.batch}, {torch.cuda.get_device_name()}", "",
              f"`{env['command']}` at `{env['git_commit']}`", ""]
     a.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for kind in KINDS:
-            got, sass = profile(ncu, kind, a.batch, Path(tmp))
+            try:
+                got, sass = profile(ncu, kind, a.batch, Path(tmp))
+            except subprocess.CalledProcessError as e:
+                tail = " | ".join((e.stderr or e.stdout or "").strip().splitlines()[-3:])
+                print(f"attn_ncu: ncu failed on the {kind} layer (exit {e.returncode}): {tail}", file=sys.stderr)
+                return 2
             lines += got
             atomic_write(a.out / (f"sass_{kind}.csv" if a.batch == 1 else f"sass_{kind}_b{a.batch}.csv"), sass)
     atomic_write(a.out / "metrics.txt", "\n".join(lines) + "\n")

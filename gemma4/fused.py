@@ -107,24 +107,21 @@ class FusedOps(TorchOps):
         # quant-query backends: q leaves the q/k/v kernel quantized (no separate quantize kernel a layer)
         qs = g.backend.query_scale(g.meta, params, cache_dtype)
         quant = dict(q_scale=qs, q_dtype=cache_dtype) if qs is not None else {}
+        shared = a.kv_shared
+        args = (qkv, a.n_heads, 0 if shared else a.n_kv, a.head_dim, a.q_norm.weight,
+                None if shared else a.k_norm.weight, cos, sin, eps)
+        kv = {}
+        if not shared:
+            kc, vc = g.cache.kv(a.layer)
+            kv = dict(k_cache=kc, v_cache=vc, slot_mapping=g.slot_mapping, k_eq_v=a.v_proj is None)
         if QKV_IN_ATTENTION and qs is None and g.backend.takes_raw_qkv and not is_fp8(cache_dtype):
-            return self._raw_qkv(a, qkv, cos, sin, eps, g)
-        if a.kv_shared:
-            return self.qkv_kernel(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps, **quant)
-        kc, vc = g.cache.kv(a.layer)
-        p = g.cache.layer_params(a.layer, a.window_left)
-        return self.qkv_kernel(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps,
-                               kc, vc, g.slot_mapping, p.k_scale, p.v_scale, a.v_proj is None, **quant)
+            from ..kernels.attn_qkv import RawQKV  # the attention kernel runs the q/k/v kernel's work
 
-    def _raw_qkv(self, a, qkv, cos, sin, eps, g):
-        """The q/k/v kernel's arguments for the attention kernel to run it (QKV_IN_ATTENTION)."""
-        from ..kernels.attn_qkv import RawQKV
-
-        if a.kv_shared:
-            return RawQKV(qkv, a.n_heads, 0, a.head_dim, a.q_norm.weight, None, cos, sin, eps)
-        kc, vc = g.cache.kv(a.layer)
-        return RawQKV(qkv, a.n_heads, a.n_kv, a.head_dim, a.q_norm.weight, a.k_norm.weight, cos, sin, eps, kc, vc,
-                      g.slot_mapping, a.v_proj is None)
+            return RawQKV(*args, **kv)
+        if not shared:
+            p = g.cache.layer_params(a.layer, a.window_left)
+            kv.update(k_scale=p.k_scale, v_scale=p.v_scale)
+        return self.qkv_kernel(*args, **kv, **quant)
 
     def mlp_hidden(self, m, z):
         return self.linear_gelu_mul(z, m.gate_up_weight)

@@ -78,17 +78,24 @@ class RawQKV:
 
 
 @triton.jit
-def query_rows(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G: tl.constexpr,
-               G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, D: tl.constexpr):
-    """A program's query rows [BLOCK_Q * G_PAD, D] (row r: token r // G_PAD, head r % G_PAD of the group), normed and
-    rotated from the raw q columns, fp32 values rounded to q's dtype. At one new token a sequence only token q_start's
-    rows count: its G_PAD heads are made once and repeated for the other tokens' rows, as heads past the group repeat
-    the group's first (in bounds; masked later, as the zeros they replace)."""
+def group_q(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G: tl.constexpr,
+            G_PAD: tl.constexpr, D: tl.constexpr):
+    """Token q_start's G_PAD query heads of kv head kvh's group [G_PAD, D], normed and rotated from the raw q columns,
+    fp32 values rounded to q's dtype; heads past the group repeat its first (in bounds; masked later)."""
     g = tl.arange(0, G_PAD)
     h = kvh * G + tl.where(g < G, g, 0)
     cols = tl.arange(0, D)[None, :] + 0 * h[:, None]  # [G_PAD, D]: the weight and rope loads in the rows' layout
-    q = norm_rope(q_ptr + q_start * stride_qt + h[:, None] * stride_qh, q_start, qw_ptr, cos_ptr, sin_ptr, stride_cs,
-                  cols, eps, q_ptr, D, True, True)
+    return norm_rope(q_ptr + q_start * stride_qt + h[:, None] * stride_qh, q_start, qw_ptr, cos_ptr, sin_ptr,
+                     stride_cs, cols, eps, q_ptr, D, True, True)
+
+
+@triton.jit
+def query_rows(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G: tl.constexpr,
+               G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, D: tl.constexpr):
+    """A program's query rows [BLOCK_Q * G_PAD, D] (row r: token r // G_PAD, head r % G_PAD of the group). At one new
+    token a sequence only token q_start's rows count: its heads (`group_q`) are made once and repeated for the other
+    tokens' rows, which are masked later, as the zeros they replace."""
+    q = group_q(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G, G_PAD, D)
     return tl.reshape(tl.broadcast_to(q[None, :, :], (BLOCK_Q, G_PAD, D)), (BLOCK_Q * G_PAD, D))
 
 
@@ -110,17 +117,14 @@ def new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start
 
 @triton.jit
 def new_key_split(q_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, ws_acc_ptr, ws_ml_ptr, q_start,
-                  q_len, kv_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh, stride_cs, v_col, eps,
-                  G: tl.constexpr, G_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, D: tl.constexpr,
-                  DOT_DTYPE: tl.constexpr):
+                  q_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh, stride_cs, v_col, eps,
+                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, DOT_DTYPE: tl.constexpr):
     """The last split's program: the new token's k and v made and written (`new_row`), and its key's partial for the
     group's query rows, as a split holding that one key stores it (m = the score, l = 1, acc = v: p = 1 exactly)."""
     if q_len == 1:
         g = tl.arange(0, G_PAD)
         d = tl.arange(0, D)
-        h = kvh * G + tl.where(g < G, g, 0)
-        q = norm_rope(q_ptr + q_start * stride_qt + h[:, None] * stride_qh, q_start, qw_ptr, cos_ptr, sin_ptr,
-                      stride_cs, d[None, :] + 0 * h[:, None], eps, q_ptr, D, True, True)
+        q = group_q(q_ptr, qw_ptr, cos_ptr, sin_ptr, q_start, kvh, stride_qt, stride_qh, stride_cs, eps, G, G_PAD, D)
         k, v = new_row(q_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, q_start, kvh, hq // G, hq, d,
                        stride_qt, stride_cs, v_col, eps, D)
         s = tl.sum(q.to(DOT_DTYPE).to(tl.float32) * k.to(tl.float32)[None, :], axis=1) * sm_scale_log2

@@ -145,8 +145,8 @@ def _attn_fwd(
             if PRE != 0:
                 wait_then_release(PDL)
             new_key_split(q_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slot_ptr, kcw_ptr, vcw_ptr, ws_acc_ptr, ws_ml_ptr,
-                          q_start, q_len, kv_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh,
-                          stride_cs, v_col, eps, G, G_PAD, BLOCK_Q, D, DOT_DTYPE)
+                          q_start, q_len, kvh, hq, split, num_splits, sm_scale_log2, stride_qt, stride_qh,
+                          stride_cs, v_col, eps, G, G_PAD, D, DOT_DTYPE)
             return
 
     rows = tl.arange(0, M)
@@ -486,10 +486,10 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says).
     q may be a kernels/attn_qkv.py RawQKV: at one new token a sequence the kernel norms and rotates q and makes the new
     k and v itself; any other call runs its q/k/v kernel first."""
+    max_q = int(max_seqlen_q) if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     raw = None
     if isinstance(q, RawQKV):
-        max_q = max_seqlen_q if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
-        if q.fits(int(max_q), k_cache) and q_descale is None and q_positions is None:
+        if q.fits(max_q, k_cache) and q_descale is None and q_positions is None:
             raw = q
             q = raw.qkv.view(raw.qkv.shape[0], -1, raw.d)  # (T, columns / d, d): the kernel's q strides
         else:
@@ -505,7 +505,6 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     dev = q.device
     if out_dtype is None:
         out_dtype = torch.bfloat16 if is_fp8(q.dtype) else q.dtype
-    max_q = int(max_seqlen_q) if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
     max_k = int(max_seqlen_k) if max_seqlen_k is not None else int(seqused_k.max())
     g = hq // hkv
     g_pad, d_pad = _pow2(g), _pow2(d)

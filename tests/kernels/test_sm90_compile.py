@@ -35,6 +35,20 @@ def aligned(names, types, attrs=None):
     out = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if str(types.get(n, "")).startswith("*")}
     out.update(attrs or {})
     return out
+
+
+def sm90_ptx(kernel, consts, type_of):
+    """kernel's SM90 PTX, lines, with these constexprs; type_of(name) the type of every other argument."""
+    import inspect
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(kernel.fn).parameters)
+    types = {n: "constexpr" if n in consts else type_of(n) for n in names}
+    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
+                    attrs=aligned(names, types))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
 '''
 
 PTX = r'''
@@ -235,23 +249,15 @@ def test_gemv_tma_compiles_for_sm90_with_w_pipelined_after_a_first_chunk_before_
 
 
 EARLY = r'''
-import inspect, json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, sys
 from kselect.kernels import rms_norm as K
 
-kernel = K._add_rms_norm_kernel
-names = list(inspect.signature(kernel.fn).parameters)
 done = {}
 for pdl, early in ((True, False), (2, False), (True, True), (3, False)):
     consts = dict(json.loads(sys.argv[1]), PDL=pdl, RES_EARLY=early, ZERO_Y=False)
-    types = {n: "constexpr" if n in consts else "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar")
-             else "i32" for n in names}
-    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
-                    attrs=aligned(names, types))
     try:
-        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
+        ptx = sm90_ptx(K._add_rms_norm_kernel, consts,
+                       lambda n: "*bf16" if n.endswith("_ptr") else "fp32" if n in ("eps", "scalar") else "i32")
         at = lambda op: [i for i, line in enumerate(ptx) if op in line]
         key = f"{pdl}/res_early" if early else str(pdl)
         done[key] = "release first" if at("launch_dependents")[0] < at("griddepcontrol.wait")[0] else "wait first"
@@ -426,23 +432,15 @@ def test_attention_with_raw_qkv_compiles_for_sm90_with_the_norms_and_the_new_row
 
 
 MERGE_LATE = r'''
-import inspect, json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json
 from kselect.kernels import split_merge as K
 
-kernel = K._merge_splits
-names = list(inspect.signature(kernel.fn).parameters)
 done = {}
 for pdl in (True, 3):
     consts = dict(S_PAD=32, D=256, D_PAD=256, HAS_SINK=False, PDL=pdl)
-    types = {n: "constexpr" if n in consts else "*bf16" if n == "out_ptr" else "*fp32" if n.endswith("_ptr")
-             else "i32" for n in names}
-    src = ASTSource(fn=kernel, signature=types, constexprs={(names.index(n),): v for n, v in consts.items()},
-                    attrs=aligned(names, types))
     try:
-        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"].splitlines()
+        ptx = sm90_ptx(K._merge_splits, consts,
+                       lambda n: "*bf16" if n == "out_ptr" else "*fp32" if n.endswith("_ptr") else "i32")
         at = lambda op: [i for i, line in enumerate(ptx) if op in line]
         wait, release = at("griddepcontrol.wait")[0], at("launch_dependents")[0]
         done[str(pdl)] = [wait < release, release < at("ld.global")[-1], release < at("st.global")[0]]

@@ -29,7 +29,7 @@ SAMPLE = """
 def test_parse_takes_each_instruction_s_opcode():
     ops = S.parse(SAMPLE)
     assert ops == ["LDC", "ACQBULK", "EXIT", "LDG", "HMMA", "IMAD", "BRA", "UIADD3"]  # 5-digit addresses too
-    assert S.count(ops) == dict(instructions=8, HMMA=1, LDGSTS=0, LDG=1, STG=0, BAR=0, integer=1)
+    assert S.count(ops) == dict(instructions=8, HMMA=1, LDGSTS=0, LDG=1, STG=0, BAR=0, STL=0, integer=1)
 
 
 COMPILE = r"""

@@ -3,9 +3,11 @@
 kernels/triton_paged.py's `_attn_fwd` as the small launch runs it at batch 1 (4 query heads a KV head, one 32-key
 tile a program, split, PDL, 4 warps, 2 stages) is compiled ahead of time for SM90 with Triton's own assembler, as a
 launch specializes it (pointers and strides 16-byte aligned), and its SASS (Triton's bundled `cuobjdump`) counted:
-every instruction, and by kind. One row a layer kind (sliding d256 with its window, full d512) and switch: the plain
-start, the lean start (LEAN_START), 32-bit positions (POSITIONS_32). Instruction counts are not times; they say what
-the kernel's own chain is made of (bench/results/h200/attn_floor/).
+every instruction, and by kind (STL: register spills). One row a layer kind (sliding d256 with its window, full d512)
+and switch: the plain start, the lean start (LEAN_START), 32-bit positions (POSITIONS_32), the H100's batch-1 rule
+(those two with the first tile's lines into L2), and the rule with 16-key tiles (attn_n16) or with q/k/v's norms
+and rope inside (kernels/attn_qkv.py). Instruction counts are not times; they say what the kernel's own chain is
+made of (bench/results/h200/attn_floor/).
 
     python3 -m kselect.measurement.kernels.attn_sass --out $OUT/S
 
@@ -27,12 +29,14 @@ import tempfile
 from pathlib import Path
 
 CASES = {"sliding": dict(D=256, D_PAD=256, HAS_WINDOW=True), "full": dict(D=512, D_PAD=512, HAS_WINDOW=False)}
-SWITCHES = {"plain": {}, "lean": dict(LEAN=True), "pos32": dict(POS32=True)}
+RULE = dict(PRE=2, LEAN=True, POS32=True)  # kernels/triton_paged.py PDL_DECODE_BY_CARD's H100 entry
+SWITCHES = {"plain": {}, "lean": dict(LEAN=True), "pos32": dict(POS32=True), "rule": RULE,
+            "rule_n16": dict(RULE, BLOCK_N=16), "rule_qkv": dict(RULE, QKV=True, NEW_KV=True)}
 # E4B at batch 1 on the small launch (kernels/triton_paged.py small_decode): bf16, page 16
 BASE = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, PAGE=16, CAUSAL=True, HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False,
             HAS_QD=False, HAS_KD=False, HAS_VD=False, SPLIT=True, IEEE=False, KV_ASM=False, PDL=True, PRE=0, LINES=4,
             LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False, QKV=False, NEW_KV=False)
-KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",),
+KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",), "STL": ("STL",),
          "integer": ("IMAD", "LEA", "ISETP", "IADD3")}
 INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # address, predicate, opcode
 FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
@@ -128,7 +132,7 @@ def render(rows: list[dict], env: dict) -> str:
     out = ["# E4B's batch-1 decode attention, its SM90 instructions", "",
            f"`{env['command']}` at `{env['git_commit']}`, Triton {env['triton']} (compiled on a CPU machine)", "",
            "`_attn_fwd` of kernels/triton_paged.py as the small launch runs it at batch 1 (one 32-key tile a program, "
-           "bf16, 4 warps, 2 stages, PDL). `integer`: IMAD, LEA, ISETP and IADD3.", "",
+           "bf16, 4 warps, 2 stages, PDL). `integer`: IMAD, LEA, ISETP and IADD3; `STL`: register spills.", "",
            "| layer kind | switch | instructions | " + " | ".join(KINDS) + " |",
            "|---|---|---:|" + "---:|" * len(KINDS)]
     for r in rows:

@@ -58,3 +58,16 @@ def test_batch_is_checked_before_anything_runs(capsys):
     with pytest.raises(SystemExit) as e:
         attn_ncu.main(["--out", "x", "--batch", "17"])
     assert e.value.code == 2 and "--batch" in capsys.readouterr().err
+
+
+def test_the_module_refuses_in_one_line_without_cuda(tmp_path):
+    """As a user runs it (`python3 -m ...` in its own process, no GPU visible): exit 2, one line, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", attn_ncu.MODULE, "--out", str(tmp_path / "N")], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().startswith("attn_ncu: needs a CUDA device") and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "N").exists()

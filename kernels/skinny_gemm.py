@@ -22,6 +22,11 @@ one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.
 cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
 E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/).
 
+swap (a config entry, False by default): each K tile is summed as W's tile times x's, [BLOCK_N, K] @ [K, 16], not
+x's times W's. W's rows are then the tensor-core dot's M, so on SM90 Triton runs it on wgmma (M >= 64), W's tile
+read by the tensor cores from shared memory; at M = 16 it runs mma.sync, each W tile through ldmatrix into
+registers. The sums are the same products in another order, so the fp32 results differ in their last bits.
+
 PAIR_ONE_LOOP (a measurement's switch, off by default): the paired GeGLU projection reads its gate rows' K loop, then
 its up rows' (two pipelines, two ramps a program); switched on, both halves' tiles come in one loop (one pipeline,
 twice the bytes a stage, x read once a tile). Each half sums its K tiles in the same order, so the bits are the same.
@@ -59,7 +64,7 @@ def prefetch_w(tiles: int):
 
 @triton.jit
 def _dot_acc(xt, wt, acc, FP32: tl.constexpr):
-    """acc + xt @ wt.T. FP32: fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32."""
+    """acc + xt @ wt.T (either operand may be x's tile or W's). FP32: fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32."""
     if FP32:
         return tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(xt, tl.trans(wt), acc)
@@ -67,17 +72,26 @@ def _dot_acc(xt, wt, acc, FP32: tl.constexpr):
 
 @triton.jit
 def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, FP32: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] fp32 dots of x's rows with a program's rows of W."""
+               BLOCK_K: tl.constexpr, FP32: tl.constexpr, SWAP: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] fp32 dots of x's rows with a program's rows of W. SWAP: summed as W's tile times x's
+    (module doc), then transposed."""
     ms = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, k, BLOCK_K):
         c = k0 + cols
         c_ok = c < k
         xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
         wt = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        acc = _dot_acc(xt, wt, acc, FP32)
+        if SWAP:
+            acc = _dot_acc(wt, xt, acc, FP32)
+        else:
+            acc = _dot_acc(xt, wt, acc, FP32)
+    if SWAP:
+        acc = tl.trans(acc)
     return acc
 
 
@@ -127,12 +141,12 @@ def _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT: tl.constexpr, BLOCK
 @triton.jit
 def _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-                FP32: tl.constexpr):
+                FP32: tl.constexpr, SWAP: tl.constexpr):
     """(whether this program holds the tile's whole dots, those dots): its K range's dots (all of K without split-K),
     and with split-K the sum of every range's once the tile's last program has them (_split_sum)."""
     k0 = tl.program_id(1) * k_split
     acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
-                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, SWAP)
     done = True
     if SPLIT > 1:
         done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
@@ -152,13 +166,13 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split
                         scale, inv_cap, cap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, FP32: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                         EXACT_TANH: tl.constexpr, PDL: tl.constexpr, W_LINES: tl.constexpr = 0,
-                        LINE: tl.constexpr = 64):
+                        LINE: tl.constexpr = 64, SWAP: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)
     wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
     done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
-                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
+                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, SWAP)
     if done:
         y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         ms = tl.arange(0, BLOCK_M)
@@ -185,14 +199,14 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr
         done = True
     else:  # split-K only with a multiplier (not PAIRED): the whole K otherwise
         done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
-                                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32)
+                                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, False)
     if done:
         g = round_like(acc, out_ptr)
         if ONE_LOOP:
             u = round_like(acc_u, out_ptr)
         elif PAIRED:
             u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
-                                      stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32), out_ptr)
+                                      stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, False), out_ptr)
         else:
             u = tl.load(mul_ptr + ms[:, None] * stride_mul + rows[None, :], mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :],
@@ -226,7 +240,7 @@ def config(n: int, k: int, card: str = "") -> dict:
     """Launch parameters by shape: the card's measured config where it has one, else 16 rows of W a program for N up
     to 4096 (160 to 192 programs for E4B's small projections), 64 rows for the wide ones, no split-K. Inside
     `configured(fn)`, fn(n, k)'s entries replace these."""
-    cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4, split_k=1)
+    cfg = dict(block_n=16 if n <= 4096 else 64, block_k=128, num_warps=4, num_stages=4, split_k=1, swap=False)
     cfg.update(_card_table(card).get((n, k), {}) if card else {})
     return _override.apply(cfg, n, k)
 
@@ -244,6 +258,8 @@ def _params(n: int, k: int, given: dict, card: str = "", halve: bool = False) ->
             raise ValueError(f"skinny_gemm {key} must be a power of two of at least 16 (tensor-core tiles), got {v}")
     if not (isinstance(cfg["split_k"], int) and 1 <= cfg["split_k"] <= 64):
         raise ValueError(f"skinny_gemm split_k must be an integer from 1 to 64, got {cfg['split_k']!r}")
+    if not isinstance(cfg["swap"], bool):
+        raise ValueError(f"skinny_gemm swap must be True or False, got {cfg['swap']!r}")
     return cfg
 
 
@@ -282,7 +298,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
                 **given) -> torch.Tensor:
     """x [M, K] (1 <= M <= 16), w [N, K] with unit column stride -> x @ w.T [M, N] in x's dtype, then `* scale`
     and/or `tanh(. / softcap) * softcap`, rounded as kernels/gemv.py's epilogue. `given`: config entries
-    (block_n, block_k, num_warps, num_stages, split_k) to use instead of `config`'s. split_k > 1: K in that many
+    (block_n, block_k, num_warps, num_stages, split_k, swap) to use instead of `config`'s. split_k > 1: K in that many
     ranges, each its own program (more programs for a small N); the partials are summed in fp32, in split order, by
     the tile's last program, then rounded once."""
     _check("skinny_gemm", x, w)
@@ -298,7 +314,7 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
     _skinny_gemm_kernel[(tiles, split)](
         x, w, out, ws, cnt, m, n, k, k_split, x.stride(0), w.stride(0), out.stride(0),
         1.0 if scale is None else float(scale), inv_cap, cap, SPLIT=split, HAS_SCALE=scale is not None,
-        HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda, **_launch(p, x))
+        HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda, SWAP=p["swap"], **_launch(p, x))
     return out
 
 
@@ -317,6 +333,8 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
         raise ValueError(f"skinny_gemm_gelu_mul needs mul [{m}, {n}] with unit column stride, got "
                          f"{tuple(mul.shape)} stride {mul.stride()}")
     p = _params(w.shape[0], k, given, card_of(x), halve=paired)
+    if p["swap"]:
+        raise ValueError("skinny_gemm_gelu_mul has no swap (its dots run x's tile times W's), got swap=True")
     if paired and p["split_k"] != 1:
         raise ValueError(f"skinny_gemm_gelu_mul has no split-K for [gate; up] (a program reads both halves' rows), "
                          f"got split_k={p['split_k']}")

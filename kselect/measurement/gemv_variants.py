@@ -93,6 +93,10 @@ def sk_wide32(n, k):  # 32 rows of W a program for gate/up and the LM head
     return dict(block_n=32) if n > 4096 else None
 
 
+def sk_swap_lm(n, k):  # the LM head (the one projection past 65,536 rows) as W's tile times x's, on wgmma
+    return dict(swap=True, block_n=64, block_k=256, num_stages=4) if n > 65536 else None
+
+
 def sk_split(n, k):  # split-K for N <= 4096 (q/k/v, o, down, the per-layer-input gate): >= 2 waves of programs
     if n > 4096 or k < 1024:
         return None
@@ -120,7 +124,7 @@ def _best_of(env: str, rows: int, first_k: bool = True):
 
 GEMV = {f.__name__: f for f in (small_whole_k, small_whole_k_n1, small_first_2048, wide_first_1024, chunks_2x, rows_2x,
                                  down_first_4096, combined, ahead_all, first_64, first_256)}
-SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split)}
+SKINNY = {f.__name__: f for f in (sk_bn32, sk_bk256, sk_st3, sk_wide32, sk_split, sk_swap_lm)}
 # this card's microbenchmark record, fastest config per shape: the GEMV's at one row, the skinny GEMM's at 16
 TUNED = {"tuned": ("KSELECT_GEMV_TABLE", 1), "sk_tuned": ("KSELECT_SKINNY_TABLE", 16)}
 ROWS = {"cublas_rows": ((1, 1), None),  # 2 to 16 rows on cuBLAS: the code before kernels/skinny_gemm.py

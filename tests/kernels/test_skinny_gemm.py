@@ -148,6 +148,18 @@ def test_gemma_sizes_bf16(m, n, k):
         ulp_close(got, gemv.gemv(x, w), torch.bfloat16, max_frac=0.02)
 
 
+@gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+@pytest.mark.parametrize("n,k,split", [(262144, 2560, 1), (2560, 10240, 4)])
+def test_swap_at_gemma_sizes_bf16(n, k, split):
+    """swap on wgmma at E4B's LM head and down projection (16 rows): within the bf16 rounding of an fp64 matmul, and
+    at most a flipped rounding away from the plain kernel."""
+    x, w = inputs(16, n, k, torch.bfloat16, 5)
+    got = K.skinny_gemm(x, w, block_n=64, block_k=256, split_k=split, swap=True)
+    assert rel(got, x.double() @ w.double().T) < 4e-3
+    ulp_close(got, K.skinny_gemm(x, w, block_n=64, block_k=256, split_k=split), torch.bfloat16, max_frac=0.02)
+
+
 @pytest.mark.parametrize("m,n,k,bn,bk,split", [(16, 70, 300, 16, 32, 4), (3, 37, 100, 16, 32, 8),
                                                (1, 16, 64, 16, 16, 2), (16, 48, 96, 32, 32, 16)])
 def test_split_k_sums_the_partials_once(m, n, k, bn, bk, split):
@@ -159,6 +171,28 @@ def test_split_k_sums_the_partials_once(m, n, k, bn, bk, split):
     torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
     assert int(K._COUNTERS[x.device].abs().sum()) == 0
     assert torch.equal(K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split, scale=0.5), got * 0.5)
+
+
+@pytest.mark.parametrize("m,n,k,bn,bk,split", [(16, 70, 300, 64, 32, 1), (3, 37, 100, 16, 32, 4),
+                                               (1, 130, 64, 128, 16, 1)])
+def test_swap_sums_w_tile_times_x_tile_to_the_same_product(m, n, k, bn, bk, split):
+    """swap: [BLOCK_N, K] @ [K, 16] per tile, transposed once; ragged rows of x and W, split-K and the epilogues as
+    without it."""
+    x, w = inputs(m, n, k, torch.float32, 21)
+    got = K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split, swap=True)
+    torch.testing.assert_close(got, (x.double() @ w.double().T).float(), rtol=1e-5, atol=1e-5)
+    plain = K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split)
+    assert torch.equal(K.skinny_gemm(x, w, block_n=bn, block_k=bk, split_k=split, swap=True, scale=0.25), got * 0.25)
+    torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
+
+
+def test_swap_is_checked_and_the_gelu_projection_refuses_it():
+    x, w = inputs(2, 32, 64, torch.float32, 3)
+    with pytest.raises(ValueError, match="swap must be True or False, got 1"):
+        K.skinny_gemm(x, w, swap=1)
+    with pytest.raises(ValueError, match="has no swap"):
+        K.skinny_gemm_gelu_mul(x, w, swap=True)
+    assert K.config(32, 64)["swap"] is False
 
 
 def test_split_k_in_bf16_rounds_once_and_matches_the_unsplit_sum_closely():

@@ -149,7 +149,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kselect.kernels import skinny_gemm as K
 
-KERNELS = {"_skinny_gemm_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=False, EXACT_TANH=True),
+KERNELS = {"_skinny_gemm_kernel": dict(HAS_SCALE=True, HAS_SOFTCAP=False, EXACT_TANH=True, SWAP=False),
            "_skinny_gemm_gelu_mul_kernel": dict(PAIRED=False, ONE_LOOP=False),
            "_skinny_gemm_gelu_mul_kernel/one_loop": dict(PAIRED=True, ONE_LOOP=True)}  # no split-K: split 1 only
 done = {}
@@ -182,13 +182,27 @@ def test_skinny_gemm_compiles_for_sm90_with_and_without_split_k():
     assert done == {**want, "_skinny_gemm_gelu_mul_kernel/one_loop/1": True}
 
 
+def test_skinny_swap_runs_on_wgmma_for_sm90():
+    """swap: W's 64-row tile as the tensor-core dot's M compiles to wgmma on SM90; without it, x's 16 rows as M to
+    mma.sync. Split-K's sum compiles with the transposed accumulator too."""
+    base = dict(module="kselect.kernels.skinny_gemm", kernel="_skinny_gemm_kernel",
+                types=dict(ws_ptr="*fp32", cnt_ptr="*i32", scale="fp32", inv_cap="fp32", cap="fp32"),
+                consts=dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, FP32=False, PDL=False, HAS_SCALE=False,
+                            HAS_SOFTCAP=True, EXACT_TANH=True, W_LINES=0, LINE=64))
+    cases = [dict(base, id=f"{swap}/{split}", consts=dict(base["consts"], SWAP=swap, SPLIT=split))
+             for swap in (False, True) for split in (1, 4)]
+    for key, ptx in sm90_ptx(cases).items():
+        swap = key.startswith("True")
+        assert ("wgmma.mma_async" in ptx) == swap and ("mma.sync" in ptx) == (not swap), key
+
+
 def test_w_prefetch_compiles_for_sm90_before_the_pdl_wait():
     """PREFETCH_W's L2 prefetches (kernels/l2_prefetch.py rows_to_l2) compile for SM90 in both projection kernels and
     come before the PDL wait (weights only); with W_LINES 0, the default, there are none."""
     skinny = dict(module="kselect.kernels.skinny_gemm", kernel="_skinny_gemm_kernel",
                   types=dict(ws_ptr="*fp32", cnt_ptr="*i32", scale="fp32", inv_cap="fp32", cap="fp32"),
                   consts=dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT=4, FP32=False, PDL=True, HAS_SCALE=False,
-                              HAS_SOFTCAP=False, EXACT_TANH=True, LINE=64))
+                              HAS_SOFTCAP=False, EXACT_TANH=True, LINE=64, SWAP=False))
     gemv = dict(module="kselect.kernels.gemv", kernel="_gemv_gelu_mul_kernel",
                 consts=dict(M=1, BLOCK_N=4, BLOCK_K=256, FIRST_K=256, PAIRED=True, PDL=True, PRENORM=False,
                             HAS_WA=False, HAS_SCALAR=False, SCALAR_PTR=True, HAS_WB=False, K_PAD=1, AHEAD=False,

@@ -45,6 +45,9 @@ KERNELS = {
                                      itertools.product((1, 2, 4, 8, 16), (128, 256), (2, 3, 4, 6))]),
     "skinny": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw) for bn, bk, st, nw in
                              itertools.product((16, 32, 64), (64, 128, 256), (3, 4, 6), (4,))]),
+    # the same kernel summing W's tile times x's (swap: wgmma on SM90, W's rows its M)
+    "skinny_swap": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, swap=True)
+                                  for bn, bk, st in itertools.product((64, 128), (128, 256), (3, 4, 6))]),
 }
 L2 = 50 << 20
 

@@ -49,9 +49,24 @@ def _widen(x, DOT_DTYPE: tl.constexpr, KV_ASM: tl.constexpr):
 
 
 @triton.jit
-def _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE: tl.constexpr):
-    """The cache block of each key position kp (block-table lookups, masked by k_ok)."""
-    return tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+def _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE: tl.constexpr, OFF32: tl.constexpr):
+    """The cache block of each key position kp (block-table lookups, masked by k_ok). OFF32 (OFFSETS_32): kp >= 0
+    divided unsigned (a shift), the id kept in 32 bits for 32-bit cache offsets."""
+    if OFF32:
+        blk = tl.load(bt_ptr + seq * stride_bt + (kp.to(tl.uint32) // PAGE).to(tl.int32), mask=k_ok, other=0)
+    else:
+        blk = tl.load(bt_ptr + seq * stride_bt + kp // PAGE, mask=k_ok, other=0).to(tl.int64)
+    return blk
+
+
+@triton.jit
+def _in_page(kp, PAGE: tl.constexpr, OFF32: tl.constexpr):
+    """Each key position's row in its block (OFF32: unsigned, a mask)."""
+    if OFF32:
+        row = (kp.to(tl.uint32) % PAGE).to(tl.int32)
+    else:
+        row = kp % PAGE
+    return row
 
 
 @triton.jit
@@ -118,6 +133,7 @@ def _attn_fwd(
     DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, KV_ASM: tl.constexpr = False, PDL: tl.constexpr = False,
     PRE: tl.constexpr = 0, LINES: tl.constexpr = 1, LINE: tl.constexpr = 64, cnt_ptr=None, MERGE: tl.constexpr = False,
     S_PAD: tl.constexpr = 1, LEAN: tl.constexpr = False, POS32: tl.constexpr = False,
+    OFF32: tl.constexpr = False,
     qw_ptr=None, kw_ptr=None, cos_ptr=None, sin_ptr=None, slot_ptr=None, kcw_ptr=None, vcw_ptr=None, stride_cs=0,
     v_col=0, eps=0.0, QKV: tl.constexpr = False, NEW_KV: tl.constexpr = False,
 ):
@@ -185,14 +201,14 @@ def _attn_fwd(
     if PRE != 0:  # before the PDL wait: the first key tile (see `prefetch_kv` below)
         kp0 = begin + tl.arange(0, BLOCK_N)
         ok0 = (kp0 < hi) & (kp0 >= lo)
-        blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, ok0, PAGE)
+        blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, ok0, PAGE, OFF32)
         if PRE == 1:  # earlier steps' rows into registers
             pre_ok = (ok0 & (kp0 < old))[:, None] & d_ok[None, :]
-            k0 = _rows(k_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_kb, stride_ks, stride_kh)
-            v0 = _rows(v_ptr, blk0, kp0 % PAGE, kvh, d, pre_ok, stride_vb, stride_vs, stride_vh)
+            k0 = _rows(k_ptr, blk0, _in_page(kp0, PAGE, OFF32), kvh, d, pre_ok, stride_kb, stride_ks, stride_kh)
+            v0 = _rows(v_ptr, blk0, _in_page(kp0, PAGE, OFF32), kvh, d, pre_ok, stride_vb, stride_vs, stride_vh)
         else:  # every row's lines into L2
-            _to_l2(k_ptr, blk0, kp0 % PAGE, kvh, ok0, stride_kb, stride_ks, stride_kh, LINES, LINE)
-            _to_l2(v_ptr, blk0, kp0 % PAGE, kvh, ok0, stride_vb, stride_vs, stride_vh, LINES, LINE)
+            _to_l2(k_ptr, blk0, _in_page(kp0, PAGE, OFF32), kvh, ok0, stride_kb, stride_ks, stride_kh, LINES, LINE)
+            _to_l2(v_ptr, blk0, _in_page(kp0, PAGE, OFF32), kvh, ok0, stride_vb, stride_vs, stride_vh, LINES, LINE)
             k0 = 0.0
             v0 = 0.0
         wait_then_release(PDL)
@@ -207,7 +223,7 @@ def _attn_fwd(
         v0 = 0.0
         if LEAN:  # the first tile's block ids asked for before q, whose trip to shared memory would hold them back
             kp0 = begin + tl.arange(0, BLOCK_N)
-            blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, (kp0 < hi) & (kp0 >= lo), PAGE)
+            blk0 = _blocks(bt_ptr, seq, stride_bt, kp0, (kp0 < hi) & (kp0 >= lo), PAGE, OFF32)
             q, scale = _query(q_ptr, qd_ptr, kd_ptr, q_start, tok, head, d, row_ok, d_ok, seq, kvh, hq, sm_scale_log2,
                               stride_qt, stride_qh, qw_ptr, cos_ptr, sin_ptr, stride_cs, eps, G, HAS_QD, HAS_KD,
                               DOT_DTYPE, QKV, D, G_PAD, M)
@@ -227,13 +243,13 @@ def _attn_fwd(
                 blk = blk0
                 kv_ok = kv_ok & (kp >= old)[:, None]
             else:
-                blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
+                blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE, OFF32)
         elif LEAN:  # the first tile's block ids read above (the loop's own read masked off there)
             first = kp < begin + BLOCK_N
-            blk = tl.where(first, blk0, _blocks(bt_ptr, seq, stride_bt, kp, k_ok & ~first, PAGE))
+            blk = tl.where(first, blk0, _blocks(bt_ptr, seq, stride_bt, kp, k_ok & ~first, PAGE, OFF32))
         else:
-            blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE)
-        off = kp % PAGE
+            blk = _blocks(bt_ptr, seq, stride_bt, kp, k_ok, PAGE, OFF32)
+        off = _in_page(kp, PAGE, OFF32)
         k = _widen(_earlier(_rows(k_ptr, blk, off, kvh, d, kv_ok, stride_kb, stride_ks, stride_kh), k0, kp, old,
                             start, begin, PRE), DOT_DTYPE, KV_ASM)
         if IEEE:
@@ -417,6 +433,25 @@ def positions_32(on: bool):
     return switched(globals(), POSITIONS_32=bool(on))
 
 
+# OFFSETS_32: K/V row offsets in 32-bit integers where each cache has fewer than 2**31 elements (so every offset fits),
+# and a key position's block and row found by unsigned division (positions are never negative: a shift and a mask,
+# not a signed division's corrections). Without it each K and V row's address is a 64-bit product. Compiled for SM90
+# (bench/results/sm90_sass/, rule_off32) it takes E4B's batch-1 sliding-layer attention under the H100's rule from
+# 1,592 to 1,336 instructions (full layer 2,808 to 2,184). The same bits. `offsets_32(on)` sets it for every call;
+# None or False: off.
+OFFSETS_32 = None
+
+
+def offsets_32(on: bool):
+    """OFFSETS_32 inside (a CUDA graph captured inside keeps it)."""
+    return switched(globals(), OFFSETS_32=bool(on))
+
+
+def fits_32(*caches: torch.Tensor) -> bool:
+    """Whether every element offset of these caches fits a signed 32-bit integer."""
+    return all(c.numel() < 2**31 for c in caches)
+
+
 # The three above, in a small decode launched with PDL (a one-token step's), on the cards that measured them faster
 # together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step went from 249.0-249.4
 # to 256.0-256.2 tok/s, 1.028x, in two calls (bench/results/h100/pair1/). A switch set above overrides its entry.
@@ -477,13 +512,14 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
                            max_seqlen_q=None, max_seqlen_k=None, causal=True, window_left=-1, mm_prefix=None,
                            sinks=None, q_descale=None, k_descale=None, v_descale=None, q_positions=None,
                            out_dtype=None, num_splits=None, config=None, prefetch=None, merge_last=None,
-                           lean=None, pos32=None):
+                           lean=None, pos32=None, off32=None):
     """Same contract as kernels.reference.paged_attention. Pass max_seqlen_q/k (host ints) to avoid a sync.
     prefetch: the first key tile read before the PDL wait (None: as PREFETCH_KV, or the card's rule, says for a small
     decode launched with PDL; True or a mode (REGS, L2): always, for tests). merge_last: a split call's last program
     merges (None: where MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean
     start (None: as LEAN_START, or the card's rule, says for a small decode; True: wherever the call has one query
-    tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says).
+    tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says). off32: 32-bit cache
+    offsets (None: as OFFSETS_32 says), only where both caches fit them (fits_32).
     q may be a kernels/attn_qkv.py RawQKV: at one new token a sequence the kernel norms and rotates q and makes the new
     k and v itself; any other call runs its q/k/v kernel first."""
     max_q = int(max_seqlen_q) if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
@@ -556,6 +592,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     grid = (b * n_qt, hkv, num_splits)
     launch = pdl.args(out)
     pre, lean_start_on, pos32_on = decode_switches(dev, small, launch, n_qt, prefetch, lean, pos32)
+    off32 = bool(OFFSETS_32 if off32 is None else off32) and fits_32(k_cache, v_cache)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and not new_kv and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))
@@ -572,7 +609,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
         HAS_SINK=sinks is not None, HAS_QD=qd is not None, HAS_KD=kd is not None, HAS_VD=vd is not None,
         SPLIT=split, DOT_DTYPE=_TL[dot_dtype], IEEE=dot_dtype == torch.float32, KV_ASM=kv_asm,
         num_warps=warps, num_stages=stages, PRE=pre, LINES=lines, LINE=line, cnt_ptr=cnt, MERGE=merge,
-        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on,
+        S_PAD=_pow2(num_splits) if merge else 1, LEAN=lean_start_on, POS32=pos32_on, OFF32=off32,
         **(raw.args() if raw is not None else {}), **launch,
     )
     if split and not merge:

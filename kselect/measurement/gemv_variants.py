@@ -177,6 +177,9 @@ MERGE_LAST = "merge_last"
 ATTN_LEAN = "attn_lean"
 # ... and its positions in 32 bits (kernels/triton_paged.py POSITIONS_32)
 ATTN_POS32 = "attn_pos32"
+# ... and its cache offsets in 32 bits, a position's block and row by unsigned division (kernels/triton_paged.py
+# OFFSETS_32)
+ATTN_OFF32 = "attn_off32"
 # a 2- to 16-row projection launched with PDL asks L2 for its first 2 or 4 K tiles of W before it waits
 # (kernels/skinny_gemm.py PREFETCH_W; off by default): with pdl_b16 at batch 16
 SK_W_L2 = {"sk_w_l2": 2, "sk_w_l2_4": 4}
@@ -301,6 +304,10 @@ def variant(name: str):
         from kselect.kernels import triton_paged
 
         return triton_paged.positions_32(True)
+    if name == ATTN_OFF32:
+        from kselect.kernels import triton_paged
+
+        return triton_paged.offsets_32(True)
     if name == MERGE_LAST:
         from kselect.kernels import split_merge
 
@@ -337,7 +344,7 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
-            **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, RES_EARLY: None,
+            **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None, RES_EARLY: None,
             PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
             SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None}
 

@@ -245,6 +245,29 @@ def test_32_bit_positions_give_the_same_bits(mode, mask, splits):
     assert not triton_paged.POSITIONS_32
 
 
+@pytest.mark.parametrize("mode", ["decode", "mixed"])
+@pytest.mark.parametrize("mask", ["causal", "window", "all"])
+@pytest.mark.parametrize("splits", [1, 3])
+def test_32_bit_cache_offsets_give_the_same_bits(mode, mask, splits):
+    """kernels/triton_paged.py OFFSETS_32: block ids and K/V row offsets in 32 bits, a position's block and row by
+    unsigned division. The bits of the 64-bit offsets, every mask, one or several splits, with 32-bit positions too
+    and with the first tile read before the wait."""
+    case = build(mode, mask, seed=23)
+    want = run(case, num_splits=splits)
+    assert torch.equal(run(case, num_splits=splits, off32=True), want)
+    assert torch.equal(run(case, num_splits=splits, off32=True, pos32=True, lean=True), want)
+    with triton_paged.offsets_32(True):
+        assert torch.equal(run(case, num_splits=splits), want)
+    assert not triton_paged.OFFSETS_32
+
+
+def test_32_bit_cache_offsets_only_where_every_offset_fits():
+    """A cache of 2**31 elements or more keeps 64-bit offsets whatever the switch says (meta tensors: no memory)."""
+    small, big = torch.empty(4, 16, 2, 256, device="meta"), torch.empty(2**31 // 512, 16, 2, 16, device="meta")
+    assert triton_paged.fits_32(small, small)
+    assert big.numel() == 2**31 and not triton_paged.fits_32(small, big)
+
+
 def test_lean_start_only_where_switched_on():
     assert not triton_paged.LEAN_START
     with triton_paged.lean_start(True):
@@ -313,7 +336,8 @@ def test_a_calls_switches_follow_the_rule_and_what_overrides_it(monkeypatch):
 @pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize("switches", [dict(prefetch=True), dict(prefetch=triton_paged.L2), dict(merge_last=True),
                                       dict(prefetch=True, merge_last=True), dict(lean=True),
-                                      dict(lean=True, prefetch=triton_paged.L2), dict(pos32=True)])
+                                      dict(lean=True, prefetch=triton_paged.L2), dict(pos32=True),
+                                      dict(lean=True, prefetch=triton_paged.L2, pos32=True, off32=True)])
 def test_prefetch_under_pdl_reads_this_steps_key_after_the_wait(switches):
     """E4B's batch-1 decode shape, launched with PDL as a decode step launches it: a kernel writes this step's key
     and value (the last position), then the attention reads its first tile before the wait (prefetch), merges in its

@@ -37,24 +37,38 @@ import json, sys
 from kselect.measurement.kernels import attn_sass as S
 try:
     print(json.dumps({k: S.count(S.opcodes(S.cubin({**S.BASE, **S.CASES["sliding"], **S.SWITCHES[k]})))
-                      for k in ("plain", "pos32")}))
+                      for k in ("plain", "pos32", "rule", "rule_off32")}))
 except S.NoAssembler as e:
     print(json.dumps({"skip": str(e)}))
 """
 
 
-def test_32_bit_positions_take_integer_instructions_out_of_the_sliding_kernel():
-    """The sliding layer's attention compiled for SM90 with and without POSITIONS_32: the same tensor-core and
-    key-tile instructions (the same work), fewer instructions, and the difference is integer arithmetic."""
+@pytest.fixture(scope="module")
+def counts():
+    """attn_sass's counts of the sliding layer under four switches, compiled once for the module."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     done = json.loads(r.stdout.strip().splitlines()[-1])
     if "skip" in done:
         pytest.skip(done["skip"])
-    plain, pos32 = done["plain"], done["pos32"]
+    return done
+
+
+def test_32_bit_positions_take_integer_instructions_out_of_the_sliding_kernel(counts):
+    """The sliding layer's attention compiled for SM90 with and without POSITIONS_32: the same tensor-core and
+    key-tile instructions (the same work), fewer instructions, and the difference is integer arithmetic."""
+    plain, pos32 = counts["plain"], counts["pos32"]
     assert plain["HMMA"] == pos32["HMMA"] == 32 and plain["LDGSTS"] == pos32["LDGSTS"] > 0
     assert pos32["instructions"] < plain["instructions"] and pos32["integer"] < plain["integer"]
+
+
+def test_32_bit_cache_offsets_take_integer_instructions_out_of_the_rule(counts):
+    """OFFSETS_32 on top of the H100's batch-1 rule: the same tensor-core and key-tile instructions, fewer integer
+    ones (32-bit row offsets, unsigned page division)."""
+    rule, off32 = counts["rule"], counts["rule_off32"]
+    assert rule["HMMA"] == off32["HMMA"] and rule["LDGSTS"] == off32["LDGSTS"] > 0
+    assert off32["instructions"] < rule["instructions"] and off32["integer"] < rule["integer"]
 
 
 def test_refuses_the_interpreter_in_one_line(tmp_path):

@@ -6,8 +6,8 @@ launch specializes it (pointers and strides 16-byte aligned), and its SASS (Trit
 every instruction, and by kind (STL: register spills). One row a layer kind (sliding d256 with its window, full d512)
 and switch: the plain start, the lean start (LEAN_START), 32-bit positions (POSITIONS_32), the H100's batch-1 rule
 (those two with the first tile's lines into L2), and the rule with 16-key tiles (attn_n16) or with q/k/v's norms
-and rope inside (kernels/attn_qkv.py). Instruction counts are not times; they say what the kernel's own chain is
-made of (bench/results/h200/attn_floor/).
+and rope inside (kernels/attn_qkv.py), or with 32-bit cache offsets (OFFSETS_32). Instruction counts are not
+times; they say what the kernel's own chain is made of (bench/results/h200/attn_floor/).
 
     python3 -m kselect.measurement.kernels.attn_sass --out $OUT/S
 
@@ -31,11 +31,12 @@ from pathlib import Path
 CASES = {"sliding": dict(D=256, D_PAD=256, HAS_WINDOW=True), "full": dict(D=512, D_PAD=512, HAS_WINDOW=False)}
 RULE = dict(PRE=2, LEAN=True, POS32=True)  # kernels/triton_paged.py PDL_DECODE_BY_CARD's H100 entry
 SWITCHES = {"plain": {}, "lean": dict(LEAN=True), "pos32": dict(POS32=True), "rule": RULE,
-            "rule_n16": dict(RULE, BLOCK_N=16), "rule_qkv": dict(RULE, QKV=True, NEW_KV=True)}
+            "rule_n16": dict(RULE, BLOCK_N=16), "rule_qkv": dict(RULE, QKV=True, NEW_KV=True),
+            "rule_off32": dict(RULE, OFF32=True)}
 # E4B at batch 1 on the small launch (kernels/triton_paged.py small_decode): bf16, page 16
 BASE = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, PAGE=16, CAUSAL=True, HAS_QPOS=False, NUM_SPANS=0, HAS_SINK=False,
             HAS_QD=False, HAS_KD=False, HAS_VD=False, SPLIT=True, IEEE=False, KV_ASM=False, PDL=True, PRE=0, LINES=4,
-            LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False, QKV=False, NEW_KV=False)
+            LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False, QKV=False, NEW_KV=False, OFF32=False)
 KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",), "STL": ("STL",),
          "integer": ("IMAD", "LEA", "ISETP", "IADD3")}
 INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # address, predicate, opcode

@@ -267,7 +267,7 @@ def test_few_row_projections_go_to_the_skinny_gemm_where_the_card_measured_it_fa
     assert {s: h100[s]["split_k"] for s in ((3072, 2560), (2560, 2048), (2560, 10240), (256, 2560))} == {
         (3072, 2560): 4, (2560, 2048): 4, (2560, 10240): 4, (256, 2560): 8}
     assert h100[(20480, 2560)].get("split_k", 1) == 1 and skinny_gemm.config(2560, 10240, "NVIDIA H100 80GB HBM3") == {
-        "block_n": 32, "block_k": 128, "num_warps": 4, "num_stages": 4, "split_k": 4}
+        "block_n": 32, "block_k": 128, "num_warps": 4, "num_stages": 4, "split_k": 4, "swap": False}
     monkeypatch.setattr(skinny_gemm, "card_of", lambda t: "NVIDIA H100 80GB HBM3")
     assert route(16, 3072) == "skinny" and route(16, 256) == "skinny" and route(16, 2560) == "cublas"  # 2560 x 2560: none
     for card, want in (("NVIDIA H200", "skinny"), ("a card with no record", "cublas"), ("cpu", "cublas")):

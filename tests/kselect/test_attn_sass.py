@@ -26,6 +26,13 @@ SAMPLE = """
 """
 
 
+def test_loop_counts_the_longest_backward_branch_s_body():
+    assert S.loop(SAMPLE) == 1  # BRA 0x60 at 0x60
+    text = SAMPLE.replace("BRA 0x60;", "@!P0 BRA 0x30 ;")  # back to the LDG: LDG, HMMA, IMAD, BRA
+    assert S.loop(text) == 4
+    assert S.loop(SAMPLE.replace("BRA 0x60;", "BRA 0x10a90;")) == 0  # forward only
+
+
 def test_parse_takes_each_instruction_s_opcode():
     ops = S.parse(SAMPLE)
     assert ops == ["LDC", "ACQBULK", "EXIT", "LDG", "HMMA", "IMAD", "BRA", "UIADD3"]  # 5-digit addresses too
@@ -36,8 +43,9 @@ COMPILE = r"""
 import json, sys
 from kselect.measurement.kernels import attn_sass as S
 try:
-    print(json.dumps({k: S.count(S.opcodes(S.cubin({**S.BASE, **S.CASES["sliding"], **S.SWITCHES[k]})))
-                      for k in ("plain", "pos32", "rule", "rule_off32")}))
+    texts = {k: S.sass(S.cubin({**S.BASE, **S.CASES["sliding"], **S.SWITCHES[k]}))
+             for k in ("plain", "pos32", "rule", "rule_off32")}
+    print(json.dumps({k: dict(S.count(S.parse(t)), loop=S.loop(t)) for k, t in texts.items()}))
 except S.NoAssembler as e:
     print(json.dumps({"skip": str(e)}))
 """
@@ -69,6 +77,7 @@ def test_32_bit_cache_offsets_take_integer_instructions_out_of_the_rule(counts):
     rule, off32 = counts["rule"], counts["rule_off32"]
     assert rule["HMMA"] == off32["HMMA"] and rule["LDGSTS"] == off32["LDGSTS"] > 0
     assert off32["instructions"] < rule["instructions"] and off32["integer"] < rule["integer"]
+    assert 0 < off32["loop"] < rule["loop"] < rule["instructions"]  # the key loop shorter too
 
 
 def test_refuses_the_interpreter_in_one_line(tmp_path):

@@ -39,6 +39,8 @@ BASE = dict(G=4, G_PAD=4, BLOCK_Q=4, BLOCK_N=32, PAGE=16, CAUSAL=True, HAS_QPOS=
             LINE=64, MERGE=False, S_PAD=32, LEAN=False, POS32=False, QKV=False, NEW_KV=False, OFF32=False)
 KINDS = {"HMMA": ("HMMA",), "LDGSTS": ("LDGSTS",), "LDG": ("LDG",), "STG": ("STG",), "BAR": ("BAR",), "STL": ("STL",),
          "integer": ("IMAD", "LEA", "ISETP", "IADD3")}
+ADDRESS = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?[A-Z]")  # an instruction's address
+BRANCH = re.compile(r"/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)")
 INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # address, predicate, opcode
 FP32 = ("ws_acc_ptr", "ws_ml_ptr", "sink_ptr", "qd_ptr", "kd_ptr", "vd_ptr")
 # the raw q/k/v path's inputs (kernels/attn_qkv.py): the norm weights, rope tables and the cache it writes, bf16
@@ -96,13 +98,29 @@ def _cuobjdump() -> Path:
     return tool
 
 
-def opcodes(binary: bytes) -> list[str]:
-    """The SASS opcode of each instruction of a cubin, in order."""
+def sass(binary: bytes) -> str:
+    """A cubin's `cuobjdump -sass` text."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(binary)
-        return parse(subprocess.run([str(_cuobjdump()), "-sass", str(path)], capture_output=True, text=True,
-                                    check=True).stdout)
+        return subprocess.run([str(_cuobjdump()), "-sass", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def opcodes(binary: bytes) -> list[str]:
+    """The SASS opcode of each instruction of a cubin, in order."""
+    return parse(sass(binary))
+
+
+def loop(text: str) -> int:
+    """Instructions in the body of the longest loop of `cuobjdump -sass` text (from a backward branch's target to the
+    branch): the key loop, which a program runs once a key tile; 0 without a backward branch."""
+    addrs = [int(m.group(1), 16) for m in map(ADDRESS.match, text.splitlines()) if m]
+    spans = [(int(to, 16), int(at, 16)) for at, to in BRANCH.findall(text) if int(to, 16) <= int(at, 16)]
+    if not spans:
+        return 0
+    lo, hi = max(spans, key=lambda span: span[1] - span[0])
+    return sum(lo <= a <= hi for a in addrs)
 
 
 def parse(text: str) -> list[str]:
@@ -125,7 +143,8 @@ def measure() -> list[dict]:
     rows = []
     for case, shape in CASES.items():
         for switch, on in SWITCHES.items():
-            rows.append(dict(case=case, switch=switch, **count(opcodes(cubin({**BASE, **shape, **on})))))
+            text = sass(cubin({**BASE, **shape, **on}))
+            rows.append(dict(case=case, switch=switch, **count(parse(text)), loop=loop(text)))
     return rows
 
 
@@ -133,12 +152,13 @@ def render(rows: list[dict], env: dict) -> str:
     out = ["# E4B's batch-1 decode attention, its SM90 instructions", "",
            f"`{env['command']}` at `{env['git_commit']}`, Triton {env['triton']} (compiled on a CPU machine)", "",
            "`_attn_fwd` of kernels/triton_paged.py as the small launch runs it at batch 1 (one 32-key tile a program, "
-           "bf16, 4 warps, 2 stages, PDL). `integer`: IMAD, LEA, ISETP and IADD3; `STL`: register spills.", "",
-           "| layer kind | switch | instructions | " + " | ".join(KINDS) + " |",
-           "|---|---|---:|" + "---:|" * len(KINDS)]
+           "bf16, 4 warps, 2 stages, PDL). `integer`: IMAD, LEA, ISETP and IADD3; `STL`: register spills; `key loop`: "
+           "the instructions a program runs again for each further key tile (batch 16 runs about four).", "",
+           "| layer kind | switch | instructions | " + " | ".join(KINDS) + " | key loop |",
+           "|---|---|---:|" + "---:|" * (len(KINDS) + 1)]
     for r in rows:
         out.append(f"| {r['case']} | {r['switch']} | {r['instructions']:,} | "
-                   + " | ".join(f"{r[k]:,}" for k in KINDS) + " |")
+                   + " | ".join(f"{r[k]:,}" for k in KINDS) + f" | {r.get('loop', 0):,} |")
     return "\n".join(out) + "\n"
 
 

@@ -64,7 +64,8 @@ def prefetch_w(tiles: int):
 
 @triton.jit
 def _dot_acc(xt, wt, acc, FP32: tl.constexpr):
-    """acc + xt @ wt.T (either operand may be x's tile or W's). FP32: fp32 inputs, or the CPU interpreter (whose dot misreads bf16): fp32 products, not TF32."""
+    """acc + xt @ wt.T (either operand may be x's tile or W's). FP32: fp32 inputs, or the CPU interpreter (whose dot
+    misreads bf16): fp32 products, not TF32."""
     if FP32:
         return tl.dot(xt.to(tl.float32), tl.trans(wt.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(xt, tl.trans(wt), acc)

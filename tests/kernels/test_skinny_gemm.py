@@ -309,3 +309,15 @@ def test_gelu_mul_paired_in_one_loop_equals_a_loop_each_on_a_gpu():
     with K.pair_one_loop(True):
         chained = pdl_chains(lambda y, w: K.skinny_gemm(K.skinny_gemm_gelu_mul(y, gu), w) + y, x, w, steps=6)
     assert torch.equal(chained["pdl"], chained["plain"])
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_the_swap_prototype_computes_the_projection(split):
+    """kselect.measurement.kernels.skinny_swap's plain-load kernel (the record bench/results/h100/swap_ab/ timed):
+    x @ w.T, its split-K partials added into an fp32 output."""
+    from kselect.measurement.kernels import skinny_swap
+
+    require_interpreter(skinny_swap._swap)
+    x, w = inputs(16, 128, 256, torch.float32, 31)
+    got = skinny_swap.swap(x, w, block_n=64, block_k=64, stages=2, split=split)
+    torch.testing.assert_close(got, x @ w.T, rtol=1e-5, atol=1e-5)

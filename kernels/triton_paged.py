@@ -433,7 +433,7 @@ def positions_32(on: bool):
     return switched(globals(), POSITIONS_32=bool(on))
 
 
-# OFFSETS_32: K/V row offsets in 32-bit integers where each cache has fewer than 2**31 elements (so every offset fits),
+# OFFSETS_32: K/V row offsets in 32-bit integers where every offset of each cache fits them (fits_32),
 # and a key position's block and row found by unsigned division (positions are never negative: a shift and a mask,
 # not a signed division's corrections). Without it each K and V row's address is a 64-bit product. Compiled for SM90
 # (bench/results/sm90_sass/, rule_off32) it takes E4B's batch-1 sliding-layer attention under the H100's rule from
@@ -448,12 +448,13 @@ def offsets_32(on: bool):
 
 
 def fits_32(*caches: torch.Tensor) -> bool:
-    """Whether every element offset of these caches fits a signed 32-bit integer."""
-    return all(c.numel() < 2**31 for c in caches)
+    """Whether every element offset of these caches fits a signed 32-bit integer: the farthest element by the strides
+    (a view into a larger tensor, K and V interleaved a block, reaches past its own element count)."""
+    return all(sum((n - 1) * st for n, st in zip(c.shape, c.stride())) < 2**31 for c in caches)
 
 
-# The three above, in a small decode launched with PDL (a one-token step's), on the cards that measured them faster
-# together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step went from 249.0-249.4
+# PREFETCH_KV, LEAN_START and POSITIONS_32, in a small decode launched with PDL (a one-token step's), on the cards that
+# measured them faster together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step went from 249.0-249.4
 # to 256.0-256.2 tok/s, 1.028x, in two calls (bench/results/h100/pair1/). A switch set above overrides its entry.
 PDL_DECODE_BY_CARD = {"NVIDIA H100 80GB HBM3": dict(prefetch=L2, lean=True, pos32=True)}
 

@@ -262,10 +262,14 @@ def test_32_bit_cache_offsets_give_the_same_bits(mode, mask, splits):
 
 
 def test_32_bit_cache_offsets_only_where_every_offset_fits():
-    """A cache of 2**31 elements or more keeps 64-bit offsets whatever the switch says (meta tensors: no memory)."""
-    small, big = torch.empty(4, 16, 2, 256, device="meta"), torch.empty(2**31 // 512, 16, 2, 16, device="meta")
-    assert triton_paged.fits_32(small, small)
-    assert big.numel() == 2**31 and not triton_paged.fits_32(small, big)
+    """A cache whose farthest element lies 2**31 or more from its start keeps 64-bit offsets whatever the switch says,
+    also a view of fewer elements into a larger tensor (blocks 4 apart) (meta tensors: no memory)."""
+    edge = torch.empty(2**31 // 512, 16, 2, 16, device="meta")  # its last offset 2**31 - 1: fits
+    past = torch.empty(2**31 // 512 + 1, 16, 2, 16, device="meta")
+    assert triton_paged.fits_32(edge, torch.empty(4, 16, 2, 256, device="meta"))
+    assert not triton_paged.fits_32(edge, past)
+    k = torch.empty(2**17, 4, 16, 2, 256, device="meta")[:, 0]  # [blocks, page, heads, d], blocks 4 apart
+    assert k.numel() < 2**31 and not triton_paged.fits_32(k)
 
 
 def test_lean_start_only_where_switched_on():

@@ -193,6 +193,8 @@ def test_swap_is_checked_and_the_gelu_projection_refuses_it():
     with pytest.raises(ValueError, match="has no swap"):
         K.skinny_gemm_gelu_mul(x, w, swap=True)
     assert K.config(32, 64)["swap"] is False
+    with K.configured(lambda n, k: dict(swap=True)):  # a shape's swap is skinny_gemm's: the GeGLU kernel runs on
+        torch.testing.assert_close(K.skinny_gemm_gelu_mul(x, w), K.skinny_gemm_gelu_mul(x, w, block_n=16))
 
 
 def test_split_k_in_bf16_rounds_once_and_matches_the_unsplit_sum_closely():

@@ -73,7 +73,8 @@ def _qkv_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, kc_ptr, vc_ptr
         mask = offs < D
         if h < hq + hkv:
             kh = h - hq
-            k = norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True, True)
+            k = norm_rope(row + (hq + kh) * D, t, kw_ptr, cos_ptr, sin_ptr, stride_cs, offs, eps, qkv_ptr, D, True,
+                          True)
             store_kv_row(kc_ptr, ks_ptr, slot, kh, hkv, k, offs, mask, D, IS_FP8, SCALE_PER_HEAD, FMAX)
         else:
             vh = h - hq - hkv

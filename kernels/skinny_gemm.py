@@ -334,9 +334,8 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
         raise ValueError(f"skinny_gemm_gelu_mul needs mul [{m}, {n}] with unit column stride, got "
                          f"{tuple(mul.shape)} stride {mul.stride()}")
     p = _params(w.shape[0], k, given, card_of(x), halve=paired)
-    if given.get("swap"):
+    if given.get("swap"):  # a table's or an override's swap for this shape is skinny_gemm's alone: not read here
         raise ValueError("skinny_gemm_gelu_mul has no swap (its dots run x's tile times W's), got swap=True")
-    p["swap"] = False  # a table's or an override's entry for this shape is skinny_gemm's alone
     if paired and p["split_k"] != 1:
         raise ValueError(f"skinny_gemm_gelu_mul has no split-K for [gate; up] (a program reads both halves' rows), "
                          f"got split_k={p['split_k']}")

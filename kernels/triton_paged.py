@@ -454,8 +454,9 @@ def fits_32(*caches: torch.Tensor) -> bool:
 
 
 # PREFETCH_KV, LEAN_START and POSITIONS_32, in a small decode launched with PDL (a one-token step's), on the cards that
-# measured them faster together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step went from 249.0-249.4
-# to 256.0-256.2 tok/s, 1.028x, in two calls (bench/results/h100/pair1/). A switch set above overrides its entry.
+# measured them faster together. On the H100 each tied alone; with kernels/gemv.py's PAIR_ONE_LOOP, E4B's batch-1 step
+# went from 249.0-249.4 to 256.0-256.2 tok/s, 1.028x, in two calls (bench/results/h100/pair1/). A switch set above
+# overrides its entry.
 PDL_DECODE_BY_CARD = {"NVIDIA H100 80GB HBM3": dict(prefetch=L2, lean=True, pos32=True)}
 
 

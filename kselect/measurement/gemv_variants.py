@@ -344,9 +344,10 @@ def variant(name: str):
 
 
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
-            **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None, RES_EARLY: None,
-            PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH, **SK_W_L2, **GEMV_W_L2,
-            SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None}
+            **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None,
+            RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH,
+            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None,
+            PDL_LATE: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

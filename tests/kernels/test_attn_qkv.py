@@ -61,7 +61,8 @@ def both(case, qkv, qw, kw, cos, sin, slots, hq, hkv, d, k_eq_v=False, shared=Fa
 @pytest.mark.parametrize("window,splits,k_eq_v,dtype", [(-1, 1, False, torch.bfloat16), (20, 3, True, torch.bfloat16),
                                                        (-1, 3, False, torch.float32), (20, 1, True, torch.float32)])
 def test_same_bits_as_the_qkv_kernel_then_attention(window, splits, k_eq_v, dtype):
-    """Full and sliding layers, one split or several, K = V or not, bf16 and fp32 (each pair of values at least once)."""
+    """Full and sliding layers, one split or several, K = V or not, bf16 and fp32 (each pair of values at least
+    once)."""
     hq, hkv, d = 4, 2, 32
     case, *rest = layer([37, 16, 50], hq, hkv, d, window, k_eq_v, dtype=dtype, seed=5)
     (want, wk, wv), (got, gk, gv) = both(case, *rest, hq, hkv, d, k_eq_v, num_splits=splits)

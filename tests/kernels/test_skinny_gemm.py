@@ -193,8 +193,9 @@ def test_swap_is_checked_and_the_gelu_projection_refuses_it():
     with pytest.raises(ValueError, match="has no swap"):
         K.skinny_gemm_gelu_mul(x, w, swap=True)
     assert K.config(32, 64)["swap"] is False
+    plain = K.skinny_gemm_gelu_mul(x, w)
     with K.configured(lambda n, k: dict(swap=True)):  # a shape's swap is skinny_gemm's: the GeGLU kernel runs on
-        torch.testing.assert_close(K.skinny_gemm_gelu_mul(x, w), K.skinny_gemm_gelu_mul(x, w, block_n=16))
+        assert torch.equal(K.skinny_gemm_gelu_mul(x, w), plain)
 
 
 def test_split_k_in_bf16_rounds_once_and_matches_the_unsplit_sum_closely():
@@ -323,3 +324,16 @@ def test_the_swap_prototype_computes_the_projection(split):
     x, w = inputs(16, 128, 256, torch.float32, 31)
     got = skinny_swap.swap(x, w, block_n=64, block_k=64, stages=2, split=split)
     torch.testing.assert_close(got, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_swap_prototype_refuses_in_one_line_without_cuda(tmp_path):
+    """As a user runs it (`python3 -m ...` in its own process, no GPU visible): exit 2, one line, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "kselect.measurement.kernels.skinny_swap", "--out", str(tmp_path / "S")],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "skinny_swap: needs a CUDA GPU (it times kernels)"
+    assert not (tmp_path / "S").exists()

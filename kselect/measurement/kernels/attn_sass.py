@@ -158,7 +158,7 @@ def render(rows: list[dict], env: dict) -> str:
            "|---|---|---:|" + "---:|" * (len(KINDS) + 1)]
     for r in rows:
         out.append(f"| {r['case']} | {r['switch']} | {r['instructions']:,} | "
-                   + " | ".join(f"{r[k]:,}" for k in KINDS) + f" | {r.get('loop', 0):,} |")
+                   + " | ".join(f"{r[k]:,}" for k in KINDS) + f" | {r['loop']:,} |")
     return "\n".join(out) + "\n"
 
 

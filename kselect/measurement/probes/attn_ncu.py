@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     from kselect.selector.base.files import atomic_write
 
     env = environment(sys.argv[1:] if argv is None else argv, script=f"-m {MODULE}")
-    lines = [f"# Nsight Compute: E4B's decode attention and merge at batch {a.batch}, {torch.cuda.get_device_name()}", "",
-             f"`{env['command']}` at `{env['git_commit']}`", ""]
+    lines = [f"# Nsight Compute: E4B's decode attention and merge at batch {a.batch}, {torch.cuda.get_device_name()}",
+             "", f"`{env['command']}` at `{env['git_commit']}`", ""]
     a.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for kind in KINDS:

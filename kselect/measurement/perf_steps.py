@@ -29,7 +29,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     from torch.profiler import ProfilerActivity, profile
 
     from kselect.gemma4.engine import Engine, EngineConfig
-    from kselect.measurement.profiling import ATTENTION_RANGE as ATTENTION, device_ms, in_range, in_range_ms
+    from kselect.measurement.profiling import ATTENTION_RANGE as ATTENTION, device_kernels, device_ms, in_range, in_range_ms
 
     run = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1))
     for _ in range(2):  # compiles, plans, captures
@@ -47,8 +47,7 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
         eng.generate([prompt], 1, stop_at_eos=False)
         torch.cuda.synchronize()
     ev = prof.events()
-    kernels = sum(device_ms(e) for e in ev if e.device_type == torch.autograd.DeviceType.CUDA and e.name != ATTENTION
-                  and not e.name.lower().startswith(("memcpy", "memset")))
+    kernels = sum(device_ms(e) for e in device_kernels(ev) if not e.name.lower().startswith(("memcpy", "memset")))
     _, attention = in_range_ms(ev, ATTENTION)
     names = "; ".join(f"{k}: {v}" for k, v in eng.backend_names().items())
     del eng

@@ -211,15 +211,15 @@ def phase_times(eng, prompt: list[int], reps: int, sync) -> dict:
 def busy_profile(eng, prompt: list[int], sync) -> dict:
     """One profiled step: kernels' busy time (union), the span first kernel -> last, the event clock, the 8
     largest idle gaps between kernels."""
-    import torch  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    from kselect.measurement.profiling import device_kernels  # noqa: PLC0415
 
     sync()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         r = eng.generate([prompt], 1, stop_at_eos=False)
         sync()
-    ks = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA)
+    ks = sorted((e.time_range.start, e.time_range.end, e.name) for e in device_kernels(prof.events()))
     if not ks:
         return dict(error="no device events in the profile")
     busy, cur_a, cur_b, gaps = 0.0, ks[0][0], ks[0][1], []

@@ -10,6 +10,14 @@ import torch
 ATTENTION_RANGE = "kselect.attention_forward"  # the profiler range around the attention backends' forward
 
 
+def device_kernels(events) -> list:
+    """The profiler's device-side events that ran: kernels and copies. A profiler range also appears on the
+    device (kineto's gpu_user_annotation, spanning its kernels); counted as a kernel it doubles their time."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return [e for e in events if e.device_type == cuda and not getattr(e, "is_user_annotation", False)
+            and e.name != ATTENTION_RANGE]
+
+
 def device_ms(e) -> float:
     return (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1e3
 
@@ -44,8 +52,8 @@ def in_range_ms(events, name: str) -> tuple[list, float]:
     spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == name and e.device_type == cuda)
     if not spans:
         return cpu, sum(e.device_time_total for e in cpu) / 1e3
-    kernels = sorted((e.time_range.start, e.time_range.end, device_ms(e)) for e in events
-                     if e.device_type == cuda and e.name != name)
+    kernels = sorted((e.time_range.start, e.time_range.end, device_ms(e)) for e in device_kernels(events)
+                     if e.name != name)
     total, i = 0.0, 0
     for a, b, ms in kernels:
         while i < len(spans) and spans[i][1] < b:
@@ -63,9 +71,7 @@ def timeline_ms(events, pick) -> float:
     duration plus the launch gap before it (from the previous kernel's end, up to GAP_MAX_US). This is
     what a conf/perf bucket's CUDA-graph wall time per call counts, so it is the like-for-like figure
     for a graph-replayed step; the kernels' durations alone leave the gaps out."""
-    cuda = torch.autograd.DeviceType.CUDA
-    ks = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                if e.device_type == cuda and e.name != ATTENTION_RANGE)
+    ks = sorted((e.time_range.start, e.time_range.end, e.name) for e in device_kernels(events))
     total, prev_end = 0.0, None
     for a, b, name in ks:
         if pick(name):

@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 
 from kselect.gemma4.engine import Engine, EngineConfig
-from kselect.measurement.profiling import ATTENTION_RANGE, device_ms, in_range, in_range_ms, timeline_ms
+from kselect.measurement.profiling import ATTENTION_RANGE, device_kernels, device_ms, in_range, in_range_ms, timeline_ms
 
 
 def free():
@@ -42,9 +42,7 @@ def category(name: str) -> str:
 def by_category(events) -> tuple[dict, dict, dict]:
     """The profiler's device kernels: (count, ms) per category, and launches per kernel name."""
     count, ms, names = defaultdict(int), defaultdict(float), defaultdict(int)
-    for e in events:
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
+    for e in device_kernels(events):
         c = category(e.name)
         count[c] += 1
         ms[c] += device_ms(e)
@@ -55,8 +53,8 @@ def by_category(events) -> tuple[dict, dict, dict]:
 def attention_kernels(events, per: float) -> dict[str, dict]:
     """Attention kernels by name: launches and mean microseconds, per `per` (steps, prefills or calls)."""
     n, us = defaultdict(int), defaultdict(float)
-    for e in events:
-        if e.device_type == torch.autograd.DeviceType.CUDA and category(e.name) == "attention":
+    for e in device_kernels(events):
+        if category(e.name) == "attention":
             n[e.name[:90]] += 1
             us[e.name[:90]] += e.time_range.end - e.time_range.start
     return {k: dict(launches=n[k] / per, mean_us=us[k] / n[k]) for k in sorted(n, key=lambda k: -us[k])}

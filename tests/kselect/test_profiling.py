@@ -48,3 +48,19 @@ def test_timeline_counts_each_picked_kernel_and_the_launch_gap_before_it():
     ms = timeline_ms(events, lambda n: n.startswith("attn"))
     assert abs(ms - (2 + 8 + 1 + 3 + 8) / 1e3) < 1e-12
     assert timeline_ms(events, lambda n: False) == 0.0
+
+
+def test_a_ranges_device_span_is_no_kernel_of_the_step_profile():
+    # eager decode under in_range: the range's device-side span (named, or flagged a user annotation by kineto)
+    # covers its kernels; counted as a kernel it landed in "elementwise" and doubled the attention's time
+    from kselect.measurement.step_profile import by_category
+
+    span = ev("some_range", CUDA, 0, 40, 0.040)
+    span.is_user_annotation = True
+    events = [ev("_gemv_kernel", CUDA, 0, 10, 0.010), ev("kselect.attention_forward", CUDA, 10, 30, 0.020),
+              ev("_attn_fwd", CUDA, 11, 19, 0.008), ev("_merge_splits", CUDA, 20, 30, 0.002), span,
+              ev("cpu_op", CPU, 0, 40, 0.5)]
+    count, ms, names = by_category(events)
+    assert dict(count) == {"gemm": 1, "attention": 2}
+    assert abs(ms["attention"] - 0.010) < 1e-12 and ms["elementwise"] == 0.0
+    assert set(names) == {"_gemv_kernel", "_attn_fwd", "_merge_splits"}

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from kselect.measurement.e2e import SELECTIONS, describe, environment, free, selection_overrides
+from kselect.measurement.profiling import device_kernels
 from kselect.measurement.step_profile import CATEGORIES, category, sync
 
 from kselect.gemma4.build import build_model, select
@@ -55,8 +56,9 @@ def cell(model, groups, prompt: list[int], reps: int) -> dict:
     ms, count = dict.fromkeys(CATEGORIES, 0.0), dict.fromkeys(CATEGORIES, 0)
     waits: dict[str, int] = {}
     spans = []
+    kernels = {id(e) for e in device_kernels(prof.events())}
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+        if id(e) in kernels:
             c = category(e.name)
             d = (e.device_time if hasattr(e, "device_time") else e.cuda_time) / 1e3
             ms[c] += d

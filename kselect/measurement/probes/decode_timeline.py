@@ -25,15 +25,14 @@ import torch
 from kselect.measurement.e2e import environment
 from kselect.measurement.gemma4.fusion import SELECTIONS, selection_overrides
 from kselect.measurement.gemv_variants import check_modes, split_mode, variant
-from kselect.measurement.profiling import GAP_MAX_US
+from kselect.measurement.profiling import GAP_MAX_US, device_kernels
 from kselect.measurement.step_profile import category, free, sync
 
 
 def kernels_of(events) -> list[tuple[float, float, str]]:
     """(start us, end us, name) of the profiler's device kernels, in start order."""
-    cuda = torch.autograd.DeviceType.CUDA
-    return sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                  if e.device_type == cuda and not e.name.lower().startswith(("memcpy", "memset")))
+    return sorted((e.time_range.start, e.time_range.end, e.name) for e in device_kernels(events)
+                  if not e.name.lower().startswith(("memcpy", "memset")))
 
 
 def steps_of(kernels, gap_max_us: float = GAP_MAX_US) -> list[list]:

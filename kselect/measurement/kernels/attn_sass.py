@@ -107,11 +107,6 @@ def sass(binary: bytes) -> str:
                               check=True).stdout
 
 
-def opcodes(binary: bytes) -> list[str]:
-    """The SASS opcode of each instruction of a cubin, in order."""
-    return parse(sass(binary))
-
-
 def loop(text: str) -> int:
     """Instructions in the body of the longest loop of `cuobjdump -sass` text (from a backward branch's target to the
     branch): the key loop, which a program runs once a key tile; 0 without a backward branch."""

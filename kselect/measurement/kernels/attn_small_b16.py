@@ -1,12 +1,14 @@
 """E4B's batch-16 decode attention (16 sequences x 520 keys, page 16) on kernels/triton_paged.py's small launch, one
-or two programs an SM, with and without 32-bit cache offsets (`OFFSETS_32`), a call at a time (issue #52).
+or two programs an SM, with and without 32-bit cache offsets (`OFFSETS_32`), and on wider key tiles with more warps
+(WIDE_TILES), a call at a time (issue #52).
 
     python3 -m kselect.measurement.kernels.attn_small_b16 --out $OUT/A
 
 Each layer kind and variant is a CUDA graph of 8 calls over rotating K/V copies (no L2 reuse;
 kernel_timing.time_graph), median of 7 replays, no PDL. Writes --out/attn.json (atomically): us a call, GB/s of the
 keys and values read once, and the largest difference from the first variant's output (two programs an SM split
-the keys another way, so their fp32 sums differ in order).
+the keys another way, so their fp32 sums differ in order). A variant that fails to launch (a tile larger than shared
+memory) is recorded with its error.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from pathlib import Path
 
 import torch
 
+from kselect.measurement.gemv_variants import WIDE_TILES
+
 BATCH, KEYS, PAGE, KV_HEADS, GROUP = 16, 520, 16, 2, 4
 KINDS = {"sliding": (256, 511), "full": (512, -1)}  # head dim, window_left (-1: none)
 VARIANTS = {"x1": {}, "x1_off32": dict(off32=True), "x2": dict(per_sm=2), "x2_off32": dict(per_sm=2, off32=True)}
+# wider key tiles and more warps: the `attn_*` step variants of kselect/measurement/gemv_variants.py WIDE_TILES
+VARIANTS.update(WIDE_TILES)
 COPIES = 8
 
 
@@ -48,10 +54,15 @@ def measure() -> dict:
         for name, switches in VARIANTS.items():
             switches = dict(switches)
             off32 = switches.pop("off32", False)
-            with T.small_launch(batch=BATCH, **switches), T.offsets_32(off32):
-                got = call(0)
-                first = got if first is None else first
-                us = time_graph([lambda i=i: call(i) for i in range(COPIES)], 7) * 1e3
+            try:
+                with T.small_launch(batch=BATCH, **switches), T.offsets_32(off32):
+                    got = call(0)
+                    first = got if first is None else first
+                    us = time_graph([lambda i=i: call(i) for i in range(COPIES)], 7) * 1e3
+            except Exception as e:  # e.g. a tile too large for shared memory: recorded, the next variant runs
+                res[f"{kind}/{name}"] = dict(error=f"{type(e).__name__}: {str(e)[:300]}")
+                print(f"{kind:8s} {name:9s} failed: {type(e).__name__}", flush=True)
+                continue
             diff = float((got.float() - first.float()).abs().max())
             res[f"{kind}/{name}"] = dict(us=us, gbs=mb / us * 1e3, max_diff=diff)
             print(f"{kind:8s} {name:9s} {us:7.2f} us  {mb / us * 1e3:6.0f} GB/s  max diff {diff:.1e}", flush=True)

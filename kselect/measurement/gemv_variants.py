@@ -157,17 +157,9 @@ KV_PRE = {"kv_pre": "REGS", "kv_l2": "L2"}
 # a small decode's attention launch (kernels/triton_paged.py SMALL): split at most n ways (default 64), 8 warps a
 # program (default 4), one pipeline stage (default 2), 16-key tiles (default 32); attn_b16*: the small launch up to
 # batch 16 (default 4), with about 1, 2 or 4 programs an SM (default 1)
-# a small decode's attention on wider key tiles with more warps: fewer tiles walked in series a program, two warps a
-# scheduler (timed alone by kselect.measurement.kernels.attn_small_b16)
-WIDE_TILES = {"n64": dict(block_n=64), "n64_w8": dict(block_n=64, warps=8),
-              "n64_w8_s1": dict(block_n=64, warps=8, stages=1), "n128_w4_s1": dict(block_n=128, warps=4, stages=1),
-              "n128_w8_s1": dict(block_n=128, warps=8, stages=1), "n32_w8": dict(warps=8),
-              "n64_w8_x2": dict(block_n=64, warps=8, per_sm=2),
-              "n128_w8_s1_x2": dict(block_n=128, warps=8, stages=1, per_sm=2)}
 SMALL_LAUNCH = {**{f"splits{n}": dict(splits=n) for n in (1, 2, 4, 8)}, "attn_w8": dict(warps=8),
                 "attn_s1": dict(stages=1), "attn_n16": dict(block_n=16), "attn_b16": dict(batch=16),
-                "attn_b16_x2": dict(batch=16, per_sm=2), "attn_b16_x4": dict(batch=16, per_sm=4),
-                **{f"attn_{k}": v for k, v in WIDE_TILES.items()}}
+                "attn_b16_x2": dict(batch=16, per_sm=2), "attn_b16_x4": dict(batch=16, per_sm=4)}
 # an add-norm launched with PDL reads its residual before the wait (kernels/rms_norm.py RES_EARLY)
 RES_EARLY = "res_early"
 # the per-layer-input block and the add-norms around it as one kernel with a grid barrier (gemma4/fused.py PLE_BLOCK)

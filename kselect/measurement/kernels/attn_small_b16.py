@@ -20,12 +20,16 @@ from pathlib import Path
 
 import torch
 
-from kselect.measurement.gemv_variants import WIDE_TILES
-
 BATCH, KEYS, PAGE, KV_HEADS, GROUP = 16, 520, 16, 2, 4
 KINDS = {"sliding": (256, 511), "full": (512, -1)}  # head dim, window_left (-1: none)
 VARIANTS = {"x1": {}, "x1_off32": dict(off32=True), "x2": dict(per_sm=2), "x2_off32": dict(per_sm=2, off32=True)}
-# wider key tiles and more warps: the `attn_*` step variants of kselect/measurement/gemv_variants.py WIDE_TILES
+# Wider key tiles and more warps: fewer tiles walked in series a program, two warps a scheduler. Each was slower alone
+# than the 32-key tile (bench/results/h100/attn_wide/), so none became a step variant.
+WIDE_TILES = {"n64": dict(block_n=64), "n64_w8": dict(block_n=64, warps=8),
+              "n64_w8_s1": dict(block_n=64, warps=8, stages=1), "n128_w4_s1": dict(block_n=128, warps=4, stages=1),
+              "n128_w8_s1": dict(block_n=128, warps=8, stages=1), "n32_w8": dict(warps=8),
+              "n64_w8_x2": dict(block_n=64, warps=8, per_sm=2),
+              "n128_w8_s1_x2": dict(block_n=128, warps=8, stages=1, per_sm=2)}
 VARIANTS.update(WIDE_TILES)
 COPIES = 8
 

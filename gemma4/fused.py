@@ -25,7 +25,8 @@ kernels/gemv.py under the Triton ops; of a 2- to 16-token step on kernels/skinny
 measured it faster than cuBLAS (kernels/skinny_configs.json, and kernels/skinny_step_configs.json's split-K configs
 measured in the step); cuBLAS otherwise ("triton_cublas": cuBLAS always).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
-faster: one-token steps of a model with small layers (`pdl_step`); "triton_serial" launches plainly always.
+faster: one-token steps of a model with small layers, and on the H100 steps of up to 16 tokens (`pdl_step`);
+"triton_serial" launches plainly always.
 MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
 """
 
@@ -36,6 +37,7 @@ import contextlib
 import torch
 from torch import nn
 
+from ..kernels.cards import card_name
 from ..kernels.dtypes import is_fp8
 from ..kernels.switches import switched
 from .layers import apply_rope, gelu_tanh
@@ -581,10 +583,13 @@ def ops_for(name: str):
 # 3.81 -> 3.39 ms; 31B's (0.96 GB a layer) 16.68 -> 17.07 ms; 16-token steps 5.25 -> 5.38 ms (E4B), 19.84 -> 19.80
 # (31B). Short kernels gain the launch and ramp PDL hides; the cause of 31B's loss is not measured yet.
 PDL_MAX_LAYER_BYTES = 0.5e9
-# PDL_MAX_TOKENS: the widest step that launches with PDL. One: 16-token steps measured 0.975x with it on the H200
-# (above) and 1.014x, a tie, on the H100 (bench/results/h100/b16_step/); `pdl_tokens(n)` sets it for a measurement
-# (kselect/measurement/gemv_variants.py `pdl_b16`).
-PDL_MAX_TOKENS = 1
+# PDL_MAX_TOKENS: the widest step that launches with PDL. None: the card's (PDL_TOKENS_BY_CARD), else one. 16-token
+# steps measured 0.975x with PDL on the H200 (above) and 1.014x, a tie, on the H100 (bench/results/h100/b16_step/);
+# on the H100 with kernels/skinny_gemm.py's W prefetch and kernels/triton_paged.py's batch-16 launch
+# (SMALL_WIDE_BY_CARD) they took E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/).
+# `pdl_tokens(n)` sets it for a measurement (kselect/measurement/gemv_variants.py `pdl_b16`).
+PDL_MAX_TOKENS = None
+PDL_TOKENS_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 
 
 def pdl_tokens(n: int):
@@ -601,7 +606,16 @@ def layer_bytes(model) -> float:
     return model._layer_bytes
 
 
+def pdl_max_tokens(device: torch.device) -> int:
+    """The widest step launched with PDL on `device`: PDL_MAX_TOKENS where set, else its card's, else one."""
+    if PDL_MAX_TOKENS is not None:
+        return PDL_MAX_TOKENS
+    return PDL_TOKENS_BY_CARD.get(card_name(device), 1)
+
+
 def pdl_step(model, tokens: int) -> bool:
-    """Whether a step of `tokens` rows launches its Triton kernels with PDL: steps of up to PDL_MAX_TOKENS rows (one)
-    of a model whose layers hold at most PDL_MAX_LAYER_BYTES of weights, where it measured faster; plain elsewhere."""
-    return tokens <= PDL_MAX_TOKENS and layer_bytes(model) <= PDL_MAX_LAYER_BYTES
+    """Whether a step of `tokens` rows launches its Triton kernels with PDL: steps of up to pdl_max_tokens rows (one,
+    16 on the cards of PDL_TOKENS_BY_CARD) of a model whose layers hold at most PDL_MAX_LAYER_BYTES of weights, where
+    it measured faster; plain elsewhere."""
+    device = model.layers[0].self_attn.q_proj.weight.device
+    return tokens <= pdl_max_tokens(device) and layer_bytes(model) <= PDL_MAX_LAYER_BYTES

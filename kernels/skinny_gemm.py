@@ -16,11 +16,12 @@ and the tile's last program sums the fp32 partials (in split order: the same sum
 the epilogue. At E4B's batch 16 on the H100 it measured 1.021x and 1.023x (bench/results/h100/README.md, split_k/,
 b16_step/): that card's step table (skinny_step_configs.json) has it for q/k/v, o, down and the per-layer-input gate.
 
-PREFETCH_W (a measurement's switch, off by default): a call launched with PDL asks L2 for its first K tiles of W
-before it waits for the kernel before it, so the loop's first loads after the wait hit L2 rather than HBM. The
-one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
+PREFETCH_W (None: the card's rule, PREFETCH_W_BY_CARD, else off): a call launched with PDL asks L2 for its first K
+tiles of W before it waits for the kernel before it, so the loop's first loads after the wait hit L2 rather than HBM.
+The one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
 cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
-E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/).
+E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/); 1.027x, and with
+the attention's batch-16 launch 1.047x, measured later (bench/results/h100/b16_rule/): the H100's rule.
 
 swap (a config entry, False by default): each K tile is summed as W's tile times x's, [BLOCK_N, K] @ [K, 16], not
 x's times W's. W's rows are then the tensor-core dot's M, so on SM90 Triton runs it on wgmma (M >= 64), W's tile
@@ -53,7 +54,10 @@ from .switches import switched
 from .triton_round import round_like
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
-PREFETCH_W = 0  # K tiles of W a PDL-launched program asks L2 for before its wait (0: none; see the module's doc)
+PREFETCH_W = None  # K tiles of W a PDL-launched program asks L2 for before its wait (None: the card's, else none)
+# On the H100, two tiles, with PDL at 16-row steps (gemma4/fused.py PDL_TOKENS_BY_CARD) and triton_paged.py's
+# SMALL_WIDE_BY_CARD: E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/)
+PREFETCH_W_BY_CARD = {"NVIDIA H100 80GB HBM3": 2}
 PAIR_ONE_LOOP = False  # paired GeGLU: gate and up tiles in one K loop, not a loop each (a measurement's switch)
 
 
@@ -288,11 +292,18 @@ def _check(name: str, x: torch.Tensor, w: torch.Tensor) -> None:
         raise ValueError(f"{name} needs x and w of one dtype, got {x.dtype} and {w.dtype}")
 
 
+def prefetch_tiles(x: torch.Tensor) -> int:
+    """PREFETCH_W where set, else x's card's (PREFETCH_W_BY_CARD), else 0."""
+    if PREFETCH_W is not None:
+        return PREFETCH_W
+    return PREFETCH_W_BY_CARD.get(card_of(x), 0) if x.is_cuda else 0
+
+
 def _launch(p: dict, x: torch.Tensor) -> dict:
     launch = pdl.args(x)
     return dict(BLOCK_M=16, BLOCK_N=p["block_n"], BLOCK_K=p["block_k"], FP32=x.dtype == torch.float32 or not x.is_cuda,
-                num_warps=p["num_warps"], num_stages=p["num_stages"], **w_lines(PREFETCH_W, launch, x, p["block_k"]),
-                **launch)
+                num_warps=p["num_warps"], num_stages=p["num_stages"],
+                **w_lines(prefetch_tiles(x), launch, x, p["block_k"]), **launch)
 
 
 def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, softcap: float | None = None,

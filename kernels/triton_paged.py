@@ -333,13 +333,20 @@ SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 
 
 # A small decode's launch: up to SMALL["batch"] sequences, SMALL["block_n"]-key tiles, at most SMALL["splits"] splits
-# (fewer: longer programs, a smaller merge) and SMALL["per_sm"] programs an SM, SMALL["stages"] software-pipeline
-# stages, SMALL["warps"] warps a program (None: pick_config's). Measurements' switches (`small_launch(...)`, variants
-# splits1 .. splits8, attn_w8, attn_s1, attn_n16, attn_b16* of kselect/measurement/gemv_variants.py). In E4B's
-# batch-1 step on the H100, 8 and 4 splits were slower (0.975x, 0.936x), 8 warps and one stage ties
-# (bench/results/h100/kv_l2/), 16-key tiles a tie (0.995x; 0.981x at batch 16: bench/results/h100/attn_n16/).
+# (fewer: longer programs, a smaller merge) and SMALL["per_sm"] programs an SM (None: SMALL_WIDE_BY_CARD's above
+# SMALL_BATCH, else one), SMALL["stages"] software-pipeline stages, SMALL["warps"] warps a program (None: pick_config's).
+# Measurements' switches (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1, attn_n16, attn_b16* of
+# kselect/measurement/gemv_variants.py). In E4B's batch-1 step on the H100, 8 and 4 splits were slower (0.975x,
+# 0.936x), 8 warps and one stage ties (bench/results/h100/kv_l2/), 16-key tiles a tie (0.995x; 0.981x at batch 16:
+# bench/results/h100/attn_n16/).
 # SMALL["batch"] None: SMALL_BATCH_BY_CARD's, else SMALL_BATCH.
-SMALL = {"batch": None, "block_n": 32, "per_sm": 1, "splits": 64, "stages": 2, "warps": None}
+SMALL = {"batch": None, "block_n": 32, "per_sm": None, "splits": 64, "stages": 2, "warps": None}
+# Above SMALL_BATCH, on the cards that measured it: about SMALL_WIDE_BY_CARD's per_sm programs an SM (SMALL["per_sm"]
+# None), and 32-bit cache offsets (OFFSETS_32 None; only where the caches fit them). On the H100, with PDL at 16-token
+# steps and kernels/skinny_gemm.py's W prefetch, E4B's batch-16 step went from 2,979-2,981 to 3,115-3,120 tok/s, 1.047x
+# and 1.045x in two calls; the launch with one program an SM, 1.016x less (bench/results/h100/b16_rule/). Batches 5-15
+# follow the same rule, unmeasured.
+SMALL_WIDE_BY_CARD = {"NVIDIA H100 80GB HBM3": dict(per_sm=2, off32=True)}
 
 
 def small_batch(device) -> int:
@@ -363,16 +370,23 @@ def small_launch(**changes):
     if bad:
         raise ValueError(f"small_launch: {', '.join(f'{k}={changes[k]!r}' for k in bad)}; "
                          f"keys {', '.join(SMALL)}, each a positive int (batch may be 0: never, or None: the card's; "
-                         f"warps may be None; block_n a power of two >= 16)")
+                         f"per_sm and warps may be None; block_n a power of two >= 16)")
     return switched(SMALL, **changes)
 
 
-def small_decode(programs: int, span: int, sms: int) -> tuple[int, int, int]:
+def small_decode(programs: int, span: int, sms: int, per_sm: int = 1) -> tuple[int, int, int]:
     """(BLOCK_N, stages, splits) of a decode call at batch <= SMALL["batch"] with `programs` = batch x kv heads x
-    query tiles and `span` visible keys: about SMALL["per_sm"] programs an SM, each at least one key tile."""
+    query tiles and `span` visible keys: about SMALL["per_sm"] (where set, else `per_sm`) programs an SM, each at least
+    one key tile."""
     block_n = SMALL["block_n"]
-    return block_n, SMALL["stages"], max(1, min(triton.cdiv(SMALL["per_sm"] * sms, programs),
+    per_sm = SMALL["per_sm"] if SMALL["per_sm"] is not None else per_sm
+    return block_n, SMALL["stages"], max(1, min(triton.cdiv(per_sm * sms, programs),
                                                  triton.cdiv(span, block_n), SMALL["splits"]))
+
+
+def wide_rule(device, small: bool, batch: int) -> dict:
+    """SMALL_WIDE_BY_CARD's entry of `device`'s card for a small decode above SMALL_BATCH sequences; {} otherwise."""
+    return SMALL_WIDE_BY_CARD.get(card_name(device), {}) if small and batch > SMALL_BATCH else {}
 
 
 def pick_config(d_pad: int, g_pad: int, max_q: int, decode: bool, interpret: bool, kv_fp8: bool = False):
@@ -438,7 +452,7 @@ def positions_32(on: bool):
 # not a signed division's corrections). Without it each K and V row's address is a 64-bit product. Compiled for SM90
 # (bench/results/sm90_sass/, rule_off32) it takes E4B's batch-1 sliding-layer attention under the H100's rule from
 # 1,592 to 1,336 instructions (full layer 2,808 to 2,184). The same bits. `offsets_32(on)` sets it for every call;
-# None or False: off.
+# None: the card's rule above SMALL_BATCH (SMALL_WIDE_BY_CARD), else off.
 OFFSETS_32 = None
 
 
@@ -521,7 +535,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     merges (None: where MERGE_LAST and a small decode; True: wherever the call splits, for tests). lean: the lean
     start (None: as LEAN_START, or the card's rule, says for a small decode; True: wherever the call has one query
     tile, for tests). pos32: 32-bit positions (None: as POSITIONS_32, or the card's rule, says). off32: 32-bit cache
-    offsets (None: as OFFSETS_32 says), only where both caches fit them (fits_32).
+    offsets (None: as OFFSETS_32, or the card's rule above SMALL_BATCH, says), only where both caches fit them.
     q may be a kernels/attn_qkv.py RawQKV: at one new token a sequence the kernel norms and rotates q and makes the new
     k and v itself; any other call runs its q/k/v kernel first."""
     max_q = int(max_seqlen_q) if max_seqlen_q is not None else int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
@@ -567,8 +581,9 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     n_qt = triton.cdiv(max_q, block_q)
     span = max_k if window_left < 0 else min(max_k, window_left + max_q)
     small = decode and config is None and not interpret and b <= small_batch(dev)
+    wide = wide_rule(dev, small, b)
     if small:  # a few programs, each latency-bound: short tiles, split down to one tile a program
-        block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev))
+        block_n, stages, splits = small_decode(b * hkv * n_qt, span, _num_sms(dev), wide.get("per_sm", 1))
         warps = SMALL["warps"] or warps
         num_splits = splits if num_splits is None else num_splits
     if num_splits is None:
@@ -594,7 +609,9 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seqused_k, block_t
     grid = (b * n_qt, hkv, num_splits)
     launch = pdl.args(out)
     pre, lean_start_on, pos32_on = decode_switches(dev, small, launch, n_qt, prefetch, lean, pos32)
-    off32 = bool(OFFSETS_32 if off32 is None else off32) and fits_32(k_cache, v_cache)
+    if off32 is None:
+        off32 = OFFSETS_32 if OFFSETS_32 is not None else wide.get("off32", False)
+    off32 = bool(off32) and fits_32(k_cache, v_cache)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line; none asked for in the interpreter (no asm)
     lines = 0 if interpret else _pow2(triton.cdiv(d, line))
     merge = split and not new_kv and (split_merge.MERGE_LAST and small if merge_last is None else bool(merge_last))

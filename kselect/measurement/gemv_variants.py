@@ -191,6 +191,10 @@ SK_PAIR1, GEMV_PAIR1 = "sk_pair1", "gemv_pair1"
 # the batch-1 switches a card's rule turns on (kernels/triton_paged.py PDL_DECODE_BY_CARD, kernels/gemv.py
 # PAIR_ONE_LOOP_CARDS) all off, whatever the card: the code before bench/results/h100/pair1/
 B1_OFF = "b1_off"
+# the batch-16 switches a card's rule turns on (gemma4/fused.py PDL_TOKENS_BY_CARD, kernels/skinny_gemm.py
+# PREFETCH_W_BY_CARD, kernels/triton_paged.py SMALL_WIDE_BY_CARD) all off, whatever the card: the code before
+# bench/results/h100/b16_rule/
+B16_OFF = "b16_off"
 # q/k/v's norms, rope and KV write inside the attention kernel at one new token a sequence (gemma4/fused.py
 # QKV_IN_ATTENTION, kernels/attn_qkv.py): one kernel a layer fewer
 ATTN_QKV = "attn_qkv"
@@ -294,6 +298,14 @@ def variant(name: str):
                        triton_paged.positions_32(False), gemv.pair_one_loop(False)):
             off.enter_context(switch)
         return off
+    if name == B16_OFF:
+        from kselect.kernels import triton_paged
+
+        off = contextlib.ExitStack()
+        for switch in (fused.pdl_tokens(1), skinny_gemm.prefetch_w(0), triton_paged.small_launch(per_sm=1),
+                       triton_paged.offsets_32(False)):
+            off.enter_context(switch)
+        return off
     if name == ATTN_QKV:
         return fused.qkv_in_attention(True)
     if name == ATTN_LEAN:
@@ -346,7 +358,7 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None,
             RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH,
-            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, **NORM_WARPS, ATTN_QKV: None,
+            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, **NORM_WARPS, ATTN_QKV: None,
             PDL_LATE: None}
 
 

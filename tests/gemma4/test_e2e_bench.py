@@ -693,7 +693,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("sk_split_all+pdl_b16"):
         assert fused.PDL_MAX_TOKENS == 16 and fused.SKINNY_SHAPES == "all"
         assert skinny_gemm._params(3072, 2560, {})["split_k"] > 1
-    assert fused.PDL_MAX_TOKENS == 1 and fused.SKINNY_SHAPES == "measured"
+    assert fused.PDL_MAX_TOKENS is None and fused.SKINNY_SHAPES == "measured"
     with gv.variant("tma"):  # one-row projections through TMA (kernels/gemv_tma.py), off by default
         assert fused.GEMV_TMA
     assert not fused.GEMV_TMA
@@ -727,6 +727,11 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
         assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False
     assert triton_paged.PREFETCH_KV is None and gemv.PAIR_ONE_LOOP is None  # the card's rule again
+    with gv.variant("b16_off"):  # every switch of the cards' batch-16 rules off, whatever the card
+        assert fused.PDL_MAX_TOKENS == 1 and skinny_gemm.PREFETCH_W == 0
+        assert triton_paged.SMALL["per_sm"] == 1 and triton_paged.OFFSETS_32 is False
+    assert fused.PDL_MAX_TOKENS is None and skinny_gemm.PREFETCH_W is None  # the card's rule again
+    assert triton_paged.SMALL["per_sm"] is None and triton_paged.OFFSETS_32 is None
     from kselect.kernels import rms_norm
 
     with gv.variant("norm_w4"):  # the add-norm kernel with 4 warps a row, whatever its width
@@ -758,7 +763,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     assert not triton_paged.PREFETCH_KV and not split_merge.MERGE_LAST
     with gv.variant("pdl_b16+sk_w_l2_4"):  # batch 16 under PDL, W's first four K tiles into L2 before the wait
         assert fused.PDL_MAX_TOKENS == 16 and skinny_gemm.PREFETCH_W == 4
-    assert skinny_gemm.PREFETCH_W == 0
+    assert skinny_gemm.PREFETCH_W is None
     with gv.variant("gemv_w_l2"):  # batch 1: the GEMV's next two K chunks into L2 before the wait
         assert gemv.PREFETCH_W == 2
     assert gemv.PREFETCH_W == 0

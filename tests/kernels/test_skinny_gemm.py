@@ -265,7 +265,12 @@ def test_w_prefetch_asks_for_whole_tiles_only_under_pdl_on_a_gpu(monkeypatch):
     assert l2_prefetch.w_lines(2, on, gpu_x, 16)["W_LINES"] == 2  # a tile narrower than a line: its line
     p = dict(block_n=32, block_k=128, num_warps=4, num_stages=3)
     monkeypatch.setattr(pdl, "args", lambda t: {"PDL": True, "launch_pdl": True})
-    assert K._launch(p, gpu_x)["W_LINES"] == 0  # off by default
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H200")
+    assert K._launch(p, gpu_x)["W_LINES"] == 0  # off by default on a card without the rule
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H100 80GB HBM3")
+    assert K._launch(p, gpu_x)["W_LINES"] == 4  # the H100's rule: two tiles (PREFETCH_W_BY_CARD)
+    with K.prefetch_w(0):  # the switch overrides the card's rule
+        assert K._launch(p, gpu_x)["W_LINES"] == 0
     with K.prefetch_w(2):
         assert K.PREFETCH_W == 2 and K._launch(p, gpu_x)["W_LINES"] == 4
         assert K._launch(p, bf16)["W_LINES"] == 0  # the interpreter
@@ -274,7 +279,7 @@ def test_w_prefetch_asks_for_whole_tiles_only_under_pdl_on_a_gpu(monkeypatch):
         x, w = inputs(3, 40, 96, torch.float32, 5)  # the same sums
         torch.testing.assert_close(K.skinny_gemm(x, w, block_n=16, block_k=32), (x.double() @ w.double().T).float(),
                                    rtol=1e-5, atol=1e-5)
-    assert K.PREFETCH_W == 0
+    assert K.PREFETCH_W is None
     for bad in (3, -1, True, "2", 8):
         with pytest.raises(ValueError, match="prefetch_w takes 0, 1, 2 or 4 K tiles"):
             K.prefetch_w(bad)

@@ -162,6 +162,30 @@ def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypa
         cards._device_name.cache_clear()
 
 
+def test_batch_16_rule_two_programs_an_sm_and_32_bit_offsets_above_batch_4_on_the_h100(monkeypatch):
+    """SMALL_WIDE_BY_CARD: above SMALL_BATCH sequences the H100's small launch runs about two programs an SM and 32-bit
+    cache offsets (bench/results/h100/b16_rule/); batch 4 and below, another card, or a call that is not a small
+    decode keep one program an SM and 64-bit offsets; the switches win on any card."""
+    from kselect.kernels import cards
+
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: names[i])
+    cards._device_name.cache_clear()
+    try:
+        h100, h200 = torch.device("cuda", 0), torch.device("cuda", 1)
+        rule = triton_paged.wide_rule(h100, True, 16)
+        assert rule == dict(per_sm=2, off32=True) and triton_paged.wide_rule(h100, True, 5) == rule
+        assert triton_paged.wide_rule(h100, True, 4) == {} and triton_paged.wide_rule(h100, False, 16) == {}
+        assert triton_paged.wide_rule(h200, True, 16) == {}
+        # E4B at batch 16 x 520 keys on 132 SMs: 9 splits with the rule's two programs an SM, 5 with one
+        assert triton_paged.small_decode(32, 520, 132, rule["per_sm"]) == (32, 2, 9)
+        assert triton_paged.small_decode(32, 520, 132) == (32, 2, 5)
+        with triton_paged.small_launch(per_sm=1):  # the switch over the card's rule (gemv_variants b16_off)
+            assert triton_paged.small_decode(32, 520, 132, rule["per_sm"]) == (32, 2, 5)
+    finally:
+        cards._device_name.cache_clear()
+
+
 def test_small_launch_geometry_at_batch_16_in_the_interpreter():
     """The H100's batch-16 small launch, as far as the interpreter takes it (it never picks the small launch itself):
     16 sequences of unequal length, 32-key tiles and the split count small_decode gives on 132 SMs, against the

@@ -1,8 +1,8 @@
 """Nsight Compute on E4B's decode attention and its merge (issue #52, bench/results/h100/attn_qkv/ncu/).
 
 Each layer kind's attention (kernels/triton_paged.py, the small launch) and its merge at --batch sequences of 520
-keys (probes/attn_floor.py's inputs at batch 1), launched as the step launches them (batch 1: PDL and the card's
-batch-1 rule; more: plainly, gemma4/fused.py PDL_MAX_TOKENS), profiled by `ncu --set full` with the clocks left
+keys (probes/attn_floor.py's inputs at batch 1), launched as the step launches them (PDL where gemma4/fused.py
+pdl_max_tokens says, with the card's rules), profiled by `ncu --set full` with the clocks left
 alone. Under the profiler each kernel runs alone, so its duration includes the launch and drain PDL hides.
 
     python3 -m kselect.measurement.probes.attn_ncu --out $OUT/N [--batch 16]
@@ -39,16 +39,17 @@ _ROW = re.compile(r"^\s+(.+?)\s{2,}(\S+\s+)?([\d,.]+)\s*$")  # name, unit, value
 
 def run(kind: str, batch: int = 1, calls: int = 12) -> None:
     """The profiled program: `calls` attention calls (and merges) of one layer kind at `batch` sequences, under PDL
-    at batch 1."""
+    where a step of `batch` tokens launches with it on this card (gemma4/fused.py pdl_max_tokens)."""
     import torch
 
+    from kselect.gemma4.fused import pdl_max_tokens
     from kselect.kernels import pdl
     from kselect.measurement.kernel_timing import make_inputs
     from kselect.measurement.probes import attn_floor as A
 
     c = A.CASES[kind]
     sets = [make_inputs(A.HQ, A.HKV, c["d"], c["window"], batch, A.KV_LEN, 1, 16, False, "cuda") for _ in range(8)]
-    with pdl.on() if batch == 1 else pdl.off():
+    with pdl.on() if batch <= pdl_max_tokens(torch.device("cuda")) else pdl.off():
         for i in range(calls):
             A.call(sets[i % len(sets)])
     torch.cuda.synchronize()

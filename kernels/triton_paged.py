@@ -334,7 +334,8 @@ SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
 
 # A small decode's launch: up to SMALL["batch"] sequences, SMALL["block_n"]-key tiles, at most SMALL["splits"] splits
 # (fewer: longer programs, a smaller merge) and SMALL["per_sm"] programs an SM (None: SMALL_WIDE_BY_CARD's above
-# SMALL_BATCH, else one), SMALL["stages"] software-pipeline stages, SMALL["warps"] warps a program (None: pick_config's).
+# SMALL_BATCH, else one), SMALL["stages"] software-pipeline stages, SMALL["warps"] warps a program (None:
+# pick_config's).
 # Measurements' switches (`small_launch(...)`, variants splits1 .. splits8, attn_w8, attn_s1, attn_n16, attn_b16* of
 # kselect/measurement/gemv_variants.py). In E4B's batch-1 step on the H100, 8 and 4 splits were slower (0.975x,
 # 0.936x), 8 warps and one stage ties (bench/results/h100/kv_l2/), 16-key tiles a tie (0.995x; 0.981x at batch 16:

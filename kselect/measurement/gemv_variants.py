@@ -221,6 +221,14 @@ def _pair_best(layout: str):
     return lambda inter, k: best.get((inter, k))
 
 
+def _all(*switches) -> contextlib.ExitStack:
+    """Every switch entered, left together (a card's rule turned off)."""
+    stack = contextlib.ExitStack()
+    for switch in switches:
+        stack.enter_context(switch)
+    return stack
+
+
 def variant(name: str):
     """The context a variant's step runs (and its graphs are captured) in; "a+b": both variants' contexts."""
     from kselect.gemma4 import fused
@@ -293,19 +301,13 @@ def variant(name: str):
     if name == B1_OFF:
         from kselect.kernels import triton_paged
 
-        off = contextlib.ExitStack()
-        for switch in (triton_paged.prefetch_kv(triton_paged.OFF), triton_paged.lean_start(False),
-                       triton_paged.positions_32(False), gemv.pair_one_loop(False)):
-            off.enter_context(switch)
-        return off
+        return _all(triton_paged.prefetch_kv(triton_paged.OFF), triton_paged.lean_start(False),
+                    triton_paged.positions_32(False), gemv.pair_one_loop(False))
     if name == B16_OFF:
         from kselect.kernels import triton_paged
 
-        off = contextlib.ExitStack()
-        for switch in (fused.pdl_tokens(1), skinny_gemm.prefetch_w(0), triton_paged.small_launch(per_sm=1),
-                       triton_paged.offsets_32(False)):
-            off.enter_context(switch)
-        return off
+        return _all(fused.pdl_tokens(1), skinny_gemm.prefetch_w(0), triton_paged.small_launch(per_sm=1),
+                    triton_paged.offsets_32(False))
     if name == ATTN_QKV:
         return fused.qkv_in_attention(True)
     if name == ATTN_LEAN:
@@ -358,8 +360,8 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None,
             RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH,
-            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, **NORM_WARPS, ATTN_QKV: None,
-            PDL_LATE: None}
+            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, **NORM_WARPS,
+            ATTN_QKV: None, PDL_LATE: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

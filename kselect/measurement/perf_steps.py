@@ -29,7 +29,8 @@ def measure(model, groups, prompt: list[int], reps: int) -> tuple[float, float, 
     from torch.profiler import ProfilerActivity, profile
 
     from kselect.gemma4.engine import Engine, EngineConfig
-    from kselect.measurement.profiling import ATTENTION_RANGE as ATTENTION, device_kernels, device_ms, in_range, in_range_ms
+    from kselect.measurement.profiling import ATTENTION_RANGE as ATTENTION
+    from kselect.measurement.profiling import device_kernels, device_ms, in_range, in_range_ms
 
     run = Engine(model, groups, EngineConfig(max_seqs=1, max_seq_len=len(prompt) + 1))
     for _ in range(2):  # compiles, plans, captures

@@ -10,7 +10,8 @@ from collections import defaultdict
 import torch
 
 from kselect.gemma4.engine import Engine, EngineConfig
-from kselect.measurement.profiling import ATTENTION_RANGE, device_kernels, device_ms, in_range, in_range_ms, timeline_ms
+from kselect.measurement.profiling import (ATTENTION_RANGE, device_kernels, device_ms, in_range, in_range_ms,
+                                           timeline_ms)
 
 
 def free():

@@ -213,6 +213,26 @@ def test_small_launch_at_batch_16(d, window):
         assert rel_err(got, case.reference()) < 1e-2 and rel_err(got, plain) < 1e-2, per_sm
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs CUDA")
+def test_the_cards_batch_16_rule_is_the_default_launch():
+    """At batch 16 the default launch is the card's SMALL_WIDE_BY_CARD entry (bench/results/h100/b16_rule/): the bits
+    of the launch with that entry's switches set, and not those of one program an SM with 64-bit offsets (which
+    split the keys another way, so their fp32 sums round differently)."""
+    rule = triton_paged.wide_rule(torch.device(DEV), True, 16)
+    if not rule:
+        pytest.skip("this card has no batch-16 rule")
+    case = make_case([1] * 16, [520 - 7 * i for i in range(16)], hq=8, hkv=2, d=256, block_size=16,
+                     dtype=torch.bfloat16, device=DEV, seed=5, window_left=511)
+    default = run(case, max_seqlen_q=1, max_seqlen_k=520)
+    with triton_paged.small_launch(per_sm=rule["per_sm"]), triton_paged.offsets_32(rule["off32"]):
+        explicit = run(case, max_seqlen_q=1, max_seqlen_k=520)
+    with triton_paged.small_launch(per_sm=1), triton_paged.offsets_32(False):
+        before = run(case, max_seqlen_q=1, max_seqlen_k=520)
+    assert torch.equal(default, explicit) and not torch.equal(default, before)
+    assert rel_err(default, case.reference()) < 1e-2
+
+
 # each mask, batch kind and split count at least once a switch, not their product (CI time)
 COVER = [("decode", "window", 3), ("mixed", "all", 3), ("decode", "causal", 1), ("mixed", "window", 1)]
 
@@ -229,8 +249,8 @@ def test_first_tile_prefetch_gives_the_same_bits(mode, mask, splits, how):
     assert rel_err(want, case.reference()) <= 1e-5
 
 
-@pytest.mark.parametrize("mask,splits,prefetch", [("causal", 3, False), ("window", 1, False), ("all", 3, triton_paged.REGS),
-                                                  ("window", 3, triton_paged.REGS)])
+@pytest.mark.parametrize("mask,splits,prefetch", [("causal", 3, False), ("window", 1, False),
+                                                  ("all", 3, triton_paged.REGS), ("window", 3, triton_paged.REGS)])
 def test_lean_start_gives_the_same_bits(mask, splits, prefetch):
     """kernels/triton_paged.py LEAN_START, a decode of one query tile: no early exit, the first tile's block ids read
     before q. The bits of the plain start, with one or several splits, with the first tile's prefetch or without."""

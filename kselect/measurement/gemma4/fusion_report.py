@@ -31,8 +31,9 @@ def render(d: dict) -> str:
                        f"{p['copies_per_step']:.0f} | " + " | ".join(f"{p['ms_per_step'][c]:.3f}" for c in CATEGORIES)
                        + f" | {p['kernel_ms_per_step']:.3f} | {p.get('graph_step_ms', float('nan')):.3f} | "
                        f"{p.get('idle_ms_per_step', float('nan')):.3f} |")
-        out += ["", "Idle ms is the graph step less the profiled kernels' time. The profiled steps launch plainly (PDL off); "
-                "where the graph step runs under PDL its kernels overlap, so idle ms can be negative: that overlap."]
+        out += ["", "Idle ms is the graph step less the profiled kernels' time. The profiled steps launch plainly "
+                "(PDL off); where the graph step runs under PDL its kernels overlap, so idle ms can be negative: "
+                "that overlap."]
     if d["greedy"]:
         out += ["", "## Greedy tokens, fused vs unfused (CUDA graphs)", ""]
         for gr in d["greedy"]:

@@ -1,14 +1,16 @@
 """Where a fused decode step's time goes, kernel by kernel, in the CUDA-graph replays the engine decodes with
 (issue #52): per kernel name, launches and microseconds a step; the step's span from its first kernel's start to
 its last kernel's end; and the gaps between kernels inside it. Kernels launch plainly here (kernels/pdl.py off)
-unless `--pdl`, where the step launches as the engine decodes (PDL at batch 1). Under PDL a kernel's profiled time
-includes its wait for the one before and kernels overlap, so each kernel is also charged its "frontier" time: how far
-its end moves the step's latest end so far. Frontier times sum to the span, with or without overlap.
+unless `--pdl`, where the step launches as the engine decodes (PDL at batch 1, and at 16-token steps on a card
+whose rule has it: gemma4/fused.py PDL_TOKENS_BY_CARD). Under PDL a kernel's profiled time includes its wait for
+the one before and kernels overlap, so each kernel is also charged its "frontier" time: how far its end moves the
+step's latest end so far. Frontier times sum to the span, with or without overlap.
 
     python -m kselect.measurement.probes.decode_timeline --out $OUT/timeline --batches 1 16 --modes triton
 
 Seeded random E4B weights, vLLM's Triton attention (the `pin_triton` selection of
-kselect/measurement/gemma4/fusion.py; `--selection latency_triton`: the faster Triton kernel per group). Writes --out/timeline.json and timeline.md (atomically).
+kselect/measurement/gemma4/fusion.py; `--selection latency_triton`: the faster Triton kernel per group). Writes
+--out/timeline.json and timeline.md (atomically).
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--selection", default="pin_triton", choices=[n for n in SELECTIONS if n != "base"],
                     help="the attention kernels (kselect/measurement/gemma4/fusion.py SELECTIONS)")
-    ap.add_argument("--pdl", action="store_true", help="launch as the engine decodes (PDL at batch 1), not plainly")
+    ap.add_argument("--pdl", action="store_true",
+                    help="launch as the engine decodes (PDL where gemma4/fused.py pdl_max_tokens says), not plainly")
     o = ap.parse_args(argv)
     check_modes(ap, o.modes)
     from kselect.gemma4 import fused

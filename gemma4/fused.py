@@ -586,10 +586,11 @@ PDL_MAX_LAYER_BYTES = 0.5e9
 # PDL_MAX_TOKENS: the widest step that launches with PDL. None: the card's (PDL_TOKENS_BY_CARD), else one. 16-token
 # steps measured 0.975x with PDL on the H200 (above) and 1.014x, a tie, on the H100 (bench/results/h100/b16_step/);
 # on the H100 with kernels/skinny_gemm.py's W prefetch and kernels/triton_paged.py's batch-16 launch
-# (SMALL_WIDE_BY_CARD) they took E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/).
+# (SMALL_WIDE_BY_CARD) they took E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/),
+# and on the H200 1.105x (bench/results/h200/b16_rule/).
 # `pdl_tokens(n)` sets it for a measurement (kselect/measurement/gemv_variants.py `pdl_b16`).
 PDL_MAX_TOKENS = None
-PDL_TOKENS_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
+PDL_TOKENS_BY_CARD = {"NVIDIA H100 80GB HBM3": 16, "NVIDIA H200": 16}
 
 
 def pdl_tokens(n: int):

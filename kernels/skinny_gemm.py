@@ -56,8 +56,9 @@ from .triton_round import round_like
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
 PREFETCH_W = None  # K tiles of W a PDL-launched program asks L2 for before its wait (None: the card's, else none)
 # On the H100, two tiles, with PDL at 16-row steps (gemma4/fused.py PDL_TOKENS_BY_CARD) and triton_paged.py's
-# SMALL_WIDE_BY_CARD: E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/)
-PREFETCH_W_BY_CARD = {"NVIDIA H100 80GB HBM3": 2}
+# SMALL_WIDE_BY_CARD: E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/); on the H200
+# 1.105x (bench/results/h200/b16_rule/)
+PREFETCH_W_BY_CARD = {"NVIDIA H100 80GB HBM3": 2, "NVIDIA H200": 2}
 PAIR_ONE_LOOP = False  # paired GeGLU: gate and up tiles in one K loop, not a loop each (a measurement's switch)
 
 

@@ -328,8 +328,9 @@ def _num_sms(device) -> int:
 SMALL_BATCH = 4
 # ... and up to batch 16 on the cards that measured it. E4B's batch-16 step on the H100 with this kernel on every layer
 # (`--selection latency_triton`, variant attn_b16): 3,028-3,033 tok/s against 2,884 on pick_config's tiles (1.051x;
-# bench/results/h100/attn_b16/). Batches 5-15 follow the same rule, unmeasured.
-SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16}
+# bench/results/h100/attn_b16/). The H200 takes it with its batch-16 rule (SMALL_WIDE_BY_CARD below; without this
+# entry the rule's launch switches never apply there: bench/results/h200/b16_rule/D/). Batches 5-15 are unmeasured.
+SMALL_BATCH_BY_CARD = {"NVIDIA H100 80GB HBM3": 16, "NVIDIA H200": 16}
 
 
 # A small decode's launch: up to SMALL["batch"] sequences, SMALL["block_n"]-key tiles, at most SMALL["splits"] splits
@@ -345,9 +346,10 @@ SMALL = {"batch": None, "block_n": 32, "per_sm": None, "splits": 64, "stages": 2
 # Above SMALL_BATCH, on the cards that measured it: about SMALL_WIDE_BY_CARD's per_sm programs an SM (SMALL["per_sm"]
 # None), and 32-bit cache offsets (OFFSETS_32 None; only where the caches fit them). On the H100, with PDL at 16-token
 # steps and kernels/skinny_gemm.py's W prefetch, E4B's batch-16 step went from 2,979-2,981 to 3,115-3,120 tok/s, 1.047x
-# and 1.045x in two calls; the launch with one program an SM, 1.016x less (bench/results/h100/b16_rule/). Batches 5-15
-# follow the same rule, unmeasured.
-SMALL_WIDE_BY_CARD = {"NVIDIA H100 80GB HBM3": dict(per_sm=2, off32=True)}
+# and 1.045x in two calls; the launch with one program an SM, 1.016x less (bench/results/h100/b16_rule/). On the
+# H200 the same four switches with this launch up to batch 16 took it from 3,224-3,228 to 3,561-3,569 tok/s (1.105x;
+# bench/results/h200/b16_rule/). Batches 5-15 follow the same rule, unmeasured.
+SMALL_WIDE_BY_CARD = {card: dict(per_sm=2, off32=True) for card in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")}
 
 
 def small_batch(device) -> int:

@@ -195,6 +195,9 @@ B1_OFF = "b1_off"
 # PREFETCH_W_BY_CARD, kernels/triton_paged.py SMALL_WIDE_BY_CARD) all off, whatever the card: the code before
 # bench/results/h100/b16_rule/
 B16_OFF = "b16_off"
+# ... and the small attention launch only up to batch 4 (kernels/triton_paged.py SMALL_BATCH_BY_CARD ignored): the code
+# before the H200's rule (bench/results/h200/b16_rule/); on the H100, before bench/results/h100/attn_b16/ too
+B16_NONE = "b16_none"
 # q/k/v's norms, rope and KV write inside the attention kernel at one new token a sequence (gemma4/fused.py
 # QKV_IN_ATTENTION, kernels/attn_qkv.py): one kernel a layer fewer
 ATTN_QKV = "attn_qkv"
@@ -303,10 +306,11 @@ def variant(name: str):
 
         return _all(triton_paged.prefetch_kv(triton_paged.OFF), triton_paged.lean_start(False),
                     triton_paged.positions_32(False), gemv.pair_one_loop(False))
-    if name == B16_OFF:
+    if name in (B16_OFF, B16_NONE):
         from kselect.kernels import triton_paged
 
-        return _all(fused.pdl_tokens(1), skinny_gemm.prefetch_w(0), triton_paged.small_launch(per_sm=1),
+        small = dict(per_sm=1, batch=triton_paged.SMALL_BATCH) if name == B16_NONE else dict(per_sm=1)
+        return _all(fused.pdl_tokens(1), skinny_gemm.prefetch_w(0), triton_paged.small_launch(**small),
                     triton_paged.offsets_32(False))
     if name == ATTN_QKV:
         return fused.qkv_in_attention(True)
@@ -360,8 +364,8 @@ def variant(name: str):
 VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, SPLIT: None, **PDL, PDL_EARLY: None,
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None,
             RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH,
-            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, **NORM_WARPS,
-            ATTN_QKV: None, PDL_LATE: None}
+            **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, B16_NONE: None,
+            **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -732,6 +732,10 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
         assert triton_paged.SMALL["per_sm"] == 1 and triton_paged.OFFSETS_32 is False
     assert fused.PDL_MAX_TOKENS is None and skinny_gemm.PREFETCH_W is None  # the card's rule again
     assert triton_paged.SMALL["per_sm"] is None and triton_paged.OFFSETS_32 is None
+    with gv.variant("b16_none"):  # ... and the small attention launch only up to batch 4, whatever the card
+        assert fused.PDL_MAX_TOKENS == 1 and triton_paged.SMALL["per_sm"] == 1 and triton_paged.OFFSETS_32 is False
+        assert triton_paged.SMALL["batch"] == triton_paged.SMALL_BATCH == 4 and skinny_gemm.PREFETCH_W == 0
+    assert triton_paged.SMALL["batch"] is None and triton_paged.SMALL["per_sm"] is None
     from kselect.kernels import rms_norm
 
     with gv.variant("norm_w4"):  # the add-norm kernel with 4 warps a row, whatever its width

@@ -379,12 +379,14 @@ def test_pdl_only_for_one_token_steps_of_models_with_small_layers(models, monkey
     with fused.pdl_tokens(16):  # a measurement's wider rule (gemv_variants pdl_b16), restored after
         assert fused.pdl_step(model, 16) and not fused.pdl_step(model, 17)
     assert not fused.pdl_step(model, 2)
-    # PDL_TOKENS_BY_CARD: steps of up to 16 tokens on the H100 (bench/results/h100/b16_rule/), one elsewhere
-    monkeypatch.setattr(fused, "card_name", lambda d: "NVIDIA H100 80GB HBM3")
-    assert fused.pdl_max_tokens(torch.device("cpu")) == 16 and fused.pdl_step(model, 16)
-    with fused.pdl_tokens(1):  # the switch over the card's rule (gemv_variants b16_off)
-        assert not fused.pdl_step(model, 2)
-    monkeypatch.setattr(fused, "card_name", lambda d: "NVIDIA H200")
+    # PDL_TOKENS_BY_CARD: steps of up to 16 tokens on the H100 and the H200 (bench/results/h100/b16_rule/,
+    # bench/results/h200/b16_rule/), one elsewhere
+    for card in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        monkeypatch.setattr(fused, "card_name", lambda d: card)
+        assert fused.pdl_max_tokens(torch.device("cpu")) == 16 and fused.pdl_step(model, 16), card
+        with fused.pdl_tokens(1):  # the switch over the card's rule (gemv_variants b16_off)
+            assert not fused.pdl_step(model, 2)
+    monkeypatch.setattr(fused, "card_name", lambda d: "NVIDIA A100-SXM4-80GB")
     assert fused.pdl_max_tokens(torch.device("cpu")) == 1 and not fused.pdl_step(model, 2)
     monkeypatch.setattr(fused, "PDL_MAX_LAYER_BYTES", mean - 1)
     assert not fused.pdl_step(model, 1)

@@ -265,10 +265,12 @@ def test_w_prefetch_asks_for_whole_tiles_only_under_pdl_on_a_gpu(monkeypatch):
     assert l2_prefetch.w_lines(2, on, gpu_x, 16)["W_LINES"] == 2  # a tile narrower than a line: its line
     p = dict(block_n=32, block_k=128, num_warps=4, num_stages=3)
     monkeypatch.setattr(pdl, "args", lambda t: {"PDL": True, "launch_pdl": True})
-    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H200")
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA A100-SXM4-80GB")
     assert K._launch(p, gpu_x)["W_LINES"] == 0  # off by default on a card without the rule
+    monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H200")
+    assert K._launch(p, gpu_x)["W_LINES"] == 4  # the H200's rule: two tiles (PREFETCH_W_BY_CARD)
     monkeypatch.setattr(K, "card_of", lambda t: "NVIDIA H100 80GB HBM3")
-    assert K._launch(p, gpu_x)["W_LINES"] == 4  # the H100's rule: two tiles (PREFETCH_W_BY_CARD)
+    assert K._launch(p, gpu_x)["W_LINES"] == 4  # the H100's rule: two tiles
     with K.prefetch_w(0):  # the switch overrides the card's rule
         assert K._launch(p, gpu_x)["W_LINES"] == 0
     with K.prefetch_w(2):

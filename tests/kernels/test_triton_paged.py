@@ -144,15 +144,17 @@ def test_small_batch_decode_splits_are_the_h200_sweeps_best(name, programs, span
 
 
 def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypatch):
-    """SMALL_BATCH_BY_CARD: the H100 takes the small launch up to batch 16 (bench/results/h100/attn_b16/), another
-    card or the CPU up to SMALL_BATCH; a switch's SMALL["batch"] wins on any card."""
+    """SMALL_BATCH_BY_CARD: the H100 and the H200 take the small launch up to batch 16 (bench/results/h100/attn_b16/,
+    bench/results/h200/b16_rule/), another card or the CPU up to SMALL_BATCH; a switch's SMALL["batch"] wins on any
+    card."""
     from kselect.kernels import cards
 
-    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA A100-SXM4-80GB", 2: "NVIDIA H200"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: names[i])
     cards._device_name.cache_clear()
     try:
         assert triton_paged.small_batch(torch.device("cuda", 0)) == 16
+        assert triton_paged.small_batch(torch.device("cuda", 2)) == 16
         assert triton_paged.small_batch(torch.device("cuda", 1)) == triton_paged.SMALL_BATCH == 4
         assert triton_paged.small_batch(torch.device("cpu")) == 4
         with triton_paged.small_launch(batch=8):
@@ -162,21 +164,23 @@ def test_small_launch_up_to_batch_16_only_on_the_cards_that_measured_it(monkeypa
         cards._device_name.cache_clear()
 
 
-def test_batch_16_rule_two_programs_an_sm_and_32_bit_offsets_above_batch_4_on_the_h100(monkeypatch):
-    """SMALL_WIDE_BY_CARD: above SMALL_BATCH sequences the H100's small launch runs about two programs an SM and 32-bit
-    cache offsets (bench/results/h100/b16_rule/); batch 4 and below, another card, or a call that is not a small
-    decode keep one program an SM and 64-bit offsets; the switches win on any card."""
+def test_batch_16_rule_two_programs_an_sm_and_32_bit_offsets_above_batch_4_on_the_h100_and_h200(monkeypatch):
+    """SMALL_WIDE_BY_CARD: above SMALL_BATCH sequences the H100's and the H200's small launch runs about two programs
+    an SM and 32-bit cache offsets (bench/results/h100/b16_rule/, bench/results/h200/b16_rule/); batch 4 and below,
+    another card, or a call that is not a small decode keep one program an SM and 64-bit offsets; the switches win
+    on any card."""
     from kselect.kernels import cards
 
-    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H200"}
+    names = {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA A100-SXM4-80GB", 2: "NVIDIA H200"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: names[i])
     cards._device_name.cache_clear()
     try:
-        h100, h200 = torch.device("cuda", 0), torch.device("cuda", 1)
+        h100, other, h200 = torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cuda", 2)
         rule = triton_paged.wide_rule(h100, True, 16)
         assert rule == dict(per_sm=2, off32=True) and triton_paged.wide_rule(h100, True, 5) == rule
         assert triton_paged.wide_rule(h100, True, 4) == {} and triton_paged.wide_rule(h100, False, 16) == {}
-        assert triton_paged.wide_rule(h200, True, 16) == {}
+        assert triton_paged.wide_rule(h200, True, 16) == rule and triton_paged.wide_rule(h200, True, 4) == {}
+        assert triton_paged.wide_rule(other, True, 16) == {}
         # E4B at batch 16 x 520 keys on 132 SMs: 9 splits with the rule's two programs an SM, 5 with one
         assert triton_paged.small_decode(32, 520, 132, rule["per_sm"]) == (32, 2, 9)
         assert triton_paged.small_decode(32, 520, 132) == (32, 2, 5)

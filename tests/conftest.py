@@ -108,9 +108,16 @@ if not os.environ.get("KSELECT_TEST_HYDRA_REPARSE"):
 @pytest.fixture(scope="session", autouse=True)
 def _kselect_user_cache(tmp_path_factory):
     """kselect's user cache (selector/base/cache.py) in a folder of this test session, for the commands the
-    tests spawn too: the tests never read or fill the user's own."""
+    tests spawn too: the tests never read or fill the user's own. Under xdist the workers share one (the
+    session's base folder holds theirs), as processes share a user's: each cold compose or parse is paid once,
+    not once a worker; entries are keyed by content and written atomically."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "xdg-cache"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("xdg-cache")
+    mp.setenv("XDG_CACHE_HOME", str(path))
     yield
     mp.undo()
 

@@ -38,11 +38,12 @@ def test_committed_h200_perf_file_covers_every_verified_claim_of_both_models(cap
 
 
 def test_dry_run_names_a_bucket_the_file_lacks_and_writes_nothing(tmp_path, capsys):
-    data = yaml.safe_load((PERF_DIR / "nvidia_h200.yaml").read_text())
+    # libyaml's loader and dumper where PyYAML has them: the same data, the 0.85 MB file parsed in a tenth of the time
+    data = yaml.load((PERF_DIR / "nvidia_h200.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     gone = "FLASH_ATTN_v3+upstream:fp8:d256:w512:decode:b1:c1024:h8x2:p128"
     del data["entries"][gone]
     out = tmp_path / "nvidia_h200.yaml"
-    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    out.write_text(yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
     before = out.read_bytes()
     lines = dry_run(capsys, "--models", "gemma4_e4b", "--kernels", "FLASH_ATTN_v3+upstream", "--out", str(out))
     assert [ln for ln in lines if ln.endswith("(absent)")] == [f"would time {gone} (absent)"]

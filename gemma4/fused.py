@@ -25,8 +25,8 @@ kernels/gemv.py under the Triton ops; of a 2- to 16-token step on kernels/skinny
 measured it faster than cuBLAS (kernels/skinny_configs.json, and kernels/skinny_step_configs.json's split-K configs
 measured in the step); cuBLAS otherwise ("triton_cublas": cuBLAS always).
 On SM90 the Triton kernels launch with programmatic dependent launch (kernels/pdl.py) where it measured
-faster: one-token steps of a model with small layers, and on the H100 steps of up to 16 tokens (`pdl_step`);
-"triton_serial" launches plainly always.
+faster: one-token steps of a model with small layers, and on the H100 and the H200 steps of up to 16 tokens
+(`pdl_step`); "triton_serial" launches plainly always.
 MoE blocks run their modules under every ops; FP8 calibration (kv_amax) runs the PyTorch ops.
 """
 

@@ -21,7 +21,8 @@ tiles of W before it waits for the kernel before it, so the loop's first loads a
 The one-row GEMV reads its first chunk before the wait into registers (kernels/gemv.py); the pipelined dot loop here
 cannot, so this asks L2 instead (nothing held in registers), as kernels/triton_paged.py's PREFETCH_KV = L2 does.
 E4B's batch-16 step on the H100 with PDL: 1.012x with two tiles, a tie (bench/results/h100/w_l2/); 1.027x, and with
-the attention's batch-16 launch 1.047x, measured later (bench/results/h100/b16_rule/): the H100's rule.
+the attention's batch-16 launch 1.047x, measured later (bench/results/h100/b16_rule/): the H100's rule, and the
+H200's since (1.105x, bench/results/h200/b16_rule/).
 
 swap (a config entry, False by default): each K tile is summed as W's tile times x's, [BLOCK_N, K] @ [K, 16], not
 x's times W's. W's rows are then the tensor-core dot's M, so on SM90 Triton runs it on wgmma (M >= 64), W's tile
@@ -55,9 +56,9 @@ from .triton_round import round_like
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
 PREFETCH_W = None  # K tiles of W a PDL-launched program asks L2 for before its wait (None: the card's, else none)
-# On the H100, two tiles, with PDL at 16-row steps (gemma4/fused.py PDL_TOKENS_BY_CARD) and triton_paged.py's
-# SMALL_WIDE_BY_CARD: E4B's batch-16 step 1.047x and 1.045x in two calls (bench/results/h100/b16_rule/); on the H200
-# 1.105x (bench/results/h200/b16_rule/)
+# On the H100 and the H200, two tiles, with PDL at 16-row steps (gemma4/fused.py PDL_TOKENS_BY_CARD) and
+# triton_paged.py's SMALL_WIDE_BY_CARD: E4B's batch-16 step 1.047x and 1.045x in two calls on the H100
+# (bench/results/h100/b16_rule/), 1.105x on the H200 (bench/results/h200/b16_rule/)
 PREFETCH_W_BY_CARD = {"NVIDIA H100 80GB HBM3": 2, "NVIDIA H200": 2}
 PAIR_ONE_LOOP = False  # paired GeGLU: gate and up tiles in one K loop, not a loop each (a measurement's switch)
 

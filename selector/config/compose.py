@@ -70,7 +70,7 @@ def _hydra_compose(overrides: list[str], conf_dir: Path) -> dict:
         if missing and (conf_dir / missing[1]).is_dir():
             opts = sorted(p.stem for p in (conf_dir / missing[1]).glob("*.yaml"))
             msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
-        bad = [o for o in user if o.lstrip("+~").split("=")[0].split("/")[0] in msg] or user  # as the user wrote them
+        bad = [o for o in user if _named(o.lstrip("+~").split("=")[0].split("/")[0], msg)] or user  # as written
         raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None
     if not isinstance(data, dict):
         raise ConfigError("<root>", data, "a mapping")
@@ -94,6 +94,11 @@ def validate(data: dict, overrides: list[str] | tuple[str, ...] = (), conf_dir: 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), conf_dir: Path | str = CONF_DIR) -> KSelectConfig:
     return validate(compose_raw(overrides, conf_dir), overrides, conf_dir)
+
+
+def _named(key: str, msg: str) -> bool:
+    """Whether Hydra's message names this key as a word (`model` is not named by 'vllm_0_34_0_models')."""
+    return bool(key) and re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", msg) is not None
 
 
 def _one_paragraph(e: Exception) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..base.errors import KSelectError
 from ..config.compose import CONF_DIR
-from .diff_sources import Source, default_rules, git_conf, side_rules
+from .diff_sources import Source, check_overlays, default_rules, git_conf, side_rules
 
 
 def default_repo(uses_git: bool, conf_rel: str) -> Path:
@@ -38,10 +38,11 @@ def source(side: str, args, repo: Path, stack: ExitStack, conf_rel: str, name_co
     conf, ov = args.conf, tuple(args.overlay)
     label = f"{conf}:[{','.join(ov)}]" if name_conf else f"[{','.join(ov)}]"
     if conf == "worktree":
-        return Source(label, repo / conf_rel, ov)
+        return Source(label, repo / conf_rel, check_overlays(f"diff: {side}.overlay", ov, repo / conf_rel))
     if conf.startswith("git:") and conf[4:]:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kselect-diff-")))
-        return Source(label, git_conf(repo, conf[4:], tmp, conf_rel), ov)
+        conf_dir = git_conf(repo, conf[4:], tmp, conf_rel)
+        return Source(label, conf_dir, check_overlays(f"diff: {side}.overlay ({conf})", ov, conf_dir))
     raise KSelectError(f"diff: {side}.conf={conf!r}; allowed: worktree, git:<rev>")
 
 

@@ -29,6 +29,18 @@ def rules_options(conf_dir: Path) -> list[str]:
     return sorted(p.stem for p in (Path(conf_dir) / "rules").glob("*.yaml"))
 
 
+def check_overlays(key: str, names, conf_dir: Path) -> tuple[str, ...]:
+    """`key=[names]` (a.overlay, b.overlay, overlay) names overlays this conf tree has (conf/overlay/*.yaml); exit 2
+    naming the key as the user wrote it, not the compose it would become."""
+    names = tuple(names)
+    have = sorted(p.stem for p in (Path(conf_dir) / "overlay").glob("*.yaml"))
+    bad = [n for n in names if n not in have]
+    if bad:
+        raise KSelectError(f"{key}=[{','.join(names)}]: no overlay {', '.join(map(repr, bad))} in {Path(conf_dir) / 'overlay'}; "
+                           f"allowed: {', '.join(have) or 'none'}")
+    return names
+
+
 def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: str | None) -> tuple[str | None, str]:
     """The rules option one side runs, and a note when it is not the matrix's. A rules option the
     user names must exist in that side's conf tree (exit 2 otherwise). Without one, a side takes

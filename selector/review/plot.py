@@ -37,7 +37,9 @@ from hydra.core.config_store import ConfigStore
 from ..base.errors import KSelectError
 from ..base.extras import require
 from ..base.files import atomic_write, check_out_path
+from ..config.compose import CONF_DIR
 from ..review.grid import INVALID_COLOR, Grid, cell_marks, color, inner_label, kv_label, target_groups
+from ..review.diff_sources import check_overlays
 from ..review.matrix import AXES, MatrixSpec, expand, load_matrix, resolve_cells
 from ..review.plot_html import render_html
 
@@ -238,6 +240,15 @@ def task(cfg) -> int:
             vals = list(v) if not isinstance(v, (str, int, float, bool)) else [v]
             where[axis] = [str(x).lower() if isinstance(x, bool) else str(x) for x in vals]
     diff = cfg.b.overlay is not None or cfg.b.rules is not None
+    if not diff and (cfg.a.overlay or cfg.a.rules):
+        raise KSelectError("plot: a.overlay / a.rules set one side of a diff, but no b side was given, so they would be "
+                           "ignored; allowed: b.overlay=[...] or b.rules=<name> with them (a diff), or overlay=[...] "
+                           "(one overlay set's picture)")
+    if diff and cfg.overlay:
+        raise KSelectError("plot: overlay=[...] is one overlay set's picture and a diff ignores it; allowed with "
+                           "b.overlay / b.rules: a.overlay=[...] for the a side")
+    for key, names in (("overlay", cfg.overlay), ("a.overlay", cfg.a.overlay), ("b.overlay", cfg.b.overlay)):
+        check_overlays(f"plot: {key}", names or (), CONF_DIR)
     if Path(cfg.out).is_dir() or Path(cfg.out).with_suffix(".png").is_dir():
         raise KSelectError(f"plot: out={cfg.out!r} is a directory; allowed: a file path without suffix (.png and .html are added)")
     if cfg.style not in ("blocks", "grid"):

@@ -150,6 +150,24 @@ def read_claims(arg: str) -> list[str]:
     return ids
 
 
+def check_paths(ids: list[str], platform: list[str]) -> None:
+    """Every claim names a kernel path a file could hold: a backend of the capabilities, and a FlashAttention version
+    exactly where the backend is FLASH_ATTN (as `kselect claims` writes them). A typo is bad input, exit 2, not a
+    claim recorded as unsupported or unavailable."""
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.config.compose import compose
+
+    backends = sorted(compose(platform).capabilities)
+    for cid in ids:
+        c = parse_claim(cid)
+        if c.backend not in backends:
+            raise KSelectError(f"--claims: {cid}: no backend {c.backend!r} in the capabilities; allowed: {', '.join(backends)}")
+        if (c.backend == "FLASH_ATTN") != (c.version is not None):
+            raise KSelectError(f"--claims: {cid}: " + ("a FLASH_ATTN claim names its version, e.g. FLASH_ATTN_v3:..."
+                               if c.version is None else f"only FLASH_ATTN takes a version (_v{c.version}); "
+                               f"allowed: {c.backend}:{c.dtype}:d{c.head}:{c.feature}"))
+
+
 def device_model(device: str) -> str:
     """This machine's GPU model as conformance files name it (conf/conformance/<model>.yaml)."""
     if device == "cpu":
@@ -242,6 +260,7 @@ def run(opts: ConformanceRun, command: str) -> int:
             ids = [cid for cid in ids if cid not in old]
         print(f"merging into {opts.out} ({len(old)} claims): {merge_plan(old, ids)}", flush=True)
     platform = [f"platform={opts.platform}"] if opts.platform else _platform(opts.device)
+    check_paths(ids, platform)
     runs = {cid: _run_of(cid, platform) for cid in ids}  # the selector decides; workers only run kernels
     results: dict = {}
     doc = dict(gpu=gpu, torch=str(torch.__version__), measured=datetime.date.today().isoformat(), kernel_versions={},

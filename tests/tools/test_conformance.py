@@ -6,6 +6,7 @@ import torch
 import yaml
 
 from kselect.commands import conformance as conformance_command
+from kselect.selector.base.cli_errors import call_main
 from kselect.measurement import conformance
 from kselect.measurement.conformance import check_claim
 from kselect.selector.measure.claims import claim_runs
@@ -62,6 +63,21 @@ def test_cli_writes_yaml(tmp_path):
                                                    "claim_count", "claims"}
     assert "triton" in doc["kernel_versions"]  # the libraries the claims ran (tests/kselect/test_measured_versions.py)
     assert [v["status"] for v in doc["claims"].values()] == ["verified", "verified"]
+
+
+@pytest.mark.parametrize("claim,say", [
+    ("NOPE:bf16:d64:causal", "no backend 'NOPE' in the capabilities; allowed: "),
+    ("FLASH_ATTN:bf16:d64:causal", "a FLASH_ATTN claim names its version"),
+    ("FLASHINFER_v3:bf16:d64:causal", "only FLASH_ATTN takes a version (_v3); allowed: FLASHINFER:bf16:d64:causal"),
+])  # fmt: skip
+def test_a_claim_no_file_could_hold_is_refused_before_anything_runs(claim, say, tmp_path, capsys):
+    # before: a typo ran, and was written into the file as `unsupported` or `unavailable`, exit 0
+    out = tmp_path / "conf.yaml"
+    assert call_main(conformance_command.main, ["--claims", f"TORCH_REFERENCE:bf16:d64:window,{claim}", "--gpu-name",
+                                                "cpu_ci", "--device", "cpu", "--out", str(out)]) == 2
+    out_, err = capsys.readouterr()
+    assert say in err and claim in err and "Traceback" not in err, err
+    assert not out.exists() and "[1/" not in out_
 
 
 def test_missing_runs_only_claims_the_file_lacks(tmp_path, capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+from kselect.selector.base.errors import KSelectError
 from kselect.selector.config.compose import CONF_DIR, compose
 from kselect.selector.evidence.evidence import Evidence
 from kselect.selector.measure import explain
@@ -23,6 +24,8 @@ def main(argv: list[str]) -> int:
 
 
 def _answer(cfg) -> None:
+    if cfg.output == "vllm":  # select's vLLM flags: nothing of explain's table is a flag
+        raise KSelectError("explain: output=vllm is kselect select's vLLM flags; allowed here: table, markdown, json")
     d = explain.explain(cfg, Evidence.load(CONF_DIR))  # the evidence of the conf tree the config came from
     if cfg.output == "json":
         print(json.dumps(d, indent=2))

@@ -112,12 +112,15 @@ def _selection(overrides: list[str]):
     from kselect.selector.export.render import table
 
     cfg, sel = select(overrides)
+    if cfg.output != "table":
+        raise RunError(f"run: output={cfg.output}: kselect run prints the selection as a table, then what the model "
+                       f"generated; allowed: table (kselect select output={cfg.output} renders the selection alone)")
     if gpu_tiny_in_bf16(cfg, overrides):
         overrides = [*overrides, "model.dtype=bfloat16"]
         cfg, sel = select(overrides)
         print("model.dtype=bfloat16: on a GPU the bundled tiny model runs in bf16 so that the selected GPU kernels "
               "run (in fp32 only TRITON_ATTN accepts it); pass model.dtype=float32 to keep fp32")
-    print(table(sel))
+    print(table(sel, cfg.verbose))
     print()
     if cfg.model.architecture != "gemma4":
         raise RunError(f"kselect run runs the bundled Gemma-4 only: model={cfg.model.name} ({cfg.model.hf_architecture}) is "

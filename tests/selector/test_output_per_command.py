@@ -1,6 +1,6 @@
 """`output=` is one key of the shared config, but not every command has every rendering: one it lacks is refused
 (exit 2, one paragraph), not printed as another. Before, `kselect explain output=vllm` printed its table and
-`kselect claims` ignored `output` altogether."""
+`kselect claims` and `kselect run` ignored `output` altogether."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ BASE = ["platform=sm90", "model=gemma4_e4b"]
 
 
 def run(capsys, command: str, *argv: str) -> tuple[int, str, str]:
-    code = call_main(kselect_main(command), [*BASE, *argv])
+    base = ["platform=cpu", "model=gemma4_tiny"] if command == "run" else BASE
+    code = call_main(kselect_main(command), [*base, *argv])
     out, err = capsys.readouterr()
     assert "Traceback" not in err, err
     return code, out, err
@@ -25,6 +26,8 @@ def run(capsys, command: str, *argv: str) -> tuple[int, str, str]:
     ("explain", "vllm", "allowed here: table, markdown, json"),
     ("claims", "vllm", "allowed: table (one claim id a line), json (a list)"),
     ("claims", "markdown", "allowed: table (one claim id a line), json (a list)"),
+    ("run", "json", "allowed: table (kselect select output=json renders the selection alone)"),
+    ("run", "vllm", "allowed: table (kselect select output=vllm renders the selection alone)"),
 ])  # fmt: skip
 def test_a_rendering_the_command_lacks_is_refused(command, output, allowed, capsys):
     code, out, err = run(capsys, command, f"output={output}")

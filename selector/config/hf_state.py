@@ -34,7 +34,9 @@ def _inner(f: TextFields, w: str, row: Arch) -> int:
 
 
 def mamba1(f: TextFields, w: str, row: Arch) -> tuple:
-    inner = _inner(f, w, row)
+    # vLLM's mamba.py reads the config's intermediate size itself; only Jamba's row falls back to expand x hidden
+    only_named = "intermediate_size_mamba" in row.fields and "mamba_expand" not in {**row.fields, **row.defaults}
+    inner = _need(f, w, row, "intermediate_size_mamba") if only_named else _inner(f, w, row)
     return (((_need(f, w, row, "conv_kernel") - 1, inner), "model"),
             ((inner, _need(f, w, row, "ssm_state_size")), _ssm_dtype(f, w, row)))
 

@@ -68,3 +68,17 @@ def test_a_parallel_hybrid_layer_has_attention_and_state():
                                                    (1, "mamba")]
     # conv (kernel - 1, expand x hidden + 2 x groups x state), temporal (heads, head dim, state)
     assert layers[1].mamba_state == (((3, 2048 + 256), "model"), ((16, 64, 128), "model"))
+
+
+def test_a_missing_mamba_width_is_named_as_the_architecture_reads_it():
+    # vLLM's mamba.py reads `intermediate_size`; Jamba's row falls back to mamba_expand x hidden (its default 2)
+    mamba = {"architectures": ["MambaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 768, "state_size": 16,
+             "conv_kernel": 4}
+    with pytest.raises(ValueError, match=r"model\.hf_config\.intermediate_size is missing"):
+        derive_layers(mamba)
+    _, _, layers = derive_layers({**mamba, "intermediate_size": 1536})
+    assert layers[0].mamba_state == (((3, 1536), "model"), ((1536, 16), "model"))
+    jamba = {"architectures": ["JambaForCausalLM"], "num_hidden_layers": 8, "num_attention_heads": 8,
+             "num_key_value_heads": 2, "hidden_size": 1024}
+    _, _, layers = derive_layers(jamba)
+    assert next(x for x in layers if x.kind == "mamba").mamba_state[0] == ((3, 2048), "model")

@@ -7,6 +7,7 @@ claim at Gemma-4's head sizes, for the backends kselect implements.
 
 A model, KV cache, multimodal switch, rules or overlay given on the command line narrows that axis to the value given
 (`kselect claims platform=sm90 model=gemma4_e4b`: E4B's claims); the others run over every preset, cache and overlay.
+One claim id a line; `output=json`: one JSON list (either is a `--claims` file for `kselect conformance`).
 """
 
 from __future__ import annotations

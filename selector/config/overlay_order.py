@@ -43,6 +43,18 @@ class OverlayDecl:
     writes: dict[str, Any]  # dotted leaf key -> value the overlay sets
 
 
+def check_overlays(key: str, names, conf_dir: Path) -> tuple[str, ...]:
+    """`key=[names]` (a.overlay, b.overlay, overlay) names overlays this conf tree has (conf/overlay/*.yaml); exit 2
+    naming the key as the user wrote it, not the compose it would become."""
+    names = tuple(names)
+    have = sorted(p.stem for p in (Path(conf_dir) / "overlay").glob("*.yaml"))
+    bad = [n for n in names if n not in have]
+    if bad:
+        raise KSelectError(f"{key}=[{','.join(names)}]: no overlay {', '.join(map(repr, bad))} in {Path(conf_dir) / 'overlay'}; "
+                           f"allowed: {', '.join(have) or 'none'}")
+    return names
+
+
 def check_overlay_list(names: Sequence[str], conf_dir: Path | str, spelled: str) -> None:
     """Raise KSelectError naming the overlays, the key and what is allowed; `spelled` is the
     list as the user wrote it."""

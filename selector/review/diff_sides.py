@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..base.errors import KSelectError
 from ..config.compose import CONF_DIR
-from .diff_sources import Source, check_overlays, default_rules, git_conf, side_rules
+from ..config.overlay_order import check_overlays
+from .diff_sources import Source, default_rules, git_conf, side_rules
 
 
 def default_repo(uses_git: bool, conf_rel: str) -> Path:
@@ -61,7 +62,12 @@ def with_rules(cfg, a: Source, b: Source, matrix_rules: str | None) -> tuple[Sou
     default: a note on stderr says so), and the rules each runs; where those differ, the labels say which."""
     out = []
     for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
-        rules, note = side_rules(name, src.label, src.conf_dir, args.rules or cfg.rules, matrix_rules)
+        have = sorted(p.stem for p in (src.conf_dir / "objective").glob("*.yaml"))
+        if args.objective and args.objective not in have:
+            raise KSelectError(f"diff: {name}.objective={args.objective}: the {name} side ({src.label}) has no objective "
+                               f"{args.objective!r}; allowed: {', '.join(have) or 'none'}")
+        rules, note = side_rules(name, src.label, src.conf_dir, args.rules or cfg.rules, matrix_rules,
+                                 "" if args.rules else "rules")
         if note:
             print(note, file=sys.stderr)
         out.append(replace(src, objective=args.objective, rules=rules, own_default_rules=bool(note)))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import KSelectError
+from ..config.releases import rules_options
 from ..review.configs import default_rules
 
 
@@ -24,33 +25,18 @@ class Source:
     own_default_rules: bool = False  # compose with this conf tree's default rules (it lacks the matrix's)
 
 
-def rules_options(conf_dir: Path) -> list[str]:
-    """The rules options a conf tree has (conf/rules/*.yaml)."""
-    return sorted(p.stem for p in (Path(conf_dir) / "rules").glob("*.yaml"))
-
-
-def check_overlays(key: str, names, conf_dir: Path) -> tuple[str, ...]:
-    """`key=[names]` (a.overlay, b.overlay, overlay) names overlays this conf tree has (conf/overlay/*.yaml); exit 2
-    naming the key as the user wrote it, not the compose it would become."""
-    names = tuple(names)
-    have = sorted(p.stem for p in (Path(conf_dir) / "overlay").glob("*.yaml"))
-    bad = [n for n in names if n not in have]
-    if bad:
-        raise KSelectError(f"{key}=[{','.join(names)}]: no overlay {', '.join(map(repr, bad))} in {Path(conf_dir) / 'overlay'}; "
-                           f"allowed: {', '.join(have) or 'none'}")
-    return names
-
-
-def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: str | None) -> tuple[str | None, str]:
+def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: str | None,
+               key: str = "") -> tuple[str | None, str]:
     """The rules option one side runs, and a note when it is not the matrix's. A rules option the
     user names must exist in that side's conf tree (exit 2 otherwise). Without one, a side takes
     the matrix's declared rules if its tree has them, else its own tree's default (a revision from
-    before a rules option existed composes as it did then); the note says so."""
+    before a rules option existed composes as it did then); the note says so. `key`: the option as the user wrote
+    it (`rules`, for both sides), default `<side>.rules`."""
     opts = rules_options(conf_dir)
     if named:
         if named not in opts:
             raise KSelectError(
-                f"diff: {side}.rules={named}: the {side} side ({label}) has no rules option {named!r}; its conf/rules has "
+                f"diff: {key or side + '.rules'}={named}: the {side} side ({label}) has no rules option {named!r}; its conf/rules has "
                 f"{', '.join(opts) or 'none'}. Name one per side, e.g. {side}.rules={default_rules(conf_dir) or (opts or ['?'])[0]}"
             )
         return named, ""

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.compose import CONF_DIR
-from ..config.releases import default_rules
+from ..config.overlay_order import check_overlay_list, check_overlays
+from ..config.releases import default_rules, rules_options
 from ..review.cells import AXES, Cell, MatrixError, MatrixSpec, expand, load_matrix, skipped
 from ..review import parallel
 from ..review.configs import Builder
@@ -207,7 +208,10 @@ def matrix_task(cfg) -> int:
     spec = load_matrix(cfg.matrix)
     if cfg.rules:  # every cell under this rules option (default: the one the matrix declares)
         spec = spec.model_copy(update={"rules": cfg.rules})
-    ov = tuple(cfg.overlay)
+    ov = check_overlays("matrix: overlay", cfg.overlay, CONF_DIR)
+    check_overlay_list(list(ov), CONF_DIR, f"[{','.join(ov)}]")  # ids too: a list select would refuse lists nothing
+    if spec.rules and spec.rules not in rules_options(CONF_DIR):
+        raise KSelectError(f"matrix: rules={spec.rules}: no such rules option; allowed: {', '.join(rules_options(CONF_DIR))}")
     if cfg.format == "ids":
         print("\n".join(c.id for c in expand(spec, ov)))
         return 0

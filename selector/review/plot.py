@@ -39,7 +39,7 @@ from ..base.extras import require
 from ..base.files import atomic_write, check_out_path
 from ..config.compose import CONF_DIR
 from ..review.grid import INVALID_COLOR, Grid, cell_marks, color, inner_label, kv_label, target_groups
-from ..review.diff_sources import check_overlays
+from ..config.overlay_order import check_overlays
 from ..review.matrix import AXES, MatrixSpec, expand, load_matrix, resolve_cells
 from ..review.plot_html import render_html
 

@@ -225,8 +225,8 @@ def test_git_revision_from_before_the_rules_options(old_conf_repo, capsys):
     assert out.count("[flashinfer-sm90_sliding_window_builder]  (") == 2, out
     assert "rules=base -> worktree:[] rules=post_pr52987" in out
     assert "has no rules option 'post_pr52987'" in err and "a.rules=" in err
-    # a rules option named for both sides must exist on both: exit 2 naming the per-side key
-    with pytest.raises(KSelectError, match=r"a.rules=vllm_0_33_0: the a side .* has no rules option .* e.g. a.rules=base"):
+    # a rules option named for both sides must exist on both: exit 2 naming the key as written and the per-side one
+    with pytest.raises(KSelectError, match=r"diff: rules=vllm_0_33_0: the a side .* has no rules option .* e.g. a.rules=base"):
         diff_main(["a.conf=git:HEAD", "matrix=seed_smoke", repo, "rules=vllm_0_33_0"])
     # per side: the old seed rules against vLLM 0.33.0's, example commands under b's rules
     code = diff_main(["a.conf=git:HEAD", "a.rules=base", "b.rules=vllm_0_33_0", "matrix=seed_smoke", repo, "format=json"])

@@ -45,7 +45,31 @@ def test_a_plot_key_its_mode_would_ignore_is_refused(argv, say, tmp_path, capsys
     assert not list(tmp_path.iterdir())
 
 
-def test_a_compose_error_names_only_the_keys_the_message_names(capsys):
+def test_a_compose_error_names_only_the_keys_the_message_names():
     # 'vllm_0_34_0_models' in Hydra's list of overlays once named the matrix's internal `~model` as the bad key
-    err = refused(capsys, "matrix", "overlay=[nope]")
-    assert "invalid config: overlay=[nope]:" in err and "~model" not in err, err
+    from kselect.selector.base.errors import KSelectError
+    from kselect.selector.config.compose import compose_raw
+
+    with pytest.raises(KSelectError) as e:
+        compose_raw(["~model", "overlay=[nope]"])
+    assert str(e.value).startswith("invalid config: overlay=[nope]: ") and "~model" not in str(e.value), e.value
+
+
+@pytest.mark.parametrize("argv,say", [
+    (["format=ids", "overlay=[nope]"], "matrix: overlay=[nope]: no overlay 'nope'"),
+    (["format=ids", "overlay=[pr48666,pr48666]"], "repeats pr48666"),
+    (["format=ids", "rules=nope"], "matrix: rules=nope: no such rules option"),
+])  # fmt: skip
+def test_matrix_ids_check_what_the_resolved_matrix_would(argv, say, capsys):
+    # before: format=ids listed cells of overlay lists and rules options that select refuses, exit 0
+    assert say in refused(capsys, "matrix", *argv)
+
+
+@pytest.mark.parametrize("argv,say", [
+    (["a.objective=nope"], "diff: a.objective=nope: the a side ([]) has no objective 'nope'; allowed: capacity"),
+    (["b.objective=../config"], "diff: b.objective=../config: the b side"),
+    (["rules=nope"], "diff: rules=nope: the a side"),
+])  # fmt: skip
+def test_diff_names_the_key_as_written(argv, say, capsys):
+    # before: `objective=nope` (Hydra's key, not a.objective) and `a.rules=nope` for `rules=nope`
+    assert say in refused(capsys, "diff", *argv)

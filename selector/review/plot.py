@@ -40,6 +40,7 @@ from ..base.files import atomic_write, check_out_path
 from ..config.compose import CONF_DIR
 from ..review.grid import INVALID_COLOR, Grid, cell_marks, color, inner_label, kv_label, target_groups
 from ..config.overlay_order import check_overlays
+from ..review.mpl import pyplot
 from ..review.matrix import AXES, MatrixSpec, expand, load_matrix, resolve_cells
 from ..review.plot_html import render_html
 
@@ -49,10 +50,7 @@ __all__ = ["Grid", "build", "filter_spec", "main", "render_html", "render_png"]
 
 
 def render_png(grid: Grid, title: str) -> bytes:
-    import matplotlib  # noqa: PLC0415 - only the plot needs it
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     ncols, nrows = len(grid.columns), len(grid.platforms)
     cell_w, cell_h = 0.55 * grid.sub_cols + 0.25, 0.5 * grid.sub_rows + 0.2

@@ -21,6 +21,7 @@ from ..base import texts
 from ..review.diff import Block, MatrixDiff
 from ..review.diff_render import detail, rule_change
 from ..review.matrix import CellResult
+from ..review.mpl import pyplot
 from ..config.vocab import kernel_label
 from ..export.render import group_name
 from ..review.grid import BACKEND_COLORS, INVALID, VERSION_COLORS, color
@@ -67,10 +68,7 @@ def _row_note(b: Block) -> str:
 
 
 def render_png(d: MatrixDiff, title: str) -> bytes:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
     from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: PLC0415
 
     blocks = d.blocks[:MAX_ROWS]

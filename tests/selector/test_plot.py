@@ -86,3 +86,19 @@ def test_an_existing_picture_is_replaced_only_when_asked(tmp_path, capsys):
     assert out.with_suffix(".png").read_bytes() == b"earlier" and not out.with_suffix(".html").exists()
     assert main(["matrix=smoke", "where.platform=cpu", f"out={out}", "overwrite=true"]) == 0
     assert out.with_suffix(".png").read_bytes() != b"earlier" and "wrote " in capsys.readouterr().out
+
+
+def test_a_first_picture_prints_only_its_own_line(tmp_path):
+    # before: on a machine without matplotlib's font cache, Hydra's logging printed
+    # `[...][HYDRA] generated new fontManager` with the command's output
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}  # no font cache yet: matplotlib builds one
+    r = subprocess.run([sys.executable, "-m", "kselect", "plot", f"out={tmp_path / 'p'}"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "mpl").is_dir()  # the cache was built in this run
+    assert r.stdout.splitlines() == [f"wrote {tmp_path / 'p.png'} and {tmp_path / 'p.html'} (48 cells, 0 invalid)"]
+    assert "HYDRA" not in r.stderr and "fontManager" not in r.stderr, r.stderr

@@ -12,10 +12,11 @@ _UNKNOWN_OPTION = re.compile(r"Could not (?:find|load) '([\w.-]+)/([^']*)'")
 
 
 def _flatten(data, prefix: str = "", depth: int = 3) -> list[str]:
+    """Dotted keys; an empty mapping (a place for the user's own keys: `attention.backend_per_kind: {}`) ends in '.'."""
     out = []
     for k, v in (data.items() if isinstance(data, dict) else []):
         key = f"{prefix}{k}"
-        out.append(key)
+        out.append(key + "." if v == {} else key)
         if depth > 1 and isinstance(v, dict):
             out += _flatten(v, key + ".", depth - 1)
     return out
@@ -60,8 +61,12 @@ def near(text: str, overrides: list[str], config_dir: Path | None, config_name: 
     m = _UNKNOWN_KEY.search(text)
     if m:
         bad = (m[1] or m[2]).lstrip("+~")
-        close = difflib.get_close_matches(bad, known_keys(overrides, config_dir, config_name), n=1, cutoff=0.75)
+        known = known_keys(overrides, config_dir, config_name)
         value = next((o.partition("=")[2] for o in overrides if o.lstrip("+~").partition("=")[0] == bad), "...")
+        new_in = next((k for k in known if k.endswith(".") and bad.startswith(k) and "." not in bad[len(k):]), None)
+        if new_in:  # Hydra adds a key to a mapping only with '+'
+            return f"{new_in[:-1]} takes keys of your own, each added with '+': write +{bad}={value}"
+        close = difflib.get_close_matches(bad, [k.rstrip(".") for k in known], n=1, cutoff=0.75)
         return f"did you mean {close[0]}={value}?" if close else None
     m = _UNKNOWN_OPTION.search(text)
     if m and config_dir is not None and (Path(config_dir) / m[1]).is_dir():

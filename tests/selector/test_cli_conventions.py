@@ -149,6 +149,17 @@ def test_a_typo_names_the_near_key(argv, hint, capsys):
     assert code == 2 and hint in err and "+outptu" not in err, err
 
 
+def test_a_new_key_of_a_mapping_is_told_its_plus(capsys):
+    # before: "did you mean attention.backend_per_kind=TRITON_ATTN?", a key that takes a mapping, not a backend
+    code, _, err = inprocess("select", "platform=sm90", "attention.backend_per_kind.sliding_window=TRITON_ATTN",
+                             capsys=capsys)
+    assert code == 2 and "write +attention.backend_per_kind.sliding_window=TRITON_ATTN" in err, err
+    assert "did you mean" not in err
+    code, out, err = inprocess("select", "platform=sm90", "+attention.backend_per_kind.sliding_window=TRITON_ATTN",
+                               capsys=capsys)
+    assert code == 0, err  # as told, it selects
+
+
 def test_diff_typo_names_its_own_key(capsys):
     code, _, err = inprocess("diff", "formt=json", capsys=capsys)
     assert code == 2 and "did you mean format=json?" in err, err

@@ -216,7 +216,10 @@ class HFModelConfig(Strict):
 def _name_from(path: str) -> str:
     """A model name from its config's path: the folder holding config.json (/models/Llama-3.1-8B -> Llama-3.1-8B)."""
     p = Path(path).expanduser()
-    return _safe_name(p.name if p.is_dir() else p.parent.name or p.stem)
+    folder = p if p.is_dir() else p.parent
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):  # a hub cache snapshot
+        return _safe_name(folder.parent.parent.name.split("--")[-1])  # models--Qwen--Qwen2.5-7B -> Qwen2.5-7B
+    return _safe_name(folder.name or p.stem)
 
 
 def _safe_name(base: str) -> str:

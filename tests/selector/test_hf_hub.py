@@ -108,3 +108,11 @@ def test_a_bad_hub_id_exits_2_from_the_command_line(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     err = bad(capsys, "model.hf_config=Qwen/Qwen3-8B@../../etc")
     assert "<org>/<name>[@revision]" in err, err
+
+
+def test_a_snapshot_folder_given_by_path_is_named_by_its_repo(tmp_path):
+    # before: the model was named after the snapshot's commit hash (`model 0123abcd ...`)
+    snap = fake_cache(tmp_path, "Qwen/Qwen3-8B", {"config.json": QWEN3}) / "models--Qwen--Qwen3-8B/snapshots/0123abcd"
+    for given in (snap, snap / "config.json"):
+        cfg = compose(["platform=sm90", "model=hf", f"model.hf_config={given}"])
+        assert cfg.model.name == "Qwen3-8B" and cfg.model.local_folder == str(snap)

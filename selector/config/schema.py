@@ -363,7 +363,13 @@ class KSelectConfig(Strict):
             if b != "auto" and b not in self.capabilities:
                 raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
-            raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r} has none)")
+            hf = getattr(self.model, "hf_config", None) or {}
+            own = next((k for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+                        if isinstance(hf.get(k), int) and hf[k] > 0), None)
+            why = (f"its config's own MTP layers ({own}={hf[own]}) are not modelled: kselect models MTP as Gemma-4's "
+                   "drafter (a Gemma-4 preset's model.drafter)" if own else "has none")
+            raise ValueError(f"spec_decode.method='mtp' needs model.drafter (model {self.model.name!r}: {why}); "
+                             "allowed: spec_decode=none for this model")
 
     def active_rules(self) -> dict[str, Rule]:
         return {rid: r for rid, r in self.rules.items() if isinstance(r, Rule) and r.enabled}

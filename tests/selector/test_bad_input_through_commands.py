@@ -138,3 +138,13 @@ def test_no_boolean_where_an_objective_number_goes(override, capsys):
     # found by the generator (fuzz_classes.schema_value): before, true read as 1 and false as 0
     err = kselect(capsys, "select", "platform=sm90", override)
     assert override.split("=")[0] in err and "boolean" in err
+
+
+@pytest.mark.parametrize("model,say", [
+    ("deepseek_v3", "its config's own MTP layers (num_nextn_predict_layers=1) are not modelled"),
+    ("llama3_1_8b", "model 'llama3_1_8b': has none"),
+])  # fmt: skip
+def test_mtp_on_a_model_without_a_modelled_drafter(model, say, capsys):
+    # DeepSeek-V3 has MTP layers of its own, which vLLM serves; kselect says that it does not model them
+    err = kselect(capsys, "select", "platform=sm90", f"model={model}", "spec_decode=mtp")
+    assert say in err and "allowed: spec_decode=none" in err, err

@@ -161,11 +161,25 @@ def _plan(opts: PerfRun) -> _Plan:
     return _Plan(conf, out, [t for t in ts if todo[t]], todo, lacks, grid)
 
 
+def _check_numbers(opts: PerfRun) -> None:
+    """The numeric flags within what a timing can mean (a spread of 5 reads contexts below zero, 0 reps no time)."""
+    checks = (("--reps", opts.reps, opts.reps is None or 1 <= opts.reps <= 1000, "1 to 1000"),
+              ("--warm-jobs", opts.warm_jobs, 0 <= opts.warm_jobs <= 64, "0 to 64"),
+              ("--budget-s", opts.budget_s, opts.budget_s > 0, "more than 0 seconds"),
+              ("--context-spread", opts.context_spread, 0 <= opts.context_spread < 1, "0 (one context) up to, not "
+               "including, 1 (a fraction of each bucket's context)"),
+              ("--max-page", opts.max_page, 1 <= opts.max_page <= 4096, "1 to 4096 tokens"))
+    for flag, value, ok, allowed in checks:
+        if not ok:
+            raise KSelectError(f"{flag} {value}; allowed: {allowed}")
+
+
 def run(opts: PerfRun, command: str) -> int:
     """Time the plan's buckets and merge them into the perf file after each target; `command` is recorded there."""
     from kselect.selector.base.files import safe_name
 
     safe_name(opts.gpu_name, "--gpu-name")  # it names files in conf/
+    _check_numbers(opts)
     try:
         fence = parse_fence(opts.fence)
     except ValueError as e:

@@ -60,6 +60,24 @@ def test_bad_bucket_and_missing_conformance_are_refused(tmp_path, conformance_fi
     assert "run `kselect conformance` first" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag,value,allowed", [
+    ("--context-spread", "5", "up to, not including, 1"), ("--context-spread", "nan", "up to, not including, 1"),
+    ("--max-page", "0", "1 to 4096"), ("--reps", "0", "1 to 1000"), ("--warm-jobs", "99", "0 to 64"),
+    ("--budget-s", "0", "more than 0"),
+])  # fmt: skip
+def test_a_number_no_timing_can_mean_is_refused_even_in_a_dry_run(flag, value, allowed, tmp_path, conformance_file,
+                                                                    capsys):
+    # before: accepted (a spread of 5 reads contexts below zero; 0 reps time nothing), exit 0 in a dry run
+    from kselect.selector.base.cli_errors import call_main
+
+    argv = ["--gpu-name", "fake", "--conformance", str(conformance_file), "--out", str(tmp_path / "p.yaml"),
+            "--models", "gemma4_tiny", "--device", "cpu", "--dry-run", flag, value]
+    assert call_main(perf_command.main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} " in err and f"allowed: " in err and allowed in err and "Traceback" not in err, err
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_a_perf_file_whose_key_lies_is_refused(tmp_path):
     from kselect.selector.base.errors import ConfigError
 

@@ -53,7 +53,11 @@ MODEL_TYPE = {"Llama4ForCausalLM": "llama4_text"}
 # multimodal wrappers whose language model is a registry decoder (vllm/model_executor/models/registry.py
 # `_MULTIMODAL_MODELS`; conf/architectures/vllm_0_34_0.yaml `wraps:`)
 WRAPPERS = ("Gemma3ForConditionalGeneration", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
-            "LlavaForConditionalGeneration", "Mistral3ForConditionalGeneration")
+            "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+            "LlavaNextVideoForConditionalGeneration", "LlavaOnevisionForConditionalGeneration",
+            "Mistral3ForConditionalGeneration")
+# not among them: Gemma3nForConditionalGeneration, whose vision tower (transformers' TimmWrapperModel, built also
+# under --language-model-only) needs timm, which the oracle's venv lacks: vLLM's class does not build here
 SHRUNK_LAYERS = 8  # keeps a 6-periodic (Gemma-3), 4-periodic (Cohere2, Qwen3-Next) or 8/4 (Jamba) pattern
 PATTERN_STRINGS = ("hybrid_override_pattern",)
 

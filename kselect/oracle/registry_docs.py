@@ -41,7 +41,8 @@ def _wrapper_figure(name: str, wrappers: dict) -> str:
     if any(s["status"] == "not buildable" for s in mine):
         return f"{agree}/{cells} cells agree; not buildable on CPU in some configs (wrappers grid)"
     if agree == cells:
-        return (f"agrees on every field of all {cells} cells of {len(mine)} configs, with and without images (vLLM "
+        return (f"agrees on every field of all {cells} cells of {len(mine)} config{'s' * (len(mine) > 1)}, with and "
+                f"without images (vLLM "
                 f"selects in {sel}; wrappers grid)")
     return f"{agree}/{cells} cells agree (wrappers grid)"
 

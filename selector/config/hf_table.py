@@ -42,8 +42,6 @@ class Wraps(BaseModel):
     # top-level fields where there is none (Qwen2-VL's published configs)
     text_config: Literal["required", "or_top_level"] = "required"
     model_type: StrictStr | None = None  # the text config's model_type where it states none (the config class's)
-    # transformers' defaults of the text config class (by model_type) where the published text_config omits a field
-    text_defaults: dict[str, dict[str, StrictInt]] = Field(default_factory=dict)
 
 
 class Arch(BaseModel):
@@ -97,6 +95,8 @@ class Table(BaseModel):
     architectures: dict[str, Arch]
     # transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES for the rows a wrapper may name by its text config's model_type
     text_model_types: dict[str, StrictStr] = Field(default_factory=dict)
+    # transformers' defaults of a wrapper's text config class (by model_type) for the fields its text_config omits
+    text_defaults: dict[str, dict[str, StrictInt]] = Field(default_factory=dict)
 
 
 # a checkout's conf/, or the wheel's kselect/conf (as compose.CONF_DIR; not imported: compose imports the schema)

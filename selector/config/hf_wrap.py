@@ -53,4 +53,4 @@ def language_model(c: dict, arch: str, row: Arch) -> tuple[str, Arch, dict[str, 
         text_rows = sorted(a for a, r in rows.items() if r.wraps is None)
         raise ValueError(f"{key}: {name!r} is not a language model kselect models; allowed: {', '.join(text_rows)}")
     mt = t.get("model_type", row.wraps.model_type)
-    return name, lm, dict(row.wraps.text_defaults.get(mt, {})) if isinstance(mt, str) else {}
+    return name, lm, dict(table().text_defaults.get(mt, {})) if isinstance(mt, str) else {}

@@ -58,12 +58,45 @@ def _text_only(name: str) -> dict:
     return {**text, "architectures": [lm], "torch_dtype": cfg["torch_dtype"]}
 
 
-def test_the_published_configs_cover_every_wrapper_of_the_table():
+def test_the_published_configs_cover_the_popular_wrappers():
     from kselect.selector.config.hf_table import table
 
     wrappers = {a for a, r in table().architectures.items() if r.wraps is not None}
-    assert wrappers == {e[0] for e in EXPECTED.values()}
+    assert {e[0] for e in EXPECTED.values()} <= wrappers
+    assert wrappers - {e[0] for e in EXPECTED.values()} == {"LlavaNextForConditionalGeneration",
+                                                             "LlavaNextVideoForConditionalGeneration",
+                                                             "LlavaOnevisionForConditionalGeneration"}
     assert set(PUBLISHED) == set(EXPECTED)
+
+
+# LLaVA-NeXT (llava_next.py, llava_next_video.py) and LLaVA-OneVision (llava_onevision.py) build the language model
+# their text_config names, as llava.py does; these configs are constructed here (not copies of published ones)
+MISTRAL_TEXT = {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 4096,
+                "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "sliding_window": None}
+
+
+@pytest.mark.parametrize("wrapper", ["LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration"])
+def test_llava_next_builds_the_text_configs_language_model(wrapper, tmp_path):
+    cfg = {"architectures": [wrapper], "torch_dtype": "bfloat16", "text_config": MISTRAL_TEXT,
+           "vision_config": {"model_type": "clip_vision_model"}}
+    arch, family, layers = derive_layers(cfg)
+    assert (arch, family, len(layers)) == (wrapper, "dense", 32)
+    assert {(x.kind, x.head_size, x.num_kv_heads) for x in layers} == {("full_attention", 128, 8)}
+    (tmp_path / "lm").mkdir()
+    text = {**MISTRAL_TEXT, "torch_dtype": "bfloat16"}
+    assert _rows(_select(cfg, tmp_path)) == _rows(_select(text, tmp_path / "lm"))
+
+
+def test_llava_onevision_reads_a_qwen2_text_config_by_default():
+    # LlavaOnevisionConfig gives a text_config without model_type the qwen2 class (and its defaults)
+    cfg = {"architectures": ["LlavaOnevisionForConditionalGeneration"], "torch_dtype": "bfloat16",
+           "text_config": {"hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28,
+                           "num_key_value_heads": 4}}
+    arch, _, layers = derive_layers(cfg)
+    assert arch == "LlavaOnevisionForConditionalGeneration" and len(layers) == 28
+    assert {(x.kind, x.head_size, x.num_kv_heads) for x in layers} == {("full_attention", 128, 4)}
+    _, _, defaults = derive_layers({**cfg, "text_config": {}})
+    assert {(x.head_size, x.num_kv_heads) for x in defaults} == {(128, 32)} and len(defaults) == 32
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -103,7 +103,7 @@ def test_the_wrappers_grid_makes_every_wrapper_of_the_table():
         sys.path.remove(str(HERE))
     assert set(rc.WRAPPERS) == {a for a, r in table().architectures.items() if r.wraps is not None}
     published = json.loads(registry.WRAPPER_CONFIGS.read_text())
-    assert {c["architectures"][0] for k, c in published.items() if not k.startswith("_")} == set(rc.WRAPPERS)
+    assert {c["architectures"][0] for k, c in published.items() if not k.startswith("_")} <= set(rc.WRAPPERS)
     pytest.importorskip("transformers")
     from transformers import Gemma3Config
 

@@ -1,5 +1,6 @@
 """kselect's `rules=vllm_0_34_0` against a slice of the wrappers grid: vLLM 0.34.0's own chain over the multimodal
-wrappers of the architecture table (Gemma-3, Qwen2-VL, Qwen2.5-VL, LLaVA, Mistral-3), each from its config class's
+wrappers of the architecture table (Gemma-3, Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT(-Video), LLaVA-OneVision,
+Mistral-3), each from its config class's
 defaults and from the published-shaped configs of kselect/oracle/wrapper_configs.json, with images (--mm 1: the
 vision tower built, Gemma-3's mm-prefix mask) and without (--language-model-only). The configs travel beside the
 fixture. Made (and refreshed after a newer record) with
@@ -33,7 +34,8 @@ def test_fixture_covers_every_wrapper_with_and_without_images():
     wrappers = {c["architectures"][0] for c in CONFIGS.values()}
     assert wrappers == {"Gemma3ForConditionalGeneration", "Qwen2VLForConditionalGeneration",
                         "Qwen2_5_VLForConditionalGeneration", "LlavaForConditionalGeneration",
-                        "Mistral3ForConditionalGeneration"}
+                        "LlavaNextForConditionalGeneration", "LlavaNextVideoForConditionalGeneration",
+                        "LlavaOnevisionForConditionalGeneration", "Mistral3ForConditionalGeneration"}
     assert {r["cell"]["multimodal"] for r in RECORDS} == {True, False}
     assert any(r["error"] for r in RECORDS) and any(not r["error"] for r in RECORDS)
     # gemma3_mm.py's mm-prefix mask reached vLLM's selector: on SM90 no plain FLASH_ATTN (which serves no mm-prefix

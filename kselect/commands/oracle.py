@@ -50,9 +50,9 @@ def parser() -> argparse.ArgumentParser:
                    help="kselect's rules= option to compare with (default: vllm_<version> if it exists, else the "
                         "config's default)")
     p.add_argument("--grid", choices=GRIDS, default="gemma4",
-                   help="gemma4 (default); models: the other presets; registry: every text decoder of the "
-                        "release's registry with a transformers config class (docs/models.md)")
-    p.add_argument("--out", default=None, help="the record (default: oracle_[models_|registry_]<version>.jsonl.gz "
+                   help="gemma4 (default); models: other presets; registry: text decoders; wrappers: their "
+                        "multimodal wrappers")
+    p.add_argument("--out", default=None, help="the record (default: oracle_[<grid>_]<version>.jsonl.gz "
                                                "here)")
     p.add_argument("--min-agreement", type=_percent, default=99.5, metavar="PCT",
                    help="exit 1 when any field agrees on less than this percentage (default 99.5)")
@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compare", action="store_true", help="only run the record")
     p.add_argument("--dry-run", action="store_true",
                    help="resolve the release, the cells and what is cached or already recorded; run nothing")
-    g = p.add_argument_group("grid filters (default: the full grid; --mm, --fa and --spec are the gemma4 grid's)")
+    g = p.add_argument_group("grid filters (default: the full grid; --fa, --spec: gemma4's; --mm: gemma4's, wrappers')")
     g.add_argument("--cc", nargs="+", default=list(PLATFORMS), metavar="CC")
     g.add_argument("--model", nargs="+", default=None)
     g.add_argument("--kv", nargs="+", default=None)

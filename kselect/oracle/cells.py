@@ -35,7 +35,7 @@ MODEL_BACKENDS = {m: ATTENTION_BACKENDS for m in HF_MODELS}
 MODEL_BACKENDS.update(deepseek_v3=MLA_BACKENDS, kimi_k2=MLA_BACKENDS, deepseek_v3_2=SPARSE_MLA_BACKENDS)
 MODELS_KV_DTYPES = ("auto", "fp8")
 MODELS_BACKEND_PINS = ("auto",) + ATTENTION_BACKENDS + MLA_BACKENDS + SPARSE_MLA_BACKENDS
-GRIDS = ("gemma4", "models", "registry")
+GRIDS = ("gemma4", "models", "registry", "wrappers")
 # the fields compared per KV-cache group, and the per-cell error check
 GROUP_FIELDS = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query")
 FIELDS = GROUP_FIELDS + ("error",)

@@ -37,7 +37,10 @@ IMPORT_DEPS = ("regex", "cachetools", "psutil", "numpy", "requests", "tqdm", "py
 # imported by vLLM's quantization configs (a checkpoint's quantization_config: gpt-oss's mxfp4, DeepSeek's fp8
 # blocks): compressed-tensors at the release's pin (its METADATA), and the one dependency of it a venv above lacks.
 # A venv built before these were listed gets them once, without dependencies (`.extras` inside names them).
-MODEL_DEPS = ("compressed-tensors", "loguru")
+# mistral_common: imported by pixtral.py, which llava.py and mistral3.py import (the wrappers grid), with the
+# dependencies of it the venv above lacks (its numpy pin is not taken: the venv's numpy stays)
+MODEL_DEPS = ("compressed-tensors", "loguru", "mistral_common", "jsonschema", "jsonschema-specifications", "referencing",
+              "rpds-py", "tiktoken", "pydantic-extra-types", "pycountry")
 # releases whose transformers requirement has no upper bound: the transformers of the release's own weeks
 # (0.28.0, 2026-08-26, asks only >=5.5.3; the newest transformers postdate it by months). The release pins the rest.
 ERA_TRANSFORMERS = {"0.28.0": "==5.15.1"}

@@ -17,6 +17,8 @@ from kselect.oracle.cells import (ATTENTION_BACKENDS, MLA_BACKENDS, MODELS_KV_DT
                                   Cell)
 
 GENERATOR = Path(__file__).resolve().parent / "registry_configs.py"
+# the `wrappers` grid: the multimodal wrappers of registry decoders, their published-shaped configs beside them
+WRAPPER_CONFIGS = Path(__file__).resolve().parent / "wrapper_configs.json"
 
 
 def configs_path(out: Path, what: str = "configs") -> Path:
@@ -38,17 +40,18 @@ def summarize(records: list[dict], rep, ks: dict[str, dict], rules: str | None, 
                "note": r.build_errors[0] if r.status == "not buildable" else r.example} for a, r in sorted(res.items())}
     atomic_write(configs_path(out, "summary"), json.dumps({"rules": rules, **figs, "per_architecture": per},
                                                           indent=1, sort_keys=True) + "\n")
-    return render(res, figs)
+    return render(res, figs, "Wrappers" if out.name.startswith("oracle_wrappers_") else "Registry")
 
 
-def make_configs(env, path: Path) -> dict:
-    """The release's registry configs (made once in its venv, then read back from `path`)."""
+def make_configs(env, path: Path, wrappers: bool = False) -> dict:
+    """The release's registry configs, or its wrappers' (made once in its venv, then read back from `path`)."""
     from kselect.selector.base.files import atomic_write
 
     if path.is_file():
         return load_configs(path)
-    res = subprocess.run([str(env.python), str(GENERATOR), "--src", str(env.src)], capture_output=True, text=True,
-                         check=False)
+    extra = ["--wrappers", str(WRAPPER_CONFIGS)] if wrappers else []
+    res = subprocess.run([str(env.python), str(GENERATOR), "--src", str(env.src), *extra], capture_output=True,
+                         text=True, check=False)
     if res.returncode != 0:
         from kselect.oracle.run import WorkerError
 
@@ -73,11 +76,12 @@ def backends_for(config: dict) -> tuple[str, ...]:
 
 
 def registry_grid(configs: dict[str, dict], ccs=tuple(PLATFORMS), models=None, kv_dtypes=MODELS_KV_DTYPES,
-                  backends=None) -> list[Cell]:
-    """Architecture x capability x KV auto/fp8 x auto and the family's pins (or a slice)."""
+                  backends=None, multimodal=(False,)) -> list[Cell]:
+    """Architecture x capability x KV auto/fp8 [x vision mode: the wrappers grid] x auto and the family's pins (or a
+    slice)."""
     names = [m for m in sorted(configs) if models is None or m in models]
-    return [Cell(c, m, k, False, None, b, "none")
-            for c, m, k in itertools.product(ccs, names, kv_dtypes)
+    return [Cell(c, m, k, mm, None, b, "none")
+            for c, m, k, mm in itertools.product(ccs, names, kv_dtypes, multimodal)
             for b in ("auto",) + backends_for(configs[m]) if backends is None or b in backends]
 
 

@@ -3,6 +3,12 @@
 
     <venv>/bin/python kselect/oracle/registry_configs.py --src SRC > configs.json
 
+    <venv>/bin/python kselect/oracle/registry_configs.py --src SRC --wrappers kselect/oracle/wrapper_configs.json
+
+With --wrappers: the multimodal wrappers of registry decoders kselect models (WRAPPERS, from `_MULTIMODAL_MODELS`)
+instead, each from its config class's defaults (the text config shrunk as below) and, beside them, the
+published-shaped configs of the JSON file as they are.
+
 Runs in the release's own venv (standard library and transformers only; the registry is read as text; no kselect module).
 For each architecture: transformers' model-type mapping names the config class (an architecture no mapping
 names needs remote code: listed, no config); the class's defaults are shrunk to a few layers where the layer
@@ -44,6 +50,14 @@ FIXES = {
 }
 # the config class a text-only checkpoint of the architecture names (the model-type mapping names the wrapper's)
 MODEL_TYPE = {"Llama4ForCausalLM": "llama4_text"}
+# multimodal wrappers whose language model is a registry decoder (vllm/model_executor/models/registry.py
+# `_MULTIMODAL_MODELS`; conf/architectures/vllm_0_34_0.yaml `wraps:`)
+WRAPPERS = ("Gemma3ForConditionalGeneration", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+            "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+            "LlavaNextVideoForConditionalGeneration", "LlavaOnevisionForConditionalGeneration",
+            "Mistral3ForConditionalGeneration")
+# not among them: Gemma3nForConditionalGeneration, whose vision tower (transformers' TimmWrapperModel, built also
+# under --language-model-only) needs timm, which the oracle's venv lacks: vLLM's class does not build here
 SHRUNK_LAYERS = 8  # keeps a 6-periodic (Gemma-3), 4-periodic (Cohere2, Qwen3-Next) or 8/4 (Jamba) pattern
 PATTERN_STRINGS = ("hybrid_override_pattern",)
 
@@ -123,13 +137,20 @@ def shrunk(cls, arch: str) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True, help="the release's Python sources (a folder holding vllm/)")
+    p.add_argument("--wrappers", default=None, help="the multimodal wrappers instead, with this JSON's published-shaped "
+                                                    "configs ({name: config.json})")
     a = p.parse_args(argv)
     import transformers
     from transformers import CONFIG_MAPPING
 
     types = _model_types()
     out = {"transformers": transformers.__version__, "configs": {}, "remote_code": [], "config_errors": {}}
-    for arch in registry_architectures(a.src):
+    if a.wrappers:
+        from pathlib import Path
+
+        published = json.loads(Path(a.wrappers).read_text())
+        out["configs"].update({k: v for k, v in published.items() if not k.startswith("_")})
+    for arch in WRAPPERS if a.wrappers else registry_architectures(a.src):
         mt = MODEL_TYPE.get(arch, types.get(arch))
         if mt is None or mt not in CONFIG_MAPPING:
             out["remote_code"].append(arch)

@@ -69,8 +69,9 @@ def figures(results: dict[str, ArchResult]) -> dict:
             "cells": cells, "cell_agreement": ok_cells / cells if cells else 1.0}
 
 
-def render(results: dict[str, ArchResult], figs: dict) -> str:
-    out = [f"Registry grid: {figs['architectures']} architectures, {figs['buildable']} buildable on CPU, "
+def render(results: dict[str, ArchResult], figs: dict, grid: str = "Registry") -> str:
+    """The report; `grid`: Registry, or Wrappers (its "architectures" are the grid's configs)."""
+    out = [f"{grid} grid: {figs['architectures']} architectures, {figs['buildable']} buildable on CPU, "
            f"{figs['accepted']} accepted by kselect.",
            f"- agreement on accepted architectures (every field of every cell): {figs['agree']}/{figs['accepted']} "
            f"= {100 * figs['accepted_agreement']:.1f}%",

@@ -39,7 +39,11 @@ GRID_AXES = {
     "registry": {"cc": PLATFORMS, "model": None, "kv": MODELS_KV_DTYPES, "mm": ("0",), "fa": ("-",),
                  "backend": MODELS_BACKEND_PINS, "spec": ("none",)},
 }
-STEMS = {"gemma4": "oracle_", "models": "oracle_models_", "registry": "oracle_registry_"}
+# the multimodal wrappers of registry decoders (kselect/oracle/registry_configs.py WRAPPERS), served with and
+# without images (--mm 1: the vision tower built; 0: --language-model-only)
+GRID_AXES["wrappers"] = {**GRID_AXES["registry"], "mm": ("0", "1")}
+STEMS = {"gemma4": "oracle_", "models": "oracle_models_", "registry": "oracle_registry_", "wrappers": "oracle_wrappers_"}
+CONFIG_GRIDS = ("registry", "wrappers")  # grids whose models are configs made in the release's venv
 
 
 def _check_filter(name: str, values: list[str], allowed, grid_name: str = "gemma4") -> None:
@@ -51,15 +55,16 @@ def _check_filter(name: str, values: list[str], allowed, grid_name: str = "gemma
 
 def _cells(a: OracleRun, configs: dict | None = None):
     axes = dict(GRID_AXES[a.grid])
-    if a.grid == "registry":
+    if a.grid in CONFIG_GRIDS:
         axes["model"] = tuple(sorted(configs or ()))
     f = {name: list(allowed) if getattr(a, name) is None else list(getattr(a, name)) for name, allowed in axes.items()}
     for name, allowed in axes.items():
         _check_filter(name, f[name], list(allowed), a.grid)
-    if a.grid == "registry":
+    if a.grid in CONFIG_GRIDS:
         from kselect.oracle.registry import registry_grid
 
-        return registry_grid(configs or {}, ccs=f["cc"], models=f["model"], kv_dtypes=f["kv"], backends=f["backend"])
+        return registry_grid(configs or {}, ccs=f["cc"], models=f["model"], kv_dtypes=f["kv"], backends=f["backend"],
+                             multimodal=[m == "1" for m in f["mm"]])
     if a.grid == "models":
         return models_grid(ccs=f["cc"], models=f["model"], kv_dtypes=f["kv"], backends=f["backend"])
     return grid(ccs=f["cc"], models=f["model"], kv_dtypes=f["kv"], multimodal=[m == "1" for m in f["mm"]],
@@ -131,7 +136,7 @@ def track(a: OracleRun) -> int:
     from kselect.oracle import env as envmod
 
     check_arguments(a)  # the whole strings and the output paths, before any network, cache or disk work
-    cells = _cells(a) if a.grid != "registry" else None
+    cells = _cells(a) if a.grid not in CONFIG_GRIDS else None
     if a.ray_address:
         _ray_available(a.ray_address)
     release = envmod.resolve(a.source)
@@ -144,14 +149,15 @@ def track(a: OracleRun) -> int:
             raise BadInput(f"kselect oracle: {flag} {path}: not a file in an existing folder; allowed: a file path "
                            "whose folder exists.")
     configs = model_dirs = None
-    if a.grid == "registry":
+    if a.grid in CONFIG_GRIDS:
         from kselect.oracle import registry
 
         cpath = registry.configs_path(out)
         if a.dry_run and not cpath.is_file():
-            raise BadInput(f"kselect oracle: --grid registry --dry-run: {cpath} is not made yet (a run makes it "
+            raise BadInput(f"kselect oracle: --grid {a.grid} --dry-run: {cpath} is not made yet (a run makes it "
                            "in the release's venv first).")
-        configs = (registry.load_configs(cpath) if a.dry_run else registry.make_configs(envmod.ensure(release), cpath))["configs"]
+        configs = (registry.load_configs(cpath) if a.dry_run else
+                   registry.make_configs(envmod.ensure(release), cpath, wrappers=a.grid == "wrappers"))["configs"]
         cells = _cells(a, configs)
 
         def model_dirs(root, models):

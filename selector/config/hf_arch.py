@@ -13,6 +13,7 @@ from ..config.hf_fields import MAX_LAYERS, TextFields, read_fields
 from ..config.hf_fields import need as _need
 from ..config.hf_state import mamba_state
 from ..config.hf_table import Arch, table
+from ..config.hf_wrap import language_model
 from ..config.layers import LayerSpec
 from ..config.vocab import FIXED_KINDS
 
@@ -200,18 +201,29 @@ def architecture(c: dict) -> str:
     return archs[0]
 
 
-def fields_of(c: dict, row: Arch) -> tuple[TextFields, str]:
+def layer_row(c: dict) -> tuple[str, Arch, dict[str, int]]:
+    """(the architecture whose layers vLLM builds, its row, defaults for fields the text config omits): the config's
+    own, or a multimodal wrapper's language model (selector/config/hf_wrap.py)."""
+    arch = architecture(c)
+    row = table().architectures[arch]
+    return language_model(c, arch, row) if row.wraps is not None else (arch, row, {})
+
+
+def fields_of(c: dict, row: Arch, defaults: dict[str, int] | None = None) -> tuple[TextFields, str]:
     t, w = text_config(c)
     f = read_fields(t, w, row.fields)
-    unset = {k: v for k, v in row.defaults.items() if getattr(f, k, 0) is None}
+    # a wrapper's text-config defaults fill keys the config leaves out (an explicit null stays null, as transformers
+    # keeps it: Mistral-Small-3.1's "sliding_window": null)
+    absent = {k: v for k, v in (defaults or {}).items() if row.fields.get(k, k) not in t}
+    unset = {k: v for k, v in {**row.defaults, **absent}.items() if getattr(f, k, 0) is None}
     return (f.model_copy(update=unset) if unset else f), w
 
 
 def derive_layers(c: dict) -> tuple[str, str, tuple[LayerSpec, ...]]:
-    """(architecture, family, layers) of a config.json object."""
+    """(architecture, family, layers) of a config.json object (a wrapper's: its language model's family and layers)."""
     arch = architecture(c)
-    row = table().architectures[arch]
-    f, w = fields_of(c, row)
+    _, row, defaults = layer_row(c)
+    f, w = fields_of(c, row, defaults)
     layers = tuple(build(f, w, row))
     if all(x.kind in FIXED_KINDS for x in layers) and not (row.attention_free and layers):
         raise ValueError(f"{w}: no attention layer (num_hidden_layers / the layer pattern); kselect selects attention")
@@ -225,15 +237,15 @@ def model_head_size(c: dict, layers: tuple[LayerSpec, ...]) -> int:
         return 0
     if att[0].kind == "mla":
         return att[0].head_size
-    row = table().architectures[architecture(c)]
-    f, w = fields_of(c, row)
+    _, row, defaults = layer_row(c)
+    f, w = fields_of(c, row, defaults)
     return heads(f, w, row)[2]
 
 
 def query_heads(c: dict) -> int:
     """vLLM's get_num_attention_heads (the field under the architecture's name for it)."""
-    row = table().architectures[architecture(c)]
-    f, w = fields_of(c, row)
+    _, row, defaults = layer_row(c)
+    f, w = fields_of(c, row, defaults)
     if row.attention_free:
         return f.num_attention_heads or 0
     return need(f, w, "num_attention_heads", row)

@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import PrivateAttr, model_validator
 
 from ..base.reading import FileError, check_lengths, is_special, load_json, short
-from ..config.hf_arch import derive_layers, fields_of, max_model_len, model_head_size, query_heads, text_config
+from ..config.hf_arch import (derive_layers, fields_of, layer_row, max_model_len, model_head_size, query_heads,
+                               text_config)
 from ..config.hf_hub import HubId, cached_file, hub_config_path, looks_like_hub_id
 from ..config.hf_quant import CheckpointKV, checkpoint_kv
 from ..config.hf_table import table
@@ -94,7 +95,9 @@ class HFModelConfig(Strict):
     name: Name
     architecture: Literal["hf"]
     dtype: ModelDtype
-    multimodal: Literal[False] = False  # vision mode is Gemma-4's; other models select as language models
+    # a multimodal wrapper (conf/architectures wraps:) serving images; false: `--language-model-only` (no vision
+    # tower); a text model has no vision to switch on
+    multimodal: bool = False
     checkpoint: None = None
     drafter: None = None
     source: str | None = None  # where the published config.json is (presets)
@@ -140,6 +143,9 @@ class HFModelConfig(Strict):
     @model_validator(mode="after")
     def _derive(self) -> HFModelConfig:
         self._arch, self._family, self._layers = derive_layers(self.hf_config)
+        if self.multimodal and table().architectures[self._arch].wraps is None:
+            raise ValueError(f"model.multimodal: true, but {self._arch} is a text model (no vision tower kselect models); "
+                             f"allowed: false, or true for a multimodal wrapper (docs/models.md)")
         # a compressed-tensors KV scheme is read (and checked) by attention layers only: MLA layers keep `auto`
         self._ckv = checkpoint_kv(self.hf_config, attention=any(x.kind not in FIXED_KINDS and x.kind != "mla"
                                                                  for x in self._layers))
@@ -169,6 +175,11 @@ class HFModelConfig(Strict):
         return self._arch
 
     @property
+    def mm_prefix(self) -> bool:
+        """vLLM's is_mm_prefix_lm: a wrapper that sets it (Gemma-3) while serving images."""
+        return self.multimodal and table().architectures[self._arch].mm_prefix
+
+    @property
     def family(self) -> str:
         return self._family
 
@@ -180,11 +191,11 @@ class HFModelConfig(Strict):
 
     def text_fields(self):
         """The config's fields as the derivation read them (hf_fields.TextFields)."""
-        return fields_of(self.hf_config, table().architectures[self._arch])[0]
+        return fields_of(self.hf_config, *layer_row(self.hf_config)[1:])[0]
 
     def kv_cache_dtype_ignored(self) -> str | None:
         """Why vLLM keeps this model's KV cache in the model dtype whatever --kv-cache-dtype says (None: it does not)."""
-        row = table().architectures[self._arch]
+        row = layer_row(self.hf_config)[1]
         if not row.kv_dtype_ignored_unless_false:
             return None
         f = self.text_fields()
@@ -196,7 +207,7 @@ class HFModelConfig(Strict):
 
     def attention_free_block(self) -> int | None:
         """An attention-free model's state block (vLLM: max_model_len without prefix caching); None otherwise."""
-        if not table().architectures[self._arch].attention_free:
+        if not layer_row(self.hf_config)[1].attention_free:
             return None
         return max_model_len(self.hf_config)
 

@@ -30,6 +30,20 @@ class EveryNth(BaseModel):
     rest: StrictStr
 
 
+class Wraps(BaseModel):
+    """A multimodal wrapper's language model (vLLM builds it with init_vllm_registered_model): which row of the table its
+    KV-cache layers follow, and where its config is. The vision tower is no KV-cache layer (docs/models.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # the row the wrapper names (`architectures=[...]`); None: the text config's own `architectures`, else its
+    # model_type through the table's text_model_types (vLLM's VllmConfig.with_hf_config)
+    language_model: StrictStr | None = None
+    # required: `text_config` must be there; or_top_level: the wrapper's config class builds its text config from the
+    # top-level fields where there is none (Qwen2-VL's published configs)
+    text_config: Literal["required", "or_top_level"] = "required"
+    model_type: StrictStr | None = None  # the text config's model_type where it states none (the config class's)
+
+
 class Arch(BaseModel):
     """One architecture's differences. Defaults: every layer an attention layer of its config's head size and KV heads,
     `layer_types` naming sliding layers, the config's sliding window where layer_types is absent (per-layer)."""
@@ -69,12 +83,20 @@ class Arch(BaseModel):
     mamba_inner: Literal["heads", "expand"] = "heads"  # Mamba2's inner width: heads x head dim, or expand x hidden
     fields: dict[str, StrictStr] = Field(default_factory=dict)  # kselect's field name -> the config's
     defaults: dict[str, StrictInt] = Field(default_factory=dict)  # transformers' default where the config omits one
+    wraps: Wraps | None = None  # a multimodal wrapper: its layers are its language model's (selector/config/hf_wrap.py)
+    # vLLM's is_mm_prefix_lm while the wrapper serves images (model.multimodal=true): image tokens attend to each other
+    # bidirectionally, the mm-prefix mask (model_arch_config_convertor.py; Gemma-3's wrapper sets it)
+    mm_prefix: bool = False
 
 
 class Table(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     release: StrictStr
     architectures: dict[str, Arch]
+    # transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES for the rows a wrapper may name by its text config's model_type
+    text_model_types: dict[str, StrictStr] = Field(default_factory=dict)
+    # transformers' defaults of a wrapper's text config class (by model_type) for the fields its text_config omits
+    text_defaults: dict[str, dict[str, StrictInt]] = Field(default_factory=dict)
 
 
 # a checkout's conf/, or the wheel's kselect/conf (as compose.CONF_DIR; not imported: compose imports the schema)

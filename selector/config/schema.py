@@ -168,6 +168,7 @@ class ModelConfig(Strict):
     # the model interface the selector reads (HFModelConfig has the same)
     hf_architecture = property(lambda self: "gemma4")
     family = property(lambda self: "gemma4")
+    mm_prefix = property(lambda self: self.multimodal)  # vision mode is the mm-prefix mask
 
     def layers(self) -> tuple[LayerSpec, ...]:
         return gemma4_layers(self)

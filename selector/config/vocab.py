@@ -204,7 +204,7 @@ FACTS: dict[str, str] = {
     "model.architecture": "gemma4, or the Hugging Face architecture of an `architecture: hf` model (LlamaForCausalLM, ...)",
     "model.family": "gemma4 / dense / sliding / mla / hybrid_mamba / chunked_local (selector/config/hf_arch.py)",
     "model.dtype": "bfloat16 / float16 / float32",
-    "model.multimodal": "bidirectional mm-prefix mask (vision mode)",
+    "model.multimodal": "bidirectional mm-prefix mask (Gemma-4 vision mode; a Gemma-3 wrapper serving images)",
     "model.head_size": "model-level head size (max over layers, as vLLM's get_head_size)",
     "model.mixed_head_sizes": "layers have different head sizes",
     "model.gqa": "query heads per KV head > 1 at the model level (vLLM's get_num_attention_heads // get_num_kv_heads)",

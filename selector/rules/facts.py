@@ -34,7 +34,7 @@ class ModelFacts:
     architecture: str
     family: str
     dtype: str
-    multimodal: bool
+    multimodal: bool  # the mm-prefix mask (model.mm_prefix: Gemma-4 vision mode, a Gemma-3 wrapper serving images)
     head_size: int
     mixed_head_sizes: bool
     gqa: bool
@@ -208,7 +208,7 @@ def base_facts(cfg: KSelectConfig) -> Facts:
         platform=PlatformFacts(name=p.name, vendor=p.vendor, device=p.device, cc_major=cc[0] if cc else None,
                                cc_minor=cc[1] if cc else None, gpu_model=p.gpu_model, packages=p.packages),
         model=ModelFacts(name=m.name, architecture=m.hf_architecture, family=m.family, dtype=m.dtype,
-                         multimodal=m.multimodal, head_size=m.model_head_size(), mixed_head_sizes=len(heads) > 1,
+                         multimodal=m.mm_prefix, head_size=m.model_head_size(), mixed_head_sizes=len(heads) > 1,
                          gqa=m.gqa(), num_heads=m.num_query_heads(), softcap=softcap(m), **mla_fields(m)),
         kv=KvFacts(dtype=kv_dtype_setting(cfg), quantized=is_fp8(kv_dtype_setting(cfg)), scales=kv.scales,
                    block_size=kv.block_size),

@@ -414,7 +414,7 @@ def finish_group(ctx: Resolution, g: Group, ch: Choice, kv_block: int) -> GroupS
     fields = dict(kind=g.kind, draft=g.draft, layers=g.layers, reads_from=g.reads_from, head_size=g.head_size,
                   num_kv_heads=g.num_kv_heads, sliding_window=g.window, backend=ch.backend,
                   flash_attn_version=ch.version, kernel_block_size=kernel_block, kv_block_size=kv_block,
-                  **quantization, mm_prefix=ctx.cfg.model.multimodal and not g.draft)
+                  **quantization, mm_prefix=ctx.cfg.model.mm_prefix and not g.draft)
     claims, claim_warnings = claim_checks(ctx.conformance, ctx.cfg.platform, fields, ctx.cfg.model.dtype,
                                           group_id(g.kind, g.draft))
     return GroupSelection(**fields, sinks=g.sinks, sparse=g.sparse, mamba_type=g.mamba_type,

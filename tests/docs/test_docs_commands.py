@@ -100,6 +100,9 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
             "downloads and runs vLLM 0.34.0 over 560 cells; tests/vllm check its committed record"),
         "kselect oracle 0.34.0 --grid registry --out bench/results/vllm/oracle_registry_0_34_0.jsonl.gz --jobs 1": Skip(
             "downloads and runs vLLM 0.34.0 over the registry grid; tests/vllm check its committed fixture"),
+        "kselect oracle 0.34.0 --grid wrappers --out bench/results/vllm/oracle_wrappers_0_34_0.jsonl.gz --jobs 1": Skip(
+            "downloads and runs vLLM 0.34.0 over the wrappers grid; tests/vllm/test_oracle_wrappers_fixture.py checks its "
+            "committed fixture"),
         "kselect diff matrix=models a.conf=git:main format=markdown": Skip(WHOLE_MATRIX),
     },
     "objective.md": {
@@ -159,6 +162,9 @@ DOCS: dict[str, dict[str, Run | Skip]] = {
     "vllm.md": {
         "kselect oracle 0.34.0 --rules vllm_0_34_0": Skip("downloads and runs vLLM 0.34.0 over the grid; tests/vllm check its record"),
         "kselect oracle 0.34.0 --dry-run": Skip("asks the package registry for the release"),
+        "kselect oracle 0.34.0 --grid wrappers --jobs 1": Skip(
+            "downloads and runs vLLM 0.34.0 over the wrappers grid; tests/vllm/test_oracle_wrappers_fixture.py checks its "
+            "committed fixture"),
         "kselect oracle 0.34.0 --cc 9.0 --model gemma4_31b --out r.jsonl.gz --ray-address local": Skip(
             "starts Ray and runs vLLM 0.34.0; tests/vllm/test_oracle_cli.py runs --ray-address local on a fake release, "
             "bench/results/vllm/ray_identity/ records it on vLLM's chain"),

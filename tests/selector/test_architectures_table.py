@@ -28,10 +28,11 @@ def test_the_release_overlay_accepts_the_table():
 
 
 def test_docs_list_is_generated_from_the_table():
-    from kselect.oracle.registry_docs import DOC, SUMMARY, render
+    from kselect.oracle.registry_docs import DOC, SUMMARY, load_wrappers, render
 
     summary = json.loads(SUMMARY.read_text()) if SUMMARY.is_file() else {}
-    assert DOC.read_text() == render(DOC.read_text(), summary), "run python -m kselect.oracle.registry_docs"
+    assert DOC.read_text() == render(DOC.read_text(), summary, load_wrappers()), \
+        "run python -m kselect.oracle.registry_docs"
     for name in table().architectures:
         assert f"`{name}`" in DOC.read_text()
 

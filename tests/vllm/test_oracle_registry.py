@@ -78,3 +78,34 @@ def test_dry_run_with_configs_plans_the_cells(tmp_path, capsys, monkeypatch):
     rc = cli.main(["0.34.0", "--grid", "registry", "--dry-run", "--out", str(tmp_path / "r.jsonl.gz"), "--cc", "9.0"])
     assert rc == 0
     assert json.loads(capsys.readouterr().out)["cells"] == 2 * 4
+
+
+def test_the_wrappers_grid_plans_cells_with_and_without_images(tmp_path, capsys, monkeypatch):
+    from kselect.commands import oracle as cli
+    from kselect.oracle import env
+
+    monkeypatch.setattr(env, "resolve", lambda source, *a, **k: env.Release("0.34.0", None, tmp_path))
+    (tmp_path / "w.configs.json").write_text(json.dumps({"configs": {"Gemma3ForConditionalGeneration": {}}}))
+    rc = cli.main(["0.34.0", "--grid", "wrappers", "--dry-run", "--out", str(tmp_path / "w.jsonl.gz"), "--cc", "9.0"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["cells"] == 2 * 2 * 4  # KV auto/fp8 x images 0/1 x auto + 3 pins
+    rc = cli.main(["0.34.0", "--grid", "wrappers", "--dry-run", "--out", str(tmp_path / "w.jsonl.gz"), "--mm", "1"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["cells"] == 5 * 2 * 4
+
+
+def test_the_wrappers_grid_makes_every_wrapper_of_the_table():
+    from kselect.selector.config.hf_table import table
+
+    sys.path.insert(0, str(HERE))
+    try:
+        import registry_configs as rc
+    finally:
+        sys.path.remove(str(HERE))
+    assert set(rc.WRAPPERS) == {a for a, r in table().architectures.items() if r.wraps is not None}
+    published = json.loads(registry.WRAPPER_CONFIGS.read_text())
+    assert {c["architectures"][0] for k, c in published.items() if not k.startswith("_")} <= set(rc.WRAPPERS)
+    pytest.importorskip("transformers")
+    from transformers import Gemma3Config
+
+    d = rc.shrunk(Gemma3Config, "Gemma3ForConditionalGeneration")  # the text config shrunk, its pattern kept
+    assert d["text_config"]["num_hidden_layers"] == rc.SHRUNK_LAYERS and d["text_config"]["layer_types"][5] == "full_attention"

@@ -4,6 +4,8 @@ configs of the architectures picked.
 
     python -m kselect.measurement.vllm.make_registry_fixture bench/results/vllm/oracle_registry_0_34_0.jsonl.gz \
         tests/vllm/fixtures/vllm_0_34_0_registry_sample.jsonl
+    python -m kselect.measurement.vllm.make_registry_fixture bench/results/vllm/oracle_wrappers_0_34_0.jsonl.gz \
+        tests/vllm/fixtures/vllm_0_34_0_wrappers_sample.jsonl --per-arch 10 --auto-cc 8.0 9.0 10.0
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ GROUP_KEEP = ("backend", "fa_version", "kernel_block", "kv_block", "quant_query"
               "mamba_type", "page_size_bytes", "sparse")
 
 
-def pick(records: list[dict], per_arch: int, seed: int = 0) -> list[dict]:
+def pick(records: list[dict], per_arch: int, seed: int = 0, auto_ccs=("8.0", "10.0")) -> list[dict]:
     rng = random.Random(seed)
     by: dict[str, list[dict]] = {}
     for r in records:
@@ -28,7 +30,7 @@ def pick(records: list[dict], per_arch: int, seed: int = 0) -> list[dict]:
     for arch in sorted(by):
         rs = by[arch]
         auto = [r for r in rs if r["cell"]["backend"] == "auto" and r["cell"]["kv_cache"] == "auto"
-                and r["cell"]["cc"] in ("8.0", "10.0")]
+                and r["cell"]["cc"] in auto_ccs]
         rest = [r for r in rs if r not in auto]
         fails = [r for r in rest if r["error"]]
         sel = [r for r in rest if not r["error"]]
@@ -56,8 +58,10 @@ def main(argv=None) -> int:
     p.add_argument("records")
     p.add_argument("out")
     p.add_argument("--per-arch", type=int, default=4)
+    p.add_argument("--auto-cc", nargs="+", default=["8.0", "10.0"], help="capabilities whose auto cells are all kept "
+                                                                         "(default 8.0 10.0)")
     a = p.parse_args(argv)
-    chosen = pick(load_records(a.records), a.per_arch)
+    chosen = pick(load_records(a.records), a.per_arch, auto_ccs=tuple(a.auto_cc))
     atomic_write(Path(a.out), "".join(json.dumps(trim(r), sort_keys=True) + "\n" for r in chosen))
     configs = load_configs(configs_path(Path(a.records)))
     archs = sorted({r["cell"]["model"] for r in chosen})

@@ -40,10 +40,11 @@ def kselect_records(cells: list[Cell], rules: str | None = None, conf_dir=None,
     is a key of `hf_configs` (the registry grid: an architecture's name) selects `model=hf` with that config."""
     from kselect.selector.base.errors import KSelectError
     from kselect.selector.api import CONF_DIR, Builder, resolve
+    from kselect.selector.base.files import group_options
 
     builder = Builder(conf_dir or CONF_DIR)  # the matrix's in-process path: one compose per rules option, cached
     if rules:  # an unknown rules option fails here, once, not as a refusal per cell
-        opts = sorted(p.stem for p in Path(conf_dir or CONF_DIR).joinpath("rules").glob("*.yaml"))
+        opts = group_options(conf_dir or CONF_DIR, "rules")
         if rules not in opts:
             raise KSelectError(f"rules={rules}: no such rules option; available: {', '.join(opts)}")
     config_of = kselect_configs(builder, cells, rules, hf_configs)

@@ -73,8 +73,9 @@ def _cells(a: OracleRun, configs: dict | None = None):
 
 def _rules_options() -> list[str]:
     from kselect.selector.api import CONF_DIR
+    from kselect.selector.base.files import group_options
 
-    return sorted(p.stem for p in Path(CONF_DIR).joinpath("rules").glob("*.yaml"))
+    return group_options(CONF_DIR, "rules")
 
 
 def _rules_for(a: OracleRun, version: str) -> str | None:

@@ -43,6 +43,11 @@ def safe_name(name: str, key: str) -> str:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def group_options(conf_dir: Path | str, group: str) -> list[str]:
+    """The options of a config group: the names of conf_dir/<group>/*.yaml, sorted."""
+    return sorted(p.stem for p in (Path(conf_dir) / group).glob("*.yaml"))
+
+
 def check_yaml_text(text: str, where: str) -> None:
     """Refuse YAML that is too large, too deep or expands (through aliases) past a bound, before
     building any Python object from it."""

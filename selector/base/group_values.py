@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import KSelectError
+from .files import group_options
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +43,7 @@ def check_group_values(overrides: Sequence[str], conf_dir: Path | str | None) ->
         bad = [v for opt in options for v in (opt if isinstance(opt, list) else [opt]) if not isinstance(v, str)]
         if bad:
             folder = root / key if root is not None and key in groups else None
-            names = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) if folder is not None else ""
+            names = ", ".join(group_options(root, key)) if folder is not None else ""
             allowed = f"an option name of conf/{key}/ ({names})" if folder is not None else "an option name of that Hydra group"
             raise KSelectError(f"invalid config: {text}: {key} is a config group and takes an option name, "
                                f"not {bad[0]!r}; allowed: {allowed}")

@@ -10,6 +10,8 @@ import re
 import textwrap
 from pathlib import Path
 
+from .files import group_options
+
 # The keys of conf/config.yaml's sections that a user sets most (the rest: --help-all, or --cfg job)
 SECTION_KEYS = (
     ("model.checkpoint=<folder or hub id>", "the checkpoint vLLM loads (output=vllm names it)"),
@@ -46,7 +48,7 @@ def groups(config_file: Path) -> list[str]:
         name = next(iter(entry)) if isinstance(entry, dict) else None
         folder = config_file.parent / str(name)
         if name and folder.is_dir():
-            opts = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+            opts = ", ".join(group_options(config_file.parent, str(name)))
             out += textwrap.wrap(f"{name}: {opts}", 116, initial_indent="  ", subsequent_indent="      ",
                                  break_on_hyphens=False)
     return out

@@ -7,6 +7,8 @@ import difflib
 import re
 from pathlib import Path
 
+from .files import group_options
+
 _UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'|Key '([^']+)' is not in struct")
 _UNKNOWN_OPTION = re.compile(r"Could not (?:find|load) '([\w.-]+)/([^']*)'")
 
@@ -70,7 +72,7 @@ def near(text: str, overrides: list[str], config_dir: Path | None, config_name: 
         return f"did you mean {close[0]}={value}?" if close else None
     m = _UNKNOWN_OPTION.search(text)
     if m and config_dir is not None and (Path(config_dir) / m[1]).is_dir():
-        options = [p.stem for p in (Path(config_dir) / m[1]).glob("*.yaml")]
+        options = group_options(config_dir, m[1])
         close = difflib.get_close_matches(m[2], options, n=1, cutoff=0.6)
         return f"did you mean {m[1]}={close[0]}?" if close else None
     return None

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from ..base import cache
 from ..base.errors import ConfigError, KSelectError, format_validation_error
+from ..base.files import group_options
 from ..config.guard import check_conf_tree, check_overrides, conf_files
 from ..config.schema import KSelectConfig
 from ..config import releases
@@ -68,7 +69,7 @@ def _hydra_compose(overrides: list[str], conf_dir: Path) -> dict:
         msg = _one_paragraph(e)
         missing = re.search(r"Could not load '(\w+)/([^']*)'", msg)
         if missing and (conf_dir / missing[1]).is_dir():
-            opts = sorted(p.stem for p in (conf_dir / missing[1]).glob("*.yaml"))
+            opts = group_options(conf_dir, missing[1])
             msg += f" Available options in '{missing[1]}': {' '.join(opts)}"
         bad = [o for o in user if _named(o.lstrip("+~").split("=")[0].split("/")[0], msg)] or user  # as written
         raise KSelectError(f"invalid config: {' '.join(bad) or '<defaults>'}: {msg}") from None

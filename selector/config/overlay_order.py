@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.errors import KSelectError
-from ..base.files import SAFE_NAME, load_yaml
+from ..base.files import SAFE_NAME, group_options, load_yaml
 
 BOOKKEEPING = ("overlays", "overlay_bases", "overlay_relations")  # what an overlay says about itself
 VERBS = ("reverts", "replaces")
@@ -47,7 +47,7 @@ def check_overlays(key: str, names, conf_dir: Path) -> tuple[str, ...]:
     """`key=[names]` (a.overlay, b.overlay, overlay) names overlays this conf tree has (conf/overlay/*.yaml); exit 2
     naming the key as the user wrote it, not the compose it would become."""
     names = tuple(names)
-    have = sorted(p.stem for p in (Path(conf_dir) / "overlay").glob("*.yaml"))
+    have = group_options(conf_dir, "overlay")
     bad = [n for n in names if n not in have]
     if bad:
         raise KSelectError(f"{key}=[{','.join(names)}]: no overlay {', '.join(map(repr, bad))} in {Path(conf_dir) / 'overlay'}; "

@@ -217,11 +217,6 @@ def render_steps(steps: list[dict], fmt: str) -> str:
     return "\n".join([head, *lines, ""])
 
 
-def rules_options(conf_dir: Path) -> list[str]:
-    """The rules options a conf tree has (conf/rules/*.yaml)."""
-    return sorted(p.stem for p in (Path(conf_dir) / "rules").glob("*.yaml"))
-
-
 def default_rules(conf_dir: Path | str) -> str | None:
     """The rules option a conf tree composes by default (its config.yaml's defaults list)."""
     path = Path(conf_dir) / "config.yaml"

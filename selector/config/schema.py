@@ -365,7 +365,8 @@ class KSelectConfig(Strict):
                 raise ValueError(f"{key}={b!r} is not a backend; allowed: ['auto', {', '.join(map(repr, names))}]")
         if self.spec_decode.method == "mtp" and self.model.drafter is None:
             hf = getattr(self.model, "hf_config", None) or {}
-            own = next((k for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+            # the MTP-layer counts of vLLM 0.34.0's registry configs (bench/results/vllm/oracle_registry_0_34_0.configs.json)
+            own = next((k for k in ("num_nextn_predict_layers", "num_mtp_layers")
                         if isinstance(hf.get(k), int) and hf[k] > 0), None)
             why = (f"its config's own MTP layers ({own}={hf[own]}) are not modelled: kselect models MTP as Gemma-4's "
                    "drafter (a Gemma-4 preset's model.drafter)" if own else "has none")

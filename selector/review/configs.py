@@ -23,6 +23,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..config.compose import CONF_DIR, compose_raw
 from ..review.cells import FIELD_AXES, GROUP_AXES, SECTIONS, Cell, MatrixError, hydra_value
 from ..base.errors import KSelectError, format_validation_error
+from ..base.files import group_options
 from ..config.schema import AnyModel, AttentionPins, KSelectConfig, KVCache, Objective, Platform, SpecDecode
 from ..config.releases import default_rules  # noqa: F401 - the conf tree's default rules option
 
@@ -81,7 +82,7 @@ class Builder:
             over += [f"+{g}@{OPTIONS}.{g}.{name}={name}" for g, names in options.items() for name in sorted(names)]
             if overlays:
                 over.append(f"overlay=[{','.join(overlays)}]")
-            avail = {g: sorted(p.stem for p in (self.conf_dir / g).glob("*.yaml")) for g in options}
+            avail = {g: group_options(self.conf_dir, g) for g in options}
             missing = [f"{g}={n!r}" for g, names in options.items() for n in names if n not in avail[g]]
             if missing:
                 raise MatrixError(f"matrix names {', '.join(missing)}, which {self.conf_dir} lacks; available: {avail}")

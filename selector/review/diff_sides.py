@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..base.errors import KSelectError
+from ..base.files import group_options
 from ..config.compose import CONF_DIR
 from ..config.overlay_order import check_overlays
 from .diff_sources import Source, default_rules, git_conf, side_rules
@@ -62,7 +63,7 @@ def with_rules(cfg, a: Source, b: Source, matrix_rules: str | None) -> tuple[Sou
     default: a note on stderr says so), and the rules each runs; where those differ, the labels say which."""
     out = []
     for name, src, args in (("a", a, cfg.a), ("b", b, cfg.b)):
-        have = sorted(p.stem for p in (src.conf_dir / "objective").glob("*.yaml"))
+        have = group_options(src.conf_dir, "objective")
         if args.objective and args.objective not in have:
             raise KSelectError(f"diff: {name}.objective={args.objective}: the {name} side ({src.label}) has no objective "
                                f"{args.objective!r}; allowed: {', '.join(have) or 'none'}")

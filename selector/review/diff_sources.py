@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import KSelectError
-from ..config.releases import rules_options
+from ..base.files import group_options
 from ..review.configs import default_rules
 
 
@@ -32,7 +32,7 @@ def side_rules(side: str, label: str, conf_dir: Path, named: str, matrix_rules: 
     the matrix's declared rules if its tree has them, else its own tree's default (a revision from
     before a rules option existed composes as it did then); the note says so. `key`: the option as the user wrote
     it (`rules`, for both sides), default `<side>.rules`."""
-    opts = rules_options(conf_dir)
+    opts = group_options(conf_dir, "rules")
     if named:
         if named not in opts:
             raise KSelectError(

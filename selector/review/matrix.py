@@ -19,7 +19,8 @@ from typing import Any
 
 from ..config.compose import CONF_DIR
 from ..config.overlay_order import check_overlay_list, check_overlays
-from ..config.releases import default_rules, rules_options
+from ..base.files import group_options
+from ..config.releases import default_rules
 from ..review.cells import AXES, Cell, MatrixError, MatrixSpec, expand, load_matrix, skipped
 from ..review import parallel
 from ..review.configs import Builder
@@ -210,8 +211,8 @@ def matrix_task(cfg) -> int:
         spec = spec.model_copy(update={"rules": cfg.rules})
     ov = check_overlays("matrix: overlay", cfg.overlay, CONF_DIR)
     check_overlay_list(list(ov), CONF_DIR, f"[{','.join(ov)}]")  # ids too: a list select would refuse lists nothing
-    if spec.rules and spec.rules not in rules_options(CONF_DIR):
-        raise KSelectError(f"matrix: rules={spec.rules}: no such rules option; allowed: {', '.join(rules_options(CONF_DIR))}")
+    if spec.rules and spec.rules not in (have := group_options(CONF_DIR, "rules")):
+        raise KSelectError(f"matrix: rules={spec.rules}: no such rules option; allowed: {', '.join(have)}")
     if cfg.format == "ids":
         print("\n".join(c.id for c in expand(spec, ov)))
         return 0

@@ -724,6 +724,18 @@ SUBPROCESS = [
     # issue #49: a special file, a version with a newline (refused before any download), a prompt that is not UTF-8
     ["select", "platform=sm90", "model=hf", "model.hf_config=/proc/self/mem"],
     ["oracle", "0.34.0\n"],
+    # refusals added since (a key the mode ignores, a claim no file holds, a rendering the command lacks, a number no
+    # timing means, a key added to a mapping without '+', MTP layers kselect does not model)
+    ["plot", "a.overlay=[pr48666]", "out=p"],
+    ["matrix", "format=ids", "overlay=[nope]"],
+    ["diff", "a.objective=nope"],
+    ["conformance", "--claims", "NOPE:bf16:d64:causal", "--out", "o.yaml", "--device", "cpu"],
+    ["explain", "platform=sm90", "output=vllm"],
+    ["claims", "platform=sm90", "output=markdown"],
+    ["run", "platform=cpu", "output=json"],
+    ["perf", "--gpu-name", "nvidia_h200", "--platform", "sm90", "--dry-run", "--context-spread", "5"],
+    ["select", "platform=sm90", "attention.backend_per_kind.sliding_window=TRITON_ATTN"],
+    ["select", "platform=sm90", "model=deepseek_v3", "spec_decode=mtp"],
     ["run", "platform=cpu", "--prompt", "\udcff"],
 ]
 

@@ -48,6 +48,11 @@ KERNELS = {
     # the same kernel summing W's tile times x's (swap: wgmma on SM90, W's rows its M)
     "skinny_swap": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, swap=True)
                                   for bn, bk, st in itertools.product((64, 128), (128, 256), (3, 4, 6))]),
+    # with split-K and wider rows of W a program (x's tile re-read from L2 per W tile: half W's bytes at 32 rows)
+    "skinny_split": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw, split_k=sp)
+                                   for bn, bk, st, sp, nw in itertools.product((32, 64, 128), (128, 256), (4, 6),
+                                                                               (1, 2, 4, 8, 16), (4, 8))
+                                   if nw == 4 or bn == 128]),
 }
 L2 = 50 << 20
 
@@ -75,6 +80,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rows", nargs="+", type=int, default=[1])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--kernel", default="gemv", choices=sorted(KERNELS))
+    ap.add_argument("--shapes", nargs="+", choices=sorted({s[0] for v in SHAPES.values() for s in v}),
+                    help="only these projections (SHAPES' names, e.g. o down)")
     ap.add_argument("--name", default="gemv", help="the output files' stem")
     ap.add_argument("--table-from", type=Path, help="no timing: write this skinny record's card into --table-out")
     ap.add_argument("--table-out", type=Path, default=Path("kernels/skinny_configs.json"))
@@ -88,6 +95,8 @@ def main(argv: list[str]) -> int:
     rows = []
     for model, m in itertools.product(o.models, o.rows):
         for name, n, k in SHAPES[model]:
+            if o.shapes and name not in o.shapes:
+                continue
             nbytes = n * k * 2
             copies = max(2, min(64, -(-4 * L2 // nbytes)))
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]

@@ -90,6 +90,9 @@ def main(argv: list[str]) -> int:
     if o.table_from:
         write_table(o.table_from, o.band, o.table_out)
         return 0
+    if not torch.cuda.is_available():
+        print("gemv: needs a CUDA GPU (it times kernels)", file=sys.stderr)
+        return 2
     kernel, configs = KERNELS[o.kernel]
     dev = "cuda"
     rows = []

@@ -49,10 +49,9 @@ KERNELS = {
     "skinny_swap": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, swap=True)
                                   for bn, bk, st in itertools.product((64, 128), (128, 256), (3, 4, 6))]),
     # with split-K and wider rows of W a program (x's tile re-read from L2 per W tile: half W's bytes at 32 rows)
-    "skinny_split": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=nw, split_k=sp)
-                                   for bn, bk, st, sp, nw in itertools.product((32, 64, 128), (128, 256), (4, 6),
-                                                                               (1, 2, 4, 8, 16), (4, 8))
-                                   if nw == 4 or bn == 128]),
+    "skinny_split": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, split_k=sp)
+                                   for bn, bk, st, sp in itertools.product((32, 64, 128), (128, 256), (4, 6),
+                                                                           (1, 2, 4, 8, 16))]),
 }
 L2 = 50 << 20
 
@@ -71,6 +70,24 @@ def write_table(record_path: Path, band: float, out: Path) -> None:
     table[record["device"]] = card_table(record, band)
     table.setdefault("_sources", {})[record["device"]] = f"{record_path} (16 rows, faster than cuBLAS by more than {band:.0%})"
     atomic_write(out, json.dumps(table, indent=1) + "\n")
+
+
+def _write(out: Path, name: str, rows: list) -> str:
+    """The record so far (JSON and a Markdown table) into `out`, atomically: a sweep cut short keeps its shapes."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / f"{name}.json", json.dumps(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                                                     rows=rows), indent=1))
+    lines = ["| model | rows | projection | N x K | MB | cuBLAS us | GB/s | Triton us | GB/s | speed-up | config | rel err |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        t = r["triton"] or {}
+        lines.append(f"| {r['model']} | {r['rows']} | {r['name']} | {r['n']} x {r['k']} | {r['mb']:.1f} | "
+                     f"{r['cublas_ms'] * 1e3:.2f} | {r['cublas_gbs']:.0f} | {t.get('ms', float('nan')) * 1e3:.2f} | "
+                     f"{r['triton_gbs'] or 0:.0f} | {r['cublas_ms'] / t['ms'] if t else 0:.2f}x | {t.get('cfg')} | "
+                     f"{t.get('err', float('nan')):.1e} |")
+    text = "\n".join(lines) + "\n"
+    atomic_write(out / f"{name}.md", text)
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -95,11 +112,11 @@ def main(argv: list[str]) -> int:
         return 2
     kernel, configs = KERNELS[o.kernel]
     dev = "cuda"
-    rows = []
+    rows, text = [], ""
     for model, m in itertools.product(o.models, o.rows):
-        for name, n, k in SHAPES[model]:
-            if o.shapes and name not in o.shapes:
-                continue
+        shapes = SHAPES[model] if not o.shapes else sorted((s for s in SHAPES[model] if s[0] in o.shapes),
+                                                           key=lambda s: o.shapes.index(s[0]))  # in the order given
+        for name, n, k in shapes:
             nbytes = n * k * 2
             copies = max(2, min(64, -(-4 * L2 // nbytes)))
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
@@ -107,7 +124,7 @@ def main(argv: list[str]) -> int:
             ref = (x.float() @ ws[0].float().T)
             calls = lambda fn: [lambda w=w: fn(x, w) for w in ws]  # noqa: E731 - one graph over every copy
             base = time_graph(calls(F.linear), o.reps)
-            best = None
+            best, timed = None, []
             for cfg in configs:
                 fn = lambda x, w, cfg=cfg: kernel(x, w, **cfg)  # noqa: E731
                 try:
@@ -116,28 +133,18 @@ def main(argv: list[str]) -> int:
                 except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped, and said
                     print(f"{model} {name} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
                     continue
+                timed.append(dict(cfg=cfg, ms=ms))
                 if best is None or ms < best["ms"]:
                     best = dict(ms=ms, cfg=cfg, err=err)
             r = dict(kernel=o.kernel, model=model, rows=m, name=name, n=n, k=k, mb=nbytes / 1e6, copies=copies,
                      cublas_ms=base, cublas_gbs=nbytes / base / 1e6, triton=best,
-                     triton_gbs=nbytes / best["ms"] / 1e6 if best else None)
+                     triton_gbs=nbytes / best["ms"] / 1e6 if best else None, timed=timed)
             rows.append(r)
             print(json.dumps(r), flush=True)
+            text = _write(o.out, o.name, rows)
             del ws
             torch.cuda.empty_cache()
-    o.out.mkdir(parents=True, exist_ok=True)
-    atomic_write(o.out / f"{o.name}.json", json.dumps(dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                                                      rows=rows), indent=1))
-    lines = ["| model | rows | projection | N x K | MB | cuBLAS us | GB/s | Triton us | GB/s | speed-up | config | rel err |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for r in rows:
-        t = r["triton"] or {}
-        lines.append(f"| {r['model']} | {r['rows']} | {r['name']} | {r['n']} x {r['k']} | {r['mb']:.1f} | "
-                     f"{r['cublas_ms'] * 1e3:.2f} | {r['cublas_gbs']:.0f} | {t.get('ms', float('nan')) * 1e3:.2f} | "
-                     f"{r['triton_gbs'] or 0:.0f} | {r['cublas_ms'] / t['ms'] if t else 0:.2f}x | {t.get('cfg')} | "
-                     f"{t.get('err', float('nan')):.1e} |")
-    atomic_write(o.out / f"{o.name}.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(text)
     return 0
 
 

@@ -109,13 +109,14 @@ def sk_split(n, k):  # split-K for N <= 4096 (q/k/v, o, down, the per-layer-inpu
 
 def _best_of(env: str, rows: int, first_k: bool = True):
     """fn(n, k) -> the fastest config of (n, k) at `rows` rows in the microbenchmark record named by $env
-    (kselect.measurement.kernels.gemv's JSON, run on this card), None where it has none. first_k: the GEMV's first
+    (kselect.measurement.kernels.gemv's JSON, run on this card; several joined by os.pathsep, later ones winning),
+    None where it has none. first_k: the GEMV's first
     chunk of one block (gemv's records ran that way)."""
     path = os.environ.get(env)
     if not path:
         raise ValueError(f"the tuned variants read a microbenchmark record: set {env} to its JSON")
-    best = {(r["n"], r["k"]): dict(r["triton"]["cfg"]) for r in json.loads(Path(path).read_text())["rows"]
-            if r["rows"] == rows and r.get("triton")}
+    best = {(r["n"], r["k"]): dict(r["triton"]["cfg"]) for part in path.split(os.pathsep)
+            for r in json.loads(Path(part).read_text())["rows"] if r["rows"] == rows and r.get("triton")}
     if rows == 1 and first_k:  # the GEMV's record ran each block_k with its first chunk of one block (kernels/gemv.py)
         for cfg in best.values():
             cfg["first_k"] = cfg["block_k"]

@@ -31,7 +31,11 @@ from kselect.selector.base.files import atomic_write
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
 SHAPES = {
     "e4b": [("qkv", 3072, 2560), ("o", 2560, 2048), ("gate_up", 20480, 2560), ("down", 2560, 10240),
-            ("ple_gate", 256, 2560), ("ple_proj", 2560, 256), ("lm_head", 262144, 2560)],
+            ("ple_gate", 256, 2560), ("ple_proj", 2560, 256), ("lm_head", 262144, 2560),
+            # the full layers' q/k/v and o (head_dim 512), the KV-sharing layers' q alone, the per-layer inputs' model
+            # projection (42 x 256 rows)
+            ("qkv_full", 6144, 2560), ("o_full", 2560, 4096), ("q", 2048, 2560), ("q_full", 4096, 2560),
+            ("ple_model", 10752, 2560)],
     "31b": [("qkv", 16384, 5376), ("o", 5376, 8192), ("gate_up", 43008, 5376), ("down", 5376, 21504)],
 }
 KERNELS = {
@@ -52,6 +56,9 @@ KERNELS = {
     "skinny_split": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, split_k=sp)
                                    for bn, bk, st, sp in itertools.product((32, 64, 128), (128, 256), (4, 6),
                                                                            (1, 2, 4, 8, 16))]),
+    # its corner a step measured best (bench/results/h100/sk_tuned/): 32 or 64 rows, little or no split-K
+    "skinny_lean": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, split_k=sp)
+                                  for bn, bk, st, sp in itertools.product((32, 64), (128, 256), (4, 6), (1, 2, 4))]),
 }
 L2 = 50 << 20
 

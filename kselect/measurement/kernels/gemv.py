@@ -56,9 +56,9 @@ KERNELS = {
     "skinny_split": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, split_k=sp)
                                    for bn, bk, st, sp in itertools.product((32, 64, 128), (128, 256), (4, 6),
                                                                            (1, 2, 4, 8, 16))]),
-    # its corner a step measured best (bench/results/h100/sk_tuned/): 32 or 64 rows, little or no split-K
+    # the corner where bench/results/h100/sk_tuned/G/ found the best configs: 16 to 64 rows, little or no split-K
     "skinny_lean": (skinny_gemm, [dict(block_n=bn, block_k=bk, num_stages=st, num_warps=4, split_k=sp)
-                                  for bn, bk, st, sp in itertools.product((32, 64), (128, 256), (4, 6), (1, 2, 4))]),
+                                  for bn, bk, st, sp in itertools.product((16, 32, 64), (128, 256), (4, 6), (1, 2, 4))]),
 }
 L2 = 50 << 20
 

@@ -3,6 +3,7 @@ kernels/skinny_gemm.py (#52) per config.
 
     python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b] [--kernel skinny]
     python3 -m kselect.measurement.kernels.gemv --out OUT --table-from OUT/skinny.json   # the card's skinny shapes
+    python3 -m kselect.measurement.kernels.gemv --out OUT --step-table-from A.json B.json --step-source TEXT
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
@@ -79,6 +80,24 @@ def write_table(record_path: Path, band: float, out: Path) -> None:
     atomic_write(out, json.dumps(table, indent=1) + "\n")
 
 
+def write_step_table(records: list[Path], source: str, out: Path) -> None:
+    """Replace the records' card's entry in kernels/skinny_step_configs.json (`out`) with each 16-row shape's fastest
+    config (later records winning), whatever cuBLAS took: a decode step measured these configs faster (`source` says
+    where), and the kernel's table puts its shapes on the skinny GEMM."""
+    cards, table = set(), {}
+    for path in records:
+        record = json.loads(path.read_text())
+        cards.add(record["device"])
+        table.update({f"{r['n']}x{r['k']}": r["triton"]["cfg"] for r in record["rows"] if r["rows"] == 16 and r.get("triton")})
+    if len(cards) != 1:
+        raise ValueError(f"--step-table-from needs records of one card, got {sorted(cards)}")
+    card = cards.pop()
+    step = json.loads(out.read_text()) if out.exists() else {}
+    step[card] = table
+    step.setdefault("_sources", {})[card] = source
+    atomic_write(out, json.dumps(step, indent=1) + "\n")
+
+
 def _write(out: Path, name: str, rows: list) -> str:
     """The record so far (JSON and a Markdown table) into `out`, atomically: a sweep cut short keeps its shapes."""
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +129,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--table-from", type=Path, help="no timing: write this skinny record's card into --table-out")
     ap.add_argument("--table-out", type=Path, default=Path("kernels/skinny_configs.json"))
     ap.add_argument("--band", type=float, default=0.02, help="the noise band a shape must beat cuBLAS by")
+    ap.add_argument("--step-table-from", type=Path, nargs="+", metavar="RECORD",
+                    help="no timing: these skinny records' fastest configs as their card's step table (--step-table-out)")
+    ap.add_argument("--step-source", help="with --step-table-from: the decode-step record that measured them")
+    ap.add_argument("--step-table-out", type=Path, default=Path("kernels/skinny_step_configs.json"))
     o = ap.parse_args(argv)
+    if o.step_table_from:
+        if not o.step_source:
+            ap.error("--step-table-from needs --step-source (the decode-step record that measured the configs)")
+        write_step_table(o.step_table_from, o.step_source, o.step_table_out)
+        return 0
     if o.table_from:
         write_table(o.table_from, o.band, o.table_out)
         return 0

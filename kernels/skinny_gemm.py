@@ -13,8 +13,10 @@ gelu_tanh(x @ Wg.T) * (x @ Wu.T) from the concatenated [Wg; Wu], or gelu_tanh(x 
 
 split_k > 1 (a config entry, 1 by default): a small N leaves SMs idle, so K is cut into ranges, each its own program,
 and the tile's last program sums the fp32 partials (in split order: the same sum whatever the arrival order) before
-the epilogue. At E4B's batch 16 on the H100 it measured 1.021x and 1.023x (bench/results/h100/README.md, split_k/,
-b16_step/): that card's step table (skinny_step_configs.json) has it for q/k/v, o, down and the per-layer-input gate.
+the epilogue. At E4B's batch 16 on the H100 it measured 1.021x and 1.023x over cuBLAS (bench/results/h100/split_k/,
+b16_step/); a sweep of configs since found no split faster for q/k/v, o and down (one program streaming all of K
+through six 256-column stages, for down), 1.020x and 1.021x in the step (bench/results/h100/sk_tuned/): that card's
+step table (skinny_step_configs.json) keeps split-K for the per-layer-input gate (256 rows of W) alone.
 
 PREFETCH_W (None: the card's rule, PREFETCH_W_BY_CARD, else off): a call launched with PDL asks L2 for its first K
 tiles of W before it waits for the kernel before it, so the loop's first loads after the wait hit L2 rather than HBM.

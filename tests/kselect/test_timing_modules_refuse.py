@@ -21,3 +21,36 @@ def test_the_projection_sweep_refuses_an_unknown_shape(tmp_path):
                         "--shapes", "o", "nope"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--shapes: invalid choice: 'nope'" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "S").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--step-table-from", "{missing}", "--step-source", "s"], "gemv: cannot write the table from"),
+    (["--step-table-from", "{bad}", "--step-source", "s"], "gemv: cannot write the table from"),
+    (["--table-from", "{bad}"], "gemv: cannot write the table from"),
+    (["--step-table-from", "{bad}"], "--step-table-from needs --step-source"),
+    (["--rows", "16"], "--out is required to time kernels"),
+])
+def test_the_table_modes_refuse_bad_records_in_one_paragraph(args, says, tmp_path):
+    """A record that is missing or not the sweep's JSON, or a step table without its source: exit 2, no traceback,
+    and the table files are left as they were."""
+    (tmp_path / "bad.json").write_text('{"rows": [{"n": 1}]}')
+    out = tmp_path / "table.json"
+    args = [a.format(missing=tmp_path / "none.json", bad=tmp_path / "bad.json") for a in args]
+    r = subprocess.run([sys.executable, "-m", "kselect.measurement.kernels.gemv", *args, "--table-out", str(out),
+                        "--step-table-out", str(out)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_the_step_table_mode_writes_the_records_card(tmp_path):
+    import json
+
+    rec = tmp_path / "r.json"
+    rec.write_text(json.dumps(dict(device="C", rows=[dict(n=8, k=16, rows=16, triton=dict(cfg={"split_k": 1}))])))
+    out = tmp_path / "step.json"
+    r = subprocess.run([sys.executable, "-m", "kselect.measurement.kernels.gemv", "--step-table-from", str(rec),
+                        "--step-source", "a step", "--step-table-out", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text()) == {"C": {"8x16": {"split_k": 1}}, "_sources": {"C": "a step"}}

@@ -2,8 +2,8 @@
 kernels/skinny_gemm.py (#52) per config.
 
     python3 -m kselect.measurement.kernels.gemv --out OUT [--rows 1] [--models e4b 31b] [--kernel skinny]
-    python3 -m kselect.measurement.kernels.gemv --out OUT --table-from OUT/skinny.json   # the card's skinny shapes
-    python3 -m kselect.measurement.kernels.gemv --out OUT --step-table-from A.json B.json --step-source TEXT
+    python3 -m kselect.measurement.kernels.gemv --table-from OUT/skinny.json   # the card's skinny shapes
+    python3 -m kselect.measurement.kernels.gemv --step-table-from A.json B.json --step-source TEXT   # its step table
 
 Each shape runs as a CUDA graph of calls over distinct weight copies (at least 4x the 50 MB L2 in all),
 as a model step streams every layer's weights from HBM; the figure is the graph's time per call
@@ -26,7 +26,7 @@ from kselect.measurement.kernel_timing import time_graph
 
 from kselect.kernels import gemv_tma
 from kselect.kernels.gemv import gemv
-from kselect.kernels.skinny_gemm import skinny_gemm
+from kselect.kernels.skinny_gemm import CARD_CONFIGS, STEP_CONFIGS, skinny_gemm
 from kselect.selector.base.files import atomic_write
 
 # (name, N, K): the fused decode path's projections (gemma4/fused.py), conf/model's sizes
@@ -118,7 +118,7 @@ def _write(out: Path, name: str, rows: list) -> str:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="the record's folder (timing; the table modes write no record)")
     ap.add_argument("--models", nargs="+", default=["e4b", "31b"], choices=sorted(SHAPES))
     ap.add_argument("--rows", nargs="+", type=int, default=[1])
     ap.add_argument("--reps", type=int, default=20)
@@ -127,21 +127,29 @@ def main(argv: list[str]) -> int:
                     help="only these projections (SHAPES' names, e.g. o down)")
     ap.add_argument("--name", default="gemv", help="the output files' stem")
     ap.add_argument("--table-from", type=Path, help="no timing: write this skinny record's card into --table-out")
-    ap.add_argument("--table-out", type=Path, default=Path("kernels/skinny_configs.json"))
+    ap.add_argument("--table-out", type=Path, default=CARD_CONFIGS)
     ap.add_argument("--band", type=float, default=0.02, help="the noise band a shape must beat cuBLAS by")
     ap.add_argument("--step-table-from", type=Path, nargs="+", metavar="RECORD",
                     help="no timing: these skinny records' fastest configs as their card's step table (--step-table-out)")
     ap.add_argument("--step-source", help="with --step-table-from: the decode-step record that measured them")
-    ap.add_argument("--step-table-out", type=Path, default=Path("kernels/skinny_step_configs.json"))
+    ap.add_argument("--step-table-out", type=Path, default=STEP_CONFIGS)
     o = ap.parse_args(argv)
-    if o.step_table_from:
-        if not o.step_source:
-            ap.error("--step-table-from needs --step-source (the decode-step record that measured the configs)")
-        write_step_table(o.step_table_from, o.step_source, o.step_table_out)
+    if o.step_table_from and not o.step_source:
+        ap.error("--step-table-from needs --step-source (the decode-step record that measured the configs)")
+    if o.step_table_from or o.table_from:
+        try:
+            if o.step_table_from:
+                write_step_table(o.step_table_from, o.step_source, o.step_table_out)
+            else:
+                write_table(o.table_from, o.band, o.table_out)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+            print(f"gemv: cannot write the table from {o.step_table_from or o.table_from}: {type(e).__name__}: {e} "
+                  f"(a record is kselect.measurement.kernels.gemv's JSON: device, and rows of n, k, rows, triton.cfg)",
+                  file=sys.stderr)
+            return 2
         return 0
-    if o.table_from:
-        write_table(o.table_from, o.band, o.table_out)
-        return 0
+    if o.out is None:
+        ap.error("--out is required to time kernels (it names the record's folder)")
     if not torch.cuda.is_available():
         print("gemv: needs a CUDA GPU (it times kernels)", file=sys.stderr)
         return 2

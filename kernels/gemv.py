@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
+from . import pdl, w_evict
 from .pdl import wait_then_release
 from .cards import card_of
 from .shape_override import ShapeOverride
@@ -37,6 +37,7 @@ from .rms_norm import scalar_value
 from .gelu_mul import gelu_mul_rounded, tanh_f32
 from .l2_prefetch import rows_to_l2, tiles_switch, w_lines
 from .triton_round import round_like
+from .w_evict import load_w
 
 MAX_ROWS = 8  # more rows of x: a GEMM kernel (tensor cores) is the right tool
 PREFETCH_W = 0  # K chunks of W after the first a PDL-launched program asks L2 for before its wait (0: none)
@@ -62,18 +63,18 @@ def _one_loop(x: torch.Tensor) -> bool:
 
 
 @triton.jit
-def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr):
+def _first_chunk(w_rows, row_ok, k, FIRST_K: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """W's first FIRST_K columns of a program's rows, in fp32: read before the PDL wait (kernels/pdl.py: weights
     only). A wider first chunk would move more of the weight read into the previous kernel's tail; it measured slower
     (bench/results/h200/gemv_first/; on the H100, bench/results/h100/first_chunk/), so `config` keeps one K chunk."""
     c0 = tl.arange(0, FIRST_K)
-    return tl.load(w_rows + c0[None, :], mask=row_ok[:, None] & (c0 < k)[None, :], other=0.0).to(tl.float32)
+    return load_w(w_rows + c0[None, :], row_ok[:, None] & (c0 < k)[None, :], EVICT_FIRST).to(tl.float32)
 
 
 @triton.jit
 def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, ref_ptr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               FIRST_K: tl.constexpr, PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr,
-              HAS_WB: tl.constexpr, AHEAD: tl.constexpr):
+              HAS_WB: tl.constexpr, AHEAD: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """fp32 dots of one row of x with a program's rows of W (first chunk w0 already read), reduced once per
     accumulator: one when the first chunk is a BLOCK_K chunk, else the first chunk's and the rest's. Where PRENORM,
     x is rebuilt chunk by chunk from the add-norm prologue's row state (res_row .. rstd_s, _row_stats).
@@ -88,17 +89,17 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     if AHEAD:  # the next chunk's load issued before this chunk's multiply: two chunks in flight a program
-        w_next = tl.load(w_rows + (FIRST_K + cols)[None, :], mask=row_ok[:, None] & (FIRST_K + cols < k)[None, :],
-                         other=0.0)
+        w_next = load_w(w_rows + (FIRST_K + cols)[None, :], row_ok[:, None] & (FIRST_K + cols < k)[None, :],
+                        EVICT_FIRST)
     for k0 in range(FIRST_K, k, BLOCK_K):
         c = k0 + cols
         c_ok = c < k
         if AHEAD:
             w = w_next
-            w_next = tl.load(w_rows + (c + BLOCK_K)[None, :], mask=row_ok[:, None] & (c + BLOCK_K < k)[None, :],
-                             other=0.0)
+            w_next = load_w(w_rows + (c + BLOCK_K)[None, :], row_ok[:, None] & (c + BLOCK_K < k)[None, :],
+                            EVICT_FIRST)
         else:
-            w = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+            w = load_w(w_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
         acc += w.to(tl.float32) * x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c, c_ok, ref_ptr,
                                           PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)[None, :]
     if FIRST_K == BLOCK_K:
@@ -109,7 +110,7 @@ def _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_
 @triton.jit
 def _pair_row_dots(x_row, g_rows, u_rows, g0, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, ref_ptr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PRENORM: tl.constexpr,
-                   HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, HAS_WB: tl.constexpr):
+                   HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, HAS_WB: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """_row_dots (without AHEAD) of the gate's and the up's rows in one K loop: both halves' chunks in flight
     together, x's chunk made once. Each half's sums are _row_dots's, in its order, so the dots are the same."""
     c0 = tl.arange(0, FIRST_K)
@@ -127,8 +128,8 @@ def _pair_row_dots(x_row, g_rows, u_rows, g0, u0, row_ok, k, res_row, wa_ptr, wb
     for k0 in range(FIRST_K, k, BLOCK_K):
         c = k0 + cols
         c_ok = c < k
-        g = tl.load(g_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        u = tl.load(u_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        g = load_w(g_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
+        u = load_w(u_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
         xc = x_chunk(x_row, res_row, wa_ptr, wb_ptr, scal, rstd_y, rstd_s, c, c_ok, ref_ptr, PRENORM, HAS_WA,
                      HAS_SCALAR, HAS_WB)[None, :]
         g_acc += g.to(tl.float32) * xc
@@ -175,19 +176,20 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_x, stride_w, stride_out, sc
                  HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr,
                  cnt_ptr, t_res, t_wa, t_wb, t_scalar, t_s, t_n, stride_tres, stride_ts, stride_tn, t_eps,
                  TAIL: tl.constexpr, T_HAS_WA: tl.constexpr, T_HAS_SCALAR: tl.constexpr, T_SCALAR_PTR: tl.constexpr,
-                 T_HAS_WB: tl.constexpr, N_PAD: tl.constexpr, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
+                 T_HAS_WB: tl.constexpr, N_PAD: tl.constexpr, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64,
+                 EVICT_FIRST: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     w_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
     rows_to_l2(w_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)  # the chunks after the first, into L2
-    w0 = _first_chunk(w_rows, row_ok, k, FIRST_K)
+    w0 = _first_chunk(w_rows, row_ok, k, FIRST_K, EVICT_FIRST)
     wait_then_release(PDL)
     for m in tl.static_range(M):
         x_row, res_row = x_ptr + m * stride_x, res_ptr + m * stride_res
         scal, ry, rs = _row_stats(x_row, res_row, wa_ptr, scalar, s_ptr + m * stride_s, eps, k, out_ptr, PRENORM,
                                   HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
         dots = _row_dots(x_row, w_rows, w0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr, BLOCK_N,
-                         BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD)
+                         BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD, EVICT_FIRST)
         y = epilogue(dots, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         tl.store(out_ptr + m * stride_out + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
     if TAIL:  # the add-norm after the projection, in its last program (kernels/add_norm_tail.py)
@@ -201,16 +203,17 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                           BLOCK_K: tl.constexpr, FIRST_K: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
                           PRENORM: tl.constexpr, HAS_WA: tl.constexpr, HAS_SCALAR: tl.constexpr, SCALAR_PTR: tl.constexpr,
                           HAS_WB: tl.constexpr, K_PAD: tl.constexpr, AHEAD: tl.constexpr,
-                          ONE_LOOP: tl.constexpr = False, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64):
+                          ONE_LOOP: tl.constexpr = False, W_LINES: tl.constexpr = 0, LINE: tl.constexpr = 64,
+                          EVICT_FIRST: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     g_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_w
     rows_to_l2(g_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)
-    g0 = _first_chunk(g_rows, row_ok, k, FIRST_K)
+    g0 = _first_chunk(g_rows, row_ok, k, FIRST_K, EVICT_FIRST)
     if PAIRED:
         u_rows = w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w
         rows_to_l2(u_rows + FIRST_K, row_ok, k - FIRST_K, w_ptr, W_LINES, LINE)
-        u0 = _first_chunk(u_rows, row_ok, k, FIRST_K)
+        u0 = _first_chunk(u_rows, row_ok, k, FIRST_K, EVICT_FIRST)
     wait_then_release(PDL)
     for m in tl.static_range(M):
         x_row, res_row = x_ptr + m * stride_x, res_ptr + m * stride_res
@@ -218,16 +221,18 @@ def _gemv_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, n, k, up_row, stride_x
                                   HAS_WA, HAS_SCALAR, SCALAR_PTR, HAS_WB, K_PAD)
         if ONE_LOOP:  # PAIRED, without AHEAD
             g, u = _pair_row_dots(x_row, g_rows, u_rows, g0, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs,
-                                  out_ptr, BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB)
+                                  out_ptr, BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB,
+                                  EVICT_FIRST)
             g = round_like(g, out_ptr)
             u = round_like(u, out_ptr)
         else:
             g = round_like(_row_dots(x_row, g_rows, g0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs, out_ptr,
-                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD), out_ptr)
+                                     BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB, AHEAD,
+                                     EVICT_FIRST), out_ptr)
             if PAIRED:
                 u = round_like(_row_dots(x_row, u_rows, u0, row_ok, k, res_row, wa_ptr, wb_ptr, scal, ry, rs,
                                          out_ptr, BLOCK_N, BLOCK_K, FIRST_K, PRENORM, HAS_WA, HAS_SCALAR, HAS_WB,
-                                         AHEAD), out_ptr)
+                                         AHEAD, EVICT_FIRST), out_ptr)
             else:
                 u = tl.load(mul_ptr + m * stride_mul + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + m * stride_out + rows, gelu_mul_rounded(g, u, out_ptr).to(out_ptr.dtype.element_ty),
@@ -326,7 +331,7 @@ def gemv(x: torch.Tensor | AddNorm, w: torch.Tensor, block_n: int | None = None,
         FIRST_K=p["first_k"], HAS_SCALE=scale is not None, HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda,
         AHEAD=bool(p["ahead"]), **(tail.kernel_args(out) if tail is not None else no_tail_args(out)),
         num_warps=p["num_warps"], **({"maxnreg": MAXNREG_ONE_ROW} if tail is not None and m == 1 and x.is_cuda else {}),
-        **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
+        **w_lines(PREFETCH_W, launch, x, p["block_k"]), EVICT_FIRST=w_evict.on(x), **launch)
     return out
 
 
@@ -354,5 +359,5 @@ def gemv_gelu_mul(x: torch.Tensor | AddNorm, w: torch.Tensor, mul: torch.Tensor 
         x, w, out if paired else mul, out, n, k, n, x.stride(0), w.stride(0), 0 if paired else mul.stride(0),
         out.stride(0), **pre, M=m, BLOCK_N=block_n, BLOCK_K=p["block_k"], FIRST_K=p["first_k"], PAIRED=paired,
         AHEAD=bool(p["ahead"]), ONE_LOOP=paired and _one_loop(x) and not p["ahead"], num_warps=p["num_warps"],
-        **w_lines(PREFETCH_W, launch, x, p["block_k"]), **launch)
+        **w_lines(PREFETCH_W, launch, x, p["block_k"]), EVICT_FIRST=w_evict.on(x), **launch)
     return out

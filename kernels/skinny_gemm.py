@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
+from . import pdl, w_evict
 from .gelu_mul import gelu_mul_rounded
 from .cards import card_of
 from .gemv import check_operands, epilogue, fp32_cap
@@ -55,6 +55,7 @@ from .pdl import wait_then_release
 from .shape_override import ShapeOverride
 from .switches import switched
 from .triton_round import round_like
+from .w_evict import load_w
 
 MAX_ROWS = 16  # one row works too (padded); more than 16 rows: a GEMM tiled for M is the right tool
 PREFETCH_W = None  # K tiles of W a PDL-launched program asks L2 for before its wait (None: the card's, else none)
@@ -81,7 +82,7 @@ def _dot_acc(xt, wt, acc, FP32: tl.constexpr):
 
 @triton.jit
 def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, FP32: tl.constexpr, SWAP: tl.constexpr):
+               BLOCK_K: tl.constexpr, FP32: tl.constexpr, SWAP: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """[BLOCK_M, BLOCK_N] fp32 dots of x's rows with a program's rows of W. SWAP: summed as W's tile times x's
     (module doc), then transposed."""
     ms = tl.arange(0, BLOCK_M)
@@ -94,7 +95,7 @@ def _tile_dots(x_ptr, w_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLO
         c = k0 + cols
         c_ok = c < k
         xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
-        wt = tl.load(w_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        wt = load_w(w_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
         if SWAP:
             acc = _dot_acc(wt, xt, acc, FP32)
         else:
@@ -111,7 +112,7 @@ def pair_one_loop(on: bool):
 
 @triton.jit
 def _pair_dots(x_ptr, g_rows, u_rows, row_ok, m, k, stride_x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, FP32: tl.constexpr):
+               BLOCK_K: tl.constexpr, FP32: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """_tile_dots of the gate's and the up's rows in one K loop: one pipeline of both tiles, x read once a tile.
     Each accumulator sums its K tiles in the same order as _tile_dots, so the dots are the same."""
     ms = tl.arange(0, BLOCK_M)
@@ -122,8 +123,8 @@ def _pair_dots(x_ptr, g_rows, u_rows, row_ok, m, k, stride_x, BLOCK_M: tl.conste
         c = k0 + cols
         c_ok = c < k
         xt = tl.load(x_ptr + ms[:, None] * stride_x + c[None, :], mask=(ms < m)[:, None] & c_ok[None, :], other=0.0)
-        gt = tl.load(g_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
-        ut = tl.load(u_rows + c[None, :], mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+        gt = load_w(g_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
+        ut = load_w(u_rows + c[None, :], row_ok[:, None] & c_ok[None, :], EVICT_FIRST)
         acc_g = _dot_acc(xt, gt, acc_g, FP32)
         acc_u = _dot_acc(xt, ut, acc_u, FP32)
     return acc_g, acc_u
@@ -150,12 +151,12 @@ def _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT: tl.constexpr, BLOCK
 @triton.jit
 def _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-                FP32: tl.constexpr, SWAP: tl.constexpr):
+                FP32: tl.constexpr, SWAP: tl.constexpr, EVICT_FIRST: tl.constexpr):
     """(whether this program holds the tile's whole dots, those dots): its K range's dots (all of K without split-K),
     and with split-K the sum of every range's once the tile's last program has them (_split_sum)."""
     k0 = tl.program_id(1) * k_split
     acc = _tile_dots(x_ptr + k0, w_ptr + rows.to(tl.int64)[:, None] * stride_w + k0, row_ok, m,
-                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, SWAP)
+                     tl.minimum(k - k0, k_split), stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, SWAP, EVICT_FIRST)
     done = True
     if SPLIT > 1:
         done, acc = _split_sum(acc, ws_ptr, cnt_ptr, n, rows, row_ok, SPLIT, BLOCK_M)
@@ -175,13 +176,13 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, m, n, k, k_split
                         scale, inv_cap, cap, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         SPLIT: tl.constexpr, FP32: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                         EXACT_TANH: tl.constexpr, PDL: tl.constexpr, W_LINES: tl.constexpr = 0,
-                        LINE: tl.constexpr = 64, SWAP: tl.constexpr = False):
+                        LINE: tl.constexpr = 64, SWAP: tl.constexpr = False, EVICT_FIRST: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)
     wait_then_release(PDL)  # x is written by the kernel before; the loop below reads it with W
     done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
-                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, SWAP)
+                            BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, SWAP, EVICT_FIRST)
     if done:
         y = epilogue(acc, out_ptr, scale, inv_cap, cap, HAS_SCALE, HAS_SOFTCAP, EXACT_TANH)
         ms = tl.arange(0, BLOCK_M)
@@ -194,7 +195,7 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr
                                  stride_w, stride_mul, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                  BLOCK_K: tl.constexpr, SPLIT: tl.constexpr, FP32: tl.constexpr, PAIRED: tl.constexpr,
                                  PDL: tl.constexpr, ONE_LOOP: tl.constexpr = False, W_LINES: tl.constexpr = 0,
-                                 LINE: tl.constexpr = 64):
+                                 LINE: tl.constexpr = 64, EVICT_FIRST: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < n
     _first_tiles_to_l2(w_ptr, rows, row_ok, k, k_split, stride_w, W_LINES, LINE)  # paired: the gate's, read first
@@ -204,18 +205,18 @@ def _skinny_gemm_gelu_mul_kernel(x_ptr, w_ptr, mul_ptr, out_ptr, ws_ptr, cnt_ptr
     if ONE_LOOP:  # PAIRED only (no split-K): both halves' tiles in one loop
         acc, acc_u = _pair_dots(x_ptr, w_ptr + rows.to(tl.int64)[:, None] * stride_w,
                                 w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k, stride_x,
-                                BLOCK_M, BLOCK_N, BLOCK_K, FP32)
+                                BLOCK_M, BLOCK_N, BLOCK_K, FP32, EVICT_FIRST)
         done = True
     else:  # split-K only with a multiplier (not PAIRED): the whole K otherwise
         done, acc = _split_dots(x_ptr, w_ptr, ws_ptr, cnt_ptr, rows, row_ok, m, n, k, k_split, stride_x, stride_w,
-                                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, False)
+                                BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, FP32, False, EVICT_FIRST)
     if done:
         g = round_like(acc, out_ptr)
         if ONE_LOOP:
             u = round_like(acc_u, out_ptr)
         elif PAIRED:
             u = round_like(_tile_dots(x_ptr, w_ptr + (rows + up_row).to(tl.int64)[:, None] * stride_w, row_ok, m, k,
-                                      stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, False), out_ptr)
+                                      stride_x, BLOCK_M, BLOCK_N, BLOCK_K, FP32, False, EVICT_FIRST), out_ptr)
         else:
             u = tl.load(mul_ptr + ms[:, None] * stride_mul + rows[None, :], mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + ms[:, None] * stride_out + rows[None, :],
@@ -330,7 +331,8 @@ def skinny_gemm(x: torch.Tensor, w: torch.Tensor, scale: float | None = None, so
     _skinny_gemm_kernel[(tiles, split)](
         x, w, out, ws, cnt, m, n, k, k_split, x.stride(0), w.stride(0), out.stride(0),
         1.0 if scale is None else float(scale), inv_cap, cap, SPLIT=split, HAS_SCALE=scale is not None,
-        HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda, SWAP=p["swap"], **_launch(p, x))
+        HAS_SOFTCAP=softcap is not None, EXACT_TANH=x.is_cuda, SWAP=p["swap"], EVICT_FIRST=w_evict.on(x),
+        **_launch(p, x))
     return out
 
 
@@ -360,5 +362,5 @@ def skinny_gemm_gelu_mul(x: torch.Tensor, w: torch.Tensor, mul: torch.Tensor | N
     _skinny_gemm_gelu_mul_kernel[(tiles, split)](
         x, w, out if paired else mul, out, ws, cnt, m, n, k, k_split, n, x.stride(0), w.stride(0),
         0 if paired else mul.stride(0), out.stride(0), SPLIT=split, PAIRED=paired,
-        ONE_LOOP=paired and PAIR_ONE_LOOP, **_launch(p, x))
+        ONE_LOOP=paired and PAIR_ONE_LOOP, EVICT_FIRST=w_evict.on(x), **_launch(p, x))
     return out

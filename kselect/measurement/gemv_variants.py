@@ -208,6 +208,8 @@ PDL_LATE = "pdl_late"
 # the add-norm kernel with 2, 4 or 16 warps a row, not one per 512 columns (kernels/rms_norm.py ROW_WARPS; 8 at E4B's
 # 2560)
 NORM_WARPS = {f"norm_w{n}": n for n in (2, 4, 16)}
+# every projection's W loads evict-first in L2, so the KV cache and activations stay there (kernels/w_evict.py)
+W_EVICT = "w_evict"
 
 
 def _pair_best(layout: str):
@@ -315,6 +317,10 @@ def variant(name: str):
                     triton_paged.offsets_32(False))
     if name == ATTN_QKV:
         return fused.qkv_in_attention(True)
+    if name == W_EVICT:
+        from kselect.kernels import w_evict
+
+        return w_evict.evict_first(True)
     if name == ATTN_LEAN:
         from kselect.kernels import triton_paged
 
@@ -366,7 +372,7 @@ VARIANTS = {**GEMV, **SKINNY, **TUNED, **ROWS, FOLD: None, **PREFETCH, **TAIL, S
             **TMA, **PAIR, **KV_PRE, MERGE_LAST: None, ATTN_LEAN: None, ATTN_POS32: None, ATTN_OFF32: None,
             RES_EARLY: None, PLE_BLOCK: None, **PLE_CONFIGS, NORM_FOLD: None, **FOLD_CONFIGS, **SMALL_LAUNCH,
             **SK_W_L2, **GEMV_W_L2, SK_PAIR1: None, GEMV_PAIR1: None, B1_OFF: None, B16_OFF: None, B16_NONE: None,
-            **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None}
+            **NORM_WARPS, ATTN_QKV: None, PDL_LATE: None, W_EVICT: None}
 
 
 def check_modes(ap, modes: list[str]) -> None:

@@ -723,6 +723,11 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
     with gv.variant("attn_qkv"):  # q/k/v's norms, rope and KV write inside the attention kernel
         assert fused.QKV_IN_ATTENTION
     assert not fused.QKV_IN_ATTENTION
+    from kselect.kernels import w_evict
+
+    with gv.variant("w_evict"):  # W's loads evict-first in L2
+        assert w_evict.W_EVICT_FIRST is True
+    assert w_evict.W_EVICT_FIRST is None
     with gv.variant("b1_off"):  # every switch of the cards' batch-1 rules off, whatever the card
         assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
         assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False

@@ -469,3 +469,55 @@ def test_merge_releases_late_after_its_reads_on_sm90():
     after them, before the store."""
     done = compiled(MERGE_LATE, None)
     assert done == {"True": [True, True, True], "3": [True, False, True]}, done
+
+
+EVICT = r'''
+import inspect, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kselect.kernels import gemv, skinny_gemm
+
+GEMV = dict(M=1, BLOCK_N=2, BLOCK_K=1024, FIRST_K=1024, PDL=True, W_LINES=0, LINE=64, AHEAD=False, PRENORM=False,
+            HAS_WA=False, HAS_SCALAR=False, SCALAR_PTR=True, HAS_WB=False, K_PAD=1)
+SKINNY = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, FP32=False, PDL=True, W_LINES=0, LINE=64, SPLIT=1)
+CASES = {"_gemv_kernel": (gemv, dict(GEMV, HAS_SCALE=False, HAS_SOFTCAP=False, EXACT_TANH=True, TAIL=False,
+                                     T_HAS_WA=False, T_HAS_SCALAR=False, T_SCALAR_PTR=True, T_HAS_WB=False, N_PAD=512)),
+         "_gemv_gelu_mul_kernel": (gemv, dict(GEMV, PAIRED=True, ONE_LOOP=True)),
+         "_skinny_gemm_kernel": (skinny_gemm, dict(SKINNY, HAS_SCALE=False, HAS_SOFTCAP=False, EXACT_TANH=True,
+                                                   SWAP=False)),
+         "_skinny_gemm_gelu_mul_kernel": (skinny_gemm, dict(SKINNY, PAIRED=True, ONE_LOOP=True))}
+FLOATS = ("scale", "inv_cap", "cap", "eps", "t_eps")
+done = {}
+for evict in json.loads(sys.argv[1]):
+    for name, (module, consts) in CASES.items():
+        kernel = getattr(module, name)
+        consts = dict(consts, EVICT_FIRST=evict)
+        names = list(inspect.signature(kernel.fn).parameters)
+        types = {n: "constexpr" if n in consts else "*fp32" if n == "ws_ptr" else "*i32" if n == "cnt_ptr"
+                 else "fp32" if n in FLOATS else "*bf16" if n.endswith("_ptr") or n.startswith("t_") or n == "scalar"
+                 else "i32" for n in names}
+        # strides and K divisible by 16, as a launch specializes them: W's tiles then come through cp.async
+        attrs = aligned(names, types, {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                                       if n.startswith("stride") or n in ("n", "k", "k_split")})
+        ptx = triton.compile(ASTSource(fn=kernel, signature=types, constexprs={
+            (names.index(n),): v for n, v in consts.items()}, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+            options=dict(num_warps=4, num_stages=4)).asm["ptx"]
+        code = [l.strip() for l in ptx.splitlines() if not l.strip().startswith(".loc")]
+        done[f"{name}/{evict}"] = dict(policy=sum("createpolicy.fractional.L2::evict_first" in l for l in code),
+                                       hinted=sum("L2::cache_hint" in l for l in code),
+                                       reads=sum(("ld.global" in l or "cp.async.cg" in l) for l in code))
+print(json.dumps(done))
+'''
+
+
+def test_w_evict_first_marks_only_the_weight_reads_for_sm90():
+    """kernels/w_evict.py: with EVICT_FIRST every projection kernel makes an evict-first L2 policy and hints W's reads
+    with it (ld.global in the GEMV, cp.async in the skinny GEMM's pipeline), and x's reads stay unhinted; without it,
+    no read is hinted."""
+    done = compiled(EVICT, [False, True])
+    names = ("_gemv_kernel", "_gemv_gelu_mul_kernel", "_skinny_gemm_kernel", "_skinny_gemm_gelu_mul_kernel")
+    for name in names:
+        off, on = done[f"{name}/False"], done[f"{name}/True"]
+        assert off["policy"] == off["hinted"] == 0, (name, off)
+        assert on["policy"] >= 1 and 0 < on["hinted"] < on["reads"], (name, on)

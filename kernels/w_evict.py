@@ -10,8 +10,8 @@ bench/results/h200/attn_floor/).
 On the GPU, `load_w` is `ld.global.L1::evict_first.L2::cache_hint` with an evict-first policy (Triton's
 eviction_policy="evict_first"); the CPU interpreter ignores the hint. A hint changes no result.
 
-W_EVICT_FIRST (None: the card's rule, W_EVICT_FIRST_BY_CARD, else off) is a measurement's switch
-(kselect/measurement/gemv_variants.py `w_evict`).
+W_EVICT_FIRST (off) is a measurement's switch (kselect/measurement/gemv_variants.py `w_evict`): no card has measured
+it yet.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .cards import card_of
 from .switches import switched
 
-W_EVICT_FIRST = None
-W_EVICT_FIRST_BY_CARD: set = set()  # no card measured faster with it yet
+W_EVICT_FIRST = False
 
 
 def evict_first(on: bool):
@@ -33,11 +31,8 @@ def evict_first(on: bool):
 
 
 def on(x: torch.Tensor) -> bool:
-    """Whether a kernel reading W beside x marks W's loads evict-first: W_EVICT_FIRST where set, else x's card's rule;
-    never off the GPU."""
-    if not x.is_cuda:
-        return False
-    return W_EVICT_FIRST if W_EVICT_FIRST is not None else card_of(x) in W_EVICT_FIRST_BY_CARD
+    """Whether a kernel reading W beside x marks W's loads evict-first: W_EVICT_FIRST, on the GPU only."""
+    return W_EVICT_FIRST and x.is_cuda
 
 
 @triton.jit

@@ -727,7 +727,7 @@ def test_gemv_variants_name_valid_configs_for_the_shapes_they_change():
 
     with gv.variant("w_evict"):  # W's loads evict-first in L2
         assert w_evict.W_EVICT_FIRST is True
-    assert w_evict.W_EVICT_FIRST is None
+    assert w_evict.W_EVICT_FIRST is False
     with gv.variant("b1_off"):  # every switch of the cards' batch-1 rules off, whatever the card
         assert triton_paged.PREFETCH_KV == triton_paged.OFF and triton_paged.LEAN_START is False
         assert triton_paged.POSITIONS_32 is False and gemv.PAIR_ONE_LOOP is False
